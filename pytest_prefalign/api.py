@@ -1,0 +1,169 @@
+"""The records and interfaces that suites, reward methods and decoders exchange.
+
+This module is imported on every pytest run (through the plugin), so it must stay light: no torch,
+no transformers, no numpy at import time. Heavy objects appear here only as annotations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    import numpy as np
+
+    from pytest_prefalign.lm import LM
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    """One past document of a user: what they saw (``input``) and what they wrote (``output``)."""
+
+    doc_id: str
+    input: str
+    output: str
+
+
+@dataclass(frozen=True)
+class Item:
+    """A generation item ``(x, profile_u, y*)``; ``reference`` is ``None`` where a suite has no y*."""
+
+    item_id: str
+    user: str
+    input: str  # the raw input, e.g. the abstract
+    prompt: str  # the zero-shot task instruction built from ``input``
+    reference: str | None
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A preference pair ``(x, y_w, y_l, u)``."""
+
+    pair_id: str
+    user: str
+    prompt: str
+    chosen: str
+    rejected: str
+
+
+@dataclass
+class SuiteData:
+    """Everything one suite provides for one run, after its loader's rules were applied."""
+
+    suite: str
+    source: str  # where the data was read from, for the summary and the run file
+    profiles: dict[str, list[ProfileEntry]]
+    items: list[Item]
+    train_pairs: list[Pair] = field(default_factory=list)
+    test_pairs: list[Pair] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)  # rule -> users dropped by it
+    provenance: dict[str, Any] = field(default_factory=dict)  # how pairs were made, etc.
+
+    @property
+    def users(self) -> list[str]:
+        return sorted(self.profiles)
+
+
+class DataError(ValueError):
+    """A malformed record: names the file, the record and the field."""
+
+    def __init__(self, file: str | Path, record: str | int, field: str, problem: str) -> None:
+        self.file, self.record, self.field, self.problem = str(file), record, field, problem
+        super().__init__(f"{file}: record {record}: field {field!r}: {problem}")
+
+
+class DataNotFound(FileNotFoundError):
+    """A suite's data is in none of the places searched; the message lists them."""
+
+
+# --------------------------------------------------------------------------------------------
+# Interfaces
+# --------------------------------------------------------------------------------------------
+
+
+class Suite(Protocol):
+    """A registered suite: finds and validates its data and turns it into records."""
+
+    name: str
+    description: str
+    licence: str
+    source: str  # the sub-folder of the data directory (or dataset id) it reads
+
+    def instruction(self, input: str) -> str:
+        """The zero-shot task prompt for one input."""
+
+    def example(self, entry: ProfileEntry) -> str:
+        """One profile entry shown as an in-context example."""
+
+    def load(self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]) -> SuiteData:
+        """Read and validate the data; ``limit`` is a number of users. Pairs whose rejected side
+        needs a model are made in ``build_pairs``."""
+
+    def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
+        """Fill ``data.train_pairs`` and ``data.test_pairs`` (a no-op where ``load`` did)."""
+
+
+class RewardMethod:
+    """A reward method ``r_u(x, y)``, trained on a suite's training pairs.
+
+    Capabilities are declared in ``capabilities``; a decoder that needs one that is missing
+    refuses with a message. ``"prefix"``: ``prefix_rewards``; ``"next_token"``:
+    ``next_token_logprobs`` (an autoregressive RM, as in GenARM).
+    """
+
+    name: ClassVar[str] = "?"
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    def fingerprint(self) -> str:
+        """A stable string naming the method's configuration (part of its cache key)."""
+        raise NotImplementedError
+
+    def fit(self, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
+        """Train (or load the cached parameters) on the training pairs."""
+        raise NotImplementedError
+
+    def score(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
+              responses: Sequence[str]) -> np.ndarray:
+        """One reward per (user, prompt, response), shape ``(n,)``."""
+        raise NotImplementedError
+
+
+class Decoder:
+    """Turns the base LM, optionally a reward method, and a user into text.
+
+    ``needs``: the reward capabilities it requires (``"score"`` for any reward method);
+    an empty set for decoders without a reward method (``base``, ``icl``, ``icl_rag``).
+    """
+
+    name: ClassVar[str] = "?"
+    needs: ClassVar[frozenset[str]] = frozenset()
+
+    def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        """One output text per item."""
+        raise NotImplementedError
+
+    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
+               responses: Sequence[str]) -> np.ndarray:
+        """``S_u(y|x)``: the teacher-forced log-likelihood of each response under the decoder's
+        guided next-token distribution (reduced by ``ctx.options['reduce']``, sum or mean)."""
+        raise NotImplementedError
+
+
+@dataclass
+class CaseContext:
+    """What a decoder works with for one (method, suite, size) test."""
+
+    lm: LM
+    suite: Suite
+    data: SuiteData
+    reward: RewardMethod | None
+    options: dict[str, Any]
+    cache_dir: Path
