@@ -165,5 +165,7 @@ class CaseContext:
     suite: Suite
     data: SuiteData
     reward: RewardMethod | None
-    options: dict[str, Any]
+    options: dict[str, Any]  # decoder settings: reduce, seed, icl_k, max_new_tokens, ...
     cache_dir: Path
+    shared: dict[Any, Any] = field(default_factory=dict)  # memo shared by the methods of one
+    # (suite, size), e.g. the base model's log-likelihoods of the test pairs

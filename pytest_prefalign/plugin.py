@@ -1,11 +1,55 @@
-"""pytest-prefalign: the plugin pytest loads on every run (kept light)."""
+"""pytest-prefalign, the module pytest loads through the ``pytest11`` entry point.
+
+pytest imports it on every run, with or without ``--prefalign``: it declares options and hooks
+and nothing else until ``--prefalign`` is given. No torch or transformers import here.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+from pytest_prefalign import options
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.pool import ModelPool
+    from pytest_prefalign.session import PrefalignSession
+
+session_key = pytest.StashKey["PrefalignSession"]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_prefalign import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("prefalign")
-    group.addoption("--prefalign", action="store_true", help="run prefalign suites")
-    parser.addini("prefalign_data", "data directory for prefalign suites", default="")
+    options.addoption(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "prefalign: a pytest-prefalign evaluation test")
+    config.addinivalue_line(
+        "markers", "prefalign_tolerance(**metrics): per-test regression tolerance, "
+        "e.g. prefalign_tolerance(policy_acc='3pp')")
+    if not config.getoption("prefalign", False):
+        return
+    from pytest_prefalign.session import PrefalignSession
+
+    session = PrefalignSession(config)
+    config.stash[session_key] = session
+    config.pluginmanager.register(session, "prefalign-session")
+
+
+@pytest.fixture(scope="session")
+def prefalign_models(pytestconfig: pytest.Config) -> ModelPool:
+    """The session's model pool: ``prefalign_models.get("135m")`` gives the cached LM of a size
+    label (loaded once per worker, converted once per machine)."""
+    from pytest_prefalign.pool import ModelPool
+
+    session = pytestconfig.stash.get(session_key, None)
+    if session is None:
+        return ModelPool.from_config(pytestconfig)
+    return session.model_pool()

@@ -1,0 +1,63 @@
+"""The ``base`` decoder: greedy from the base LM, no personalization.
+
+Also the shared pieces of every prompt-based decoder: generation from a list of prompts and the
+base model's teacher-forced log-likelihoods, memoised per (suite, size) so that every method
+that needs ``log pi_base(y | prompt)`` of the same pair computes it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pytest_prefalign.api import CaseContext, Decoder, Item
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+
+class BaseDecoder(Decoder):
+    name = "base"
+    needs = frozenset()
+    order = 0  # position in the default method list
+
+    def prompts(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]) -> list[str]:
+        """The prompt this decoder shows the model for each (user, task prompt)."""
+        return list(prompts)
+
+    def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        shown = self.prompts(ctx, [it.user for it in items], [it.prompt for it in items])
+        texts = ctx.lm.generate(shown, max_new_tokens=ctx.options["max_new_tokens"],
+                                batch_size=ctx.options["batch_size"])
+        return [samples[0] for samples in texts]
+
+    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
+               responses: Sequence[str]) -> np.ndarray:
+        shown = self.prompts(ctx, users, prompts)
+        per_token = base_logprobs(ctx, shown, responses)
+        return reduce_logprobs(per_token, ctx.options["reduce"])
+
+
+def base_logprobs(ctx: CaseContext, prompts: Sequence[str], responses: Sequence[str]
+                  ) -> list[np.ndarray]:
+    """``log pi_base(y_t | prompt, y_<t)`` per response token, memoised per (suite, size)."""
+    memo: dict[tuple[str, str], np.ndarray] = ctx.shared.setdefault("base_logprobs", {})
+    missing = sorted({(p, r) for p, r in zip(prompts, responses) if (p, r) not in memo})
+    if missing:
+        values = ctx.lm.response_logprobs([p for p, _ in missing], [r for _, r in missing],
+                                          batch_size=ctx.options["batch_size"])
+        memo.update(zip(missing, values))
+    return [memo[(p, r)] for p, r in zip(prompts, responses)]
+
+
+def reduce_logprobs(per_token: Sequence[np.ndarray], how: str) -> np.ndarray:
+    """``S(y|x)``: the sum of the token log-likelihoods, or their mean."""
+    if how == "mean":
+        return np.array([float(np.mean(lp)) for lp in per_token])
+    return np.array([float(np.sum(lp)) for lp in per_token])
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_decoder("base", BaseDecoder)

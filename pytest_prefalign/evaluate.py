@@ -1,0 +1,307 @@
+"""Running one (method, suite, size): generation, ROUGE, RM accuracy and policy accuracy.
+
+Imported lazily by the test items (it pulls in torch through the LM). Everything that several
+methods of one (suite, size) share is computed once and kept in the session's state: the suite's
+data and pairs, the model, the fitted reward methods, the base log-likelihoods.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from pytest_prefalign import metrics, storage
+from pytest_prefalign.api import CaseContext, DataError, DataNotFound, Pair, RewardMethod
+from pytest_prefalign.collect import PrefalignError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.api import Decoder, Suite, SuiteData
+    from pytest_prefalign.collect import CaseItem
+    from pytest_prefalign.options import Floor
+    from pytest_prefalign.session import PrefalignSession
+
+DECODER_DEFAULTS = {"icl_k": 3, "max_new_tokens": 24, "batch_size": 16}
+
+
+@dataclass
+class SuiteState:
+    suite: Suite
+    data: SuiteData
+    data_dir: Path | None
+
+
+def run_case(session: PrefalignSession, item: CaseItem) -> dict[str, Any]:
+    """Evaluate one test item; returns the result row with its per-pair and per-item records."""
+    started = time.perf_counter()
+    state = suite_state(session, item.suite, item.suite_options)
+    lm = load_model(session, item.size)
+    reward = fitted_reward(session, item, state, lm)
+    decoder: Decoder = session.registry.decoder(item.method.decoder).obj()
+    ctx = CaseContext(lm=lm, suite=state.suite, data=state.data, reward=reward,
+                      options=decoder_options(session), cache_dir=storage.cache_dir(),
+                      shared=session.state.setdefault(("shared", item.suite, item.size), {}))
+    timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
+    result = Result(item, state, lm)
+    evaluate_generation(ctx, decoder, item, result, session.settings.use_cache, timings)
+    evaluate_pairs(ctx, decoder, item, result, timings)
+    timings["total_s"] = time.perf_counter() - started
+    return result.finish(timings, session.settings.seed)
+
+
+def suite_state(session: PrefalignSession, name: str, options: dict[str, str]) -> SuiteState:
+    key = ("suite", name, tuple(sorted(options.items())))
+    if key not in session.state:
+        session.state[key] = _load_suite(session, name, options)
+    state = session.state[key]
+    if isinstance(state, PrefalignError):  # a failed load fails every test of the suite
+        raise state
+    return state
+
+
+def _load_suite(session: PrefalignSession, name: str, options: dict[str, str]):
+    from pytest_prefalign.datadir import find_data_dir
+
+    suite = session.registry.suite(name)
+    settings = session.settings
+    try:
+        try:
+            data_dir = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
+                                     rootdir=Path(session.config.rootpath))
+        except DataNotFound:
+            if getattr(suite, "requires_data_dir", True):
+                raise
+            data_dir = None
+        data = suite.load(data_dir, limit=settings.limit, options=options)
+        if not data.train_pairs and not data.test_pairs:
+            suite.build_pairs(data, load_model(session, "reference"),
+                              storage.cache_dir("pairs", name))
+    except (DataNotFound, DataError) as exc:
+        return PrefalignError(f"suite {name!r}: {exc}")
+    return SuiteState(suite, data, data_dir)
+
+
+def load_model(session: PrefalignSession, label: str):
+    from pytest_prefalign.models import ModelUnavailable
+
+    try:
+        return session.models.reference() if label == "reference" else session.models.get(label)
+    except ModelUnavailable as exc:
+        if exc.skip:
+            pytest.skip(f"model {label}: {exc}")
+        raise PrefalignError(f"model {label}: {exc}") from None
+
+
+def fitted_reward(session: PrefalignSession, item: CaseItem, state: SuiteState, lm
+                  ) -> RewardMethod | None:
+    name = item.method.reward
+    if name is None:
+        return None
+    key = ("reward", item.suite, tuple(sorted(item.suite_options.items())), item.size, name)
+    if key not in session.state:
+        reward: RewardMethod = session.registry.reward(name).obj()
+        try:
+            reward.fit(lm, state.data.train_pairs, storage.cache_dir("rewards", name))
+        except Exception as exc:
+            session.state[key] = PrefalignError(
+                f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}")
+        else:
+            session.state[key] = reward
+    reward = session.state[key]
+    if isinstance(reward, PrefalignError):
+        raise reward
+    return reward
+
+
+def decoder_options(session: PrefalignSession) -> dict[str, Any]:
+    return {**DECODER_DEFAULTS, "reduce": session.settings.reduce, "seed": session.settings.seed}
+
+
+class Result:
+    """Accumulates one case's records and metrics."""
+
+    def __init__(self, item: CaseItem, state: SuiteState, lm) -> None:
+        self.item, self.state, self.lm = item, state, lm
+        self.key = {"suite": item.suite, "method": str(item.method), "size": item.size}
+        self.metrics: dict[str, float] = {}
+        self.ci: dict[str, list[float]] = {}
+        self.per_user: dict[str, dict[str, float]] = {}
+        self.items: list[dict[str, Any]] = []
+        self.pairs: list[dict[str, Any]] = []
+
+    def add(self, name: str, value: float, ci: tuple[float, float], per_user: dict[str, float]
+            ) -> None:
+        self.metrics[name] = float(value)
+        self.ci[name] = [float(ci[0]), float(ci[1])]
+        self.per_user[name] = {u: float(v) for u, v in per_user.items()}
+
+    def finish(self, timings: dict[str, float], seed: int) -> dict[str, Any]:
+        data = self.state.data
+        users = {r["user"] for r in self.items} | {r["user"] for r in self.pairs}
+        return {
+            **self.key,
+            "decoder": self.item.method.decoder,
+            "reward": self.item.method.reward,
+            "n_users": len(users),
+            "n_items": len(self.items),
+            "n_pairs": len(self.pairs),
+            "metrics": self.metrics,
+            "ci": self.ci,
+            "per_user": self.per_user,
+            "timings": {k: round(v, 3) for k, v in timings.items()},
+            "model": {"name": self.lm.name, "fingerprint": self.lm.fingerprint},
+            "data": {"source": data.source, "dropped": data.dropped,
+                     "provenance": data.provenance},
+            "records": {"items": self.items, "pairs": self.pairs},
+        }
+
+
+def evaluate_generation(ctx: CaseContext, decoder: Decoder, item: CaseItem, result: Result,
+                        use_cache: bool, timings: dict[str, float]) -> None:
+    items = ctx.data.items
+    if not items:
+        return
+    t0 = time.perf_counter()
+    outputs = cached_generate(ctx, decoder, item, use_cache)
+    timings["generate_s"] = time.perf_counter() - t0
+    if len(outputs) != len(items) or not all(isinstance(o, str) for o in outputs):
+        raise PrefalignError(f"decoder {item.method.decoder!r} returned {len(outputs)} outputs "
+                             f"for {len(items)} items (expected one string per item)")
+    refs = [it.reference for it in items]
+    with_ref = [i for i, r in enumerate(refs) if r is not None]
+    r1 = np.full(len(items), np.nan)
+    rl = np.full(len(items), np.nan)
+    if with_ref:
+        a, b = metrics.rouge([outputs[i] for i in with_ref], [refs[i] for i in with_ref])
+        r1[with_ref], rl[with_ref] = a, b
+        users = [items[i].user for i in with_ref]
+        for name, values in (("rouge1", r1[with_ref]), ("rougeL", rl[with_ref])):
+            result.add(name, float(np.mean(values)),
+                       metrics.bootstrap_ci(values, users, statistic="micro", seed=0),
+                       metrics.per_user_mean(values, users))
+    for i, it in enumerate(items):
+        result.items.append({**result.key, "item_id": it.item_id, "user": it.user,
+                             "output": outputs[i], "reference": it.reference,
+                             "rouge1": _num(r1[i]), "rougeL": _num(rl[i])})
+
+
+def cached_generate(ctx: CaseContext, decoder: Decoder, item: CaseItem, use_cache: bool
+                    ) -> list[str]:
+    """Generations are cached by content: method, model, reward, options and prompts."""
+    reward_fp = ctx.reward.fingerprint() if ctx.reward is not None else None
+    key = storage.content_key(
+        str(item.method), getattr(decoder, "version", 1), ctx.lm.fingerprint, reward_fp,
+        ctx.options, [(it.item_id, it.prompt) for it in ctx.data.items],
+        [(u, [e.doc_id for e in ctx.data.profiles.get(u, [])]) for u in ctx.data.users])
+    path = storage.cache_dir("generations") / f"{key}.json"
+    if use_cache and path.exists():
+        cached = storage.read_json(path)
+        if isinstance(cached, list) and len(cached) == len(ctx.data.items):
+            return cached
+    outputs = decoder.generate(ctx, ctx.data.items)
+    if use_cache:
+        storage.atomic_write_json(path, list(outputs))
+    return list(outputs)
+
+
+def evaluate_pairs(ctx: CaseContext, decoder: Decoder, item: CaseItem, result: Result,
+                   timings: dict[str, float]) -> None:
+    pairs = ctx.data.test_pairs
+    if not pairs:
+        return
+    users = [p.user for p in pairs]
+    prompts = [p.prompt for p in pairs]
+    rm = None
+    if ctx.reward is not None:
+        t0 = time.perf_counter()
+        rm = (reward_scores(ctx, item, pairs, "chosen"), reward_scores(ctx, item, pairs,
+                                                                       "rejected"))
+        timings["rm_s"] = time.perf_counter() - t0
+        _add_accuracy(result, "rm_acc", metrics.pair_outcomes(*rm), users)
+    t0 = time.perf_counter()
+    chosen = _checked(decoder.loglik(ctx, users, prompts, [p.chosen for p in pairs]),
+                      len(pairs), f"decoder {item.method.decoder!r} loglik (chosen)", pairs)
+    rejected = _checked(decoder.loglik(ctx, users, prompts, [p.rejected for p in pairs]),
+                        len(pairs), f"decoder {item.method.decoder!r} loglik (rejected)", pairs)
+    timings["policy_s"] = time.perf_counter() - t0
+    policy = metrics.pair_outcomes(chosen, rejected)
+    _add_accuracy(result, "policy_acc", policy, users)
+    rm_out = metrics.pair_outcomes(*rm) if rm is not None else None
+    for i, p in enumerate(pairs):
+        result.pairs.append({
+            **result.key, "pair_id": p.pair_id, "user": p.user,
+            "rm_chosen": _num(rm[0][i]) if rm else None,
+            "rm_rejected": _num(rm[1][i]) if rm else None,
+            "rm_correct": _num(rm_out[i]) if rm_out is not None else None,
+            "policy_chosen": _num(chosen[i]), "policy_rejected": _num(rejected[i]),
+            "policy_correct": _num(policy[i]),
+        })
+
+
+def reward_scores(ctx: CaseContext, item: CaseItem, pairs: list[Pair], side: str) -> np.ndarray:
+    responses = [getattr(p, side) for p in pairs]
+    try:
+        raw = ctx.reward.score(ctx.lm, [p.user for p in pairs], [p.prompt for p in pairs],
+                               responses)
+    except Exception as exc:
+        raise PrefalignError(f"reward method {item.method.reward!r} raised in score: "
+                             f"{type(exc).__name__}: {exc}") from None
+    return _checked(raw, len(pairs), f"reward method {item.method.reward!r} score ({side})",
+                    pairs)
+
+
+def _checked(values: Any, n: int, what: str, pairs: list[Pair]) -> np.ndarray:
+    """Scores from any method: one finite number per pair, or a failure saying what came."""
+    try:
+        arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise PrefalignError(f"{what} returned {type(values).__name__}, not numbers") from None
+    if arr.shape[0] != n:
+        raise PrefalignError(f"{what} returned {arr.shape[0]} scores for {n} pairs")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        i = int(bad[0])
+        raise PrefalignError(f"{what} returned {arr[i]} for pair {pairs[i].pair_id!r} "
+                             f"({bad.size} non-finite of {n})")
+    return arr
+
+
+def _add_accuracy(result: Result, name: str, outcomes: np.ndarray, users: list[str]) -> None:
+    acc = metrics.accuracy(outcomes, users)
+    result.add(name, acc.macro, metrics.bootstrap_ci(outcomes, users, statistic="macro", seed=0),
+               acc.per_user)
+    result.metrics[f"{name}_micro"] = float(acc.micro)
+
+
+def _num(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def check(result: dict[str, Any], floors: list[Floor]) -> list[str]:
+    """What is wrong with a finished result: a metric missing, not finite or out of [0, 1], or
+    below a floor the user set."""
+    problems = []
+    expected = []
+    if result["n_items"] and any(r.get("reference") is not None
+                                 for r in result["records"]["items"]):
+        expected += ["rouge1", "rougeL"]
+    if result["n_pairs"]:
+        expected += ["policy_acc"] + (["rm_acc"] if result["reward"] else [])
+    values = result["metrics"]
+    for name in expected:
+        if name not in values:
+            problems.append(f"metric {name} is missing")
+    for name, value in values.items():
+        if not (isinstance(value, float) and math.isfinite(value)) or not 0.0 <= value <= 1.0:
+            problems.append(f"metric {name} = {value!r} is not a number in [0, 1]")
+    for floor in floors:
+        value = values.get(floor.metric)
+        if value is not None and value < floor.value:
+            problems.append(f"{floor.metric} = {value:.4f} is below the floor {floor.value:g}")
+    return problems

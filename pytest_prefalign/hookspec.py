@@ -1,0 +1,36 @@
+"""Hook specifications of pytest-prefalign, added to pytest's plugin manager in ``pytest_addhooks``.
+
+A plugin implements a hook by defining a function of the same name in a module that is registered
+with pytest: a ``conftest.py``, a module named in ``-p``, or a module in the ``prefalign``
+entry-point group (this is how the built-in methods and suites register too).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    """Called once per run, before collection, to add reward methods, decoders and suites.
+
+    :param registry: call ``registry.add_reward(name, factory)``, ``registry.add_decoder(name,
+        factory)`` or ``registry.add_suite(suite)``. A name that a built-in uses is overridden by a
+        third-party registration, whatever the order of the calls.
+    """
+
+
+def pytest_prefalign_result(result: dict[str, Any], config: pytest.Config) -> None:
+    """Called on the controller with each finished (method, suite, size) result, as it will be
+    written to the run file (``suite``, ``method``, ``size``, ``metrics``, ``ci``, counts, ...).
+
+    Use it to send results to an experiment tracker. The return value is ignored.
+    """
+
+
+def pytest_prefalign_run_written(path: str, run: dict[str, Any], config: pytest.Config) -> None:
+    """Called on the controller after the run file was written to ``path``."""

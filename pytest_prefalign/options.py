@@ -1,0 +1,150 @@
+"""Command-line options and ini values of the ``prefalign`` group, with their validating types."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+import pytest
+
+DEFAULT_LIMIT = 4  # users; keeps the default main job to a few minutes on 2 CPU cores
+METRICS = ("rouge1", "rougeL", "rm_acc", "rm_acc_micro", "policy_acc", "policy_acc_micro")
+
+
+def comma_list(text: str) -> list[str]:
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list, e.g. a,b")
+    return items
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A floor such as ``rouge1=0.2``: the test fails when the metric is below it."""
+
+    metric: str
+    value: float
+
+    @classmethod
+    def parse(cls, text: str) -> Floor:
+        metric, sep, raw = text.partition("=")
+        metric = metric.strip()
+        if not sep or metric not in METRICS:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected METRIC=VALUE with METRIC one of {', '.join(METRICS)}")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {raw!r} is not a number") from None
+        if not 0.0 <= value <= 1.0:
+            raise argparse.ArgumentTypeError(f"{text!r}: a floor lies between 0 and 1")
+        return cls(metric, value)
+
+
+def floors(text: str) -> list[Floor]:
+    return [Floor.parse(part) for part in comma_list(text)]
+
+
+def reduce_kind(text: str) -> str:
+    if text not in ("sum", "mean"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected sum or mean")
+    return text
+
+
+def addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("prefalign", "personalized alignment evaluation (pytest-prefalign)")
+    group.addoption("--prefalign", action="store_true", default=False,
+                    help="collect suite folders (suite.toml) as evaluation tests.")
+    group.addoption("--prefalign-methods", type=comma_list, metavar="M1,M2",
+                    help="methods to run, e.g. base,icl_rag,args[lore] (default: all registered; "
+                         "ini: prefalign_methods).")
+    group.addoption("--prefalign-sizes", type=comma_list, metavar="S1,S2",
+                    help="model size labels to run (default: 135m; ini: prefalign_sizes).")
+    group.addoption("--prefalign-limit", type=positive_int, metavar="N",
+                    help=f"number of users per suite (default: {DEFAULT_LIMIT}; "
+                         "ini: prefalign_limit).")
+    group.addoption("--prefalign-data", metavar="DIR",
+                    help="data directory (else ini prefalign_data, env PREFALIGN_DATA, user cache).")
+    group.addoption("--prefalign-json", metavar="PATH",
+                    help="also write this run's results to PATH.")
+    group.addoption("--prefalign-fail-under", type=floors, action="append", default=[],
+                    metavar="METRIC=VALUE",
+                    help="fail tests whose metric is below VALUE, e.g. rouge1=0.2 "
+                         "(ini: prefalign_fail_under).")
+    group.addoption("--prefalign-reduce", type=reduce_kind, metavar="sum|mean",
+                    help="policy accuracy: sum or mean of token log-likelihoods (default: sum).")
+    group.addoption("--prefalign-seed", type=int, default=None, metavar="N",
+                    help="seed for ICL example choice, sampling and bootstrap (default: 0).")
+    group.addoption("--prefalign-no-cache", action="store_true", default=False,
+                    help="recompute generations and trained reward models instead of reusing them.")
+    parser.addini("prefalign_data", "data directory for prefalign suites (relative to rootdir)")
+    parser.addini("prefalign_methods", "methods to run (comma-separated)")
+    parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
+    parser.addini("prefalign_limit", "number of users per suite")
+    parser.addini("prefalign_models", "size label = model source, one per line", type="linelist")
+    parser.addini("prefalign_fail_under", "floors METRIC=VALUE, comma-separated")
+    parser.addini("prefalign_reduce", "sum or mean")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated options of one run (command line over ini over defaults)."""
+
+    methods: list[str] | None
+    sizes: list[str]
+    limit: int
+    data: str | None
+    data_ini: str | None
+    json_path: str | None
+    floors: list[Floor]
+    reduce: str
+    seed: int
+    use_cache: bool
+    models: list[str]
+
+
+def settings(config: pytest.Config) -> Settings:
+    """Resolve every option once; a bad ini value is a usage error naming it."""
+
+    def pick(opt: str, ini: str, conv, default):
+        value = config.getoption(opt)
+        if value is not None:
+            return value
+        raw = config.getini(ini)
+        if not raw:
+            return default
+        try:
+            return conv(raw)
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"ini value {ini}: {exc}") from None
+
+    cli_floors = [f for group in config.getoption("prefalign_fail_under") for f in group]
+    return Settings(
+        methods=pick("prefalign_methods", "prefalign_methods", comma_list, None),
+        sizes=pick("prefalign_sizes", "prefalign_sizes", comma_list, ["135m"]),
+        limit=pick("prefalign_limit", "prefalign_limit", positive_int, DEFAULT_LIMIT),
+        data=config.getoption("prefalign_data"),
+        data_ini=config.getini("prefalign_data") or None,
+        json_path=config.getoption("prefalign_json"),
+        floors=cli_floors or pick("prefalign_fail_under", "prefalign_fail_under", floors, []),
+        reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, "sum"),
+        seed=config.getoption("prefalign_seed") if config.getoption("prefalign_seed") is not None
+        else 0,
+        use_cache=not config.getoption("prefalign_no_cache"),
+        models=list(config.getini("prefalign_models")),
+    )
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
