@@ -1,0 +1,222 @@
+"""The metrics of SPEC section 3: ROUGE, pair outcomes, micro/macro accuracy, bootstrap intervals.
+
+Pure numpy (and ``rouge-score`` for ROUGE). Every interval is a *cluster* bootstrap over users:
+a user's pairs are not independent of each other (same user, same reward head), so resampling
+pairs would make the intervals too narrow. Resampling is vectorised: each resample is a row of
+"how many times each user was drawn", and a statistic is a matrix product with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rouge_score.rouge_scorer import RougeScorer
+
+Statistic = Literal["macro", "micro", "mean"]
+STATISTICS: tuple[str, ...] = ("macro", "micro", "mean")
+
+# Resamples are drawn in blocks of at most this many (resample, user) cells, to bound memory.
+_BLOCK_CELLS = 1 << 22
+
+_scorer: RougeScorer | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# ROUGE
+# --------------------------------------------------------------------------------------------
+
+
+def _rouge_scorer() -> RougeScorer:
+    """The one scorer of the process, built on first use (building it loads the stemmer)."""
+    global _scorer
+    if _scorer is None:
+        from rouge_score.rouge_scorer import RougeScorer
+
+        _scorer = RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    return _scorer
+
+
+def rouge(outputs: Sequence[str], references: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-item ROUGE-1 and ROUGE-L F1 of each output against its reference, two ``(n,)`` arrays.
+
+    Stemming is on (``rouge-score``'s Porter stemmer, words longer than 3 letters), so "runs"
+    matches "running". An empty output or reference scores 0.
+    """
+    _check_same_length("outputs", outputs, "references", references)
+    for name, texts in (("outputs", outputs), ("references", references)):
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(f"{name}[{i}] is {type(text).__name__}, expected str")
+    scorer = _rouge_scorer()
+    r1 = np.empty(len(outputs))
+    rl = np.empty(len(outputs))
+    for i, (out, ref) in enumerate(zip(outputs, references, strict=True)):
+        scores = scorer.score(ref, out)  # (target, prediction); F1 is symmetric anyway
+        r1[i], rl[i] = scores["rouge1"].fmeasure, scores["rougeL"].fmeasure
+    return r1, rl
+
+
+# --------------------------------------------------------------------------------------------
+# Pair outcomes and accuracy
+# --------------------------------------------------------------------------------------------
+
+
+def pair_outcomes(chosen_scores: Sequence[float], rejected_scores: Sequence[float]) -> np.ndarray:
+    """``1[s_w > s_l]`` per pair, ``0.5`` on an exact tie: the summand of RM and policy accuracy.
+
+    A tie is exact float equality; a constant reward therefore scores 0.5, not 0 or 1.
+    Non-finite scores are refused, since ``nan > x`` is silently False.
+    """
+    chosen = _finite_array("chosen_scores", chosen_scores)
+    rejected = _finite_array("rejected_scores", rejected_scores)
+    _check_same_length("chosen_scores", chosen, "rejected_scores", rejected)
+    return np.where(chosen > rejected, 1.0, np.where(chosen == rejected, 0.5, 0.0))
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Micro (mean over pairs) and macro (mean over users of each user's mean) accuracy."""
+
+    micro: float
+    macro: float
+    n_users: int
+    n_pairs: int
+    per_user: dict[str, float] = field(default_factory=dict)
+
+
+def accuracy(outcomes: Sequence[float], users: Sequence[Any]) -> Accuracy:
+    """Micro and macro accuracy of pair outcomes (1, 0.5 or 0), with the per-user means.
+
+    Macro is the headline figure: it weighs every user equally, however many pairs they have.
+    No pairs gives ``nan`` for both.
+    """
+    values = _outcome_array(outcomes)
+    per_user = per_user_mean(values, users)
+    if not per_user:
+        return Accuracy(math.nan, math.nan, 0, 0, {})
+    macro = float(np.mean(list(per_user.values())))
+    return Accuracy(float(values.mean()), macro, len(per_user), len(values), per_user)
+
+
+def per_user_mean(values: Sequence[float], users: Sequence[Any]) -> dict[str, float]:
+    """Each user's mean of ``values``, keyed by ``str(user)``, in sorted user order."""
+    array = _finite_array("values", values)
+    names, codes = _user_codes(users, len(array))
+    sums = np.bincount(codes, weights=array, minlength=len(names))
+    counts = np.bincount(codes, minlength=len(names))
+    return {name: float(s / c) for name, s, c in zip(names, sums, counts, strict=True)}
+
+
+# --------------------------------------------------------------------------------------------
+# Bootstrap over users
+# --------------------------------------------------------------------------------------------
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    users: Sequence[Any],
+    statistic: Statistic = "macro",
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile interval of a statistic of ``values`` when *users* are resampled with replacement.
+
+    ``macro``: mean over drawn users of each user's mean. ``micro``: mean over all values of the
+    drawn users (a user drawn twice counts twice). ``mean`` is ``micro`` under the name SPEC uses
+    for ROUGE ("mean over items"). No values gives ``(nan, nan)``.
+    """
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    array = _finite_array("values", values)
+    if len(array) == 0:
+        return (math.nan, math.nan)
+    names, codes = _user_codes(users, len(array))
+    sums = np.bincount(codes, weights=array, minlength=len(names))
+    counts = np.bincount(codes, minlength=len(names)).astype(float)
+    if statistic == "macro":
+        # each user's mean, each drawn user weighing 1
+        sums, counts = sums / counts, np.ones_like(counts)
+    stats = np.concatenate(
+        [(c @ sums) / (c @ counts) for c in resample_counts(len(names), n_boot, seed)]
+    )
+    return percentile_interval(stats, level)
+
+
+def resample_counts(
+    n_users: int, n_boot: int, seed: int | np.random.Generator = 0
+) -> Iterator[np.ndarray]:
+    """Blocks of rows, one row per resample: how often each of ``n_users`` users was drawn.
+
+    Rows hold ``n_users`` draws with replacement, so each sums to ``n_users``. Drawn in blocks
+    of a few million cells so that memory stays bounded for large runs.
+    """
+    if not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rows_per_block = max(1, _BLOCK_CELLS // max(n_users, 1))
+    for start in range(0, n_boot, rows_per_block):
+        rows = min(rows_per_block, n_boot - start)
+        drawn = rng.integers(0, n_users, size=(rows, n_users))
+        # one bincount for the whole block: offset each row's user codes into its own range
+        flat = (drawn + n_users * np.arange(rows)[:, None]).ravel()
+        yield np.bincount(flat, minlength=rows * n_users).reshape(rows, n_users).astype(float)
+
+
+def percentile_interval(stats: np.ndarray, level: float) -> tuple[float, float]:
+    """The central ``level`` percentile interval of bootstrap statistics, ignoring nan ones."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be between 0 and 1 (exclusive), got {level!r}")
+    finite = stats[np.isfinite(stats)]
+    if len(finite) == 0:
+        return (math.nan, math.nan)
+    tail = (1.0 - level) / 2.0 * 100.0
+    lo, hi = np.percentile(finite, [tail, 100.0 - tail])
+    return (float(lo), float(hi))
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------
+
+
+def _check_same_length(a_name: str, a: Sequence[Any], b_name: str, b: Sequence[Any]) -> None:
+    if len(a) != len(b):
+        raise ValueError(f"{a_name} has {len(a)} entries but {b_name} has {len(b)}")
+
+
+def _finite_array(name: str, values: Sequence[float]) -> np.ndarray:
+    """``values`` as a 1-D float array; names the first non-finite entry."""
+    try:
+        array = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numbers: {exc}") from None
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    bad = np.flatnonzero(~np.isfinite(array))
+    if len(bad):
+        raise ValueError(f"{name}[{bad[0]}] is {array[bad[0]]}, expected a finite number")
+    return array
+
+
+def _outcome_array(outcomes: Sequence[float]) -> np.ndarray:
+    """Pair outcomes, checked to lie in [0, 1] (1, 0.5 and 0 from ``pair_outcomes``)."""
+    array = _finite_array("outcomes", outcomes)
+    bad = np.flatnonzero((array < 0.0) | (array > 1.0))
+    if len(bad):
+        raise ValueError(f"outcomes[{bad[0]}] is {array[bad[0]]}, expected a value in [0, 1]")
+    return array
+
+
+def _user_codes(users: Sequence[Any], n: int) -> tuple[list[str], np.ndarray]:
+    """Sorted user names and each entry's index into them."""
+    if len(users) != n:
+        raise ValueError(f"users has {len(users)} entries but values has {n}")
+    names, codes = np.unique(np.asarray([str(u) for u in users], dtype=object), return_inverse=True)
+    return [str(name) for name in names], codes.astype(np.intp)
