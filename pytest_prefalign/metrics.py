@@ -106,10 +106,7 @@ def accuracy(outcomes: Sequence[float], users: Sequence[Any]) -> Accuracy:
 
 def per_user_mean(values: Sequence[float], users: Sequence[Any]) -> dict[str, float]:
     """Each user's mean of ``values``, keyed by ``str(user)``, in sorted user order."""
-    array = _finite_array("values", values)
-    names, codes = _user_codes(users, len(array))
-    sums = np.bincount(codes, weights=array, minlength=len(names))
-    counts = np.bincount(codes, minlength=len(names))
+    names, sums, counts = _user_sums(_finite_array("values", values), users)
     return {name: float(s / c) for name, s, c in zip(names, sums, counts, strict=True)}
 
 
@@ -137,9 +134,7 @@ def bootstrap_ci(
     array = _finite_array("values", values)
     if len(array) == 0:
         return (math.nan, math.nan)
-    names, codes = _user_codes(users, len(array))
-    sums = np.bincount(codes, weights=array, minlength=len(names))
-    counts = np.bincount(codes, minlength=len(names)).astype(float)
+    names, sums, counts = _user_sums(array, users)
     if statistic == "macro":
         # each user's mean, each drawn user weighing 1
         sums, counts = sums / counts, np.ones_like(counts)
@@ -214,9 +209,13 @@ def _outcome_array(outcomes: Sequence[float]) -> np.ndarray:
     return array
 
 
-def _user_codes(users: Sequence[Any], n: int) -> tuple[list[str], np.ndarray]:
-    """Sorted user names and each entry's index into them."""
-    if len(users) != n:
-        raise ValueError(f"users has {len(users)} entries but values has {n}")
+def _user_sums(
+    values: np.ndarray, users: Sequence[Any]
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Sorted user names (as str), and each user's sum and count of ``values``."""
+    if len(users) != len(values):
+        raise ValueError(f"users has {len(users)} entries but values has {len(values)}")
     names, codes = np.unique(np.asarray([str(u) for u in users], dtype=object), return_inverse=True)
-    return [str(name) for name in names], codes.astype(np.intp)
+    sums = np.bincount(codes, weights=values, minlength=len(names))
+    counts = np.bincount(codes, minlength=len(names)).astype(float)
+    return [str(name) for name in names], sums, counts
