@@ -1,0 +1,88 @@
+"""Papers and users of Pref-LaMP, whatever file format they came from, and the rules that turn
+them into a suite's records: the leak rule and the minimum profile size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_prefalign.api import Item, ProfileEntry, SuiteData
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prefalign_suites.records import Problems
+
+    from pytest_prefalign.api import Suite
+
+
+@dataclass(frozen=True)
+class Paper:
+    """One paper; ``title`` and ``abstract`` are whitespace-normalised.
+
+    ``key`` identifies the paper across users (co-authors share papers): the anthology id, or
+    the abstract where a format has no paper id. ``people``: who wrote it (author names, or the
+    users holding it), for the rule that a negative title comes from somebody else.
+    """
+
+    paper_id: str
+    title: str
+    abstract: str
+    key: str
+    people: frozenset[str]
+
+
+@dataclass
+class UserPapers:
+    """One user's papers: the profile (and training source), oldest first, and the test items."""
+
+    profile: list[Paper]
+    tests: list[Paper]
+
+
+def apply_rules(
+    users: dict[str, UserPapers], *, min_profile: int, problems: Problems
+) -> tuple[dict[str, UserPapers], int]:
+    """The leak rule and the minimum profile size; returns the kept users (their profiles
+    cleaned) and the number of profile papers the leak rule removed.
+
+    Leak rule: a paper that is a test item of any user in the run leaves every profile, so that
+    no co-author's history holds it. Users with fewer than ``min_profile`` profile papers are
+    dropped: first those that are short even before the leak rule, then, if none is, those the
+    rule made short. A dropped user's test papers no longer count, which can give others their
+    papers back, so the two steps repeat until nobody is dropped.
+    """
+    current = {u: p for u, p in users.items() if p.tests}
+    problems.drop("user:no_papers", len(users) - len(current))
+    while True:
+        cleaned = _without_tests(current)
+        short = [u for u in current if len(cleaned[u].profile) < min_profile]
+        if not short:
+            break
+        short = [u for u in short if len(current[u].profile) < min_profile] or short
+        problems.drop("user:too_few_profile_papers", len(short))
+        current = {u: p for u, p in current.items() if u not in short}
+    removed = sum(len(current[u].profile) - len(p.profile) for u, p in cleaned.items())
+    return cleaned, removed
+
+
+def _without_tests(users: dict[str, UserPapers]) -> dict[str, UserPapers]:
+    test_keys = {paper.key for papers in users.values() for paper in papers.tests}
+    return {
+        u: UserPapers([p for p in papers.profile if p.key not in test_keys], papers.tests)
+        for u, papers in users.items()
+    }
+
+
+def suite_data(
+    suite: Suite, users: dict[str, UserPapers], *, source: str, provenance: dict[str, Any]
+) -> SuiteData:
+    """Profiles and generation items (pairs come later: they may need a model)."""
+    profiles = {
+        user: [ProfileEntry(p.paper_id, p.abstract, p.title) for p in papers.profile]
+        for user, papers in users.items()
+    }
+    items = [
+        Item(f"{user}/{p.paper_id}", user, p.abstract, suite.instruction(p.abstract), p.title)
+        for user, papers in users.items()
+        for p in papers.tests
+    ]
+    return SuiteData(suite.name, source, profiles, items, provenance=provenance)

@@ -1,0 +1,245 @@
+"""The rejected side of Pref-LaMP pairs: a title that is not the author's own.
+
+- ``generated`` (default): the reference LM's zero-shot greedy title for the same instruction.
+  Every model size sees the same pairs because the reference is fixed. Titles are generated once
+  per paper and cached in one JSON file per reference fingerprint, keyed by paper id and a hash
+  of the instruction; the file is rewritten after every batch, under a lock shared by
+  pytest-xdist workers, so an interrupted run resumes where it stopped.
+- ``other_author``: the title of the most similar paper (BM25 over abstracts) that shares no
+  author with the paper, and is no test item of the run. Needs no model.
+
+A pair whose negative is missing or equals the real title (case-insensitively, whitespace
+normalised) is skipped and counted in ``data.dropped``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prefalign_suites.records import normalise_ws
+
+from pytest_prefalign import storage
+from pytest_prefalign.api import Pair
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
+
+    from pytest_prefalign.api import Suite, SuiteData
+
+CHUNK = 64  # prompts generated between two writes of the cache file
+CANDIDATES = 50  # BM25 neighbours tried before ranking the whole pool
+_TITLE_LABEL = re.compile(r"^\s*(?:\*\*)?title(?:\*\*)?\s*[:\-]\s*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a pair is made from: the user's paper with its real title."""
+
+    pair_id: str
+    user: str
+    paper_id: str
+    abstract: str
+    title: str
+
+
+def sources(data: SuiteData, max_train: int) -> tuple[list[Source], list[Source]]:
+    """Training sources from the profiles (the last ``max_train`` per user; 0 = all), test
+    sources from the generation items."""
+    train = [
+        Source(f"{user}/{e.doc_id}", user, e.doc_id, e.input, e.output)
+        for user, entries in data.profiles.items()
+        for e in (entries[-max_train:] if max_train else entries)
+    ]
+    test = [
+        Source(
+            item.item_id,
+            item.user,
+            item.item_id[len(item.user) + 1 :],
+            item.input,
+            item.reference or "",
+        )
+        for item in data.items
+    ]
+    return train, test
+
+
+def add_pairs(
+    suite: Suite,
+    data: SuiteData,
+    train: Sequence[Source],
+    test: Sequence[Source],
+    negative: dict[str, str | None],
+) -> None:
+    """Pairs from sources and their negatives (by pair id); skipped pairs are counted."""
+    data.train_pairs = list(_pairs(suite, data, train, negative))
+    data.test_pairs = list(_pairs(suite, data, test, negative))
+
+
+def _pairs(
+    suite: Suite, data: SuiteData, srcs: Iterable[Source], negative: dict[str, str | None]
+) -> Iterator[Pair]:
+    for src in srcs:
+        rejected = negative.get(src.pair_id)
+        if not rejected:
+            _count(data, "pair:no_negative")
+        elif same_title(rejected, src.title):
+            _count(data, "pair:negative_equals_real")
+        else:
+            yield Pair(src.pair_id, src.user, suite.instruction(src.abstract), src.title, rejected)
+
+
+def _count(data: SuiteData, rule: str) -> None:
+    data.dropped[rule] = data.dropped.get(rule, 0) + 1
+
+
+def same_title(a: str, b: str) -> bool:
+    return normalise_ws(a).casefold() == normalise_ws(b).casefold()
+
+
+def clean_title(text: str) -> str:
+    """A generated title as a title: its first non-empty line without a ``Title:`` label,
+    surrounding quotes or markdown emphasis."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = _TITLE_LABEL.sub("", line).strip().strip("*").strip()
+    if len(line) >= 2 and line[0] == line[-1] and line[0] in "\"'":
+        line = line[1:-1]
+    return normalise_ws(line)
+
+
+# -- generated -----------------------------------------------------------------------------------
+
+
+def generated(
+    suite: Suite,
+    data: SuiteData,
+    reference: Any,
+    cache_dir: Path,
+    *,
+    max_train: int,
+    max_new_tokens: int,
+    batch_size: int,
+) -> None:
+    """Fill the pairs with the reference LM's titles (cached) as negatives."""
+    train, test = sources(data, max_train)
+    keys = {src.pair_id: _cache_key(src, suite) for src in (*train, *test)}
+    prompts = {_cache_key(src, suite): suite.instruction(src.abstract) for src in (*train, *test)}
+    path = cache_dir / f"titles-{storage.content_key(reference.fingerprint)}.json"
+    titles = cached_generations(
+        reference, prompts, path, max_new_tokens=max_new_tokens, batch_size=batch_size
+    )
+    add_pairs(suite, data, train, test, {pid: titles.get(key) for pid, key in keys.items()})
+    data.provenance.update(
+        {
+            "negatives": "generated",
+            "reference_model": reference.name,
+            "reference_fingerprint": reference.fingerprint,
+            "negatives_cache": str(path),
+        }
+    )
+
+
+def _cache_key(src: Source, suite: Suite) -> str:
+    digest = hashlib.sha256(suite.instruction(src.abstract).encode("utf-8")).hexdigest()[:16]
+    return f"{src.paper_id}:{digest}"
+
+
+def cached_generations(
+    reference: Any, prompts: dict[str, str], path: Path, *, max_new_tokens: int, batch_size: int
+) -> dict[str, str]:
+    """Cleaned greedy titles for every key of ``prompts``; generates only what the cache file
+    lacks, holding its lock so that parallel workers do not generate the same titles twice."""
+    with storage.locked(path):
+        doc = storage.read_json(path) if path.is_file() else {}
+        titles: dict[str, str] = dict(doc.get("titles", {}))
+        missing = [key for key in prompts if key not in titles]
+        for start in range(0, len(missing), CHUNK):
+            chunk = missing[start : start + CHUNK]
+            outputs = reference.generate(
+                [prompts[k] for k in chunk], max_new_tokens=max_new_tokens, batch_size=batch_size
+            )
+            titles.update((k, clean_title(out[0])) for k, out in zip(chunk, outputs, strict=True))
+            storage.atomic_write_json(
+                path,
+                {
+                    "reference_model": reference.name,
+                    "reference_fingerprint": reference.fingerprint,
+                    "max_new_tokens": max_new_tokens,
+                    "titles": titles,
+                },
+            )
+    return {key: titles[key] for key in prompts}
+
+
+# -- other author --------------------------------------------------------------------------------
+
+
+def other_author(
+    suite: Suite,
+    data: SuiteData,
+    users: dict[str, UserPapers],
+    pool: Sequence[Paper],
+    *,
+    max_train: int,
+) -> None:
+    """Fill the pairs with the title of the most similar paper by somebody else as negatives."""
+    import bm25s
+
+    test_keys = {p.key for papers in users.values() for p in papers.tests}
+    candidates = [p for p in pool if p.key not in test_keys]
+    retriever = bm25s.BM25()
+    retriever.index(_tokens([p.abstract for p in candidates]), show_progress=False)
+    train = [(u, p) for u, up in users.items() for p in _last(up.profile, max_train)]
+    test = [(u, p) for u, up in users.items() for p in up.tests]
+    both = [*train, *test]
+    nearest = _nearest_other(retriever, candidates, [paper for _, paper in both])
+    found = {f"{u}/{p.paper_id}": neg for (u, p), neg in zip(both, nearest, strict=True)}
+    add_pairs(suite, data, [_source(*t) for t in train], [_source(*t) for t in test], found)
+    data.provenance.update({"negatives": "other_author", "negatives_pool": len(candidates)})
+
+
+def _source(user: str, paper: Paper) -> Source:
+    return Source(f"{user}/{paper.paper_id}", user, paper.paper_id, paper.abstract, paper.title)
+
+
+def _last(papers: list[Paper], n: int) -> list[Paper]:
+    return papers[-n:] if n else papers
+
+
+def _tokens(texts: list[str]) -> Any:
+    import bm25s
+
+    return bm25s.tokenize(texts, stopwords="en", show_progress=False)
+
+
+def _nearest_other(
+    retriever: Any, candidates: Sequence[Paper], queries: Sequence[Paper]
+) -> list[str | None]:
+    """For each query paper, the title of the best-ranked candidate sharing none of its
+    people and not its title; the top ``CANDIDATES`` first, the whole ranking if need be."""
+    if not candidates or not queries:
+        return [None] * len(queries)
+    k = min(CANDIDATES, len(candidates))
+    ranked, _ = retriever.retrieve(_tokens([q.abstract for q in queries]), k=k, show_progress=False)
+    found = [
+        _first_other(q, (candidates[i] for i in row))
+        for q, row in zip(queries, ranked, strict=True)
+    ]
+    for n, query in enumerate(queries):
+        if found[n] is None and k < len(candidates):
+            full, _ = retriever.retrieve(
+                _tokens([query.abstract]), k=len(candidates), show_progress=False
+            )
+            found[n] = _first_other(query, (candidates[i] for i in full[0]))
+    return found
+
+
+def _first_other(query: Paper, ranked: Iterable[Paper]) -> str | None:
+    for cand in ranked:
+        if not (cand.people & query.people) and not same_title(cand.title, query.title):
+            return cand.title
+    return None

@@ -1,0 +1,121 @@
+"""The Pref-LaMP suite: users are ACL Anthology authors (or LaMP-5 users), the task is writing the
+title of one's own paper from its abstract. See docs/suites.md for the rules and options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prefalign_suites import options as opt
+from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives
+from prefalign_suites.records import Problems, normalise_ws
+
+from pytest_prefalign.api import DataNotFound, ProfileEntry, SuiteData
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.lm import LM
+
+DEFAULTS = {
+    "source": "anthology",  # anthology (acl-anthology/) or lamp5 (the original LaMP-5 files)
+    "lamp5_dir": "",  # with source = lamp5: the folder of {split}_questions/_outputs.json
+    "lamp5_split": "",  # dev or train; empty: dev where present, else train
+    "negatives": "generated",  # generated (reference LM title) or other_author (BM25)
+    "test_share": "0.3",  # the most recent share of an author's papers held out as test items
+    "min_profile": "3",  # users with fewer profile papers (after the leak rule) are dropped
+    "max_train_pairs": "0",  # training pairs per user, the most recent profile papers; 0 = all
+    "title_tokens": "32",  # max_new_tokens of the reference LM's titles
+    "batch_size": "16",  # prompts per batch of the reference LM
+}
+
+
+class PrefLamp:
+    name = "pref_lamp"
+    description = (
+        "Pref-LaMP: write the title of one's own paper from its abstract; users are "
+        "ACL Anthology authors, split in time, with ground-truth titles"
+    )
+    licence = "CC BY 4.0 (ACL Anthology, https://aclanthology.org)"
+    source = "acl-anthology"
+    requires_data_dir = True
+
+    def instruction(self, input: str) -> str:
+        return f"Generate a title for the following abstract of a paper: {normalise_ws(input)}"
+
+    def example(self, entry: ProfileEntry) -> str:
+        return f"Abstract: {entry.input}\nTitle: {entry.output}"
+
+    def load(
+        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+    ) -> SuiteData:
+        opts = opt.resolve(options, DEFAULTS)
+        kind = opt.choice(opts, "source", ("anthology", "lamp5"))
+        mode = opt.choice(opts, "negatives", ("generated", "other_author"))
+        problems = Problems()
+        if kind == "lamp5":
+            users, pool, where = lamp5.read(
+                self._lamp5_dir(opts, data_dir),
+                split=opt.choice(opts, "lamp5_split", ("", *lamp5.SPLITS)),
+                limit=limit,
+                problems=problems,
+            )
+        else:
+            folder = self._folder(data_dir)
+            users, pool = anthology.read(
+                folder, limit=limit, share=opt.share(opts, "test_share"), problems=problems
+            )
+            where = str(folder)
+        users, leaked = corpus.apply_rules(
+            users, min_profile=opt.integer(opts, "min_profile"), problems=problems
+        )
+        data = corpus.suite_data(
+            self,
+            users,
+            source=where,
+            provenance={
+                "format": kind,
+                "negatives": mode,
+                "options": opts,
+                "leak_rule_removed_profile_papers": leaked,
+            },
+        )
+        if mode == "other_author":
+            negatives.other_author(
+                self, data, users, pool, max_train=opt.integer(opts, "max_train_pairs")
+            )
+        problems.report(data)
+        return data
+
+    def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
+        """Generated negatives; a no-op where ``load`` made the pairs (other_author)."""
+        opts: dict[str, Any] = data.provenance.get("options", DEFAULTS)
+        if data.provenance.get("negatives") != "generated":
+            return
+        negatives.generated(
+            self,
+            data,
+            reference,
+            cache_dir,
+            max_train=opt.integer(opts, "max_train_pairs"),
+            max_new_tokens=opt.integer(opts, "title_tokens", minimum=1),
+            batch_size=opt.integer(opts, "batch_size", minimum=1),
+        )
+
+    def _folder(self, data_dir: Path | None) -> Path:
+        """``data_dir/acl-anthology``, or ``data_dir`` itself where it is that folder."""
+        if data_dir is None:
+            raise DataNotFound(f"suite {self.name}: no data directory holds {self.source}/")
+        for folder in (Path(data_dir) / self.source, Path(data_dir)):
+            if (folder / anthology.AUTHORS).is_file():
+                return folder
+        raise DataNotFound(
+            f"suite {self.name}: {Path(data_dir) / self.source} holds no {anthology.AUTHORS}"
+        )
+
+    @staticmethod
+    def _lamp5_dir(opts: dict[str, str], data_dir: Path | None) -> Path:
+        if not opts["lamp5_dir"]:
+            raise opt.option_error("lamp5_dir", "needed with source = lamp5")
+        path = Path(opts["lamp5_dir"]).expanduser()
+        if not path.is_absolute() and data_dir is not None:
+            path = Path(data_dir) / path  # relative paths are read from the data directory
+        return path

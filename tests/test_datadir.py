@@ -1,0 +1,97 @@
+"""The data-directory lookup: four places in a fixed order, and an error that lists them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_prefalign.api import DataNotFound
+from pytest_prefalign.datadir import data_places, find_data_dir
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Four directories, one per place, none holding any data yet; the env and cache point at
+    theirs."""
+    dirs = {name: tmp_path / name for name in ("option", "ini", "env", "cache")}
+    for path in dirs.values():
+        path.mkdir()
+    monkeypatch.setenv("PREFALIGN_DATA", str(dirs["env"]))
+    monkeypatch.setenv("PREFALIGN_CACHE", str(dirs["cache"]))
+    (dirs["cache"] / "data").mkdir()
+    return dirs
+
+
+def give(place: Path, subdir: str = "acl-anthology") -> None:
+    (place / subdir).mkdir(parents=True)
+
+
+def look(places: dict[str, Path], subdir: str = "acl-anthology") -> Path:
+    return find_data_dir(subdir, option=str(places["option"]), ini="ini",
+                         rootdir=places["ini"].parent)
+
+
+def test_option_comes_first(places):
+    for name in ("option", "ini", "env"):
+        give(places[name])
+    give(places["cache"] / "data")
+    assert look(places) == places["option"]
+
+
+def test_ini_then_env_then_cache(places):
+    give(places["cache"] / "data")
+    assert look(places) == places["cache"] / "data"
+    give(places["env"])
+    assert look(places) == places["env"]
+    give(places["ini"])
+    assert look(places) == places["ini"]
+
+
+def test_a_place_without_the_subdir_is_skipped(places):
+    give(places["option"], "polis")  # another suite's data only
+    give(places["env"])
+    assert look(places) == places["env"]
+    assert look(places, "polis") == places["option"]
+
+
+def test_relative_ini_value_is_taken_from_the_rootdir(tmp_path, monkeypatch):
+    monkeypatch.delenv("PREFALIGN_DATA", raising=False)
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "cache"))
+    give(tmp_path / "project" / "shared")
+    monkeypatch.chdir(tmp_path)  # not the rootdir: the relative path must not resolve here
+    found = find_data_dir("acl-anthology", option=None, ini="shared", rootdir=tmp_path / "project")
+    assert found == tmp_path / "project" / "shared"
+
+
+def test_unset_places_are_none_and_order_is_fixed(tmp_path, monkeypatch):
+    monkeypatch.delenv("PREFALIGN_DATA", raising=False)
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "c"))
+    listed = data_places(option=None, ini=None, rootdir=None)
+    assert [p.label for p in listed] == ["--prefalign-data", "ini prefalign_data",
+                                         "$PREFALIGN_DATA", "user cache"]
+    assert [p.path for p in listed] == [None, None, None, tmp_path / "c" / "data"]
+
+
+def test_not_found_names_the_subdir_every_place_and_the_remedy(places):
+    (places["option"] / "acl-anthology.zip").write_text("not a folder")
+    missing_ini = places["ini"].parent / "nowhere"
+    with pytest.raises(DataNotFound) as err:
+        find_data_dir("acl-anthology", option=str(places["option"]), ini="nowhere",
+                      rootdir=places["ini"].parent)
+    lines = str(err.value).splitlines()
+    assert "acl-anthology/" in lines[0]
+    assert lines[1] == f"  1. --prefalign-data: {places['option']} (no acl-anthology/ in it)"
+    assert lines[2] == f"  2. ini prefalign_data: {missing_ini} (no such directory)"
+    assert lines[3] == f"  3. $PREFALIGN_DATA: {places['env']} (no acl-anthology/ in it)"
+    assert lines[4] == f"  4. user cache: {places['cache'] / 'data'} (no acl-anthology/ in it)"
+    assert "--prefalign-data DIR" in lines[5] and "PREFALIGN_DATA=DIR" in lines[5]
+
+
+def test_not_found_says_which_places_are_not_set(tmp_path, monkeypatch):
+    monkeypatch.delenv("PREFALIGN_DATA", raising=False)
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path))
+    with pytest.raises(DataNotFound, match=r"(?s)--prefalign-data: not set.*"
+                                           r"ini prefalign_data: not set.*"
+                                           r"\$PREFALIGN_DATA: not set"):
+        find_data_dir("polis")
