@@ -27,7 +27,8 @@ def resolve(given: Mapping[str, str], defaults: Mapping[str, str]) -> dict[str, 
 def choice(opts: Mapping[str, str], key: str, allowed: Iterable[str]) -> str:
     allowed = tuple(allowed)
     if opts[key] not in allowed:
-        raise option_error(key, f"expected one of {', '.join(allowed)}, got {opts[key]!r}")
+        listed = ", ".join(repr(a) for a in allowed)
+        raise option_error(key, f"expected one of {listed}, got {opts[key]!r}")
     return opts[key]
 
 

@@ -1,0 +1,118 @@
+"""The Polis suite: users are voters of real Polis conversations; pairs are statements they
+agreed with over statements they disagreed with; generation items are the statements they wrote.
+See docs/suites.md for the rules and options."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prefalign_suites import options as opt
+from prefalign_suites.polis import conversations, voters
+from prefalign_suites.records import Problems, normalise_ws
+
+from pytest_prefalign.api import DataError, DataNotFound, ProfileEntry, SuiteData
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.lm import LM
+
+DEFAULTS = {
+    "min_votes": "3",  # agrees and disagrees (each) a voter needs to be a user
+    "max_pairs_per_user": "12",  # pairs drawn per user (seeded) before the time split
+    "test_share": "0.3",  # the latest share of a user's pairs held out as test pairs
+    "items_per_user": "3",  # generation items per user: their most recent own statements
+    "seed": "0",  # the seed of the pair draw
+    "conversations": "",  # comma-separated conversation folders; empty: all
+}
+
+
+class Polis:
+    name = "polis"
+    description = (
+        "Polis: statements a voter agreed with over ones they disagreed with, and "
+        "the statements they wrote themselves, in real public deliberations"
+    )
+    licence = "CC BY 4.0 (Polis open data, The Computational Democracy Project)"
+    source = "polis"
+    requires_data_dir = True
+
+    def instruction(self, input: str) -> str:
+        return f"Write a statement you agree with about: {normalise_ws(input)}"
+
+    def example(self, entry: ProfileEntry) -> str:
+        return f"Statement: {entry.input}\nVote: {entry.output}"
+
+    def load(
+        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+    ) -> SuiteData:
+        opts = opt.resolve(options, DEFAULTS)
+        rules = voters.Rules(
+            min_each=opt.integer(opts, "min_votes", minimum=1),
+            max_pairs=opt.integer(opts, "max_pairs_per_user", minimum=1),
+            test_share=opt.share(opts, "test_share"),
+            items_per_user=opt.integer(opts, "items_per_user"),
+            seed=opt.integer(opts, "seed"),
+        )
+        folder = self._folder(data_dir)
+        problems = Problems()
+        drops: defaultdict[str, int] = defaultdict(int)
+        found: list[voters.Voter] = []
+        votes_stats: defaultdict[str, int] = defaultdict(int)
+        for conv_dir in self._conversations(folder, opts["conversations"]):
+            try:
+                conv = conversations.read(conv_dir, problems)
+            except DataError as exc:
+                problems.bad("conversation:unreadable", exc)
+                continue
+            found += voters.voters(conv, rules, self.instruction, drops)
+            for key, n in conv.stats.items():
+                votes_stats[key] += n
+        chosen = voters.choose(found, limit)
+        data = SuiteData(
+            self.name,
+            str(folder),
+            {v.user: v.profile for v in chosen},
+            [item for v in chosen for item in v.items],
+            train_pairs=[p for v in chosen for p in v.train],
+            test_pairs=[p for v in chosen for p in v.test],
+            provenance={
+                "options": opts,
+                "eligible_users": len(found),
+                "votes": dict(votes_stats),
+                "conversations": sorted({v.conversation for v in chosen}),
+            },
+        )
+        for rule, n in drops.items():
+            problems.drop(rule, n)
+        problems.report(data)
+        return data
+
+    def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
+        """Nothing to do: the pairs come from the votes (``load`` made them)."""
+
+    def _folder(self, data_dir: Path | None) -> Path:
+        if data_dir is None:
+            raise DataNotFound(f"suite {self.name}: no data directory holds {self.source}/")
+        for folder in (Path(data_dir) / self.source, Path(data_dir)):
+            if folder.is_dir() and any(folder.glob("*/votes.csv")):
+                return folder
+        raise DataNotFound(
+            f"suite {self.name}: {Path(data_dir) / self.source} holds no "
+            "conversation folders (*/votes.csv)"
+        )
+
+    @staticmethod
+    def _conversations(folder: Path, wanted: str) -> list[Path]:
+        present = sorted(p for p in folder.iterdir() if p.is_dir())
+        if not wanted:
+            return present
+        names = [w.strip() for w in wanted.split(",") if w.strip()]
+        unknown = [n for n in names if not (folder / n).is_dir()]
+        if unknown:
+            raise opt.option_error(
+                "conversations",
+                f"no conversation folder {unknown[0]!r} in "
+                f"{folder}; present: {', '.join(p.name for p in present)}",
+            )
+        return [folder / n for n in names]
