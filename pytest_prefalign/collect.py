@@ -76,6 +76,8 @@ class CaseItem(pytest.Item):
         result = evaluate.run_case(session, self)
         self.user_properties.append(("prefalign_result", result))
         problems = evaluate.check(result, session.settings.floors)
+        for extra in self.config.hook.pytest_prefalign_check(item=self, result=result):
+            problems += extra or []
         if problems:
             raise PrefalignError(f"{self.name}: " + "; ".join(problems))
 

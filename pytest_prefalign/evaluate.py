@@ -71,8 +71,9 @@ def _load_suite(session: PrefalignSession, name: str, options: dict[str, str]):
     settings = session.settings
     try:
         try:
-            data_dir = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
-                                     rootdir=Path(session.config.rootpath))
+            root = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
+                                 rootdir=Path(session.config.rootpath))
+            data_dir = root / suite.source  # the suite's own folder
         except DataNotFound:
             if getattr(suite, "requires_data_dir", True):
                 raise

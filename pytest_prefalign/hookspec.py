@@ -34,3 +34,9 @@ def pytest_prefalign_result(result: dict[str, Any], config: pytest.Config) -> No
 
 def pytest_prefalign_run_written(path: str, run: dict[str, Any], config: pytest.Config) -> None:
     """Called on the controller after the run file was written to ``path``."""
+
+
+def pytest_prefalign_check(item: pytest.Item, result: dict[str, Any]) -> list[str] | None:
+    """Called on the worker that ran ``item`` with its finished result (records included, under
+    ``result["records"]``). Return a list of problems (each a full sentence) to fail the test,
+    or None. Floors and regression gates are implemented through this hook."""

@@ -1,0 +1,226 @@
+"""The plugin end to end: a small project, a real ``pytest --prefalign`` inside it (pytester),
+with a toy suite registered from the project's conftest and the tiny model built from a config."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TOY_SUITE = '''
+import json
+from pathlib import Path
+
+from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
+
+
+class Toy:
+    name = "toy"
+    description = "two users who write about cats or dogs"
+    licence = "CC0"
+    source = "toy"
+
+    def instruction(self, input):
+        return f"Write a title for: {input}"
+
+    def example(self, entry):
+        return f"Text: {entry.input}\\nTitle: {entry.output}"
+
+    def load(self, data_dir, *, limit, options):
+        path = Path(data_dir) / "records.json"
+        records = json.loads(path.read_text())
+        profiles, items, pairs = {}, [], []
+        for n, rec in enumerate(records[: limit or None]):
+            user = rec.get("user")
+            if not isinstance(user, str):
+                raise DataError(path, n, "user", "missing or not a string")
+            profiles[user] = [ProfileEntry(f"{user}/p{i}", t, o)
+                              for i, (t, o) in enumerate(rec["profile"])]
+            for i, (text, title, bad) in enumerate(rec["tests"]):
+                prompt = self.instruction(text)
+                items.append(Item(f"{user}/t{i}", user, text, prompt, title))
+                pairs.append(Pair(f"{user}/t{i}", user, prompt, title, bad))
+        return SuiteData("toy", str(path), profiles, items, test_pairs=pairs)
+
+    def build_pairs(self, data, reference, cache_dir):
+        raise AssertionError("toy pairs come with the data")
+
+
+def pytest_prefalign_register(registry):
+    registry.add_suite(Toy())
+'''
+
+RECORDS = [
+    {"user": "ann", "profile": [["cats sleep a lot", "Sleepy cats"], ["cats purr", "Purring"]],
+     "tests": [["a cat on a mat", "Cat on a mat", "Dogs run"],
+               ["cats and milk", "Milk for cats", "A parade"]]},
+    {"user": "bob", "profile": [["dogs bark loudly", "Loud dogs"], ["dogs fetch", "Fetch"]],
+     "tests": [["a dog in a park", "Dog in the park", "Cats nap"]]},
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def heavy_modules_imported_once():
+    """pytester restores sys.modules after an in-process run; torch cannot be imported twice in
+    one process, so everything heavy is imported here, before the first snapshot."""
+    import bm25s  # noqa: F401
+    import rouge_score.rouge_scorer  # noqa: F401
+
+    import prefalign_methods.icl  # noqa: F401
+    import pytest_prefalign.evaluate  # noqa: F401
+    from pytest_prefalign.tiny import build_tiny_lm
+
+    build_tiny_lm(0)
+
+
+@pytest.fixture
+def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
+    pytester.makeconftest(TOY_SUITE)
+    pytester.makeini(textwrap.dedent("""
+        [pytest]
+        prefalign_models = tiny = tiny
+        prefalign_sizes = tiny
+        prefalign_data = data
+    """))
+    data = pytester.mkdir("data").joinpath("toy")
+    data.mkdir()
+    data.joinpath("records.json").write_text(json.dumps(RECORDS))
+    suite = pytester.mkdir("toy")
+    suite.joinpath("suite.toml").write_text('[suite]\nname = "toy"\n')
+    monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
+    return pytester
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    # in-process: torch and the tiny model are imported once for all these runs
+    return pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider")
+
+
+def test_without_flag_suites_are_not_collected(toy):
+    result = run(toy, "toy")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def test_plugin_import_is_light():
+    code = "import sys, pytest_prefalign.plugin; print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_end_to_end_leaderboard_and_run_file(toy):
+    result = run(toy, "--prefalign", "toy", "-v", "--prefalign-json", "out.json")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "*toy/suite.toml::toy?base-tiny? PASSED*",
+        "*toy/suite.toml::toy?icl-tiny? PASSED*",
+        "*toy/suite.toml::toy?icl_rag-tiny? PASSED*",
+        "*prefalign leaderboard*",
+        "toy · tiny · *",
+        "*data: *records.json · 2 users · 3 items · 3 pairs*",
+        "*method*ROUGE-1*ROUGE-L*policy acc*",
+        "run file: *.prefalign/runs/0001_*.json",
+    ])
+    run_file = json.loads((toy.path / "out.json").read_text())
+    rows = {r["method"]: r for r in run_file["results"]}
+    assert set(rows) == {"base", "icl", "icl_rag"}
+    for row in rows.values():
+        assert row["suite"] == "toy" and row["size"] == "tiny"
+        assert (row["n_users"], row["n_items"], row["n_pairs"]) == (2, 3, 3)
+        assert 0.0 <= row["metrics"]["rouge1"] <= 1.0
+        assert 0.0 <= row["metrics"]["policy_acc"] <= 1.0
+    # the ROUGE figure is the mean of the per-item records beside the run file
+    items = [json.loads(line) for line in (toy.path / "out.items.jsonl").read_text().splitlines()]
+    base_items = [r for r in items if r["method"] == "base"]
+    assert len(base_items) == 3
+    mean = sum(r["rouge1"] for r in base_items) / 3
+    assert rows["base"]["metrics"]["rouge1"] == pytest.approx(mean)
+    assert list((toy.path / ".prefalign" / "runs").glob("0001_*.json"))
+
+
+def test_k_selects_one_method(toy):
+    result = run(toy, "--prefalign", "toy", "-k", "icl_rag")
+    result.assert_outcomes(passed=1, deselected=2)
+
+
+def test_floor_fails_with_figure_and_floor(toy):
+    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base",
+                 "--prefalign-fail-under", "rouge1=0.99")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*rouge1 = 0.* is below the floor 0.99*"])
+    result.stdout.fnmatch_lines(["*prefalign leaderboard*"])  # a failed floor still reports
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--prefalign-limit", "0"], "*--prefalign-limit*expected a whole number >= 1*"),
+    (["--prefalign-methods", "nope"], "*unknown decoder 'nope'; available: base, icl, icl_rag*"),
+    (["--prefalign-methods", "base[lore]"], "*decoder 'base' takes no reward method*"),
+    (["--prefalign-sizes", "9b"], "*unknown size 9b; known: *tiny*"),
+    (["--prefalign-fail-under", "bleu=0.1"], "*expected METRIC=VALUE with METRIC one of*"),
+])
+def test_bad_options_are_usage_errors(toy, args, message):
+    result = run(toy, "--prefalign", "toy", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_malformed_record_names_file_record_field(toy):
+    records = json.loads((toy.path / "data/toy/records.json").read_text())
+    records[1]["user"] = 7
+    (toy.path / "data/toy/records.json").write_text(json.dumps(records))
+    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*records.json: record 1: field 'user': missing or not a string*"])
+
+
+def test_missing_data_lists_the_places_searched(toy):
+    shutil.rmtree(toy.path / "data")
+    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base",
+                 "--prefalign-data", "nowhere")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*data folder toy/ not found; looked in:*", "*--prefalign-data: *nowhere*",
+                                 "*ini prefalign_data: *data*", "*PREFALIGN_DATA*", "*user cache*"])
+
+
+def test_broken_registration_is_reported_and_the_run_goes_on(toy):
+    toy.syspathinsert()
+    toy.makepyfile(broken="def pytest_prefalign_register(registry):\n    raise RuntimeError('boom')\n")
+    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "broken")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*could not load plugin 'broken'*RuntimeError: boom*"])
+
+
+def test_entry_point_that_fails_to_import_is_named(toy):
+    # an installed distribution whose prefalign entry point cannot be imported
+    dist = toy.mkdir("site").joinpath("brokenrm-0.1.dist-info")
+    dist.mkdir()
+    dist.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: brokenrm\nVersion: 0.1\n")
+    dist.joinpath("entry_points.txt").write_text("[prefalign]\nbrokenrm = brokenrm_missing\n")
+    toy.syspathinsert(toy.path / "site")
+    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*could not load entry point 'brokenrm' (brokenrm_missing, from brokenrm): "
+        "ModuleNotFoundError*brokenrm_missing*"])
+
+
+def test_result_hook_sees_each_result(toy):
+    toy.syspathinsert()
+    toy.makepyfile(logger=textwrap.dedent("""
+        def pytest_prefalign_result(result, config):
+            print("LOGGED", result["method"], sorted(result["metrics"]))
+    """))
+    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "logger", "-s")
+    result.stdout.fnmatch_lines(["*LOGGED base ?'policy_acc', 'policy_acc_micro', 'rouge1', 'rougeL'?*"])
+
+
+def test_xdist_results_reach_the_controller(toy):
+    result = toy.runpytest_subprocess("--prefalign", "toy", "-n", "2", "--prefalign-json",
+                                      "out.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    assert result.stdout.str().count("prefalign leaderboard") == 1
+    rows = json.loads((toy.path / "out.json").read_text())["results"]
+    assert sorted(r["method"] for r in rows) == ["base", "icl", "icl_rag"]
