@@ -1,0 +1,88 @@
+"""``bon``: best-of-N. N samples from the base LM for the task prompt [N = 8, seeded]; the one
+with the highest reward ``r_u`` is kept (ties: the first sample).
+
+Best-of-N approximates the KL-regularised policy ``pi(y|x) ∝ pi_base(y|x) exp(r_u(x, y) / beta)``,
+so its ``S_u(y|x)`` (policy accuracy) is that policy's unnormalised log-likelihood,
+``log pi_base(y|x) + r_u(x, y) / beta`` [beta = 1]; the normaliser depends on ``x`` only, so it
+cancels in a pair. With ``reduce = "mean"`` the base part is the mean token log-probability, the
+reward part stays ``r_u / beta``: the mean keeps what it means for the other decoders (a
+per-token score that does not favour short responses), and the reward has no tokens to average.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from prefalign_methods.base import BaseDecoder, base_logprobs, reduce_logprobs
+from pytest_prefalign.api import CaseContext, Item, RewardMethod
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+
+class BestOfNDecoder(BaseDecoder):
+    name = "bon"
+    needs = frozenset({"score"})
+    order = 30
+
+    def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        reward, n = _reward(ctx), _n(ctx)
+        users, prompts = [it.user for it in items], [it.prompt for it in items]
+        shown = self.prompts(ctx, users, prompts)
+        samples = ctx.lm.generate(shown, max_new_tokens=ctx.options["max_new_tokens"],
+                                  batch_size=ctx.options["batch_size"], sample=True,
+                                  temperature=_temperature(ctx), num_samples=n,
+                                  seed=ctx.options["seed"])
+        flat_users = [u for u in users for _ in range(n)]
+        flat_prompts = [p for p in prompts for _ in range(n)]  # the reward reads the task
+        scores = np.asarray(reward.score(ctx.lm, flat_users, flat_prompts,
+                                         [s for per_item in samples for s in per_item]),
+                            dtype=np.float64).reshape(len(items), n)
+        if not np.all(np.isfinite(scores)):
+            raise ValueError(f"bon: reward method {reward.name!r} gave a non-finite score")
+        # np.argmax returns the first maximum: ties keep the earlier sample
+        best = scores.argmax(axis=1)
+        return [per_item[int(k)] for per_item, k in zip(samples, best, strict=True)]
+
+    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
+               responses: Sequence[str]) -> np.ndarray:
+        reward, beta = _reward(ctx), _beta(ctx)
+        shown = self.prompts(ctx, users, prompts)
+        base = reduce_logprobs(base_logprobs(ctx, shown, responses), ctx.options["reduce"])
+        rewards = np.asarray(reward.score(ctx.lm, users, prompts, responses), dtype=np.float64)
+        return base + rewards / beta
+
+
+def _reward(ctx: CaseContext) -> RewardMethod:
+    if ctx.reward is None:
+        raise ValueError("bon needs a reward method: write bon[REWARD]")
+    return ctx.reward
+
+
+def _n(ctx: CaseContext) -> int:
+    n = ctx.options.get("bon_n", 8)
+    if isinstance(n, bool) or not isinstance(n, int | str) or not str(n).strip().isdigit() \
+            or int(n) < 1:
+        raise ValueError(f"bon_n must be a whole number >= 1, got {n!r}")
+    return int(n)
+
+
+def _beta(ctx: CaseContext) -> float:
+    beta = float(ctx.options.get("bon_beta", 1.0))
+    if not (np.isfinite(beta) and beta > 0):
+        raise ValueError(f"bon_beta must be a finite number > 0, got {beta}")
+    return beta
+
+
+def _temperature(ctx: CaseContext) -> float:
+    temperature = float(ctx.options.get("bon_temperature", 1.0))
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"bon_temperature must be a finite number > 0, got {temperature}")
+    return temperature
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_decoder("bon", BestOfNDecoder)

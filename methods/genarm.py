@@ -1,0 +1,299 @@
+"""``genarm``: GenARM decoding, the base LM's next-token logits plus ``alpha`` times the
+log-probabilities of an autoregressive reward model (ARM) for the user.
+
+    guided(. | x, y_<t) = log_softmax(logits_base + alpha * log p_arm_u(. | x, y_<t))
+
+Generation is greedy over the guided logits [default], or samples from them at temperature
+``T / (1 + alpha)`` (option ``genarm_sample``): GenARM's decoding distribution
+``pi_base^(1/T) * p_arm^(alpha/T)``, renormalised, is ``softmax(guided / T)`` only when both are
+logits at the same temperature; the paper divides by ``1 + alpha`` so that the mixture stays as
+sharp as a single model at ``T``. ``S_u(y|x)`` (policy accuracy) is the teacher-forced
+log-likelihood under ``guided``, a log-softmax over the whole vocabulary, summed (or averaged)
+over the response tokens, the final ``eos_id`` included.
+
+Two ways to get the ARM's log-probabilities:
+
+- fast (the reward declares ``"hidden_logprobs"``, e.g. ``arm``): the ARM is a head on the base
+  LM's own hidden states, so one model and one KV cache serve both; each step is one forward
+  pass of the base model.
+- general (only ``"next_token"``, e.g. a separate third-party ARM): at each step the ARM is asked,
+  through ``next_token_logprobs``, for its distribution after the text generated so far (the
+  interface is text; it re-reads the whole prefix, so this path is slower). Where that text
+  re-tokenizes to the generated tokens (always, for teacher-forced ``loglik``) the two paths
+  agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from prefalign_methods.arm import predicting_hidden
+from prefalign_methods.base import BaseDecoder, reduce_logprobs
+from pytest_prefalign.api import CaseContext, Item, RewardMethod
+from pytest_prefalign.lm import clean_text
+from pytest_prefalign.storage import content_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.lm import LM
+    from pytest_prefalign.registry import Registry
+
+ROWS_PER_CHUNK = 256  # token rows per (rows, V) block in loglik: bounds the memory
+
+# The ARM's term for the rows of one step: (users, prompts, tokens so far, base hidden (n, H))
+# -> log p_arm (n, V).
+ArmStep = Callable[[list[str], list[str], list[list[int]], torch.Tensor], torch.Tensor]
+
+
+class GenARMDecoder(BaseDecoder):
+    name = "genarm"
+    needs = frozenset({"score", "next_token"})
+    order = 20
+
+    def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        reward, alpha = _reward(ctx), _alpha(ctx)
+        users = [it.user for it in items]
+        shown = self.prompts(ctx, users, [it.prompt for it in items])
+        temperature = _temperature(ctx, alpha)
+        step = arm_step(ctx.lm, reward)
+        # the same (user, prompt) gives the same text: decode each once
+        unique = list(dict.fromkeys(zip(users, shown, strict=True)))
+        encoded = [ctx.lm.prompt_ids(p) for _, p in unique]
+        order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
+        texts: dict[tuple[str, str], str] = {}
+        batch_size = ctx.options["batch_size"]
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            keys = [unique[i] for i in batch]
+            seeds = [_seed(ctx.options["seed"], u, p) for u, p in keys]
+            tokens = guided_generate(ctx.lm, step, keys, [encoded[i] for i in batch], alpha,
+                                     ctx.options["max_new_tokens"], temperature, seeds)
+            texts.update(zip(keys, (decode(ctx.lm, t) for t in tokens), strict=True))
+        return [texts[key] for key in zip(users, shown, strict=True)]
+
+    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
+               responses: Sequence[str]) -> np.ndarray:
+        shown = self.prompts(ctx, users, prompts)
+        per_token = guided_logprobs(ctx.lm, _reward(ctx), _alpha(ctx), users, shown, responses,
+                                    batch_size=ctx.options["batch_size"])
+        return reduce_logprobs(per_token, ctx.options["reduce"])
+
+
+# -------------------------------------------------------------------------------------------
+# Options and the ARM's term
+# -------------------------------------------------------------------------------------------
+
+
+def _reward(ctx: CaseContext) -> RewardMethod:
+    reward = ctx.reward
+    if reward is None or "next_token" not in reward.capabilities:
+        name = getattr(reward, "name", None)
+        raise ValueError(f"genarm needs an autoregressive reward method (capability "
+                         f"'next_token'), got {name!r}")
+    return reward
+
+
+def _alpha(ctx: CaseContext) -> float:
+    alpha = float(ctx.options.get("genarm_alpha", 1.0))
+    if not (np.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"genarm_alpha must be a finite number >= 0, got {alpha}")
+    return alpha
+
+
+def _temperature(ctx: CaseContext, alpha: float) -> float | None:
+    """``None`` for greedy; else ``T / (1 + alpha)``."""
+    if not _flag(ctx.options.get("genarm_sample", False), "genarm_sample"):
+        return None
+    temperature = float(ctx.options.get("genarm_temperature", 1.0))
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"genarm_temperature must be > 0, got {temperature}")
+    return temperature / (1 + alpha)
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A yes/no option given as a bool or as text (ini files and the command line give text)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+def _seed(seed: int, user: str, prompt: str) -> int:
+    """One generator per (user, prompt): a sample does not depend on its batch."""
+    return int(content_key("genarm", seed, user, prompt), 16) % (2**63)
+
+
+def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
+    """The fast path where the reward reads the base hidden states, else the general one."""
+    if "hidden_logprobs" in reward.capabilities:
+        def from_hidden(users: list[str], prompts: list[str], tokens: list[list[int]],
+                        hidden: torch.Tensor) -> torch.Tensor:
+            return reward.logprobs_from_hidden(users, hidden).float()  # type: ignore[attr-defined]
+        return from_hidden
+
+    def from_text(users: list[str], prompts: list[str], tokens: list[list[int]],
+                  hidden: torch.Tensor) -> torch.Tensor:
+        # the row that predicts the token after ``text`` is the one before its appended eos
+        texts = [lm.tokenizer.decode(t, skip_special_tokens=False) for t in tokens]
+        rows = reward.next_token_logprobs(lm, users, prompts, texts)  # type: ignore[attr-defined]
+        return torch.stack([torch.as_tensor(np.asarray(r)[-1]) for r in rows]).float()
+    return from_text
+
+
+def base_logits(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
+    """The base LM's next-token logits from its final hidden states ``(..., H)``, as its own
+    forward pass computes them (output head, then the final soft-cap where a model has one)."""
+    logits = lm.model.get_output_embeddings()(hidden)
+    cap = getattr(lm.model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits.float()
+
+
+# -------------------------------------------------------------------------------------------
+# Generation
+# -------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
+                    prompt_seqs: list[list[int]], alpha: float, max_new_tokens: int,
+                    temperature: float | None, seeds: list[int]) -> list[list[int]]:
+    """Token ids generated for each (user, prompt) of a batch; finished rows leave it.
+
+    The base model runs on its KV cache, one new token per row and step, as ``LM.generate``
+    does; the ARM's term comes from ``step``.
+    """
+    users, prompts = [u for u, _ in keys], [p for _, p in keys]
+    hidden, cache, mask = _prefill(lm, prompt_seqs)
+    positions = mask.sum(-1)  # the next position id of every row
+    gens = [torch.Generator().manual_seed(s) for s in seeds] if temperature else None
+    tokens: list[list[int]] = [[] for _ in keys]
+    active = list(range(len(keys)))
+    for n in range(max_new_tokens):
+        guided = base_logits(lm, hidden)
+        if alpha:
+            arm = step([users[r] for r in active], [prompts[r] for r in active],
+                       [tokens[r] for r in active], hidden)
+            guided = guided + alpha * arm.to(guided.device)
+        chosen = _pick(guided, temperature, [gens[r] for r in active] if gens else None)
+        keep = []
+        for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
+            tokens[row].append(tok)
+            if not finished(lm, tokens[row]):
+                keep.append(k)
+        if not keep or n == max_new_tokens - 1:
+            break
+        # drop finished rows from the cache and the running tensors
+        if len(keep) < len(active):
+            index = torch.tensor(keep, device=lm.device)
+            cache.batch_select_indices(index)
+            mask, positions = mask[index], positions[index]
+            chosen = [chosen[k] for k in keep]
+            active = [active[k] for k in keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        out = lm.model.base_model(input_ids=torch.tensor(chosen, device=lm.device)[:, None],
+                                  attention_mask=mask, position_ids=positions[:, None],
+                                  cache=cache, use_cache=True)
+        hidden, positions = out.last_hidden_state[:, -1], positions + 1
+    return tokens
+
+
+def _prefill(lm: LM, seqs: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """Left-padded prompts through the base model: last hidden ``(B, H)``, cache, mask."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), lm.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for k, s in enumerate(seqs):
+        ids[k, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[k, width - len(s):] = 1
+    ids, mask = ids.to(lm.device), mask.to(lm.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # position ids count real tokens only
+    out = lm.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                              use_cache=True)
+    return out.last_hidden_state[:, -1], out.cache, mask
+
+
+def _pick(logits: torch.Tensor, temperature: float | None,
+          gens: list[torch.Generator] | None) -> list[int]:
+    """Argmax, or one draw per row from ``softmax(logits / temperature)`` with the row's own
+    generator."""
+    if gens is None or temperature is None:
+        return logits.argmax(-1).tolist()
+    probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)
+    return [int(torch.multinomial(p, 1, generator=g)) for p, g in zip(probs, gens, strict=True)]
+
+
+def finished(lm: LM, generated: list[int]) -> bool:
+    """``LM.generate``'s rule: a row ends at a stop id, or once its text has a complete first
+    line (the rest would be cut anyway)."""
+    if generated[-1] in lm.stop_ids:
+        return True
+    return "\n" in lm.tokenizer.decode(generated, skip_special_tokens=True).strip()
+
+
+def decode(lm: LM, generated: list[int]) -> str:
+    """The response text: tokens up to the first stop id, first line, whitespace collapsed."""
+    ids = []
+    for tok in generated:
+        if tok in lm.stop_ids:
+            break
+        ids.append(tok)
+    return clean_text(lm.tokenizer.decode(ids, skip_special_tokens=True))
+
+
+# -------------------------------------------------------------------------------------------
+# Teacher-forced log-likelihood
+# -------------------------------------------------------------------------------------------
+
+
+def guided_logprobs(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[str],
+                    prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 16
+                    ) -> list[np.ndarray]:
+    """``log guided(y_t | x, y_<t)`` per response token (eos included), float64."""
+    if not len(users) == len(prompts) == len(responses):
+        raise ValueError(f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
+                         "responses: expected one of each")
+    hidden = predicting_hidden(lm, prompts, responses, batch_size=batch_size)
+    targets = [torch.tensor(lm.response_ids(r)) for r in responses]
+    if "hidden_logprobs" in reward.capabilities:
+        arm = None  # read from the hidden states, chunk by chunk
+    else:
+        arm = [torch.as_tensor(np.asarray(a)).float() for a in
+               reward.next_token_logprobs(lm, users, prompts, responses)]  # type: ignore[attr-defined]
+        for a, t, r in zip(arm, targets, responses, strict=True):
+            if a.shape[0] != t.shape[0]:
+                raise ValueError(f"genarm: next_token_logprobs gave {a.shape[0]} rows for a "
+                                 f"response of {t.shape[0]} tokens ({r!r})")
+    return [_one(lm, reward, alpha, u, h, t, None if arm is None else arm[i])
+            for i, (u, h, t) in enumerate(zip(users, hidden, targets, strict=True))]
+
+
+@torch.inference_mode()
+def _one(lm: LM, reward: RewardMethod, alpha: float, user: str, hidden: torch.Tensor,
+         target: torch.Tensor, arm: torch.Tensor | None) -> np.ndarray:
+    """One response's guided token log-probabilities from its predicting states ``(T, H)``."""
+    out = []
+    for i in range(0, hidden.shape[0], ROWS_PER_CHUNK):
+        h = hidden[i:i + ROWS_PER_CHUNK].to(lm.device)
+        guided = base_logits(lm, h)
+        if alpha:
+            if arm is None:
+                part = reward.logprobs_from_hidden([user], h[None])[0]  # type: ignore[attr-defined]
+            else:
+                part = arm[i:i + ROWS_PER_CHUNK]
+            guided = guided + alpha * part.to(guided.device).float()
+        logp = torch.log_softmax(guided, dim=-1)
+        out.append(logp.gather(-1, target[i:i + ROWS_PER_CHUNK, None].to(logp.device))[:, 0])
+    return torch.cat(out).double().cpu().numpy()
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_decoder("genarm", GenARMDecoder)

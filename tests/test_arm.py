@@ -1,0 +1,194 @@
+"""The ``arm`` reward method on the tiny model, trained on synthetic pairs it can learn: ann
+prefers "Graph learning for X" to "Speech text for X", bob the reverse. Only the personal
+parameters can tell the two users apart, so held-out accuracy needs them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import prefalign_methods.arm as arm_module
+from prefalign_methods.arm import ARM, ARMConfig, predicting_hidden
+from pytest_prefalign.api import Pair
+
+TOPICS = ["machine translation", "question answering", "summarization", "dialogue systems",
+          "parsing", "information extraction", "word embeddings", "sentiment analysis",
+          "knowledge graphs", "speech recognition", "tagging", "reasoning"]
+CONFIG = ARMConfig(rank=4, epochs=30)
+
+
+def pairs_for(topics: list[str], tag: str) -> list[Pair]:
+    out = []
+    for i, topic in enumerate(topics):
+        prompt = f"Generate a title for the following abstract of a paper: We study {topic}."
+        liked, other = f"Graph learning for {topic}", f"Speech text for {topic}"
+        out.append(Pair(f"{tag}a{i}", "ann", prompt, liked, other))
+        out.append(Pair(f"{tag}b{i}", "bob", prompt, other, liked))
+    return out
+
+
+TRAIN, TEST = pairs_for(TOPICS[:8], "train"), pairs_for(TOPICS[8:], "test")
+
+
+def accuracy(arm: ARM, lm, pairs: list[Pair]) -> float:
+    users, prompts = [p.user for p in pairs], [p.prompt for p in pairs]
+    chosen = arm.score(lm, users, prompts, [p.chosen for p in pairs])
+    rejected = arm.score(lm, users, prompts, [p.rejected for p in pairs])
+    return float(np.mean(chosen > rejected))
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_lm, tmp_path_factory) -> ARM:
+    arm = ARM(CONFIG)
+    arm.fit(tiny_lm, TRAIN, tmp_path_factory.mktemp("arm"))
+    return arm
+
+
+def test_training_lowers_the_loss_and_generalises(fitted, tiny_lm):
+    assert fitted.trained
+    history = fitted.history
+    assert len(history) == CONFIG.epochs
+    assert history[0]["accuracy"] == 0.5  # the first epoch cannot separate the users yet...
+    assert history[-1]["loss"] < 0.5 * history[0]["loss"]
+    assert history[-1]["accuracy"] == 1.0
+    assert accuracy(fitted, tiny_lm, TEST) >= 0.75  # ...held-out prompts are ranked per user
+
+
+def test_untrained_arm_is_the_base_model(fitted, tiny_lm):
+    # B = 0 (its value at the start): log p_arm = log pi_base, so the reward is
+    # beta * log pi_base(y|x), the LM's own teacher-forced log-likelihood
+    arm = ARM(ARMConfig(rank=4, beta=2.0))
+    arm._adapter, arm._users = fitted._adapter, fitted._users
+    arm._head, arm._lm_fingerprint = fitted._head, fitted._lm_fingerprint
+    saved = fitted._adapter.B.detach().clone()
+    try:
+        fitted._adapter.B.data.zero_()
+        prompts, responses = [p.prompt for p in TEST], [p.chosen for p in TEST]
+        expected = [2.0 * lp.sum() for lp in tiny_lm.response_logprobs(prompts, responses)]
+        got = arm.score(tiny_lm, [p.user for p in TEST], prompts, responses)
+    finally:
+        fitted._adapter.B.data.copy_(saved)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)
+
+
+def test_the_views_of_the_reward_agree(fitted, tiny_lm):
+    users, prompts = ["ann", "bob", "carol"], [p.prompt for p in TEST[:3]]
+    responses = ["Graph learning for tagging", "a", ""]
+    score = fitted.score(tiny_lm, users, prompts, responses)
+    prefix = fitted.prefix_rewards(tiny_lm, users, prompts, responses)
+    rows = fitted.next_token_logprobs(tiny_lm, users, prompts, responses)
+    hidden = predicting_hidden(tiny_lm, prompts, responses)
+    for k, response in enumerate(responses):
+        target = tiny_lm.response_ids(response)
+        assert prefix[k].shape == (len(target),) and rows[k].shape == (len(target), 512)
+        assert prefix[k][-1] == pytest.approx(score[k], abs=1e-6)
+        np.testing.assert_allclose(np.exp(rows[k]).sum(-1), 1.0, atol=1e-4)
+        per_token = CONFIG.beta * rows[k][np.arange(len(target)), target]
+        np.testing.assert_allclose(np.cumsum(per_token), prefix[k], atol=1e-4)
+        batched = fitted.logprobs_from_hidden([users[k]], hidden[k][None])[0]
+        np.testing.assert_allclose(batched.numpy(), rows[k], atol=1e-5)
+
+
+def test_unknown_users_get_the_shared_adapter(fitted, tiny_lm):
+    prompts, responses = [TEST[0].prompt] * 4, [TEST[0].chosen] * 4
+    got = fitted.score(tiny_lm, ["carol", "dave", "ann", "bob"], prompts, responses)
+    assert np.all(np.isfinite(got))
+    assert got[0] == got[1]  # both unknown: the same, user-free reward
+    assert got[2] > got[0] > got[3]  # ann likes "Graph learning ...", bob does not
+
+
+def test_training_is_deterministic_and_cached(tiny_lm, tmp_path, monkeypatch):
+    config = ARMConfig(rank=4, epochs=3)
+    first, second = ARM(config), ARM(config)
+    first.fit(tiny_lm, TRAIN, tmp_path / "a")
+    second.fit(tiny_lm, TRAIN, tmp_path / "b")
+    assert second.trained and first.history == second.history
+    for name, tensor in first._tensors().items():
+        assert torch.equal(tensor, second._tensors()[name]), name
+    assert sorted(p.suffix for p in (tmp_path / "a").glob("arm-*")
+                  if p.suffix != ".lock") == [".json", ".safetensors"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again instead of loading the cache")
+
+    monkeypatch.setattr(arm_module, "train", no_training)
+    loaded = ARM(config)
+    loaded.fit(tiny_lm, TRAIN, tmp_path / "a")
+    assert not loaded.trained and loaded.history == first.history
+    prompts, responses = [p.prompt for p in TEST], [p.chosen for p in TEST]
+    users = [p.user for p in TEST]
+    np.testing.assert_array_equal(loaded.score(tiny_lm, users, prompts, responses),
+                                  first.score(tiny_lm, users, prompts, responses))
+    # another configuration or other pairs are another cache entry
+    with pytest.raises(AssertionError, match="trained again"):
+        ARM(ARMConfig(rank=4, epochs=3, beta=0.5)).fit(tiny_lm, TRAIN, tmp_path / "a")
+    with pytest.raises(AssertionError, match="trained again"):
+        ARM(config).fit(tiny_lm, TRAIN[:-1], tmp_path / "a")
+
+
+def test_training_without_the_logit_cache_gives_the_same_model(tiny_lm, tmp_path):
+    cached, streamed = ARM(ARMConfig(rank=4, epochs=2)), ARM(ARMConfig(rank=4, epochs=2,
+                                                                        logit_cache_mb=0))
+    cached.fit(tiny_lm, TRAIN, tmp_path / "a")
+    streamed.fit(tiny_lm, TRAIN, tmp_path / "b")
+    for name, tensor in cached._tensors().items():
+        torch.testing.assert_close(tensor, streamed._tensors()[name])
+
+
+def test_refusals(tiny_lm, tmp_path):
+    with pytest.raises(ValueError, match="rank"):
+        ARM(ARMConfig(rank=0))
+    with pytest.raises(ValueError, match="no training pairs"):
+        ARM().fit(tiny_lm, [], tmp_path)
+    with pytest.raises(RuntimeError, match="fit"):
+        ARM().score(tiny_lm, ["ann"], ["p"], ["r"])
+
+
+class TextOnlyARM(ARM):
+    """The fitted ARM seen as a third-party one: genarm must take its general path."""
+
+    capabilities = frozenset({"next_token"})
+
+
+def test_genarm_with_the_arm(fitted, tiny_lm):
+    from pathlib import Path
+
+    from prefalign_methods.genarm import GenARMDecoder
+    from pytest_prefalign.api import CaseContext, SuiteData
+
+    general = TextOnlyARM(CONFIG)
+    general.__dict__.update(fitted.__dict__)
+    options = {"reduce": "sum", "seed": 0, "max_new_tokens": 4, "batch_size": 8,
+               "genarm_alpha": 1.0}
+    data = SuiteData("toy", "test", profiles={}, items=[])
+    decoder = GenARMDecoder()
+    users, prompts = [p.user for p in TEST], [p.prompt for p in TEST]
+    scores = {}
+    for label, reward in (("fast", fitted), ("general", general)):
+        ctx = CaseContext(tiny_lm, None, data, reward, options, Path("."))  # type: ignore[arg-type]
+        scores[label] = (decoder.loglik(ctx, users, prompts, [p.chosen for p in TEST]),
+                         decoder.loglik(ctx, users, prompts, [p.rejected for p in TEST]))
+    np.testing.assert_allclose(scores["general"], scores["fast"], rtol=0, atol=1e-4)
+    chosen, rejected = scores["fast"]
+    assert np.mean(chosen > rejected) >= 0.75  # the guided policy prefers each user's choice
+
+
+def test_hidden_states_are_memoised_within_a_budget(tiny_lm, monkeypatch):
+    from prefalign_methods.arm import MEMO, HiddenMemo
+
+    prompts, responses = [p.prompt for p in TEST[:2]], ["Graph learning", "Speech"]
+    first = predicting_hidden(tiny_lm, prompts, responses)
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("ran the model for texts it had seen")
+
+    monkeypatch.setattr(arm_module, "_forward_right_padded", no_forward)
+    again = predicting_hidden(tiny_lm, prompts[::-1], responses[::-1])
+    assert all(torch.equal(a, b) for a, b in zip(first[::-1], again, strict=True))
+    assert MEMO.size <= MEMO.budget
+    small = HiddenMemo(budget_bytes=3 * 4 * 10)  # room for three (1, 10) float32 tensors
+    for n in range(4):
+        small.put(("lm", str(n), ""), torch.zeros(1, 10))
+    assert small.get(("lm", "0", "")) is None and small.get(("lm", "3", "")) is not None
+    assert small.size == 3 * 40

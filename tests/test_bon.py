@@ -1,0 +1,104 @@
+"""The ``bon`` decoder on the tiny model, with rewards the tests control."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prefalign_methods.bon import BestOfNDecoder
+from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
+
+SEED = 3
+OPTIONS = {"reduce": "sum", "seed": SEED, "icl_k": 3, "max_new_tokens": 5, "batch_size": 8}
+PROMPTS = ["Generate a title for: neural machine translation",
+           "Generate a title for: a dataset of dialogue",
+           "Generate a title for: reward models"]
+ITEMS = [Item(f"i{k}", user, p, p, None) for k, p in enumerate(PROMPTS)
+         for user in ("ann", "bob")]
+
+
+class LengthReward(RewardMethod):
+    """ann likes long responses, bob short ones; ``calls`` records what was scored."""
+
+    name = "length"
+    capabilities = frozenset()
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+    def score(self, lm, users, prompts, responses) -> np.ndarray:
+        self.calls += list(zip(users, prompts, responses, strict=True))
+        sign = {"ann": 1.0, "bob": -1.0}
+        return np.array([sign[u] * len(r) for u, r in zip(users, responses, strict=True)])
+
+
+class ConstantReward(LengthReward):
+    def score(self, lm, users, prompts, responses) -> np.ndarray:
+        return np.zeros(len(responses))
+
+
+def context(lm, reward, **options) -> CaseContext:
+    data = SuiteData("toy", "test", profiles={}, items=list(ITEMS))
+    return CaseContext(lm=lm, suite=None, data=data, reward=reward,  # type: ignore[arg-type]
+                       options={**OPTIONS, **options}, cache_dir=Path("."))
+
+
+def samples(lm, n: int, seed: int = SEED) -> list[list[str]]:
+    return lm.generate([it.prompt for it in ITEMS], max_new_tokens=OPTIONS["max_new_tokens"],
+                       sample=True, num_samples=n, seed=seed)
+
+
+def test_one_sample_is_kept_as_is(tiny_lm):
+    out = BestOfNDecoder().generate(context(tiny_lm, LengthReward(), bon_n=1), ITEMS)
+    assert out == [s[0] for s in samples(tiny_lm, 1)]
+
+
+def test_keeps_the_sample_with_the_highest_reward_per_user(tiny_lm):
+    reward = LengthReward()
+    out = BestOfNDecoder().generate(context(tiny_lm, reward, bon_n=6), ITEMS)
+    drawn = samples(tiny_lm, 6)
+    assert all(len({len(s) for s in per_item}) > 1 for per_item in drawn)  # a real choice
+    # max and min return the first of equal candidates, as bon must
+    assert out == [max(s, key=len) if it.user == "ann" else min(s, key=len)
+                   for it, s in zip(ITEMS, drawn, strict=True)]
+    assert out != [s[0] for s in drawn]
+    # every sample was scored for its own user and task prompt
+    assert len(reward.calls) == 6 * len(ITEMS)
+    assert {(u, p) for u, p, _ in reward.calls} == {(it.user, it.prompt) for it in ITEMS}
+
+
+def test_ties_keep_the_first_sample(tiny_lm):
+    out = BestOfNDecoder().generate(context(tiny_lm, ConstantReward(), bon_n=4), ITEMS)
+    assert out == [s[0] for s in samples(tiny_lm, 4)]
+
+
+def test_samples_follow_the_seed(tiny_lm):
+    decoder = BestOfNDecoder()
+    first = decoder.generate(context(tiny_lm, LengthReward()), ITEMS)
+    assert decoder.generate(context(tiny_lm, LengthReward()), ITEMS) == first
+    assert decoder.generate(context(tiny_lm, LengthReward(), seed=4), ITEMS) != first
+
+
+@pytest.mark.parametrize(("reduce", "beta"), [("sum", 1.0), ("sum", 2.0), ("mean", 4.0)])
+def test_loglik_is_base_loglik_plus_reward_over_beta(tiny_lm, reduce, beta):
+    users, prompts = ["ann", "bob"], PROMPTS[:2]
+    responses = ["Neural translation", "Dialogue data"]
+    per_token = tiny_lm.response_logprobs(prompts, responses)
+    base = [lp.sum() if reduce == "sum" else lp.mean() for lp in per_token]
+    rewards = [len(responses[0]), -len(responses[1])]
+    expected = [b + r / beta for b, r in zip(base, rewards, strict=True)]
+    ctx = context(tiny_lm, LengthReward(), reduce=reduce, bon_beta=beta)
+    got = BestOfNDecoder().loglik(ctx, users, prompts, responses)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(("option", "value"), [("bon_n", 0), ("bon_n", 2.5), ("bon_beta", 0.0),
+                                               ("bon_temperature", -1.0)])
+def test_bad_options_are_refused(tiny_lm, option, value):
+    with pytest.raises(ValueError, match=option):
+        ctx = context(tiny_lm, LengthReward(), **{option: value})
+        decoder = BestOfNDecoder()
+        decoder.generate(ctx, ITEMS)
+        decoder.loglik(ctx, ["ann"], PROMPTS[:1], ["x"])
