@@ -1,0 +1,343 @@
+"""The LM wrapper every decoder and reward method uses: one tokenization rule, batched greedy or
+seeded generation, and teacher-forced scoring that prefills each distinct prompt once.
+
+Tokenization rule: a prompt is rendered with the tokenizer's chat template (user turn plus the
+assistant header) and tokenized as is; a response is tokenized on its own and followed by the
+end-of-turn id. The response is never re-tokenized together with its prompt, so every method
+scores and conditions on exactly the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from pytest_prefalign.storage import content_key
+
+# Markers that end an assistant turn in common chat templates (SmolLM2/Qwen, Gemma, Llama 3, Phi 3).
+END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+
+
+@dataclass
+class _Prefill:
+    """A batch of left-padded prompts after one forward pass.
+
+    ``cache``: their KV cache, one row per prompt; ``mask``: ``(P, Lp)`` attention mask;
+    ``last``: at each prompt's last token, ``(P, V)`` logits or ``(P, H)`` hidden states.
+    """
+
+    cache: Any
+    mask: torch.Tensor
+    last: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> _Prefill:
+        """Rows of this prefill (repeats allowed); the cache is reindexed in place."""
+        rows = rows.to(self.mask.device)
+        self.cache.batch_select_indices(rows)
+        return _Prefill(self.cache, self.mask[rows], self.last[rows])
+
+
+class LM:
+    """A Hugging Face causal LM and its tokenizer, with the project's tokenization rule.
+
+    ``eos_id`` is the id that ends a response: the end-of-turn token for chat models
+    (``<|im_end|>`` for SmolLM2), else the tokenizer's eos.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, label: str, name: str, source: str,
+                 fingerprint: str, device: str | torch.device | None = None) -> None:
+        self.label, self.name, self.source, self.fingerprint = label, name, source, fingerprint
+        self.tokenizer = tokenizer
+        self.device = torch.device(device) if device is not None else _model_device(model)
+        self.model = model.to(self.device).eval()
+        self.eos_id = end_of_turn_id(tokenizer)
+        self.stop_ids = {self.eos_id} | (
+            {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.has_chat_template = bool(tokenizer.chat_template)
+
+    def __repr__(self) -> str:
+        return f"LM(label={self.label!r}, name={self.name!r}, fingerprint={self.fingerprint!r})"
+
+    # ---------------------------------------------------------------------------------------
+    # Tokenization
+    # ---------------------------------------------------------------------------------------
+
+    def render(self, prompt: str) -> str:
+        """The text the model reads for a user prompt, up to where the response starts."""
+        if not self.has_chat_template:
+            return prompt + "\n"
+        messages = [{"role": "user", "content": prompt}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """Token ids of the rendered prompt. A chat template writes its own special tokens (a
+        BOS included where the model needs one), so the tokenizer adds none; without a template
+        the tokenizer's own rule decides (e.g. Gemma's BOS)."""
+        rendered = self.render(prompt)
+        return list(self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)
+                    ["input_ids"])
+
+    def response_ids(self, response: str) -> list[int]:
+        """Token ids of a response on its own, followed by ``eos_id``."""
+        return list(self.tokenizer(response, add_special_tokens=False)["input_ids"]) + [self.eos_id]
+
+    # ---------------------------------------------------------------------------------------
+    # Generation
+    # ---------------------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 32, batch_size: int = 16,
+                 sample: bool = False, temperature: float = 1.0, num_samples: int = 1,
+                 seed: int = 0) -> list[list[str]]:
+        """``num_samples`` texts per prompt (outer list: prompts in their order).
+
+        Greedy by default. With ``sample=True`` each (prompt, sample index) draws from its own
+        generator seeded by ``(seed, prompt, index)``, so a sample does not depend on the batch
+        it ran in. A text is the decoded response up to ``eos_id``, its first non-empty line,
+        whitespace collapsed. ``batch_size`` counts sequences (prompts x samples) per forward.
+        """
+        _check_positive(max_new_tokens=max_new_tokens, batch_size=batch_size,
+                        num_samples=num_samples)
+        if sample and not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+        unique = list(dict.fromkeys(prompts))  # the same prompt gives the same texts
+        encoded = [self.prompt_ids(p) for p in unique]
+        per_batch = max(1, batch_size // num_samples)
+        texts: dict[str, list[str]] = {}
+        for batch in _chunks(_by_length(encoded), per_batch):
+            seeds = [[_sample_seed(seed, unique[i], j) for j in range(num_samples)] for i in batch]
+            out = self._generate_batch([encoded[i] for i in batch], num_samples, max_new_tokens,
+                                       temperature if sample else None, seeds)
+            for k, i in enumerate(batch):
+                texts[unique[i]] = [clean_text(self._decode(t)) for t in out[k]]
+        return [list(texts[p]) for p in prompts]
+
+    @torch.inference_mode()
+    def _generate_batch(self, prompt_seqs: list[list[int]], num_samples: int, max_new_tokens: int,
+                        temperature: float | None, seeds: list[list[int]]) -> list[list[list[int]]]:
+        """Token ids generated for each prompt and sample; finished rows leave the batch."""
+        rows = torch.arange(len(prompt_seqs)).repeat_interleave(num_samples)
+        state = self._prefill(prompt_seqs, logits=True).select(rows)
+        positions = state.mask.sum(-1)  # the next position id of every row
+        flat_seeds = [s for per_prompt in seeds for s in per_prompt]
+        gens = None if temperature is None else [_generator(s) for s in flat_seeds]
+        tokens: list[list[int]] = [[] for _ in flat_seeds]
+        active = list(range(len(flat_seeds)))  # rows of ``tokens`` still in the batch
+        logits, mask = state.last, state.mask
+        for step in range(max_new_tokens):
+            # pick: argmax, or Gumbel-max with each row's own noise (= sampling at temperature)
+            if gens is None:
+                chosen = logits.argmax(-1).tolist()
+            else:
+                chosen = _gumbel_choice(logits, temperature or 1.0, [gens[r] for r in active])
+            keep = []
+            for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
+                tokens[row].append(tok)
+                if not self._finished(tokens[row]):
+                    keep.append(k)
+            if not keep or step == max_new_tokens - 1:
+                break
+            # drop finished rows from the cache and the running tensors
+            if len(keep) < len(active):
+                index = torch.tensor(keep, device=self.device)
+                state.cache.batch_select_indices(index)
+                mask, positions = mask[index], positions[index]
+                chosen = [chosen[k] for k in keep]
+                active = [active[k] for k in keep]
+            step_ids = torch.tensor(chosen, device=self.device)[:, None]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            out = self.model(input_ids=step_ids, attention_mask=mask,
+                             position_ids=positions[:, None], cache=state.cache, use_cache=True)
+            logits, positions = out.logits[:, -1], positions + 1
+        return [tokens[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_seqs))]
+
+    def _finished(self, generated: list[int]) -> bool:
+        """A row ends at a stop id, or once its text has a complete first line (the rest
+        would be cut anyway)."""
+        if generated[-1] in self.stop_ids:
+            return True
+        return "\n" in self.tokenizer.decode(generated, skip_special_tokens=True).lstrip()
+
+    def _decode(self, generated: list[int]) -> str:
+        ids = []
+        for tok in generated:
+            if tok in self.stop_ids:
+                break
+            ids.append(tok)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ---------------------------------------------------------------------------------------
+    # Teacher-forced scoring
+    # ---------------------------------------------------------------------------------------
+
+    def response_logprobs(self, prompts: Sequence[str], responses: Sequence[str], *,
+                          batch_size: int = 16) -> list[np.ndarray]:
+        """``log pi(y_t | x, y_<t)`` for every response token (the final ``eos_id`` included),
+        float64, one array per (prompt, response)."""
+        return [t.numpy() for t in self._teacher_forced(prompts, responses, batch_size,
+                                                        hidden=False)]
+
+    def response_hidden(self, prompts: Sequence[str], responses: Sequence[str], *,
+                        batch_size: int = 16) -> list[torch.Tensor]:
+        """Last-layer hidden states (after the final norm) at the response tokens, one
+        ``(T_y, H)`` float32 CPU tensor per pair: row ``t`` is the state after reading ``y_t``,
+        so row ``-1`` (after ``eos_id``) summarises the whole response."""
+        return self._teacher_forced(prompts, responses, batch_size, hidden=True)
+
+    @torch.inference_mode()
+    def _teacher_forced(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int,
+                        *, hidden: bool) -> list[torch.Tensor]:
+        """Each distinct prompt is prefilled once per batch and its KV cache row is copied for
+        each of its responses (a pair's two responses share their prompt)."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        _check_positive(batch_size=batch_size)
+        unique = list(dict.fromkeys(prompts))
+        where = {p: i for i, p in enumerate(unique)}
+        encoded = [self.prompt_ids(p) for p in unique]
+        answers = [self.response_ids(r) for r in responses]
+        groups: list[list[int]] = [[] for _ in unique]
+        for n, p in enumerate(prompts):
+            groups[where[p]].append(n)
+        results: list[torch.Tensor | None] = [None] * len(prompts)
+        for batch in _plan(_by_length(encoded), groups, batch_size):
+            prompt_rows = list(dict.fromkeys(i for i, _ in batch))
+            state = self._prefill([encoded[i] for i in prompt_rows], logits=not hidden)
+            pairs = [n for _, chunk in batch for n in chunk]
+            rows = torch.tensor([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
+            scored = self._continue(state.select(rows), [answers[n] for n in pairs], hidden)
+            for n, value in zip(pairs, scored, strict=True):
+                results[n] = value
+        return [r for r in results if r is not None]
+
+    def _continue(self, state: _Prefill, seqs: list[list[int]], hidden: bool
+                  ) -> list[torch.Tensor]:
+        """Run right-padded responses on top of their prompts' cache rows."""
+        ids, resp_mask = _pad(seqs, self.pad_id, left=False, device=self.device)
+        mask = torch.cat([state.mask, resp_mask], dim=1)
+        positions = state.mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1],
+                                                                    device=self.device)
+        net = self.model.base_model if hidden else self.model
+        out = net(input_ids=ids, attention_mask=mask, position_ids=positions, cache=state.cache,
+                  use_cache=True)
+        lengths = [len(s) for s in seqs]
+        if hidden:
+            states = out.last_hidden_state.float().cpu()
+            return [states[k, :n] for k, n in enumerate(lengths)]
+        # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
+        predicting = torch.cat([state.last[:, None], out.logits[:, :-1]], dim=1).float()
+        logp = torch.log_softmax(predicting, dim=-1).gather(-1, ids[..., None])[..., 0]
+        logp = logp.double().cpu()
+        return [logp[k, :n] for k, n in enumerate(lengths)]
+
+    def _prefill(self, seqs: list[list[int]], *, logits: bool) -> _Prefill:
+        """One forward pass over left-padded prompts (positions count real tokens only)."""
+        ids, mask = _pad(seqs, self.pad_id, left=True, device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        if logits:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                             use_cache=True, logits_to_keep=1)
+            return _Prefill(out.cache, mask, out.logits[:, -1])
+        out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                    use_cache=True)
+        return _Prefill(out.cache, mask, out.last_hidden_state[:, -1])
+
+
+# -------------------------------------------------------------------------------------------
+# Helpers of this module
+# -------------------------------------------------------------------------------------------
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The token that ends an assistant turn: a known end-of-turn marker that the chat template
+    uses, else the tokenizer's eos."""
+    template = str(tokenizer.chat_template or "")
+    vocab = tokenizer.get_vocab()
+    for marker in END_OF_TURN_MARKERS:
+        if marker in template and marker in vocab:
+            return int(vocab[marker])
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has neither an end-of-turn token nor an eos token")
+    return int(tokenizer.eos_token_id)
+
+
+def clean_text(text: str) -> str:
+    """The first non-empty line, whitespace collapsed to single spaces."""
+    first = text.strip().split("\n", 1)[0]
+    return " ".join(first.split())
+
+
+def _model_device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` of shape ``(B, L)``; pads on the left for prompts, right for responses."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for k, s in enumerate(seqs):
+        span = slice(width - len(s), width) if left else slice(0, len(s))
+        ids[k, span] = torch.tensor(s, dtype=torch.long)
+        mask[k, span] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _by_length(seqs: list[list[int]]) -> list[int]:
+    """Indices, longest first: similar lengths share a batch and an oversized batch fails early."""
+    return sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _plan(order: list[int], groups: list[list[int]], batch_size: int
+          ) -> Iterator[list[tuple[int, list[int]]]]:
+    """Batches of ``(prompt, its pairs)`` with at most ``batch_size`` pairs each; a prompt with
+    more pairs than that is split (and prefilled once per batch it lands in)."""
+    batch: list[tuple[int, list[int]]] = []
+    used = 0
+    for prompt in order:
+        for chunk in _chunks(groups[prompt], batch_size):
+            if used + len(chunk) > batch_size:
+                yield batch
+                batch, used = [], 0
+            batch.append((prompt, chunk))
+            used += len(chunk)
+    if batch:
+        yield batch
+
+
+def _sample_seed(seed: int, prompt: str, index: int) -> int:
+    return int(content_key(seed, prompt, index), 16) % (2**63)
+
+
+def _generator(seed: int) -> torch.Generator:
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return gen
+
+
+def _gumbel_choice(logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
+                   ) -> list[int]:
+    """A draw from ``softmax(logits / T)`` per row: argmax of scaled logits plus Gumbel noise,
+    the noise from each row's own generator."""
+    uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64)
+                           for g in gens]).clamp_(min=1e-300)
+    gumbel = -torch.log(-torch.log(uniform))
+    scores = logits.double().cpu() / temperature + gumbel
+    return scores.argmax(-1).tolist()
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")

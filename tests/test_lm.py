@@ -1,0 +1,226 @@
+"""The LM wrapper on the tiny random model: tokenization, generation, teacher-forced scoring."""
+
+from __future__ import annotations
+
+import copy
+import math
+import string
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from pytest_prefalign.lm import LM, _gumbel_choice, clean_text, end_of_turn_id
+from pytest_prefalign.tiny import IM_END, IM_START, build_tiny_lm, build_tokenizer
+
+PROMPTS = [
+    "Generate a title for the following abstract of a paper: We study reward models for users.",
+    "Hi",
+    "Another prompt, about language models and translation between many languages.",
+]
+# prompts repeat with several responses (pairs share their prompt) and lengths differ
+SCORED_PROMPTS = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[2], PROMPTS[1], PROMPTS[0]]
+SCORED_RESPONSES = ["Reward models fail", "Hello there, how are you today?", "Why rewards fail",
+                    "", "x", "Personal reward models and what users write"]
+
+
+def _concat_forward(lm: LM, prompt: str, response: str) -> tuple[list[int], list[int], Any]:
+    """A plain forward pass over prompt ids + response ids, no padding, no cache."""
+    p, r = lm.prompt_ids(prompt), lm.response_ids(response)
+    with torch.no_grad():
+        out = lm.model(torch.tensor([p + r]), output_hidden_states=True)
+    return p, r, out
+
+
+# --- the tiny model and its tokenizer ------------------------------------------------------
+
+
+def test_tiny_is_deterministic_and_leaves_the_global_rng_alone() -> None:
+    state = torch.random.get_rng_state()
+    a, b, other = build_tiny_lm(0), build_tiny_lm(0), build_tiny_lm(1)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert a.fingerprint == b.fingerprint != other.fingerprint
+    theirs = b.model.state_dict()
+    for name, x in a.model.state_dict().items():
+        assert torch.equal(x, theirs[name]), name
+    assert not torch.equal(a.model.lm_head.weight, other.model.lm_head.weight)
+    assert a.prompt_ids(PROMPTS[0]) == b.prompt_ids(PROMPTS[0])
+
+
+def test_tiny_tokenizer_round_trips_text_and_keeps_specials_whole(tiny_lm: LM) -> None:
+    tok = tiny_lm.tokenizer
+    text = string.printable + " naïve café ✓"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    assert len(ids) < len(text.encode())  # BPE merges, not one token per byte
+    assert tok(IM_END, add_special_tokens=False)["input_ids"] == [tiny_lm.eos_id]
+    assert tiny_lm.eos_id == tok.convert_tokens_to_ids(IM_END) != tiny_lm.pad_id
+
+
+def test_render_follows_the_smollm2_chat_layout(tiny_lm: LM) -> None:
+    rendered = tiny_lm.render("Hi")
+    assert rendered == ("<|im_start|>system\nYou are a tiny random test model.<|im_end|>\n"
+                        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    ids = tiny_lm.prompt_ids("Hi")
+    start = tiny_lm.tokenizer.convert_tokens_to_ids(IM_START)
+    assert ids[0] == start and ids.count(start) == 3  # no extra BOS in front of the template
+    assert tiny_lm.tokenizer.decode(ids) == rendered
+
+
+def test_response_ids_are_the_response_alone_then_end_of_turn(tiny_lm: LM) -> None:
+    alone = tiny_lm.tokenizer("A title", add_special_tokens=False)["input_ids"]
+    assert tiny_lm.response_ids("A title") == alone + [tiny_lm.eos_id]
+    assert tiny_lm.response_ids("") == [tiny_lm.eos_id]
+
+
+def test_end_of_turn_comes_from_the_template_else_eos() -> None:
+    tok = build_tokenizer()
+    tok.eos_token = "<|endoftext|>"  # the turn still ends with <|im_end|> under the template
+    assert end_of_turn_id(tok) == tok.convert_tokens_to_ids(IM_END)
+    tok.chat_template = None
+    assert end_of_turn_id(tok) == tok.convert_tokens_to_ids("<|endoftext|>")
+
+
+def test_without_a_chat_template_the_prompt_is_followed_by_a_newline(tiny_lm: LM) -> None:
+    tok = build_tokenizer()
+    tok.chat_template = None
+    plain = LM(tiny_lm.model, tok, label="t", name="t", source="tiny", fingerprint="x")
+    assert plain.render("Hi") == "Hi\n"
+    assert plain.prompt_ids("Hi") == tok("Hi\n")["input_ids"]
+
+
+# --- generation ----------------------------------------------------------------------------
+
+
+def test_clean_text_keeps_the_first_nonempty_line_with_single_spaces() -> None:
+    assert clean_text("  \n  A   title\tabout\u00a0x \nsecond line") == "A title about x"
+    assert clean_text("\n\n") == ""
+
+
+def test_greedy_generation_batched_equals_one_by_one(tiny_lm: LM) -> None:
+    prompts = PROMPTS + [PROMPTS[1]]  # a repeated prompt keeps its place
+    batched = tiny_lm.generate(prompts, max_new_tokens=12, batch_size=2)
+    single = [tiny_lm.generate([p], max_new_tokens=12, batch_size=1)[0] for p in prompts]
+    assert batched == single
+    assert batched[1] == batched[3]
+    assert len({texts[0] for texts in batched[:3]}) == 3  # the prompt matters
+    assert all(len(texts) == 1 and "\n" not in texts[0] for texts in batched)
+
+
+def test_seeded_sampling_is_reproducible_and_independent_of_batching(tiny_lm: LM) -> None:
+    kwargs: dict[str, Any] = dict(max_new_tokens=8, sample=True, num_samples=4)
+    batched = tiny_lm.generate(PROMPTS, batch_size=5, seed=3, **kwargs)
+    assert batched == [tiny_lm.generate([p], batch_size=4, seed=3, **kwargs)[0] for p in PROMPTS]
+    assert all(len(set(texts)) > 1 for texts in batched)  # samples differ from one another
+    assert tiny_lm.generate(PROMPTS, batch_size=5, seed=4, **kwargs) != batched
+
+
+def test_gumbel_choice_draws_from_the_tempered_softmax() -> None:
+    logits = torch.log(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    n = 4000
+    gens = [torch.Generator().manual_seed(s) for s in range(n)]
+    for temperature in (1.0, 2.0):
+        draws = _gumbel_choice(logits.expand(n, 4), temperature, gens)
+        freq = np.bincount(draws, minlength=4) / n
+        expected = np.array([1, 2, 3, 4]) ** (1 / temperature)
+        expected = expected / expected.sum()
+        sigma = np.sqrt(expected * (1 - expected) / n)
+        assert np.all(np.abs(freq - expected) < 4 * sigma), (freq, expected)
+
+
+def _constant_head(lm: LM, token: int) -> LM:
+    """A copy of the LM whose next token is always ``token``."""
+    model = copy.deepcopy(lm.model)
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
+    torch.nn.init.zeros_(head.weight)
+    with torch.no_grad():
+        head.bias.zero_()
+        head.bias[token] = 10.0
+    model.lm_head = head
+    return LM(model, lm.tokenizer, label="c", name="c", source="tiny", fingerprint="c")
+
+
+def test_generation_stops_at_end_of_turn_and_at_a_complete_line(tiny_lm: LM) -> None:
+    tok = tiny_lm.tokenizer
+    calls: list[int] = []
+    for token, expected, forwards in [
+        (tok.convert_tokens_to_ids("a"), "a" * 7, 7),  # runs to max_new_tokens
+        (tiny_lm.eos_id, "", 1),  # stops after the prefill
+        (tok.convert_tokens_to_ids("Ċ"), "", 7),  # newlines only: no line is ever complete
+    ]:
+        lm = _constant_head(tiny_lm, token)
+        calls.clear()
+        hook = lm.model.register_forward_hook(lambda *args: calls.append(1))
+        assert lm.generate(["Hi", PROMPTS[0]], max_new_tokens=7) == [[expected], [expected]]
+        hook.remove()
+        assert len(calls) == forwards
+    a, newline = tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("Ċ")
+    assert tiny_lm._finished([newline, a, newline]) and not tiny_lm._finished([newline, a])
+
+
+def test_generation_validates_its_arguments(tiny_lm: LM) -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        tiny_lm.generate(PROMPTS, batch_size=0)
+    with pytest.raises(ValueError, match="temperature"):
+        tiny_lm.generate(PROMPTS, sample=True, temperature=0.0)
+    assert tiny_lm.generate([]) == []
+
+
+# --- teacher-forced scoring ----------------------------------------------------------------
+
+
+def test_response_logprobs_match_a_plain_forward_pass(tiny_lm: LM) -> None:
+    got = tiny_lm.response_logprobs(SCORED_PROMPTS, SCORED_RESPONSES, batch_size=4)
+    for prompt, response, values in zip(SCORED_PROMPTS, SCORED_RESPONSES, got, strict=True):
+        p, r, out = _concat_forward(tiny_lm, prompt, response)
+        logp = torch.log_softmax(out.logits[0].double(), dim=-1)
+        # y_t is predicted at the position before it: the prompt's last token for y_0
+        hand = np.array([logp[len(p) + t - 1, r[t]].item() for t in range(len(r))])
+        assert values.dtype == np.float64 and values.shape == (len(r),)
+        np.testing.assert_allclose(values, hand, atol=1e-4)
+        assert np.all(values < 0)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 16])
+def test_scoring_batched_equals_one_by_one(tiny_lm: LM, batch_size: int) -> None:
+    logprobs = tiny_lm.response_logprobs(SCORED_PROMPTS, SCORED_RESPONSES, batch_size=batch_size)
+    hidden = tiny_lm.response_hidden(SCORED_PROMPTS, SCORED_RESPONSES, batch_size=batch_size)
+    for n, (prompt, response) in enumerate(zip(SCORED_PROMPTS, SCORED_RESPONSES, strict=True)):
+        np.testing.assert_allclose(logprobs[n], tiny_lm.response_logprobs([prompt], [response])[0],
+                                   atol=1e-4)
+        torch.testing.assert_close(hidden[n], tiny_lm.response_hidden([prompt], [response])[0],
+                                   atol=1e-4, rtol=0)
+
+
+def test_response_hidden_are_final_states_at_the_response_tokens(tiny_lm: LM) -> None:
+    hidden = tiny_lm.response_hidden(SCORED_PROMPTS, SCORED_RESPONSES, batch_size=4)
+    logprobs = tiny_lm.response_logprobs(SCORED_PROMPTS, SCORED_RESPONSES, batch_size=4)
+    rows = zip(SCORED_PROMPTS, SCORED_RESPONSES, hidden, logprobs, strict=True)
+    for prompt, response, h, lp in rows:
+        p, r, out = _concat_forward(tiny_lm, prompt, response)
+        assert h.shape == (len(r), tiny_lm.model.config.hidden_size) and h.device.type == "cpu"
+        torch.testing.assert_close(h, out.hidden_states[-1][0, len(p):], atol=1e-4, rtol=0)
+        # the state after reading y_{t-1} is what predicts y_t: both functions agree
+        with torch.no_grad():
+            from_hidden = torch.log_softmax(tiny_lm.model.lm_head(h[:-1]).double(), dim=-1)
+        np.testing.assert_allclose(from_hidden[torch.arange(len(r) - 1), r[1:]].numpy(), lp[1:],
+                                   atol=1e-4)
+
+
+def test_scoring_validates_and_handles_empty_input(tiny_lm: LM) -> None:
+    with pytest.raises(ValueError, match="2 prompts but 1 responses"):
+        tiny_lm.response_logprobs(PROMPTS[:2], ["x"])
+    with pytest.raises(ValueError, match="batch_size"):
+        tiny_lm.response_hidden(PROMPTS[:1], ["x"], batch_size=0)
+    assert tiny_lm.response_logprobs([], []) == []
+
+
+def test_total_logprob_is_a_proper_distribution_over_single_tokens(tiny_lm: LM) -> None:
+    """Summed over every one-token response y (each followed by eos), p(y) * p(eos|y) is at
+    most 1: a check that the scores are normalised log-probabilities, not raw logits."""
+    tok = tiny_lm.tokenizer
+    singles = sorted({tok.decode([i]) for i in range(4, 100)})  # distinct strings, distinct y
+    scores = tiny_lm.response_logprobs(["Hi"] * len(singles), singles, batch_size=16)
+    total = sum(math.exp(float(s.sum())) for s in scores)
+    assert 0 < total < 1

