@@ -1,0 +1,136 @@
+"""The HTML report: its tables, the scatter plot (one labelled point per method), the page
+without matplotlib, and the ``prefalign report`` command's exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_prefalign import report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def has_cell(page: str, text: str) -> bool:
+    """tabulate pads cells with spaces: ``<td>name   </td>``."""
+    return re.search(rf"<td>\s*{re.escape(text)}\s*</td>", page) is not None
+
+
+def row(method: str, suite: str = "pref_lamp", size: str = "135m", **metrics: float
+        ) -> dict[str, Any]:
+    decoder, _, reward = method.partition("[")
+    return {"suite": suite, "size": size, "method": method, "decoder": decoder,
+            "reward": reward.rstrip("]") or None, "n_users": 4, "n_items": 8, "n_pairs": 8,
+            "metrics": metrics, "ci": {k: [v - 0.1, v + 0.1] for k, v in metrics.items()},
+            "per_user": {k: {"u0": v, "u1": v} for k, v in metrics.items()},
+            "timings": {"total_s": 2.5}, "model": {"name": "SmolLM2-135M"},
+            "data": {"source": "acl-anthology", "provenance": {
+                "attribution": "ACL Anthology, https://aclanthology.org, CC BY 4.0"}}}
+
+
+RESULTS = [
+    row("base", rouge1=0.30, rougeL=0.28, policy_acc=0.50),
+    row("icl_rag", rouge1=0.34, rougeL=0.31, policy_acc=0.60),
+    row("args[lore]", rouge1=0.26, rougeL=0.25, policy_acc=0.55, rm_acc=0.80, win_self=1.0,
+        win_independent=0.25),
+    row("args[per_user_bt]", rouge1=0.29, rougeL=0.27, policy_acc=0.65, rm_acc=0.60),
+    row("args[global_bt]", rouge1=0.28, rougeL=0.26, policy_acc=0.60, rm_acc=0.70),
+    row("bon[pal]", suite="polis", policy_acc=0.52, rm_acc=0.66),
+    row("bon[vpl]", suite="polis", policy_acc=0.58, rm_acc=0.61),
+]
+RUN = {"version": 1, "created": "2025-01-01T00:00:00+00:00", "commit": "abc123",
+       "config": {"sizes": ["135m"], "limit": 4, "reduce": "sum", "seed": 0},
+       "models": {"135m": {"name": "SmolLM2-135M"}}, "results": RESULTS, "pairs": [],
+       "items": []}
+
+
+def test_report_page_has_tables_and_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    page = report.write_report(RUN, tmp_path / "out")
+    text = page.read_text()
+    assert page == tmp_path / "out" / "report.html"
+    assert text.startswith("<!DOCTYPE html>") and "<style>" in text
+    # one leaderboard per (suite, size), the crisis tables, the flags
+    assert "pref_lamp · 135m · SmolLM2-135M" in text and "polis · 135m · SmolLM2-135M" in text
+    for method in ("icl_rag", "args[lore]", "args[per_user_bt]", "bon[vpl]"):
+        assert has_cell(text, method)
+    assert "rm_acc ~ policy_acc" in text and "rm_acc ~ rouge1" in text
+    assert "1.000 (circular)" in text and "+0.750" in text  # gap 1.0 - 0.25
+    assert "below base" in text  # win 100% under its own RM, ROUGE-1 below base's
+    assert "ACL Anthology, https://aclanthology.org, CC BY 4.0" in text
+    png = (tmp_path / "out" / report.PLOT).read_bytes()
+    assert png.startswith(PNG_SIGNATURE)
+    assert "data:image/png;base64," in text
+
+
+def test_plot_has_one_labelled_point_per_reward_method() -> None:
+    pytest.importorskip("matplotlib")
+    png, drawn = report.render_plot(report.scatter_points(RESULTS))
+    assert png.startswith(PNG_SIGNATURE)
+    assert sorted(drawn) == sorted([
+        ("pref_lamp · 135m", "args[lore]", 0.80, 0.55),
+        ("pref_lamp · 135m", "args[per_user_bt]", 0.60, 0.65),
+        ("pref_lamp · 135m", "args[global_bt]", 0.70, 0.60),
+        ("polis · 135m", "bon[pal]", 0.66, 0.52),
+        ("polis · 135m", "bon[vpl]", 0.61, 0.58),
+    ])
+
+
+def test_page_without_matplotlib_says_how_to_get_the_plot(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    text = report.write_report(RUN, tmp_path).read_text()
+    assert "pip install pytest-prefalign[report]" in text
+    assert not (tmp_path / report.PLOT).exists()
+    assert has_cell(text, "args[lore]") and "rm_acc ~ policy_acc" in text
+
+
+def test_method_names_are_escaped(tmp_path: Path) -> None:
+    evil = row("<script>x</script>", policy_acc=0.5)
+    text = report.write_report({"results": [evil]}, tmp_path).read_text()
+    assert "<script>x</script>" not in text and "&lt;script&gt;" in text
+
+
+def test_report_main_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(RUN))
+    assert report.report_main([str(run_file), "--out", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "report.html").is_file()
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no such file"),
+    ("{not json", "not a readable JSON file"),
+    ('{"results": [{"suite": "s", "size": "m"}]}', "results[0]: field 'method'"),
+    ("[1, 2]", "not a run file"),
+])
+def test_report_main_bad_run_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          content: str | None, message: str) -> None:
+    run_file = tmp_path / "run.json"
+    if content is not None:
+        run_file.write_text(content)
+    assert report.report_main([str(run_file), "--out", str(tmp_path / "rep")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_main_out_is_a_file_exits_2(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(RUN))
+    (tmp_path / "taken").write_text("")
+    assert report.report_main([str(run_file), "--out", str(tmp_path / "taken")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_report_main_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert report.report_main([]) == 2
+    assert "usage: prefalign report" in capsys.readouterr().err
