@@ -7,6 +7,7 @@ data and pairs, the model, the fitted reward methods, the base log-likelihoods.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import pytest
 from pytest_prefalign import metrics, storage
 from pytest_prefalign.api import CaseContext, DataError, DataNotFound, Pair, RewardMethod
 from pytest_prefalign.collect import PrefalignError
+from pytest_prefalign.registry import MethodName
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Decoder, Suite, SuiteData
@@ -48,7 +50,9 @@ def run_case(session: PrefalignSession, item: CaseItem) -> dict[str, Any]:
                       shared=session.state.setdefault(("shared", item.suite, item.size), {}))
     timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
     result = Result(item, state, lm)
-    evaluate_generation(ctx, decoder, item, result, session.settings.use_cache, timings)
+    outputs = evaluate_generation(ctx, decoder, item, result, session.settings.use_cache, timings)
+    if outputs is not None and ctx.reward is not None:
+        evaluate_win_rates(session, ctx, result, outputs, timings)
     evaluate_pairs(ctx, decoder, item, result, timings)
     timings["total_s"] = time.perf_counter() - started
     return result.finish(timings, session.settings.seed)
@@ -134,6 +138,7 @@ class Result:
         self.per_user: dict[str, dict[str, float]] = {}
         self.items: list[dict[str, Any]] = []
         self.pairs: list[dict[str, Any]] = []
+        self.judge: dict[str, Any] = {}
 
     def add(self, name: str, value: float, ci: tuple[float, float], per_user: dict[str, float]
             ) -> None:
@@ -154,6 +159,7 @@ class Result:
             "metrics": self.metrics,
             "ci": self.ci,
             "per_user": self.per_user,
+            "judge": self.judge,
             "timings": {k: round(v, 3) for k, v in timings.items()},
             "model": {"name": self.lm.name, "fingerprint": self.lm.fingerprint},
             "data": {"source": data.source, "dropped": data.dropped,
@@ -163,12 +169,12 @@ class Result:
 
 
 def evaluate_generation(ctx: CaseContext, decoder: Decoder, item: CaseItem, result: Result,
-                        use_cache: bool, timings: dict[str, float]) -> None:
+                        use_cache: bool, timings: dict[str, float]) -> list[str] | None:
     items = ctx.data.items
     if not items:
-        return
+        return None
     t0 = time.perf_counter()
-    outputs = cached_generate(ctx, decoder, item, use_cache)
+    outputs = cached_generate(ctx, decoder, item.method, use_cache)
     timings["generate_s"] = time.perf_counter() - t0
     if len(outputs) != len(items) or not all(isinstance(o, str) for o in outputs):
         raise PrefalignError(f"decoder {item.method.decoder!r} returned {len(outputs)} outputs "
@@ -189,14 +195,15 @@ def evaluate_generation(ctx: CaseContext, decoder: Decoder, item: CaseItem, resu
         result.items.append({**result.key, "item_id": it.item_id, "user": it.user,
                              "output": outputs[i], "reference": it.reference,
                              "rouge1": _num(r1[i]), "rougeL": _num(rl[i])})
+    return outputs
 
 
-def cached_generate(ctx: CaseContext, decoder: Decoder, item: CaseItem, use_cache: bool
+def cached_generate(ctx: CaseContext, decoder: Decoder, method: MethodName, use_cache: bool
                     ) -> list[str]:
     """Generations are cached by content: method, model, reward, options and prompts."""
     reward_fp = ctx.reward.fingerprint() if ctx.reward is not None else None
     key = storage.content_key(
-        str(item.method), getattr(decoder, "version", 1), ctx.lm.fingerprint, reward_fp,
+        str(method), getattr(decoder, "version", 1), ctx.lm.fingerprint, reward_fp,
         ctx.options, [(it.item_id, it.prompt) for it in ctx.data.items],
         [(u, [e.doc_id for e in ctx.data.profiles.get(u, [])]) for u in ctx.data.users])
     path = storage.cache_dir("generations") / f"{key}.json"
@@ -208,6 +215,36 @@ def cached_generate(ctx: CaseContext, decoder: Decoder, item: CaseItem, use_cach
     if use_cache:
         storage.atomic_write_json(path, list(outputs))
     return list(outputs)
+
+
+def base_outputs(session: PrefalignSession, ctx: CaseContext) -> list[str]:
+    """The ``base`` decoder's outputs for this (suite, size): the cache entry its test writes."""
+    if "base_outputs" not in ctx.shared:
+        base_ctx = dataclasses.replace(ctx, reward=None)
+        decoder = session.registry.decoder("base").obj()
+        ctx.shared["base_outputs"] = cached_generate(
+            base_ctx, decoder, MethodName("base", None), session.settings.use_cache)
+    return ctx.shared["base_outputs"]
+
+
+def evaluate_win_rates(session: PrefalignSession, ctx: CaseContext, result: Result,
+                       outputs: list[str], timings: dict[str, float]) -> None:
+    """Win rates against ``base`` under the method's own RM (circular) and an independent one."""
+    from pytest_prefalign import judge
+
+    t0 = time.perf_counter()
+    wins = judge.win_rates(ctx, ctx.data.items, outputs, base_outputs(session, ctx))
+    users = [it.user for it in ctx.data.items]
+    for name, key in (("win_self", "outcomes_self"), ("win_independent", "outcomes_independent")):
+        if wins[key] is not None:  # absent rather than None: check() wants numbers in [0, 1]
+            values = np.asarray(wins[key], dtype=np.float64)
+            result.add(name, float(values.mean()),
+                       metrics.bootstrap_ci(values, users, statistic="micro", seed=0),
+                       metrics.per_user_mean(values, users))
+    result.judge = {"n": wins["n"], "self": wins["judge_self"],
+                    "independent": wins["judge_independent"],
+                    "reason": wins["reason_independent"]}
+    timings["judge_s"] = time.perf_counter() - t0
 
 
 def evaluate_pairs(ctx: CaseContext, decoder: Decoder, item: CaseItem, result: Result,

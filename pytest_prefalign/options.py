@@ -78,6 +78,9 @@ def addoption(parser: pytest.Parser) -> None:
                     help="data directory (else ini prefalign_data, env PREFALIGN_DATA, user cache).")
     group.addoption("--prefalign-json", metavar="PATH",
                     help="also write this run's results to PATH.")
+    group.addoption("--prefalign-report", metavar="DIR",
+                    help="write the HTML report (leaderboards, tau, inversions, circular flags, "
+                         "plot) to DIR at the end of the run.")
     group.addoption("--prefalign-fail-under", type=floors, action="append", default=[],
                     metavar="METRIC=VALUE",
                     help="fail tests whose metric is below VALUE, e.g. rouge1=0.2 "
@@ -107,6 +110,7 @@ class Settings:
     data: str | None
     data_ini: str | None
     json_path: str | None
+    report_dir: str | None
     floors: list[Floor]
     reduce: str
     seed: int
@@ -137,6 +141,7 @@ def settings(config: pytest.Config) -> Settings:
         data=config.getoption("prefalign_data"),
         data_ini=config.getini("prefalign_data") or None,
         json_path=config.getoption("prefalign_json"),
+        report_dir=config.getoption("prefalign_report"),
         floors=cli_floors or pick("prefalign_fail_under", "prefalign_fail_under", floors, []),
         reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, "sum"),
         seed=config.getoption("prefalign_seed") if config.getoption("prefalign_seed") is not None

@@ -34,6 +34,7 @@ class PrefalignSession:
         self.models.check(self.settings.sizes)
         self.results: list[dict[str, Any]] = []
         self.run_path: Path | None = None
+        self.report_path: Path | None = None
         self.state: dict[Any, Any] = {}  # worker-side caches: models, suite data, fitted RMs
 
     def _resolve_methods(self) -> list[MethodName]:
@@ -80,10 +81,16 @@ class PrefalignSession:
         self.run_path = write_numbered_run(run, root / ".prefalign" / "runs")
         if self.settings.json_path:
             write_run(run, Path(self.settings.json_path))
+        if self.settings.report_dir:
+            from pytest_prefalign.report import write_report
+
+            self.report_path = write_report(run, Path(self.settings.report_dir))
         self.config.hook.pytest_prefalign_run_written(
             path=str(self.run_path), run=run, config=self.config)
 
     def build_run(self) -> dict[str, Any]:
+        from pytest_prefalign import crisis
+
         results, pairs, items, models = [], [], [], {}
         for res in self.results:
             res = dict(res)
@@ -103,6 +110,12 @@ class PrefalignSession:
             },
             "models": models,
             "results": results,
+            "tau": crisis.tau_entries(results),
+            "crisis": {
+                "inversions": crisis.inversion_entries(results),
+                "circular": crisis.circular_entries(results),
+                "spread": crisis.spread(results)["flags"],
+            },
             "pairs": pairs,
             "items": items,
         }
@@ -120,8 +133,14 @@ class PrefalignSession:
         tr.write_sep("=", "prefalign leaderboard")
         for line in table.leaderboards(self.results):
             tr.write_line(line)
+        from pytest_prefalign import crisis
+
+        for line in crisis.summary_lines(self.results):
+            tr.write_line(line)
         if self.run_path is not None:
             tr.write_line(f"run file: {self.run_path}")
+        if self.report_path is not None:
+            tr.write_line(f"report: {self.report_path}")
 
 
 def git_commit(root: Path) -> str | None:

@@ -12,6 +12,7 @@ COLUMNS = (  # (metric key, header)
     ("rougeL", "ROUGE-L"),
     ("policy_acc", "policy acc"),
     ("rm_acc", "RM acc"),
+    ("win_independent", "win vs base"),  # judged by the independent RM, never the method's own
 )
 
 
