@@ -107,15 +107,15 @@ class LM:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
         unique = list(dict.fromkeys(prompts))  # the same prompt gives the same texts
         encoded = [self.prompt_ids(p) for p in unique]
-        per_batch = max(1, batch_size // num_samples)
+        runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[str, list[str]] = {}
-        for batch in _chunks(_by_length(encoded), per_batch):
-            seeds = [[_sample_seed(seed, unique[i], j) for j in range(num_samples)] for i in batch]
-            out = self._generate_batch([encoded[i] for i in batch], num_samples, max_new_tokens,
+        for batch in _chunks(_by_length(encoded), max(1, batch_size // runs)):
+            seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
+            out = self._generate_batch([encoded[i] for i in batch], runs, max_new_tokens,
                                        temperature if sample else None, seeds)
             for k, i in enumerate(batch):
                 texts[unique[i]] = [clean_text(self._decode(t)) for t in out[k]]
-        return [list(texts[p]) for p in prompts]
+        return [texts[p] * (num_samples // runs) for p in prompts]
 
     @torch.inference_mode()
     def _generate_batch(self, prompt_seqs: list[list[int]], num_samples: int, max_new_tokens: int,
@@ -204,7 +204,7 @@ class LM:
         groups: list[list[int]] = [[] for _ in unique]
         for n, p in enumerate(prompts):
             groups[where[p]].append(n)
-        results: list[torch.Tensor | None] = [None] * len(prompts)
+        results: dict[int, torch.Tensor] = {}
         for batch in _plan(_by_length(encoded), groups, batch_size):
             prompt_rows = list(dict.fromkeys(i for i, _ in batch))
             state = self._prefill([encoded[i] for i in prompt_rows], logits=not hidden)
@@ -213,7 +213,7 @@ class LM:
             scored = self._continue(state.select(rows), [answers[n] for n in pairs], hidden)
             for n, value in zip(pairs, scored, strict=True):
                 results[n] = value
-        return [r for r in results if r is not None]
+        return [results[n] for n in range(len(prompts))]
 
     def _continue(self, state: _Prefill, seqs: list[list[int]], hidden: bool
                   ) -> list[torch.Tensor]:

@@ -254,6 +254,7 @@ def ensure_converted(digest: str, gguf: Callable[[], Path], source: str) -> Path
             convert_gguf(path, tmp)
             storage.atomic_write_json(tmp / "prefalign.json", {
                 "source": source, "gguf": str(path), "sha256": digest})
+            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like its parent
             os.replace(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -336,8 +337,9 @@ def _load_hub(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
                if offline else "check the id and the network, or download it into the HF cache")
         raise ModelUnavailable(
             f"Hugging Face model {spec.source!r} is not available (HF cache "
-            f"{constants.HF_HUB_CACHE}, HF_HUB_OFFLINE={int(offline)}): {how}. "
-            f"Loader said: {_first_line(exc)}") from exc
+            f"{constants.HF_HUB_CACHE}, HF_HUB_OFFLINE={int(offline)}; no folder "
+            f"{Path(spec.source).resolve()} either): {how}. Loader said: {_first_line(exc)}"
+        ) from exc
     return LM(model, tokenizer, label=spec.label, name=spec.source, source=spec.source,
               fingerprint=_hub_fingerprint(spec.source, model), device=device)
 

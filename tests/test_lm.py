@@ -104,6 +104,7 @@ def test_greedy_generation_batched_equals_one_by_one(tiny_lm: LM) -> None:
     single = [tiny_lm.generate([p], max_new_tokens=12, batch_size=1)[0] for p in prompts]
     assert batched == single
     assert batched[1] == batched[3]
+    assert tiny_lm.generate(PROMPTS[:1], max_new_tokens=12, num_samples=3) == [batched[0] * 3]
     assert len({texts[0] for texts in batched[:3]}) == 3  # the prompt matters
     assert all(len(texts) == 1 and "\n" not in texts[0] for texts in batched)
 

