@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,20 @@ class Comparison:
             text += f"; tolerance {self.tolerance * 100:g} pp, alpha {self.alpha:g}"
         return text + (f" ({self.note})" if self.note else "")
 
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (the interval a list) for a test report's ``user_properties``, which
+        pytest-xdist sends from the worker to the controller."""
+        data = asdict(self)
+        data["ci"] = list(self.ci)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        """The inverse of ``as_dict``."""
+        fields = dict(data)
+        fields["ci"] = tuple(fields["ci"])
+        return cls(**fields)
+
 
 def compare_runs(
     baseline: Mapping[str, Any],
@@ -309,9 +323,7 @@ def _counts(users: Sequence[str]) -> dict[str, float]:
     return counts
 
 
-def _check_same_ids(
-    key: Key, kind: str, old: Mapping[str, Any], new: Mapping[str, Any]
-) -> None:
+def _check_same_ids(key: Key, kind: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
     """Refuse to compare a key whose runs were made on different pair (or item) ids."""
     only_old, only_new = sorted(old.keys() - new.keys()), sorted(new.keys() - old.keys())
     if only_old or only_new:
@@ -415,6 +427,11 @@ def load_baseline(name_or_path: str | None, root: Path) -> dict[str, Any]:
     A value with a path separator or ending in ``.json`` is a path (relative to the current
     directory); anything else is a name under ``root/.prefalign/baselines``.
     """
+    return _read_run(baseline_path(name_or_path, root))
+
+
+def baseline_path(name_or_path: str | None, root: Path) -> Path:
+    """Where ``load_baseline`` reads from; raises ``BaselineNotFound`` naming the place looked."""
     folder = Path(root) / BASELINE_DIR
     if name_or_path is None:
         saved = _saved(folder)
@@ -423,7 +440,7 @@ def load_baseline(name_or_path: str | None, root: Path) -> dict[str, Any]:
                 f"no baseline saved in {folder}: save one first with --prefalign-save NAME"
             )
         path = max(saved, key=lambda p: (p.stat().st_mtime, p.name))
-    elif os.sep in name_or_path or "/" in name_or_path or name_or_path.endswith(".json"):
+    elif is_path(name_or_path):
         path = Path(name_or_path).expanduser()
         if not path.is_file():
             raise BaselineNotFound(f"no run file at {path}")
@@ -432,7 +449,12 @@ def load_baseline(name_or_path: str | None, root: Path) -> dict[str, Any]:
         if not path.is_file():
             names = ", ".join(p.stem for p in _saved(folder)) or "none"
             raise BaselineNotFound(f"no baseline named {name_or_path!r} at {path} (saved: {names})")
-    return _read_run(path)
+    return path
+
+
+def is_path(name_or_path: str) -> bool:
+    """A baseline argument with a path separator or ending in ``.json`` is a file, not a name."""
+    return os.sep in name_or_path or "/" in name_or_path or name_or_path.endswith(".json")
 
 
 def _saved(folder: Path) -> list[Path]:

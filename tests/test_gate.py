@@ -13,10 +13,13 @@ import pytest
 
 from pytest_prefalign.gate import (
     BaselineNotFound,
+    Comparison,
     RunMismatch,
     Threshold,
+    baseline_path,
     compare_main,
     compare_runs,
+    is_path,
     load_baseline,
     parse_threshold,
     parse_thresholds,
@@ -162,6 +165,15 @@ def test_a_large_significant_drop_fails_with_its_message() -> None:
         assert part in message
 
 
+def test_a_comparison_survives_json_as_plain_data() -> None:
+    # what a pytest-xdist worker sends to the controller on the test report
+    gate = only(compare_runs(make_run([1.0] * 20, 4), make_run(flipped(20, 8), 4), GATE),
+                "policy_acc")  # fmt: skip
+    data = json.loads(json.dumps(gate.as_dict()))
+    assert data["ci"] == list(gate.ci) and data["regressed"] is True
+    assert Comparison.from_dict(data) == gate
+
+
 def test_a_small_drop_that_is_not_significant_passes() -> None:
     # 3 of 200 pairs flip 1 -> 0: a drop of 1.5 pp, beyond a 1 pp tolerance, but
     # McNemar p = 2 * (1/2)^3 = 0.25 > 0.05: not a regression.
@@ -262,6 +274,14 @@ def test_save_and_load_baselines(tmp_path: Path) -> None:
     assert load_baseline(None, tmp_path) == new  # the latest by modification time
     assert load_baseline(str(newer), tmp_path) == new  # a path works too
     assert not list(path.parent.glob("*.tmp"))  # the atomic write left nothing behind
+
+
+def test_baseline_path_is_where_load_baseline_reads(tmp_path: Path) -> None:
+    path = save_baseline(make_run([1.0] * 4, 2), "main", tmp_path)
+    assert baseline_path(None, tmp_path) == path
+    assert baseline_path("main", tmp_path) == path
+    assert baseline_path(str(path), tmp_path) == path
+    assert is_path("runs/a.json") and is_path("a.json") and not is_path("v1.2")
 
 
 def test_baseline_errors_name_where_they_looked(tmp_path: Path) -> None:
