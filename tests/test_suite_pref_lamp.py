@@ -240,6 +240,16 @@ def test_generated_negatives_are_cached_per_reference(tmp_path):
     assert len(other.prompts) == len(ref.prompts)  # another reference model: generated anew
 
 
+def test_a_corrupt_cache_file_is_generated_afresh(tmp_path):
+    data = load(real_data(), limit=1)
+    ref = FakeReference()
+    pref_lamp.PrefLamp().build_pairs(data, ref, tmp_path)
+    Path(data.provenance["negatives_cache"]).write_bytes(b'{"titles": {"half')
+    again, second = load(real_data(), limit=1), FakeReference()
+    pref_lamp.PrefLamp().build_pairs(again, second, tmp_path)
+    assert second.prompts == ref.prompts and again.test_pairs == data.test_pairs
+
+
 def test_a_negative_equal_to_the_real_title_is_skipped_and_counted(tmp_path):
     data = load(real_data(), limit=1)
     item = data.items[0]

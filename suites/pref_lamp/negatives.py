@@ -154,8 +154,7 @@ def cached_generations(
     """Cleaned greedy titles for every key of ``prompts``; generates only what the cache file
     lacks, holding its lock so that parallel workers do not generate the same titles twice."""
     with storage.locked(path):
-        doc = storage.read_json(path) if path.is_file() else {}
-        titles: dict[str, str] = dict(doc.get("titles", {}))
+        titles = _read_titles(path)
         missing = [key for key in prompts if key not in titles]
         for start in range(0, len(missing), CHUNK):
             chunk = missing[start : start + CHUNK]
@@ -173,6 +172,16 @@ def cached_generations(
                 },
             )
     return {key: titles[key] for key in prompts}
+
+
+def _read_titles(path: Path) -> dict[str, str]:
+    """The cached titles; a file that cannot be read is started afresh (it is only a cache)."""
+    try:
+        doc = storage.read_json(path)
+    except (FileNotFoundError, ValueError):  # JSON and UTF-8 errors are ValueErrors
+        return {}
+    titles = doc.get("titles") if isinstance(doc, dict) else None
+    return dict(titles) if isinstance(titles, dict) else {}
 
 
 # -- other author --------------------------------------------------------------------------------

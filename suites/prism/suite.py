@@ -183,7 +183,8 @@ def _turn_parts(utts: list[tuple[int, Record]]) -> tuple[str, list[tuple[float, 
             score = utt.get("score")
             if isinstance(score, bool) or not isinstance(score, (int, float)):
                 raise utt.error("score", f"expected a number, got {type(score).__name__}")
-            rid = f"m{utt.data.get('within_turn_id', n)}"
+            within = utt.data.get("within_turn_id")
+            rid = f"m{within if isinstance(within, int) else n}"
             responses.append(
                 (float(score), rid, utt.text("content"), utt.data.get("if_chosen") is True)
             )
