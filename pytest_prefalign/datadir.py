@@ -68,6 +68,17 @@ def find_data_dir(
     raise DataNotFound(not_found_message(subdir, places))
 
 
+def suite_folder(data_dir: Path | None, subdir: str, marker: str) -> Path:
+    """A suite's data folder: ``data_dir / subdir``, or ``data_dir`` itself where it already is
+    that folder (it holds ``marker``, a glob pattern such as ``authors.json``)."""
+    if data_dir is None:
+        raise DataNotFound(f"no data directory holds {subdir}/")
+    for folder in (Path(data_dir) / subdir, Path(data_dir)):
+        if folder.is_dir() and any(folder.glob(marker)):
+            return folder
+    raise DataNotFound(f"{Path(data_dir) / subdir} holds no {marker}")
+
+
 def not_found_message(subdir: str, places: list[DataPlace]) -> str:
     """The message of DataNotFound: what is missing, where it was looked for, how to provide it."""
     lines = [f"data folder {subdir}/ not found; looked in:"]

@@ -14,10 +14,10 @@ import io
 import json
 import re
 from collections import Counter
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_prefalign.api import DataError
 
@@ -28,6 +28,8 @@ MAX_MESSAGES = 20  # error messages kept per load; the counts cover all of them
 WHOLE = "(whole record)"  # the field named when a record cannot be read at all
 
 _SPACE = re.compile(r"\s+")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def normalise_ws(text: str) -> str:
@@ -139,6 +141,29 @@ class Record:
         ``name`` (e.g. ``summaries[1].text``)."""
         full = f"{self.prefix}.{name}" if self.prefix else name
         return Record(self.file, self.index, value, self.textual, prefix=full)
+
+
+def unique(
+    found: Mapping[K, list[tuple[Record, V]]], name: str, rule: str, problems: Problems
+) -> dict[K, V]:
+    """The values whose id occurs once. An id found in several records is ambiguous (which copy
+    is right cannot be told): every copy is dropped, each later one reported at field ``name``."""
+    kept: dict[K, V] = {}
+    for key, copies in found.items():
+        if len(copies) == 1:
+            kept[key] = copies[0][1]
+            continue
+        first = copies[0][0]
+        problems.drop(rule)
+        for rec, _ in copies[1:]:
+            where = "" if rec.file == first.file else f"{first.file} "
+            problems.bad(
+                rule,
+                rec.error(
+                    name, f"{key!r} also at {where}record {first.index}; every copy is dropped"
+                ),
+            )
+    return kept
 
 
 def read_json_lines(path: Path, problems: Problems, rule: str) -> Iterator[Record]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_prefalign.api import DataNotFound
-from pytest_prefalign.datadir import data_places, find_data_dir
+from pytest_prefalign.datadir import data_places, find_data_dir, suite_folder
 
 
 @pytest.fixture
@@ -95,3 +95,15 @@ def test_not_found_says_which_places_are_not_set(tmp_path, monkeypatch):
                                            r"ini prefalign_data: not set.*"
                                            r"\$PREFALIGN_DATA: not set"):
         find_data_dir("polis")
+
+
+def test_suite_folder_is_the_subdir_or_the_directory_itself(tmp_path):
+    (tmp_path / "acl-anthology").mkdir()
+    (tmp_path / "acl-anthology" / "authors.json").write_text("[]")
+    assert suite_folder(tmp_path, "acl-anthology", "authors.json") == tmp_path / "acl-anthology"
+    inner = tmp_path / "acl-anthology"
+    assert suite_folder(inner, "acl-anthology", "authors.json") == inner  # given the folder
+    with pytest.raises(DataNotFound, match=r"polis holds no \*/votes.csv"):
+        suite_folder(tmp_path, "polis", "*/votes.csv")
+    with pytest.raises(DataNotFound, match="no data directory holds polis/"):
+        suite_folder(None, "polis", "*/votes.csv")

@@ -275,8 +275,9 @@ def test_prism_bad_records_and_turns_are_dropped_and_named(tmp_path):
     data = load_prism(path)
     errors = data.provenance["data_errors"]
     assert f"{path}: record 8: field 'conversation_history[4].score': missing" in errors
-    assert f"{path}: record 9: field 'conversation_id': 'c0' also at record 1; the later copy " \
-           "is dropped" in errors
+    assert f"{path}: record 9: field 'conversation_id': 'c0' also at record 1; every copy is " \
+           "dropped" in errors
+    assert "/c0/" not in " ".join(p.pair_id for p in data.train_pairs + data.test_pairs)
     assert f"{path}: record 10: field 'conversation_history': expected a list, got str" in errors
     assert data.dropped["record:bad_turn"] == 1
     # c9 keeps its first turn (turns after a broken one lose their context and are not used)

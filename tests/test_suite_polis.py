@@ -185,7 +185,7 @@ def test_cap_and_share_options(tmp_path):
 
 
 def test_missing_data_and_bad_options(tmp_path):
-    with pytest.raises(DataNotFound, match="holds no conversation folders"):
+    with pytest.raises(DataNotFound, match=r"polis holds no \*/votes.csv"):
         load(tmp_path)
     conversation(tmp_path, "town")
     with pytest.raises(DataError, match="field 'conversations': no conversation folder 'sea'"):

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefalign_suites.records import WHOLE, Problems, normalise_ws, read_csv
+from prefalign_suites.records import WHOLE, Problems, Record, normalise_ws, read_csv, unique
 
 from pytest_prefalign.api import DataError
 
@@ -76,44 +76,36 @@ def read_statements(path: Path, problems: Problems) -> tuple[dict[int, Statement
     """The kept statements by id, and the ids of those dropped (moderated out, duplicated);
     moderated-out statements are counted as ``record:moderated_out``."""
     _need(path)
-    found: dict[int, list[tuple[int, Statement | None, int]]] = defaultdict(list)
+    found: dict[int, list[tuple[Record, tuple[Statement | None, int]]]] = defaultdict(list)
     for rec in read_csv(path, problems, "record:bad_comment", COMMENT_COLUMNS):
         try:
             cid = rec.integer("comment-id")
         except DataError as exc:
             problems.bad("record:bad_comment", exc)
             continue
-        try:
-            moderated = rec.integer("moderated", (-1, 0, 1))
-            author, time = rec.integer("author-id"), rec.integer("timestamp")
-            statement: Statement | None = Statement(cid, author, rec.text("comment-body"), time)
-        except DataError as exc:
-            # the id is known: votes on it are dropped with it, not reported one by one
-            problems.bad("record:bad_comment", exc)
-            statement, moderated = None, 0
-        found[cid].append((int(rec.index), statement, moderated))
-    kept, removed = {}, set()
-    for cid, copies in found.items():
-        line, statement, moderated = copies[0]
-        if len(copies) > 1:
-            problems.drop("record:duplicate_comment_id")
-            for other, _, _ in copies[1:]:
-                problems.bad(
-                    "record:duplicate_comment_id",
-                    DataError(
-                        path,
-                        other,
-                        "comment-id",
-                        f"{cid} also at line {line}; every copy is dropped",
-                    ),
-                )
-        elif moderated == -1:
+        found[cid].append((rec, _statement(rec, cid, problems)))
+    kept = {}
+    for cid, (statement, moderated) in unique(
+        found, "comment-id", "record:duplicate_comment_id", problems
+    ).items():
+        if moderated == -1:
             problems.drop("record:moderated_out")
         elif statement is not None:
             kept[cid] = statement
-            continue
-        removed.add(cid)
+    removed = set(found) - set(kept)
     return kept, removed
+
+
+def _statement(rec: Record, cid: int, problems: Problems) -> tuple[Statement | None, int]:
+    """The statement and its ``moderated`` value; ``None`` where a field is bad (its id is
+    still known, so that votes on it are dropped with it, not reported one by one)."""
+    try:
+        moderated = rec.integer("moderated", (-1, 0, 1))
+        author, time = rec.integer("author-id"), rec.integer("timestamp")
+        return Statement(cid, author, rec.text("comment-body"), time), moderated
+    except DataError as exc:
+        problems.bad("record:bad_comment", exc)
+        return None, 0
 
 
 def read_votes(

@@ -12,7 +12,8 @@ from prefalign_suites import options as opt
 from prefalign_suites.polis import conversations, voters
 from prefalign_suites.records import Problems, normalise_ws
 
-from pytest_prefalign.api import DataError, DataNotFound, ProfileEntry, SuiteData
+from pytest_prefalign.api import DataError, ProfileEntry, SuiteData
+from pytest_prefalign.datadir import suite_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.lm import LM
@@ -54,7 +55,7 @@ class Polis:
             items_per_user=opt.integer(opts, "items_per_user"),
             seed=opt.integer(opts, "seed"),
         )
-        folder = self._folder(data_dir)
+        folder = suite_folder(data_dir, self.source, "*/votes.csv")
         problems = Problems()
         drops: defaultdict[str, int] = defaultdict(int)
         found: list[voters.Voter] = []
@@ -90,17 +91,6 @@ class Polis:
 
     def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
         """Nothing to do: the pairs come from the votes (``load`` made them)."""
-
-    def _folder(self, data_dir: Path | None) -> Path:
-        if data_dir is None:
-            raise DataNotFound(f"suite {self.name}: no data directory holds {self.source}/")
-        for folder in (Path(data_dir) / self.source, Path(data_dir)):
-            if folder.is_dir() and any(folder.glob("*/votes.csv")):
-                return folder
-        raise DataNotFound(
-            f"suite {self.name}: {Path(data_dir) / self.source} holds no "
-            "conversation folders (*/votes.csv)"
-        )
 
     @staticmethod
     def _conversations(folder: Path, wanted: str) -> list[Path]:

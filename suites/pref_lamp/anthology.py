@@ -30,6 +30,7 @@ from prefalign_suites.records import (
     Record,
     read_json_document,
     read_json_lines,
+    unique,
 )
 from prefalign_suites.splits import held_out
 
@@ -67,23 +68,7 @@ def read_papers(folder: Path, problems: Problems) -> dict[str, Paper]:
                 problems.bad("record:bad_paper", exc)
                 continue
             found[paper.paper_id].append((rec, paper))
-    papers = {}
-    for paper_id, copies in found.items():
-        if len(copies) == 1:
-            papers[paper_id] = copies[0][1]
-            continue
-        first = copies[0][0]
-        problems.drop("record:duplicate_paper_id")
-        for rec, _ in copies[1:]:
-            problems.bad(
-                "record:duplicate_paper_id",
-                rec.error(
-                    "anthology_id",
-                    f"{paper_id!r} also at {first.file} record {first.index}; "
-                    "every copy is dropped",
-                ),
-            )
-    return papers
+    return unique(found, "anthology_id", "record:duplicate_paper_id", problems)
 
 
 def _paper(rec: Record) -> Paper:
@@ -107,7 +92,7 @@ def read_authors(
     doc = read_json_document(path)
     if not isinstance(doc, list):
         raise DataError(path, 1, WHOLE, "expected a JSON list of authors")
-    entries: list[tuple[int, str, list[str]]] = []
+    found: dict[str, list[tuple[Record, list[str]]]] = defaultdict(list)
     for index, raw in enumerate(doc):
         rec = Record(str(path), index, raw)
         try:
@@ -118,8 +103,8 @@ def read_authors(
         except DataError as exc:
             problems.bad("record:bad_author", exc)
             continue
-        entries.append((index, user, _known_ids(rec, listed, papers, problems)))
-    return _unique_users(path, entries, problems)
+        found[user].append((rec, _known_ids(rec, listed, papers, problems)))
+    return list(unique(found, "user_id", "record:duplicate_user_id", problems).items())
 
 
 def _known_ids(
@@ -140,26 +125,3 @@ def _known_ids(
         else:
             ids.append(paper_id)
     return ids
-
-
-def _unique_users(
-    path: Path, entries: list[tuple[int, str, list[str]]], problems: Problems
-) -> list[tuple[str, list[str]]]:
-    seen: dict[str, int] = {}
-    repeated: set[str] = set()
-    for index, user, _ in entries:
-        if user in seen:
-            repeated.add(user)
-            problems.bad(
-                "record:duplicate_user_id",
-                DataError(
-                    path,
-                    index,
-                    "user_id",
-                    f"{user!r} also at record {seen[user]}; every copy is dropped",
-                ),
-            )
-        else:
-            seen[user] = index
-    problems.drop("record:duplicate_user_id", len(repeated))
-    return [(user, ids) for _, user, ids in entries if user not in repeated]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
-from prefalign_suites.records import WHOLE, Problems, Record, read_json_document
+from prefalign_suites.records import WHOLE, Problems, Record, read_json_document, unique
 
 from pytest_prefalign.api import DataError, DataNotFound
 
@@ -107,23 +107,8 @@ def read_questions(
             continue
         test = {"id": qid, "title": golds[qid], "abstract": abstract}
         found[qid].append((rec, (_profile(rec, listed, problems), test)))
-    return {
-        f"lamp5:{qid}": copies[0][1]
-        for qid, copies in found.items()
-        if _single(qid, copies, problems)
-    }
-
-
-def _single(qid: str, copies: list[tuple[Record, Any]], problems: Problems) -> bool:
-    if len(copies) == 1:
-        return True
-    problems.drop("record:duplicate_question_id")
-    for rec, _ in copies[1:]:
-        problems.bad(
-            "record:duplicate_question_id",
-            rec.error("id", f"{qid!r} also at record {copies[0][0].index}; every copy is dropped"),
-        )
-    return False
+    kept = unique(found, "id", "record:duplicate_question_id", problems)
+    return {f"lamp5:{qid}": value for qid, value in kept.items()}
 
 
 def _profile(rec: Record, listed: list[Any], problems: Problems) -> list[dict[str, str]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prefalign_suites.records import normalise_ws
+from prefalign_suites.records import Problems, normalise_ws
 
 from pytest_prefalign import storage
 from pytest_prefalign.api import Pair
@@ -76,25 +76,23 @@ def add_pairs(
     negative: dict[str, str | None],
 ) -> None:
     """Pairs from sources and their negatives (by pair id); skipped pairs are counted."""
-    data.train_pairs = list(_pairs(suite, data, train, negative))
-    data.test_pairs = list(_pairs(suite, data, test, negative))
+    problems = Problems()
+    data.train_pairs = list(_pairs(suite, train, negative, problems))
+    data.test_pairs = list(_pairs(suite, test, negative, problems))
+    problems.report(data)
 
 
 def _pairs(
-    suite: Suite, data: SuiteData, srcs: Iterable[Source], negative: dict[str, str | None]
+    suite: Suite, srcs: Iterable[Source], negative: dict[str, str | None], problems: Problems
 ) -> Iterator[Pair]:
     for src in srcs:
         rejected = negative.get(src.pair_id)
         if not rejected:
-            _count(data, "pair:no_negative")
+            problems.drop("pair:no_negative")
         elif same_title(rejected, src.title):
-            _count(data, "pair:negative_equals_real")
+            problems.drop("pair:negative_equals_real")
         else:
             yield Pair(src.pair_id, src.user, suite.instruction(src.abstract), src.title, rejected)
-
-
-def _count(data: SuiteData, rule: str) -> None:
-    data.dropped[rule] = data.dropped.get(rule, 0) + 1
 
 
 def same_title(a: str, b: str) -> bool:

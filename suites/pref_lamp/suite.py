@@ -10,7 +10,8 @@ from prefalign_suites import options as opt
 from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives
 from prefalign_suites.records import Problems, normalise_ws
 
-from pytest_prefalign.api import DataNotFound, ProfileEntry, SuiteData
+from pytest_prefalign.api import ProfileEntry, SuiteData
+from pytest_prefalign.datadir import suite_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.lm import LM
@@ -59,7 +60,7 @@ class PrefLamp:
                 problems=problems,
             )
         else:
-            folder = self._folder(data_dir)
+            folder = suite_folder(data_dir, self.source, anthology.AUTHORS)
             users, pool = anthology.read(
                 folder, limit=limit, share=opt.share(opts, "test_share"), problems=problems
             )
@@ -98,17 +99,6 @@ class PrefLamp:
             max_train=opt.integer(opts, "max_train_pairs"),
             max_new_tokens=opt.integer(opts, "title_tokens", minimum=1),
             batch_size=opt.integer(opts, "batch_size", minimum=1),
-        )
-
-    def _folder(self, data_dir: Path | None) -> Path:
-        """``data_dir/acl-anthology``, or ``data_dir`` itself where it is that folder."""
-        if data_dir is None:
-            raise DataNotFound(f"suite {self.name}: no data directory holds {self.source}/")
-        for folder in (Path(data_dir) / self.source, Path(data_dir)):
-            if (folder / anthology.AUTHORS).is_file():
-                return folder
-        raise DataNotFound(
-            f"suite {self.name}: {Path(data_dir) / self.source} holds no {anthology.AUTHORS}"
         )
 
     @staticmethod

@@ -4,13 +4,14 @@ participant. See docs/suites.md for the rules, options and field names."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefalign_suites import hf_source
 from prefalign_suites import options as opt
-from prefalign_suites.records import Problems, Record
+from prefalign_suites.records import Problems, Record, unique
 from prefalign_suites.splits import held_out, user_rng
 
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
@@ -106,10 +107,11 @@ class Prism:
         ]
 
 
-def _by_user(rows, history: bool, problems: Problems) -> dict[str, list[list[Turn]]]:
+def _by_user(
+    rows: Iterable[hf_source.Row], history: bool, problems: Problems
+) -> dict[str, list[list[Turn]]]:
     """Each participant's conversations (in file order) as lists of usable turns."""
-    found: dict[str, list[list[Turn]]] = defaultdict(list)
-    seen: dict[str, Record] = {}
+    found: dict[str, list[tuple[Record, tuple[Record, str, list[Any]]]]] = defaultdict(list)
     for row in rows:
         rec = row.record
         try:
@@ -118,22 +120,16 @@ def _by_user(rows, history: bool, problems: Problems) -> dict[str, list[list[Tur
         except DataError as exc:
             problems.bad("record:bad_conversation", exc)
             continue
-        if conv_id in seen:
-            problems.bad(
-                "record:duplicate_conversation_id",
-                rec.error(
-                    "conversation_id",
-                    f"{conv_id!r} also at record {seen[conv_id].index}; the later copy is dropped",
-                ),
-            )
-            continue
-        seen[conv_id] = rec
+        found[conv_id].append((rec, (rec, user, utterances)))
+    convs = unique(found, "conversation_id", "record:duplicate_conversation_id", problems)
+    by_user: dict[str, list[list[Turn]]] = defaultdict(list)
+    for conv_id, (rec, user, utterances) in convs.items():
         turns = conversation_turns(rec, conv_id, utterances, history, problems)
         if turns:
-            found[user].append(turns)
+            by_user[user].append(turns)
         else:
             problems.drop("conversation:no_rated_turn")
-    return found
+    return by_user
 
 
 def conversation_turns(
