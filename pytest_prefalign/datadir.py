@@ -12,9 +12,13 @@ Light: imported by the plugin's evaluation and by the ``prefalign data`` command
 
 from __future__ import annotations
 
+import argparse
+import configparser
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_prefalign import storage
 from pytest_prefalign.api import DataNotFound
@@ -92,7 +96,7 @@ def not_found_message(subdir: str, places: list[DataPlace]) -> str:
 
 
 def _expand(text: str) -> Path:
-    return Path(text).expanduser().absolute()
+    return Path(text).expanduser().resolve()
 
 
 def _from_ini(text: str, rootdir: Path | None) -> Path:
@@ -100,4 +104,76 @@ def _from_ini(text: str, rootdir: Path | None) -> Path:
     path = Path(text).expanduser()
     if not path.is_absolute() and rootdir is not None:
         path = Path(rootdir) / path
-    return path.absolute()
+    return path.resolve()
+
+
+# -- the ``prefalign data`` command ---------------------------------------------------------------
+
+
+def data_main(argv: list[str]) -> int:
+    """``prefalign data [--data DIR]``: each registered suite, its source, licence and where its
+    data is found, then the four places. Exit status 1 where a suite that needs a data
+    directory has none."""
+    parser = argparse.ArgumentParser(prog="prefalign data", description=data_main.__doc__)
+    parser.add_argument("--data", metavar="DIR", help="as --prefalign-data in a pytest run")
+    args = parser.parse_args(argv)
+    ini, inifile = ini_data_value(Path.cwd())
+    places = data_places(option=args.data, ini=ini, rootdir=inifile.parent if inifile else None)
+    missing = False
+    for suite in _registered_suites():
+        found = next((p.path for p in places if p.path is not None and p.holds(suite.source)), None)
+        if found is not None:
+            where = str(found / suite.source)
+        elif getattr(suite, "requires_data_dir", True):
+            where, missing = "NOT FOUND", True
+        else:
+            where = "no local copy: read through the datasets library (cache or hub)"
+        print(
+            f"{suite.name}: {suite.description}\n  source: {suite.source}\n"
+            f"  licence: {suite.licence}\n  data: {where}"
+        )
+    print("Places searched, in order:")
+    for n, place in enumerate(places, 1):
+        origin = f" (from {inifile})" if place.label.startswith("ini") and inifile else ""
+        print(f"  {n}. {place.label}: {place.path or 'not set'}{origin}")
+    return 1 if missing else 0
+
+
+def _registered_suites() -> list[Any]:
+    import pytest
+
+    from pytest_prefalign import hookspec, registry
+
+    manager = pytest.PytestPluginManager()
+    manager.add_hookspecs(hookspec)
+    found = registry.load(manager)
+    for failure in found.failures:
+        print(f"warning: {failure}")
+    return [entry.obj for _, entry in sorted(found.suites.items())]
+
+
+def ini_data_value(start: Path) -> tuple[str | None, Path | None]:
+    """``prefalign_data`` from the first pytest configuration file found from ``start`` upwards
+    (pytest.ini, pyproject.toml, tox.ini, setup.cfg, as pytest looks for them), and that file."""
+    for folder in (start, *start.parents):
+        for name in ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
+            section = _pytest_section(folder / name)
+            if section is not None:
+                value = section.get("prefalign_data")
+                return (str(value) if value else None), folder / name
+    return None, None
+
+
+def _pytest_section(path: Path) -> dict[str, Any] | None:
+    """The pytest section of a configuration file, or None where it has none."""
+    if not path.is_file():
+        return None
+    if path.suffix == ".toml":
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        return doc.get("tool", {}).get("pytest", {}).get("ini_options")
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(path, encoding="utf-8")
+    for name in ("tool:pytest", "pytest") if path.name == "setup.cfg" else ("pytest",):
+        if parser.has_section(name):
+            return dict(parser[name])
+    return {} if path.name in ("pytest.ini", ".pytest.ini") else None

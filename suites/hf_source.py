@@ -54,11 +54,21 @@ def rows(
     if path:
         files = local_files(Path(path).expanduser(), required=True)
         return _local(files, problems), str(Path(path).expanduser())
-    local = Path(data_dir) / ds.dataset_id if data_dir is not None else None
-    if local is not None and local.is_dir():
-        files = local_files(local, required=True)
-        return _local(files, problems), str(local)
+    local = local_copy(ds, data_dir)
+    if local is not None:
+        return _local(local_files(local, required=True), problems), str(local)
     return _hub(ds, data_dir), f"hf:{ds.dataset_id}" + (f" ({ds.config})" if ds.config else "")
+
+
+def local_copy(ds: HubDataset, data_dir: Path | None) -> Path | None:
+    """``DIR/<dataset id>/`` of a data directory DIR; ``data_dir`` may also be that folder."""
+    if data_dir is None:
+        return None
+    parts = tuple(ds.dataset_id.split("/"))
+    for folder in (Path(data_dir) / ds.dataset_id, Path(data_dir)):
+        if folder.is_dir() and folder.parts[-len(parts) :] == parts:
+            return folder
+    return None
 
 
 def local_files(path: Path, *, required: bool) -> list[Path]:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_prefalign import datadir
 from pytest_prefalign.api import DataNotFound
-from pytest_prefalign.datadir import data_places, find_data_dir, suite_folder
+from pytest_prefalign.datadir import data_places, find_data_dir, ini_data_value, suite_folder
 
 
 @pytest.fixture
@@ -107,3 +108,48 @@ def test_suite_folder_is_the_subdir_or_the_directory_itself(tmp_path):
         suite_folder(tmp_path, "polis", "*/votes.csv")
     with pytest.raises(DataNotFound, match="no data directory holds polis/"):
         suite_folder(None, "polis", "*/votes.csv")
+
+
+def test_ini_value_comes_from_the_first_pytest_config_file_upwards(tmp_path):
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = ../shared\n")
+    assert ini_data_value(deep) == ("../shared", tmp_path / "setup.cfg")
+    (tmp_path / "a" / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nprefalign_data = "here"\n')
+    assert ini_data_value(deep) == ("here", tmp_path / "a" / "pyproject.toml")
+    (deep / "pytest.ini").write_text("[pytest]\n")  # a config file without the value wins
+    assert ini_data_value(deep) == (None, deep / "pytest.ini")
+    (deep / "tox.ini").write_text("[tox]\n")  # no pytest section: not a pytest config file
+    assert ini_data_value(deep) == (None, deep / "pytest.ini")
+
+
+class Suite:
+    def __init__(self, name, source, requires_data_dir=True):
+        self.name, self.source, self.requires_data_dir = name, source, requires_data_dir
+        self.description, self.licence = f"{name} suite", "CC BY 4.0"
+
+
+def test_data_command_lists_suites_and_places(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("PREFALIGN_DATA", raising=False)
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = data\n")
+    give(tmp_path / "data")
+    suites = [Suite("pref_lamp", "acl-anthology"), Suite("tldr", "openai/x", False)]
+    monkeypatch.setattr(datadir, "_registered_suites", lambda: suites)
+    assert datadir.data_main([]) == 0
+    out = capsys.readouterr().out
+    assert f"  data: {tmp_path / 'data' / 'acl-anthology'}" in out
+    assert "  data: no local copy: read through the datasets library" in out
+    assert f"  2. ini prefalign_data: {tmp_path / 'data'} (from {tmp_path / 'setup.cfg'})" in out
+    suites.append(Suite("polis", "polis"))
+    assert datadir.data_main(["--data", str(tmp_path / "elsewhere")]) == 1
+    out = capsys.readouterr().out
+    assert "polis: polis suite\n  source: polis\n  licence: CC BY 4.0\n  data: NOT FOUND" in out
+    assert f"  1. --prefalign-data: {tmp_path / 'elsewhere'}" in out
+
+
+def test_data_command_reads_the_real_registry(capsys):
+    datadir.data_main([])
+    assert "pref_lamp: Pref-LaMP" in capsys.readouterr().out  # registered by entry point

@@ -139,6 +139,10 @@ def test_tldr_from_a_local_copy_in_the_data_directory(tmp_path):
     data = tldr.Tldr().load(tmp_path, limit=None, options={})
     assert len(data.users) == 2
     assert data.source == str(tmp_path / "openai" / "summarize_from_feedback")
+    # the plugin may pass the dataset's own folder
+    own = tldr.Tldr().load(tmp_path / "openai" / "summarize_from_feedback", limit=None,
+                           options={})
+    assert own.train_pairs == data.train_pairs
 
 
 def test_tldr_through_the_datasets_library(tmp_path, offline, monkeypatch):

@@ -45,9 +45,9 @@ def write(folder: Path, questions=QUESTIONS, golds=GOLDS, split: str = "dev") ->
     return folder
 
 
-def load(folder: Path, limit: int | None = None, data_dir: Path | None = None, **options: str):
+def load(folder: Path, limit: int | None = None, **options: str):
     opts = {"source": "lamp5", "lamp5_dir": str(folder), "min_profile": "1", **options}
-    return PrefLamp().load(data_dir, limit=limit, options=opts)
+    return PrefLamp().load(None, limit=limit, options=opts)
 
 
 def test_each_question_is_a_user_with_its_profile_and_one_test_item(tmp_path):
@@ -127,9 +127,10 @@ def test_wrong_task_is_fatal(tmp_path):
         load(folder)
 
 
-def test_split_choice_and_relative_folder(tmp_path):
+def test_split_choice_and_relative_folder(tmp_path, monkeypatch):
     write(tmp_path / "data" / "lamp5", split="train")
-    data = load(Path("lamp5"), data_dir=tmp_path / "data")  # relative to the data directory
+    monkeypatch.chdir(tmp_path / "data")
+    data = load(Path("lamp5"))  # relative to the current directory
     assert data.source.endswith("train_questions.json")
     write(tmp_path / "data" / "lamp5", questions=QUESTIONS[:1], split="dev")
     assert len(load(tmp_path / "data" / "lamp5").users) == 1  # dev is preferred

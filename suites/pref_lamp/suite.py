@@ -54,7 +54,7 @@ class PrefLamp:
         problems = Problems()
         if kind == "lamp5":
             users, pool, where = lamp5.read(
-                self._lamp5_dir(opts, data_dir),
+                self._lamp5_dir(opts),
                 split=opt.choice(opts, "lamp5_split", ("", *lamp5.SPLITS)),
                 limit=limit,
                 problems=problems,
@@ -102,10 +102,7 @@ class PrefLamp:
         )
 
     @staticmethod
-    def _lamp5_dir(opts: dict[str, str], data_dir: Path | None) -> Path:
+    def _lamp5_dir(opts: dict[str, str]) -> Path:
         if not opts["lamp5_dir"]:
             raise opt.option_error("lamp5_dir", "needed with source = lamp5")
-        path = Path(opts["lamp5_dir"]).expanduser()
-        if not path.is_absolute() and data_dir is not None:
-            path = Path(data_dir) / path  # relative paths are read from the data directory
-        return path
+        return Path(opts["lamp5_dir"]).expanduser().resolve()  # relative: from the current dir
