@@ -212,6 +212,8 @@ def test_missing_folder_and_unknown_option(tmp_path):
         load(real_data(), limit=1, negative="generated")
     with pytest.raises(DataError, match="field 'test_share': expected a number between 0 and 1"):
         load(real_data(), limit=1, test_share="1.5")
+    with pytest.raises(DataError, match="field 'title_tokens': expected an integer, got 'many'"):
+        load(real_data(), limit=1, title_tokens="many")
 
 
 # -- pairs ----------------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ class PrefLamp:
         opts = opt.resolve(options, DEFAULTS)
         kind = opt.choice(opts, "source", ("anthology", "lamp5"))
         mode = opt.choice(opts, "negatives", ("generated", "other_author"))
+        for key in ("title_tokens", "batch_size"):  # used by build_pairs, checked now
+            opt.integer(opts, key, minimum=1)
         problems = Problems()
         if kind == "lamp5":
             users, pool, where = lamp5.read(

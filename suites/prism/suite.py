@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,15 @@ class Turn:
     rejected: list[tuple[str, str]]  # (response id, text), each rated lower than ``chosen``
 
 
+@dataclass(frozen=True)
+class Split:
+    """How each participant's conversations are divided, from the options."""
+
+    seed: int
+    test_share: Fraction
+    items_per_user: int
+
+
 class Prism:
     name = "prism"
     description = (
@@ -66,29 +76,32 @@ class Prism:
     ) -> SuiteData:
         opts = opt.resolve(options, DEFAULTS)
         history = opt.choice(opts, "context", ("history", "turn")) == "history"
+        minimum = opt.integer(opts, "min_conversations", minimum=2)
+        split = Split(
+            opt.integer(opts, "seed"),
+            opt.share(opts, "test_share"),
+            opt.integer(opts, "items_per_user"),
+        )
         problems = Problems()
         rows, where = hf_source.rows(
             DATASET, path=opts["path"], data_dir=data_dir, problems=problems
         )
         by_user = _by_user(rows, history, problems)
-        minimum = opt.integer(opts, "min_conversations", minimum=2)
         data = SuiteData(self.name, where, {}, [], provenance={"options": opts})
         for user, convs in by_user.items():
             if len(convs) < minimum:
                 problems.drop("user:too_few_conversations")
             elif limit is None or len(data.profiles) < limit:
-                self._add_user(data, f"prism:{user}", convs, opts)
+                self._add_user(data, f"prism:{user}", convs, split)
         problems.report(data)
         return data
 
     def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
         """Nothing to do: the pairs are the participants' ratings (``load`` made them)."""
 
-    def _add_user(
-        self, data: SuiteData, user: str, convs: list[list[Turn]], opts: dict[str, str]
-    ) -> None:
-        order = user_rng(opt.integer(opts, "seed"), user).permutation(len(convs))
-        cut = len(convs) - held_out(len(convs), opt.share(opts, "test_share"))
+    def _add_user(self, data: SuiteData, user: str, convs: list[list[Turn]], split: Split) -> None:
+        order = user_rng(split.seed, user).permutation(len(convs))
+        cut = len(convs) - held_out(len(convs), split.test_share)
         train = [t for i in sorted(order[:cut]) for t in convs[i]]
         test = [t for i in sorted(order[cut:]) for t in convs[i]]
         data.profiles[user] = [ProfileEntry(t.key, t.message, t.chosen) for t in train]
@@ -96,7 +109,7 @@ class Prism:
         data.test_pairs += [p for t in test for p in self._pairs(user, t)]
         data.items += [
             Item(f"{user}/{t.key}", user, t.prompt, self.instruction(t.prompt), None)
-            for t in test[: opt.integer(opts, "items_per_user")]
+            for t in test[: split.items_per_user]
         ]
 
     def _pairs(self, user: str, turn: Turn) -> list[Pair]:

@@ -48,6 +48,27 @@ class Comparison:
     rejected: str
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """The numeric options, parsed once."""
+
+    train_seen: int
+    train_unseen: int
+    test: int  # 0 = all
+    items: int
+    seed: int
+
+    @classmethod
+    def parse(cls, opts: dict[str, str]) -> Sizes:
+        return cls(
+            train_seen=opt.integer(opts, "max_train_pairs", minimum=1),
+            train_unseen=opt.integer(opts, "max_train_pairs_unseen", minimum=1),
+            test=opt.integer(opts, "max_test_pairs"),
+            items=opt.integer(opts, "items_per_user"),
+            seed=opt.integer(opts, "seed"),
+        )
+
+
 class Tldr:
     name = "tldr"
     description = (
@@ -69,15 +90,14 @@ class Tldr:
     ) -> SuiteData:
         opts = opt.resolve(options, DEFAULTS)
         which = opt.choice(opts, "users", ("seen", "unseen", "all"))
-        seed = opt.integer(opts, "seed")
+        sizes = Sizes.parse(opts)  # before the data is read: a bad option fails at once
         problems = Problems()
         rows, where = hf_source.rows(
             DATASET, path=opts["path"], data_dir=data_dir, problems=problems
         )
         by_worker = _by_worker(rows, problems)
-        seen, unseen = _lore_users(by_worker, seed, problems)
-        caps = {u: opt.integer(opts, "max_train_pairs") for u in seen}
-        caps.update({u: opt.integer(opts, "max_train_pairs_unseen") for u in unseen})
+        seen, unseen = _lore_users(by_worker, sizes.seed, problems)
+        caps = {u: sizes.train_seen for u in seen} | {u: sizes.train_unseen for u in unseen}
         order = {"seen": seen, "unseen": unseen, "all": seen + unseen}[which]
         data = SuiteData(
             self.name,
@@ -86,10 +106,8 @@ class Tldr:
             [],
             provenance={"options": opts, "seen_users": len(seen), "unseen_users": len(unseen)},
         )
-        for worker in order:
-            if limit is not None and len(data.profiles) >= limit:
-                break
-            self._add_user(data, worker, by_worker[worker], caps[worker], opts, seed, problems)
+        for worker in order[:limit]:
+            self._add_user(data, worker, by_worker[worker], caps[worker], sizes)
         problems.report(data)
         return data
 
@@ -97,23 +115,15 @@ class Tldr:
         """Nothing to do: the pairs are the workers' comparisons (``load`` made them)."""
 
     def _add_user(
-        self,
-        data: SuiteData,
-        worker: str,
-        comps: list[Comparison],
-        cap: int,
-        opts: dict[str, str],
-        seed: int,
-        problems: Problems,
+        self, data: SuiteData, worker: str, comps: list[Comparison], cap: int, sizes: Sizes
     ) -> None:
         user = f"tldr:{worker}"
         train = [c for c in comps if c.split == "train"]
         if len(train) > cap:
-            picks = user_rng(seed, user).choice(len(train), size=cap, replace=False)
+            picks = user_rng(sizes.seed, user).choice(len(train), size=cap, replace=False)
             train = [train[i] for i in sorted(picks)]
         test = [c for c in comps if c.split == "validation"]
-        max_test = opt.integer(opts, "max_test_pairs")
-        test = test[:max_test] if max_test else test
+        test = test[: sizes.test] if sizes.test else test
         data.profiles[user] = [ProfileEntry(c.pair_key, c.text, c.chosen) for c in train]
         data.train_pairs += [self._pair(user, c) for c in train]
         data.test_pairs += [self._pair(user, c) for c in test]
@@ -122,7 +132,7 @@ class Tldr:
             firsts.setdefault(c.post_id, c)
         data.items += [
             Item(f"{user}/{c.post_id}", user, c.text, self.instruction(c.text), None)
-            for c in list(firsts.values())[: opt.integer(opts, "items_per_user")]
+            for c in list(firsts.values())[: sizes.items]
         ]
 
     def _pair(self, user: str, c: Comparison) -> Pair:
