@@ -1,0 +1,556 @@
+"""The ``args`` decoder: ARGS, greedy over the base model's top-k tokens, each candidate ``c``
+rescored by ``logit_base(c) + w * r_u(x, y_<t + c)`` [k = 10, w = 1].
+
+Two paths, the same tokens:
+
+- fast (the reward method declares ``"hidden"``, i.e. it is a head on the base model's own final
+  hidden states): one forward pass per step serves both the candidates' rewards and the policy's
+  next-token logits. The prompts are prefilled once, left-padded, one cache row each; at each step
+  the k candidates are fed as k query tokens at the same position id on that row, under a 4D mask
+  that lets each see the cached prefix and itself only. Their hidden states give their rewards,
+  and the winner's hidden state gives the next step's logits, so the winner's pass is reused:
+  its KV entry is kept and the others are cropped.
+- general (``"prefix"`` only): the prompts are prefilled once and decoded with a cache; the
+  candidates' rewards come from ``prefix_rewards`` over their texts, batched over candidates.
+
+The policy accuracy score ``S_u(y|x)`` (SPEC.md section 3) teacher-forces ``y``: at step ``t`` the
+candidate set ``C_t`` is the base top-k plus the true token ``y_t``, scored like above and
+log-softmaxed over ``C_t``. With ``"hidden"`` all positions of a batch of responses take two
+passes on top of a shared prompt prefill: one plain pass (base logits, hence ``C_t``, and the true
+tokens' rewards), one pass with every candidate of every ``t`` as an extra query token at ``t``'s
+position id that sees the prompt and ``y_<t`` only.
+
+Ties: candidates are the top-k by base logit (the lower id first among equal logits) and the
+winner is the best score (the lower id among equal scores); ``args_reference`` shares the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+from prefalign_methods.base import reduce_logprobs
+
+from pytest_prefalign.api import CaseContext, Decoder, Item, RewardMethod
+from pytest_prefalign.lm import LM, clean_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+Finished = Callable[[list[int]], bool]  # does a generated token list end the response?
+QUERY_BLOCK = 512  # most candidate query tokens per row in one teacher-forced pass
+
+
+class ArgsDecoder(Decoder):
+    """ARGS: reward-guided greedy decoding over the base model's top-k tokens."""
+
+    name = "args"
+    needs = frozenset({"score", "prefix"})
+    order = 10  # position in the default method list: the first reward-guided decoder
+
+    def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        k, w = settings(ctx)
+        lm = ctx.lm
+        tokens = args_generate(lm, require_reward(ctx), [it.user for it in items],
+                               [it.prompt for it in items], k=k, w=w,
+                               max_new_tokens=ctx.options["max_new_tokens"],
+                               batch_size=ctx.options["batch_size"],
+                               finished=first_line_finished(lm))
+        return [clean_text(decode_response(lm, t)) for t in tokens]
+
+    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
+               responses: Sequence[str]) -> np.ndarray:
+        k, w = settings(ctx)
+        per_token = args_token_logprobs(ctx.lm, require_reward(ctx), users, prompts, responses,
+                                        k=k, w=w, batch_size=ctx.options["batch_size"])
+        return reduce_logprobs(per_token, ctx.options["reduce"])
+
+
+def settings(ctx: CaseContext) -> tuple[int, float]:
+    """``(k, w)`` from the options, validated."""
+    k, w = ctx.options.get("args_k", 10), ctx.options.get("args_w", 1.0)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"args_k must be an integer >= 1, got {k!r}")
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w):
+        raise ValueError(f"args_w must be a finite number, got {w!r}")
+    return k, float(w)
+
+
+def require_reward(ctx: CaseContext) -> RewardMethod:
+    """The reward method, which must give prefix rewards (or hidden-state rewards)."""
+    reward = ctx.reward
+    if reward is None:
+        raise ValueError("the args decoder needs a reward method, e.g. args[global_bt]")
+    if not {"prefix", "hidden"} & set(reward.capabilities):
+        raise ValueError(f"the args decoder needs prefix rewards, and reward method "
+                         f"{reward.name!r} declares neither 'prefix' nor 'hidden'")
+    return reward
+
+
+# -------------------------------------------------------------------------------------------
+# The rule all implementations share
+# -------------------------------------------------------------------------------------------
+
+
+def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """``(N, V)`` logits -> ``(N, k)`` ids of the k largest, ascending by id.
+
+    Among equal logits at the k-th place the lower ids are taken; ``topk`` alone does not
+    promise which, so rows with such a tie are redone with a stable sort.
+    """
+    k = min(k, logits.shape[-1])
+    values, ids = logits.topk(k, dim=-1)
+    tied = (logits >= values[:, -1:]).sum(-1) > k
+    if tied.any():
+        ids = ids.clone()
+        ids[tied] = torch.sort(logits[tied], dim=-1, descending=True, stable=True).indices[:, :k]
+    return ids.sort(dim=-1).values
+
+
+def pick(scores: torch.Tensor) -> torch.Tensor:
+    """Index of the best score per row; on exact ties the first, i.e. the lowest id, since
+    candidates are in ascending id order."""
+    return scores.argmax(dim=-1)
+
+
+def eos_finished(lm: LM) -> Finished:
+    """A response ends at a stop id (``eos_id`` among them)."""
+    return lambda tokens: tokens[-1] in lm.stop_ids
+
+
+def first_line_finished(lm: LM) -> Finished:
+    """A response ends at a stop id or once its text has a complete first line: the text is cut
+    there anyway (``clean_text``), so decoding further only costs time. The same rule as
+    ``LM.generate``, so ``w = 0`` gives its texts."""
+    def finished(tokens: list[int]) -> bool:
+        if tokens[-1] in lm.stop_ids:
+            return True
+        return "\n" in lm.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+    return finished
+
+
+def decode_response(lm: LM, tokens: Sequence[int]) -> str:
+    """The text of generated tokens, up to the first stop id."""
+    ids: list[int] = []
+    for tok in tokens:
+        if tok in lm.stop_ids:
+            break
+        ids.append(tok)
+    return lm.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def uses_hidden(lm: LM, reward: RewardMethod) -> bool:
+    """Whether the fast path applies: the reward reads the base model's hidden states, and all
+    attention layers are full (a sliding-window layer would need its own mask)."""
+    if "hidden" not in reward.capabilities:
+        return False
+    config = lm.model.config
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(t == "full_attention" for t in layer_types)
+    return getattr(config, "sliding_window", None) is None
+
+
+def logits_from_hidden(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
+    """The base model's next-token logits from final hidden states ``(..., H) -> (..., V)``."""
+    logits = lm.model.get_output_embeddings()(hidden)
+    cap = getattr(lm.model.config, "final_logit_softcapping", None)
+    if cap:  # Gemma-2 style soft-capping, applied by the model's own forward
+        logits = torch.tanh(logits / cap) * cap
+    return logits.float()
+
+
+def hidden_rewards(reward: Any, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
+    """``reward_from_hidden`` as float32 on the hidden states' device."""
+    return reward.reward_from_hidden(list(users), hidden).to(hidden.device, torch.float32)
+
+
+def text_rewards(lm: LM, reward: RewardMethod, users: Sequence[str], prompts: Sequence[str],
+                 seqs: Sequence[Sequence[int]]) -> np.ndarray:
+    """``r_u(x, seq)`` after the last token of each token sequence, from ``prefix_rewards``.
+
+    The interface takes texts, so each sequence is decoded and the reward method tokenizes it
+    again (the same tokens, except where the sequence is not the tokenizer's own split of its
+    text). A sequence ending in ``eos_id`` is the response ``seq[:-1]`` complete: its last
+    prefix reward; otherwise the prefix reward just before the appended ``eos_id``.
+    """
+    texts, complete = [], []
+    for seq in seqs:
+        done = len(seq) > 0 and seq[-1] == lm.eos_id
+        texts.append(lm.tokenizer.decode(list(seq[:-1] if done else seq)))
+        complete.append(done)
+    values = reward.prefix_rewards(lm, list(users), list(prompts), texts)  # type: ignore[attr-defined]
+    return np.array([float(v[-1] if done or len(v) < 2 else v[-2])
+                     for v, done in zip(values, complete, strict=True)])
+
+
+# -------------------------------------------------------------------------------------------
+# Generation
+# -------------------------------------------------------------------------------------------
+
+
+class Stepper(Protocol):
+    """One batch of rows being decoded: gives candidate rewards, then moves to the winners."""
+
+    logits: torch.Tensor  # (B, V) base logits for each active row's next token
+
+    def rewards(self, cands: torch.Tensor) -> torch.Tensor:
+        """``(B, k)`` candidate ids -> ``(B, k)`` rewards ``r_u(x, y_<t + c)``."""
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only these rows (the others finished)."""
+
+    def advance(self, win: torch.Tensor) -> None:
+        """Append each row's winning candidate (its index in ``cands``); refresh ``logits``."""
+
+
+def args_generate(lm: LM, reward: RewardMethod, users: Sequence[str], prompts: Sequence[str], *,
+                  k: int = 10, w: float = 1.0, max_new_tokens: int = 24, batch_size: int = 16,
+                  finished: Finished | None = None) -> list[list[int]]:
+    """ARGS token ids for each (user, prompt), stop token included where one was reached.
+
+    ``finished`` defaults to stopping at a stop id; rows that finish leave the batch.
+    """
+    if len(users) != len(prompts):
+        raise ValueError(f"{len(users)} users but {len(prompts)} prompts")
+    if max_new_tokens < 1 or batch_size < 1 or k < 1:
+        raise ValueError("k, max_new_tokens and batch_size must be >= 1")
+    finished = finished or eos_finished(lm)
+    # the same request gives the same tokens: each distinct one is decoded once
+    unique = list(dict.fromkeys(zip(users, prompts, strict=True)))
+    encoded = [lm.prompt_ids(p) for _, p in unique]
+    fast = uses_hidden(lm, reward)
+    out: dict[tuple[str, str], list[int]] = {}
+    for batch in _chunks(sorted(range(len(unique)), key=lambda i: -len(encoded[i])), batch_size):
+        batch_users = [unique[i][0] for i in batch]
+        seqs = [encoded[i] for i in batch]
+        with torch.inference_mode():
+            stepper: Stepper = (SharedPassStepper(lm, reward, batch_users, seqs) if fast else
+                                PrefixStepper(lm, reward, batch_users,
+                                              [unique[i][1] for i in batch], seqs))
+            tokens = decode_loop(stepper, k, w, max_new_tokens, finished)
+        out.update(zip((unique[i] for i in batch), tokens, strict=True))
+    return [list(out[(u, p)]) for u, p in zip(users, prompts, strict=True)]
+
+
+def decode_loop(stepper: Stepper, k: int, w: float, max_new_tokens: int,
+                finished: Finished) -> list[list[int]]:
+    """The ARGS loop over a batch: top-k, rescore, keep the best, drop finished rows."""
+    tokens: list[list[int]] = [[] for _ in range(stepper.logits.shape[0])]
+    active = list(range(len(tokens)))  # rows of ``tokens`` still in the batch
+    for step in range(max_new_tokens):
+        cands = top_candidates(stepper.logits, k)
+        scores = stepper.logits.gather(1, cands) + w * stepper.rewards(cands)
+        win = pick(scores)
+        chosen = cands.gather(1, win[:, None])[:, 0].tolist()
+        keep = []
+        for j, (row, tok) in enumerate(zip(active, chosen, strict=True)):
+            tokens[row].append(tok)
+            if not finished(tokens[row]):
+                keep.append(j)
+        if not keep or step == max_new_tokens - 1:
+            break
+        if len(keep) < len(active):
+            stepper.keep(keep)
+            win, active = win[keep], [active[j] for j in keep]
+        stepper.advance(win)
+    return tokens
+
+
+def prefill(lm: LM, seqs: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """One pass over left-padded prompts: ``(cache, mask (B, L), last hidden (B, H))``.
+    Position ids count real tokens only, so padding changes no position."""
+    ids, mask = pad(seqs, lm.pad_id, left=True, device=lm.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = lm.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                              use_cache=True)
+    return out.cache, mask, out.last_hidden_state[:, -1]
+
+
+class SharedPassStepper:
+    """The fast path: one cache row per prompt, k candidates as k queries at one position."""
+
+    def __init__(self, lm: LM, reward: RewardMethod, users: list[str],
+                 seqs: list[list[int]]) -> None:
+        self.lm, self.reward, self.users = lm, reward, users
+        self.cache, self.mask, last = prefill(lm, seqs)
+        self.positions = self.mask.sum(-1)  # (B,) the next position id of each row
+        self.logits = logits_from_hidden(lm, last)
+        self.hidden: torch.Tensor | None = None  # (B, k, H) of the pending candidates
+
+    def rewards(self, cands: torch.Tensor) -> torch.Tensor:
+        rows, k = cands.shape
+        out = self.lm.model.base_model(
+            input_ids=cands, attention_mask=candidate_mask(self.mask, k),
+            position_ids=self.positions[:, None].expand(rows, k), cache=self.cache,
+            use_cache=True)
+        self.hidden = out.last_hidden_state
+        return hidden_rewards(self.reward, self.users, self.hidden)
+
+    def keep(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, device=self.mask.device)
+        self.cache.batch_select_indices(index)
+        self.mask, self.positions = self.mask[index], self.positions[index]
+        self.users = [self.users[r] for r in rows]
+        if self.hidden is not None:
+            self.hidden = self.hidden[index]
+
+    def advance(self, win: torch.Tensor) -> None:
+        if self.hidden is None:
+            raise RuntimeError("advance() before rewards()")
+        rows = torch.arange(len(win), device=win.device)
+        keep_candidate(self.cache, self.mask.shape[1], win, self.hidden.shape[1])
+        self.logits = logits_from_hidden(self.lm, self.hidden[rows, win])
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.positions = self.positions + 1
+        self.hidden = None
+
+
+def candidate_mask(mask: torch.Tensor, k: int) -> torch.Tensor:
+    """``(B, 1, k, L + k)`` boolean mask: each of k query tokens sees the row's real cached
+    tokens and itself, not the other candidates."""
+    rows, length = mask.shape
+    past = mask.bool()[:, None, None, :].expand(rows, 1, k, length)
+    own = torch.eye(k, dtype=torch.bool, device=mask.device).expand(rows, 1, k, k)
+    return torch.cat([past, own], dim=-1)
+
+
+def keep_candidate(cache: Any, length: int, win: torch.Tensor, k: int) -> None:
+    """After k candidates were appended to a cache of ``length`` tokens, keep each row's
+    winner: its key and value move to slot ``length`` and the rest is cropped."""
+    rows = torch.arange(len(win), device=win.device)
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            states = getattr(layer, name)  # (B, heads, length + k, head_dim)
+            states[:, :, length] = states[rows, :, length + win]
+    if k > 1:
+        cache.crop(-(k - 1))
+
+
+class PrefixStepper:
+    """The general path: cached policy decoding, candidates scored with ``prefix_rewards``."""
+
+    def __init__(self, lm: LM, reward: RewardMethod, users: list[str], prompts: list[str],
+                 seqs: list[list[int]]) -> None:
+        self.lm, self.reward, self.users, self.prompts = lm, reward, users, prompts
+        self.cache, self.mask, last = prefill(lm, seqs)
+        self.positions = self.mask.sum(-1)
+        self.logits = logits_from_hidden(lm, last)
+        self.generated: list[list[int]] = [[] for _ in seqs]
+        self.cands: torch.Tensor | None = None
+
+    def rewards(self, cands: torch.Tensor) -> torch.Tensor:
+        self.cands = cands
+        k = cands.shape[1]
+        seqs = [gen + [c] for gen, row in zip(self.generated, cands.tolist(), strict=True)
+                for c in row]
+        values = text_rewards(self.lm, self.reward, [u for u in self.users for _ in range(k)],
+                              [p for p in self.prompts for _ in range(k)], seqs)
+        return torch.tensor(values, dtype=torch.float32, device=cands.device).view(-1, k)
+
+    def keep(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, device=self.mask.device)
+        self.cache.batch_select_indices(index)
+        self.mask, self.positions = self.mask[index], self.positions[index]
+        self.users = [self.users[r] for r in rows]
+        self.prompts = [self.prompts[r] for r in rows]
+        self.generated = [self.generated[r] for r in rows]
+        if self.cands is not None:
+            self.cands = self.cands[index]
+
+    def advance(self, win: torch.Tensor) -> None:
+        if self.cands is None:
+            raise RuntimeError("advance() before rewards()")
+        chosen = self.cands.gather(1, win[:, None])  # (B, 1)
+        for gen, tok in zip(self.generated, chosen[:, 0].tolist(), strict=True):
+            gen.append(tok)
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        out = self.lm.model.base_model(input_ids=chosen, attention_mask=self.mask,
+                                       position_ids=self.positions[:, None], cache=self.cache,
+                                       use_cache=True)
+        self.logits = logits_from_hidden(self.lm, out.last_hidden_state[:, -1])
+        self.positions = self.positions + 1
+        self.cands = None
+
+
+# -------------------------------------------------------------------------------------------
+# Policy accuracy: the teacher-forced log-likelihood under ARGS
+# -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ForcedBatch:
+    """Responses teacher-forced on their prompts, after the plain pass.
+
+    ``logits``: ``(B, T, V)`` base logits predicting ``y_t``; ``true_rewards``: ``(B, T)``
+    ``r_u(x, y_<=t)``; ``targets``: ``(B, T)`` the ``y_t`` (padding beyond each length);
+    ``cache``/``mask``: prompt (left-padded) then response (right-padded), ``prompt_width``
+    columns of prompt; ``positions``: ``(B, T)`` position id of each ``y_t``.
+    """
+
+    logits: torch.Tensor
+    true_rewards: torch.Tensor | None
+    targets: torch.Tensor
+    lengths: list[int]
+    cache: Any
+    mask: torch.Tensor
+    prompt_width: int
+    positions: torch.Tensor
+
+
+def args_token_logprobs(lm: LM, reward: RewardMethod, users: Sequence[str],
+                        prompts: Sequence[str], responses: Sequence[str], *, k: int = 10,
+                        w: float = 1.0, batch_size: int = 16) -> list[np.ndarray]:
+    """``log p_ARGS(y_t | x, y_<t)`` over ``C_t`` for every response token (the final
+    ``eos_id`` included), float64, one array per (user, prompt, response)."""
+    if not len(users) == len(prompts) == len(responses):
+        raise ValueError(f"{len(users)} users, {len(prompts)} prompts, {len(responses)} "
+                         f"responses: expected as many of each")
+    if batch_size < 1 or k < 1:
+        raise ValueError("k and batch_size must be >= 1")
+    fast = uses_hidden(lm, reward)
+    # pairs that share a prompt share its prefill, so they go in the same batch
+    order = sorted(range(len(prompts)), key=lambda n: (-len(prompts[n]), prompts[n]))
+    results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
+    for batch in _chunks(order, batch_size):
+        with torch.inference_mode():
+            forced = teacher_force(lm, reward if fast else None, [users[n] for n in batch],
+                                   [prompts[n] for n in batch], [responses[n] for n in batch])
+            cands = top_candidates(forced.logits.flatten(0, 1), k).view(*forced.targets.shape, -1)
+            if fast:
+                rewards, true = candidate_rewards_hidden(lm, reward, [users[n] for n in batch],
+                                                         forced, cands)
+            else:
+                rewards, true = candidate_rewards_text(
+                    lm, reward, [users[n] for n in batch], [prompts[n] for n in batch],
+                    [responses[n] for n in batch], forced, cands)
+            logp = guided_logprobs(forced, cands, rewards, true, w)
+        for n, row, length in zip(batch, logp, forced.lengths, strict=True):
+            results[n] = row[:length].double().cpu().numpy()
+    return results
+
+
+def teacher_force(lm: LM, reward: RewardMethod | None, users: list[str], prompts: list[str],
+                  responses: list[str]) -> ForcedBatch:
+    """Prefill each distinct prompt once, then run the responses on their prompts' rows: the
+    base logits predicting every ``y_t`` and, with a hidden-state reward, ``r_u(x, y_<=t)``."""
+    unique = list(dict.fromkeys(prompts))
+    cache, prompt_mask, last = prefill(lm, [lm.prompt_ids(p) for p in unique])
+    rows = torch.tensor([unique.index(p) for p in prompts], device=prompt_mask.device)
+    cache.batch_select_indices(rows)
+    prompt_mask, last = prompt_mask[rows], last[rows]
+    answers = [lm.response_ids(r) for r in responses]
+    ids, resp_mask = pad(answers, lm.pad_id, left=False, device=lm.device)
+    mask = torch.cat([prompt_mask, resp_mask], dim=1)
+    positions = prompt_mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1], device=lm.device)
+    out = lm.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                              cache=cache, use_cache=True)
+    hidden = out.last_hidden_state  # (B, T, H): row t has read y_t
+    # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
+    predicting = torch.cat([last[:, None], hidden[:, :-1]], dim=1)
+    true_rewards = None if reward is None else hidden_rewards(reward, users, hidden)
+    return ForcedBatch(logits_from_hidden(lm, predicting), true_rewards, ids,
+                       [len(a) for a in answers], cache, mask, prompt_mask.shape[1], positions)
+
+
+def candidate_rewards_hidden(lm: LM, reward: RewardMethod, users: list[str], forced: ForcedBatch,
+                             cands: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``r_u(x, y_<t + c)`` for all candidates ``(B, T, k)`` in one pass: each candidate is a
+    query token at ``y_t``'s position that sees the prompt and ``y_<t`` only."""
+    if forced.true_rewards is None:
+        raise RuntimeError("teacher_force() was run without the reward")
+    steps, k = cands.shape[1:]
+    per_pass = max(1, QUERY_BLOCK // k)  # steps per pass: bounds the mask and attention sizes
+    values = [_candidate_pass(lm, reward, users, forced, cands[:, start:start + per_pass], start)
+              for start in range(0, steps, per_pass)]
+    return torch.cat(values, dim=1), forced.true_rewards
+
+
+def _candidate_pass(lm: LM, reward: RewardMethod, users: list[str], forced: ForcedBatch,
+                    cands: torch.Tensor, start: int) -> torch.Tensor:
+    """Rewards ``(B, n, k)`` of the candidates of steps ``start .. start + n``; their cache
+    entries are cropped afterwards, so every pass sees the same cache."""
+    rows, steps, k = cands.shape
+    width = forced.mask.shape[1]
+    device = cands.device
+    # query (t, j) sees cached columns before y_t's column, where the row has real tokens
+    before = torch.arange(width, device=device) < forced.prompt_width + start + torch.arange(
+        steps, device=device)[:, None]  # (n, width)
+    past = (before[None] & forced.mask.bool()[:, None, :]).repeat_interleave(k, dim=1)
+    own = torch.eye(steps * k, dtype=torch.bool, device=device).expand(rows, -1, -1)
+    mask = torch.cat([past, own], dim=-1)[:, None]  # (B, 1, n*k, width + n*k)
+    positions = forced.positions[:, start:start + steps].repeat_interleave(k, dim=1)
+    out = lm.model.base_model(input_ids=cands.flatten(1), attention_mask=mask,
+                              position_ids=positions, cache=forced.cache, use_cache=True)
+    forced.cache.crop(-(steps * k))
+    return hidden_rewards(reward, users, out.last_hidden_state).view(rows, steps, k)
+
+
+def candidate_rewards_text(lm: LM, reward: RewardMethod, users: list[str], prompts: list[str],
+                           responses: list[str], forced: ForcedBatch, cands: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The general path: candidates' rewards from ``prefix_rewards`` over their texts, the true
+    tokens' from ``prefix_rewards`` over the responses themselves (exact, same tokens)."""
+    rows, steps, k = cands.shape
+    targets, cand_list = forced.targets.tolist(), cands.tolist()
+    seqs, who, said = [], [], []
+    for b, length in enumerate(forced.lengths):
+        for t in range(length):
+            for c in cand_list[b][t]:
+                seqs.append(targets[b][:t] + [c])
+                who.append(users[b])
+                said.append(prompts[b])
+    flat = iter(text_rewards(lm, reward, who, said, seqs).tolist())
+    values = torch.zeros(rows, steps, k)
+    for b, length in enumerate(forced.lengths):
+        for t in range(length):
+            values[b, t] = torch.tensor([next(flat) for _ in range(k)])
+    prefix = reward.prefix_rewards(lm, users, prompts, responses)  # type: ignore[attr-defined]
+    true = torch.zeros(rows, steps)
+    for b, (v, n) in enumerate(zip(prefix, forced.lengths, strict=True)):
+        true[b, :n] = torch.as_tensor(np.asarray(v, dtype=np.float64)[:n], dtype=torch.float32)
+    return values.to(cands.device), true.to(cands.device)
+
+
+def guided_logprobs(forced: ForcedBatch, cands: torch.Tensor, rewards: torch.Tensor,
+                    true: torch.Tensor, w: float) -> torch.Tensor:
+    """``(B, T)`` log-softmax over ``C_t`` = top-k plus ``y_t`` of the true token's score.
+
+    The true token's score comes from the plain pass; where it is also among the top-k, that
+    copy is left out so that ``C_t`` holds it once."""
+    targets = forced.targets
+    true_score = forced.logits.gather(-1, targets[..., None])[..., 0] + w * true
+    cand_score = forced.logits.gather(-1, cands) + w * rewards
+    cand_score = cand_score.masked_fill(cands == targets[..., None], float("-inf"))
+    total = torch.logsumexp(torch.cat([cand_score, true_score[..., None]], dim=-1), dim=-1)
+    return true_score - total
+
+
+# -------------------------------------------------------------------------------------------
+# Helpers of this module
+# -------------------------------------------------------------------------------------------
+
+
+def pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` of shape ``(B, L)``: prompts padded on the left, responses on the right."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        span = slice(width - len(seq), width) if left else slice(0, len(seq))
+        ids[row, span] = torch.tensor(seq, dtype=torch.long)
+        mask[row, span] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_decoder("args", ArgsDecoder)
