@@ -104,6 +104,7 @@ class ARM(RewardMethod):
     loss and accuracy after each epoch (from the cache's JSON when ``fit`` loaded)."""
 
     name = "arm"
+    default_decoder = "genarm"  # the decoder an autoregressive RM is made for
     capabilities: ClassVar[frozenset[str]] = frozenset({"next_token", "hidden_logprobs"})
     version: ClassVar[int] = 1  # bump when a code change changes what training produces
 

@@ -107,6 +107,13 @@ def _from_ini(text: str, rootdir: Path | None) -> Path:
     return path.resolve()
 
 
+def requires_data_dir(suite: Any, options: dict[str, str]) -> bool:
+    """Whether a suite needs a data folder: its ``requires_data_dir``, a bool or a function of
+    the suite's options (pref_lamp does without one when it reads the original LaMP-5 files)."""
+    requires = getattr(suite, "requires_data_dir", True)
+    return bool(requires(options) if callable(requires) else requires)
+
+
 # -- the ``prefalign data`` command ---------------------------------------------------------------
 
 
@@ -124,7 +131,7 @@ def data_main(argv: list[str]) -> int:
         found = next((p.path for p in places if p.path is not None and p.holds(suite.source)), None)
         if found is not None:
             where = str(found / suite.source)
-        elif getattr(suite, "requires_data_dir", True):
+        elif requires_data_dir(suite, {}):
             where, missing = "NOT FOUND", True
         else:
             where = "no local copy: read through the datasets library (cache or hub)"

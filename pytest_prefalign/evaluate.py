@@ -69,26 +69,37 @@ def suite_state(session: PrefalignSession, name: str, options: dict[str, str]) -
 
 
 def _load_suite(session: PrefalignSession, name: str, options: dict[str, str]):
-    from pytest_prefalign.datadir import find_data_dir
-
     suite = session.registry.suite(name)
-    settings = session.settings
     try:
+        data_dir, missing = locate_data(session, suite, options)
         try:
-            root = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
-                                 rootdir=Path(session.config.rootpath))
-            data_dir = root / suite.source  # the suite's own folder
-        except DataNotFound:
-            if getattr(suite, "requires_data_dir", True):
-                raise
-            data_dir = None
-        data = suite.load(data_dir, limit=settings.limit, options=options)
+            data = suite.load(data_dir, limit=session.settings.limit, options=options)
+        except DataNotFound as exc:
+            # a suite reading a Hugging Face cache names its own places; add ours to them
+            raise DataNotFound(f"{exc}\n{missing}" if missing else str(exc)) from None
         if not data.train_pairs and not data.test_pairs:
             suite.build_pairs(data, load_model(session, "reference"),
                               storage.cache_dir("pairs", name))
     except (DataNotFound, DataError) as exc:
         return PrefalignError(f"suite {name!r}: {exc}")
     return SuiteState(suite, data, data_dir)
+
+
+def locate_data(session: PrefalignSession, suite: Suite, options: dict[str, str]
+                ) -> tuple[Path | None, str | None]:
+    """The suite's own data folder, or None (with the places searched) for a suite that can do
+    without one; raises DataNotFound for a suite that needs one."""
+    from pytest_prefalign.datadir import find_data_dir, requires_data_dir
+
+    settings = session.settings
+    try:
+        root = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
+                             rootdir=Path(session.config.rootpath))
+    except DataNotFound as exc:
+        if requires_data_dir(suite, options):
+            raise
+        return None, str(exc)
+    return root / suite.source, None
 
 
 def load_model(session: PrefalignSession, label: str):

@@ -101,7 +101,7 @@ class Registry:
     def check_method(self, method: MethodName) -> None:
         """Raise UnknownName or ValueError when the decoder and reward method cannot combine."""
         decoder = self.decoder(method.decoder).obj
-        needs = getattr(decoder, "needs", frozenset())
+        needs: frozenset[str] = getattr(decoder, "needs", frozenset())
         if method.reward is None:
             if needs:
                 raise ValueError(f"decoder {method.decoder!r} needs a reward method: "
@@ -117,14 +117,18 @@ class Registry:
                              "does not declare")
 
     def default_methods(self) -> list[MethodName]:
-        """Every decoder without a reward method, and each reward method with the first
-        reward-guided decoder (by the decoder's ``order``) that it can serve."""
+        """Every decoder without a reward method, and each reward method with the decoder it
+        names as ``default_decoder``, else the first reward-guided decoder (by ``order``) that it
+        can serve."""
         plain = [MethodName(n, None) for n, e in self.decoders.items() if not e.obj.needs]
         guided = sorted((e for e in self.decoders.values() if e.obj.needs),
                         key=lambda e: (getattr(e.obj, "order", 100), e.name))
         combos = []
-        for reward in self.rewards:
-            for dec in guided:
+        for reward, entry in self.rewards.items():
+            # a reward method may name the decoder it is made for (arm: genarm)
+            hint = getattr(entry.obj, "default_decoder", None)
+            ordered = sorted(guided, key=lambda e: e.name != hint)
+            for dec in ordered:
                 candidate = MethodName(dec.name, reward)
                 try:
                     self.check_method(candidate)

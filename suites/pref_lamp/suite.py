@@ -37,7 +37,11 @@ class PrefLamp:
     )
     licence = "CC BY 4.0 (ACL Anthology, https://aclanthology.org)"
     source = "acl-anthology"
-    requires_data_dir = True
+
+    @staticmethod
+    def requires_data_dir(options: dict[str, str]) -> bool:
+        """The ACL Anthology folder is needed unless the run reads the original LaMP-5 files."""
+        return options.get("source", "anthology") != "lamp5"
 
     def instruction(self, input: str) -> str:
         return f"Generate a title for the following abstract of a paper: {normalise_ws(input)}"
