@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_prefalign import options
+from pytest_prefalign import gating, options
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.pool import ModelPool
@@ -27,6 +27,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.addoption(parser)
+    gating.addoption(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,6 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "prefalign_tolerance(**metrics): per-test regression tolerance, "
         "e.g. prefalign_tolerance(policy_acc='3pp')")
     if not config.getoption("prefalign", False):
+        if gating.active(config):
+            raise pytest.UsageError("--prefalign-save and --prefalign-compare need --prefalign")
         return
     from pytest_prefalign.session import PrefalignSession
 

@@ -136,8 +136,10 @@ class Registry:
                     continue
                 combos.append(candidate)
                 break
-        return sorted(plain, key=lambda m: getattr(self.decoders[m.decoder].obj, "order", 100)) \
-            + combos
+        def order(m: MethodName) -> tuple[int, str]:
+            return getattr(self.decoders[m.decoder].obj, "order", 100), m.reward or ""
+
+        return sorted(plain, key=order) + sorted(combos, key=order)
 
 
 def load(pluginmanager: pluggy.PluginManager) -> Registry:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign import options, registry, storage
+from pytest_prefalign import gating, options, registry, storage
 from pytest_prefalign.pool import ModelPool
 from pytest_prefalign.registry import MethodName, UnknownName
 
@@ -36,6 +36,8 @@ class PrefalignSession:
         self.run_path: Path | None = None
         self.report_path: Path | None = None
         self.state: dict[Any, Any] = {}  # worker-side caches: models, suite data, fitted RMs
+        if gating.active(config):
+            config.pluginmanager.register(gating.Gating(config), "prefalign-gating")
 
     def _resolve_methods(self) -> list[MethodName]:
         if self.settings.methods is None:

@@ -84,6 +84,7 @@ def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
         [pytest]
         prefalign_models = tiny = tiny
         prefalign_sizes = tiny
+        prefalign_methods = base,icl,icl_rag
         prefalign_data = data
     """))
     data = pytester.mkdir("data").joinpath("toy")
@@ -156,8 +157,10 @@ def test_floor_fails_with_figure_and_floor(toy):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--prefalign-limit", "0"], "*--prefalign-limit*expected a whole number >= 1*"),
-    (["--prefalign-methods", "nope"], "*unknown decoder 'nope'; available: base, icl, icl_rag*"),
+    (["--prefalign-methods", "nope"], "*unknown decoder 'nope'; available: args, base, bon, genarm, icl, icl_rag*"),
     (["--prefalign-methods", "base[lore]"], "*decoder 'base' takes no reward method*"),
+    (["--prefalign-methods", "bon[nope]"], "*unknown reward method 'nope'; available: arm, *"),
+    (["--prefalign-methods", "args[arm]"], "*args?arm?: decoder 'args' needs the capability prefix that reward method 'arm' does not declare*"),
     (["--prefalign-sizes", "9b"], "*unknown size 9b; known: *tiny*"),
     (["--prefalign-fail-under", "bleu=0.1"], "*expected METRIC=VALUE with METRIC one of*"),
 ])
@@ -224,3 +227,20 @@ def test_xdist_results_reach_the_controller(toy):
     assert result.stdout.str().count("prefalign leaderboard") == 1
     rows = json.loads((toy.path / "out.json").read_text())["results"]
     assert sorted(r["method"] for r in rows) == ["base", "icl", "icl_rag"]
+
+
+def test_default_methods_cover_every_reward_method(toy):
+    toy.makeini("[pytest]\nprefalign_models = tiny = tiny\nprefalign_sizes = tiny\n"
+                "prefalign_data = data\n")
+    result = run(toy, "--prefalign", "toy", "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "toy/suite.toml::toy?base-tiny?",
+        "toy/suite.toml::toy?icl-tiny?",
+        "toy/suite.toml::toy?icl_rag-tiny?",
+        "toy/suite.toml::toy?args?global_bt?-tiny?",
+        "toy/suite.toml::toy?args?lore?-tiny?",
+        "toy/suite.toml::toy?args?pal?-tiny?",
+        "toy/suite.toml::toy?args?per_user_bt?-tiny?",
+        "toy/suite.toml::toy?args?vpl?-tiny?",
+        "toy/suite.toml::toy?genarm?arm?-tiny?",
+    ])
