@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from pytest_prefalign import metrics, storage
 from pytest_prefalign.api import CaseContext, DataError, DataNotFound, Pair, RewardMethod
 from pytest_prefalign.collect import PrefalignError
+from pytest_prefalign.guard import GuardedReward
 from pytest_prefalign.registry import MethodName
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -121,13 +123,16 @@ def fitted_reward(session: PrefalignSession, item: CaseItem, state: SuiteState, 
     key = ("reward", item.suite, tuple(sorted(item.suite_options.items())), item.size, name)
     if key not in session.state:
         reward: RewardMethod = session.registry.reward(name).obj()
+        # --prefalign-no-cache: a fresh folder, so that nothing trained earlier is reused
+        cache = (storage.cache_dir("rewards", name) if session.settings.use_cache
+                 else Path(tempfile.mkdtemp(prefix=f"prefalign-{name}-")))
         try:
-            reward.fit(lm, state.data.train_pairs, storage.cache_dir("rewards", name))
+            reward.fit(lm, state.data.train_pairs, cache)
         except Exception as exc:
             session.state[key] = PrefalignError(
                 f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}")
         else:
-            session.state[key] = reward
+            session.state[key] = GuardedReward(reward, name)
     reward = session.state[key]
     if isinstance(reward, PrefalignError):
         raise reward
@@ -268,8 +273,7 @@ def evaluate_pairs(ctx: CaseContext, decoder: Decoder, item: CaseItem, result: R
     rm = None
     if ctx.reward is not None:
         t0 = time.perf_counter()
-        rm = (reward_scores(ctx, item, pairs, "chosen"), reward_scores(ctx, item, pairs,
-                                                                       "rejected"))
+        rm = reward_scores(ctx, pairs)
         timings["rm_s"] = time.perf_counter() - t0
         _add_accuracy(result, "rm_acc", metrics.pair_outcomes(*rm), users)
     t0 = time.perf_counter()
@@ -292,16 +296,13 @@ def evaluate_pairs(ctx: CaseContext, decoder: Decoder, item: CaseItem, result: R
         })
 
 
-def reward_scores(ctx: CaseContext, item: CaseItem, pairs: list[Pair], side: str) -> np.ndarray:
-    responses = [getattr(p, side) for p in pairs]
-    try:
-        raw = ctx.reward.score(ctx.lm, [p.user for p in pairs], [p.prompt for p in pairs],
-                               responses)
-    except Exception as exc:
-        raise PrefalignError(f"reward method {item.method.reward!r} raised in score: "
-                             f"{type(exc).__name__}: {exc}") from None
-    return _checked(raw, len(pairs), f"reward method {item.method.reward!r} score ({side})",
-                    pairs)
+def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
+    """``r_u(x, y_w)`` and ``r_u(x, y_l)``, scored in one call so that a method can share each
+    prompt's prefill between the two sides of its pair (the guard checks what comes back)."""
+    n = len(pairs)
+    scores = ctx.reward.score(ctx.lm, [p.user for p in pairs] * 2, [p.prompt for p in pairs] * 2,
+                              [p.chosen for p in pairs] + [p.rejected for p in pairs])
+    return scores[:n], scores[n:]
 
 
 def _checked(values: Any, n: int, what: str, pairs: list[Pair]) -> np.ndarray:
@@ -311,7 +312,7 @@ def _checked(values: Any, n: int, what: str, pairs: list[Pair]) -> np.ndarray:
     except (TypeError, ValueError):
         raise PrefalignError(f"{what} returned {type(values).__name__}, not numbers") from None
     if arr.shape[0] != n:
-        raise PrefalignError(f"{what} returned {arr.shape[0]} scores for {n} pairs")
+        raise PrefalignError(f"{what} returned {arr.shape[0]} scores, expected {n}")
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         i = int(bad[0])

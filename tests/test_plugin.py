@@ -244,3 +244,58 @@ def test_default_methods_cover_every_reward_method(toy):
         "toy/suite.toml::toy?args?vpl?-tiny?",
         "toy/suite.toml::toy?genarm?arm?-tiny?",
     ])
+
+
+BAD_REWARDS = '''
+import numpy as np
+from pytest_prefalign.api import RewardMethod
+
+
+class Bad(RewardMethod):
+    name = "bad"
+    mode = "?"
+
+    def fingerprint(self):
+        return self.name
+
+    def fit(self, lm, pairs, cache_dir):
+        if self.mode == "fit":
+            raise ValueError("cannot train on nothing")
+
+    def score(self, lm, users, prompts, responses):
+        if self.mode == "raise":
+            raise RuntimeError("scoring broke")
+        if self.mode == "nan":
+            return [float("nan")] * len(responses)
+        if self.mode == "short":
+            return np.zeros(len(responses) - 1)
+        return np.array([len(r) for r in responses], dtype=float)
+
+
+def make(mode):
+    return type(f"Bad_{mode}", (Bad,), {"name": f"bad_{mode}", "mode": mode})
+
+
+def pytest_prefalign_register(registry):
+    for mode in ("fit", "raise", "nan", "short", "ok"):
+        registry.add_reward(f"bad_{mode}", make(mode))
+'''
+
+
+def test_broken_reward_methods_fail_their_own_tests_only(toy):
+    toy.syspathinsert()
+    toy.makepyfile(badrewards=BAD_REWARDS)
+    methods = "base,bon[bad_fit],bon[bad_raise],bon[bad_nan],bon[bad_short],bon[bad_ok]"
+    result = run(toy, "--prefalign", "toy", "-p", "badrewards", "--prefalign-methods", methods,
+                 "--prefalign-json", "out.json")
+    result.assert_outcomes(passed=2, failed=4)
+    result.stdout.fnmatch_lines_random([
+        "*reward method 'bad_fit' failed in fit: ValueError: cannot train on nothing*",
+        "*reward method 'bad_raise' raised in score: RuntimeError: scoring broke*",
+        "*reward method 'bad_nan' score returned nan at index 0 (user 'ann'; *non-finite of *)*",
+        "*reward method 'bad_short' score returned * values, expected *",
+    ])
+    rows = json.loads((toy.path / "out.json").read_text())["results"]
+    assert sorted(r["method"] for r in rows) == ["base", "bon[bad_ok]"]
+    ok = next(r for r in rows if r["method"] == "bon[bad_ok]")
+    assert ok["reward"] == "bad_ok" and 0.0 <= ok["metrics"]["rm_acc"] <= 1.0
