@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -116,9 +115,6 @@ def test_entry_point_registers_length_prior(installed: Path):
 def test_length_prior_runs_as_bon(installed: Path, pytester: pytest.Pytester,
                                   monkeypatch: pytest.MonkeyPatch):
     conftest = TOY_SUITE
-    if "bon" not in {ep.name for ep in entry_points(group="prefalign")}:
-        # until the project's own metadata lists the bon decoder, load it from the conftest
-        conftest += '\npytest_plugins = ["prefalign_methods.bon"]\n'
     pytester.makeconftest(conftest)
     pytester.makeini(textwrap.dedent("""
         [pytest]
