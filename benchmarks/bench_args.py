@@ -10,7 +10,7 @@ of the same author shown before the instruction, as ``icl`` builds them). Three 
 - ``per-candidate cache`` (the original ARGS code's strategy, ``args_reference``): one prompt
   at a time, the prompt prefilled once per candidate, a copy of the cache per candidate;
 - ``full recompute`` (``args_reference``): every candidate's reward from a pass over the whole
-  sequence, no cache (very slow, so it runs on few prompts).
+  sequence, no cache (very slow, so it runs on 2 prompts and their first 10 new tokens).
 
 The reward model is ``global_bt`` trained on a handful of (own title, other paper's title) pairs
 when that method is installed, else a fixed random linear head on the hidden states; the output
@@ -18,7 +18,7 @@ says which. Figures are generated tokens per second of wall time, from this run 
 average is printed beside them, since other processes on the same cores slow every strategy.
 
 Run: ``python benchmarks/bench_args.py [--data DIR] [--threads 2] [--prompts 8]
-[--per-candidate-prompts 2] [--full-recompute-prompts 2] [--full-recompute-tokens N]
+[--per-candidate-prompts 2] [--full-recompute-prompts 2] [--full-recompute-tokens 10]
 [--no-icl]``. Its last line is
 ``args speedup vs full-recompute: <R>x, vs per-candidate-cache: <S>x (same tokens: yes|no)``
 (plain prompts, tokens/s ratios; same tokens: every reference output equals ours).
@@ -82,7 +82,6 @@ def main() -> None:
         full_recompute_generate,
         per_candidate_cache_generate,
     )
-
     from pytest_prefalign.models import ModelSpec, load_lm
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
@@ -191,7 +190,6 @@ def plain_prompt(paper: Paper) -> str:
 def icl_prompt(papers: Sequence[Paper]) -> str:
     from prefalign_methods.icl import icl_prompt as build
     from prefalign_suites.pref_lamp.suite import PrefLamp
-
     from pytest_prefalign.api import ProfileEntry
 
     examples = [ProfileEntry(f"ex{i}", p.abstract, p.title)
@@ -247,8 +245,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--per-candidate-prompts", type=int, default=2)
     parser.add_argument("--full-recompute-prompts", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=20, help="new tokens per prompt")
-    parser.add_argument("--full-recompute-tokens", type=int, default=0,
-                        help="new tokens per prompt for full recompute (default: --tokens)")
+    parser.add_argument("--full-recompute-tokens", type=int, default=10,
+                        help="new tokens per prompt for full recompute, whose output must be "
+                             "the start of ours (0: --tokens)")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--w", type=float, default=1.0)
     parser.add_argument("--no-icl", dest="icl", action="store_false",

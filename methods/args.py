@@ -26,14 +26,15 @@ winner is the best score (the lower id among equal scores); ``args_reference`` s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
-from prefalign_methods.base import reduce_logprobs
 
+from prefalign_methods.base import reduce_logprobs
 from pytest_prefalign.api import CaseContext, Decoder, Item, RewardMethod
 from pytest_prefalign.lm import LM, clean_text
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Finished = Callable[[list[int]], bool]  # does a generated token list end the response?
 QUERY_BLOCK = 512  # most candidate query tokens per row in one teacher-forced pass
+FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"  # read by transformers' SDPA attention at each call
 
 
 class ArgsDecoder(Decoder):
@@ -283,10 +285,10 @@ class SharedPassStepper:
 
     def rewards(self, cands: torch.Tensor) -> torch.Tensor:
         rows, k = cands.shape
-        out = self.lm.model.base_model(
-            input_ids=cands, attention_mask=candidate_mask(self.mask, k),
-            position_ids=self.positions[:, None].expand(rows, k), cache=self.cache,
-            use_cache=True)
+        out = query_block_pass(self.lm, input_ids=cands,
+                               attention_mask=candidate_mask(self.mask, k),
+                               position_ids=self.positions[:, None].expand(rows, k),
+                               cache=self.cache)
         self.hidden = out.last_hidden_state
         return hidden_rewards(self.reward, self.users, self.hidden)
 
@@ -316,6 +318,28 @@ def candidate_mask(mask: torch.Tensor, k: int) -> torch.Tensor:
     past = mask.bool()[:, None, None, :].expand(rows, 1, k, length)
     own = torch.eye(k, dtype=torch.bool, device=mask.device).expand(rows, 1, k, k)
     return torch.cat([past, own], dim=-1)
+
+
+def query_block_pass(lm: LM, **inputs: Any) -> Any:
+    """The base model over a block of query tokens under a 4D mask, on top of a cache.
+
+    With a mask, transformers' SDPA path copies every cached key and value once per query head
+    of its group (grouped-query attention) at every layer and step, unless
+    ``TRANSFORMERS_SDPA_FORCE_GQA`` is set; on the CPU, PyTorch's kernel takes grouped heads
+    with a mask directly, which measured about a quarter off a step at ICL prompt lengths. On
+    CUDA that switch would force the slow math kernel, so it is left alone there.
+    """
+    if lm.device.type != "cpu":
+        return lm.model.base_model(**inputs, use_cache=True)
+    before = os.environ.get(FORCE_GQA)
+    os.environ[FORCE_GQA] = "1"
+    try:
+        return lm.model.base_model(**inputs, use_cache=True)
+    finally:
+        if before is None:
+            del os.environ[FORCE_GQA]
+        else:
+            os.environ[FORCE_GQA] = before
 
 
 def keep_candidate(cache: Any, length: int, win: torch.Tensor, k: int) -> None:
@@ -483,8 +507,8 @@ def _candidate_pass(lm: LM, reward: RewardMethod, users: list[str], forced: Forc
     own = torch.eye(steps * k, dtype=torch.bool, device=device).expand(rows, -1, -1)
     mask = torch.cat([past, own], dim=-1)[:, None]  # (B, 1, n*k, width + n*k)
     positions = forced.positions[:, start:start + steps].repeat_interleave(k, dim=1)
-    out = lm.model.base_model(input_ids=cands.flatten(1), attention_mask=mask,
-                              position_ids=positions, cache=forced.cache, use_cache=True)
+    out = query_block_pass(lm, input_ids=cands.flatten(1), attention_mask=mask,
+                           position_ids=positions, cache=forced.cache)
     forced.cache.crop(-(steps * k))
     return hidden_rewards(reward, users, out.last_hidden_state).view(rows, steps, k)
 

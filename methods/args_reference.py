@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
 from prefalign_methods.args import (
     Finished,
     eos_finished,
@@ -29,7 +30,6 @@ from prefalign_methods.args import (
     text_rewards,
     top_candidates,
 )
-
 from pytest_prefalign.api import RewardMethod
 from pytest_prefalign.lm import LM
 

@@ -44,12 +44,13 @@ def base_logprobs(ctx: CaseContext, prompts: Sequence[str], responses: Sequence[
                   ) -> list[np.ndarray]:
     """``log pi_base(y_t | prompt, y_<t)`` per response token, memoised per (suite, size)."""
     memo: dict[tuple[str, str], np.ndarray] = ctx.shared.setdefault("base_logprobs", {})
-    missing = sorted({(p, r) for p, r in zip(prompts, responses) if (p, r) not in memo})
+    wanted = zip(prompts, responses, strict=True)
+    missing = sorted({(p, r) for p, r in wanted if (p, r) not in memo})
     if missing:
         values = ctx.lm.response_logprobs([p for p, _ in missing], [r for _, r in missing],
                                           batch_size=ctx.options["batch_size"])
-        memo.update(zip(missing, values))
-    return [memo[(p, r)] for p, r in zip(prompts, responses)]
+        memo.update(zip(missing, values, strict=True))
+    return [memo[(p, r)] for p, r in zip(prompts, responses, strict=True)]
 
 
 def reduce_logprobs(per_token: Sequence[np.ndarray], how: str) -> np.ndarray:

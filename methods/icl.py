@@ -34,7 +34,8 @@ class ICLDecoder(BaseDecoder):
     order = 1
 
     def prompts(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]) -> list[str]:
-        return [icl_prompt(ctx.suite, self.examples(ctx, u, p), p) for u, p in zip(users, prompts)]
+        return [icl_prompt(ctx.suite, self.examples(ctx, u, p), p)
+                for u, p in zip(users, prompts, strict=True)]
 
     def examples(self, ctx: CaseContext, user: str, prompt: str) -> list[ProfileEntry]:
         profile = ctx.data.profiles.get(user, [])

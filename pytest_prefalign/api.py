@@ -34,7 +34,7 @@ class ProfileEntry:
 
 @dataclass(frozen=True)
 class Item:
-    """A generation item ``(x, profile_u, y*)``; ``reference`` is ``None`` where a suite has no y*."""
+    """A generation item ``(x, profile_u, y*)``; ``reference`` is None where a suite has no y*."""
 
     item_id: str
     user: str
@@ -103,7 +103,8 @@ class Suite(Protocol):
     def example(self, entry: ProfileEntry) -> str:
         """One profile entry shown as an in-context example."""
 
-    def load(self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]) -> SuiteData:
+    def load(self, data_dir: Path | None, *, limit: int | None,
+             options: dict[str, str]) -> SuiteData:
         """Read and validate the data; ``limit`` is a number of users. Pairs whose rejected side
         needs a model are made in ``build_pairs``."""
 

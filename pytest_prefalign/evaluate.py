@@ -197,10 +197,11 @@ def evaluate_generation(ctx: CaseContext, decoder: Decoder, item: CaseItem, resu
                              f"for {len(items)} items (expected one string per item)")
     refs = [it.reference for it in items]
     with_ref = [i for i, r in enumerate(refs) if r is not None]
+    ref_texts = [r for r in refs if r is not None]
     r1 = np.full(len(items), np.nan)
     rl = np.full(len(items), np.nan)
     if with_ref:
-        a, b = metrics.rouge([outputs[i] for i in with_ref], [refs[i] for i in with_ref])
+        a, b = metrics.rouge([outputs[i] for i in with_ref], ref_texts)
         r1[with_ref], rl[with_ref] = a, b
         users = [items[i].user for i in with_ref]
         for name, values in (("rouge1", r1[with_ref]), ("rougeL", rl[with_ref])):
@@ -300,6 +301,8 @@ def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.n
     """``r_u(x, y_w)`` and ``r_u(x, y_l)``, scored in one call so that a method can share each
     prompt's prefill between the two sides of its pair (the guard checks what comes back)."""
     n = len(pairs)
+    if ctx.reward is None:
+        raise PrefalignError("RM accuracy needs a reward method")
     scores = ctx.reward.score(ctx.lm, [p.user for p in pairs] * 2, [p.prompt for p in pairs] * 2,
                               [p.chosen for p in pairs] + [p.rejected for p in pairs])
     return scores[:n], scores[n:]

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+Numbers = Sequence[float] | np.ndarray  # scores, outcomes: lists or numpy arrays
+
 if TYPE_CHECKING:  # pragma: no cover
     from rouge_score.rouge_scorer import RougeScorer
 
@@ -67,7 +69,7 @@ def rouge(outputs: Sequence[str], references: Sequence[str]) -> tuple[np.ndarray
 # --------------------------------------------------------------------------------------------
 
 
-def pair_outcomes(chosen_scores: Sequence[float], rejected_scores: Sequence[float]) -> np.ndarray:
+def pair_outcomes(chosen_scores: Numbers, rejected_scores: Numbers) -> np.ndarray:
     """``1[s_w > s_l]`` per pair, ``0.5`` on an exact tie: the summand of RM and policy accuracy.
 
     A tie is exact float equality; a constant reward therefore scores 0.5, not 0 or 1.
@@ -90,7 +92,7 @@ class Accuracy:
     per_user: dict[str, float] = field(default_factory=dict)
 
 
-def accuracy(outcomes: Sequence[float], users: Sequence[Any]) -> Accuracy:
+def accuracy(outcomes: Numbers, users: Sequence[Any]) -> Accuracy:
     """Micro and macro accuracy of pair outcomes (1, 0.5 or 0), with the per-user means.
 
     Macro is the headline figure: it weighs every user equally, however many pairs they have.
@@ -104,7 +106,7 @@ def accuracy(outcomes: Sequence[float], users: Sequence[Any]) -> Accuracy:
     return Accuracy(float(values.mean()), macro, len(per_user), len(values), per_user)
 
 
-def per_user_mean(values: Sequence[float], users: Sequence[Any]) -> dict[str, float]:
+def per_user_mean(values: Numbers, users: Sequence[Any]) -> dict[str, float]:
     """Each user's mean of ``values``, keyed by ``str(user)``, in sorted user order."""
     names, sums, counts = _user_sums(_finite_array("values", values), users)
     return {name: float(s / c) for name, s, c in zip(names, sums, counts, strict=True)}
@@ -116,7 +118,7 @@ def per_user_mean(values: Sequence[float], users: Sequence[Any]) -> dict[str, fl
 
 
 def bootstrap_ci(
-    values: Sequence[float],
+    values: Numbers,
     users: Sequence[Any],
     statistic: Statistic = "macro",
     n_boot: int = 1000,
@@ -181,12 +183,13 @@ def percentile_interval(stats: np.ndarray, level: float) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 
 
-def _check_same_length(a_name: str, a: Sequence[Any], b_name: str, b: Sequence[Any]) -> None:
+def _check_same_length(a_name: str, a: Sequence[Any] | np.ndarray, b_name: str,
+                       b: Sequence[Any] | np.ndarray) -> None:
     if len(a) != len(b):
         raise ValueError(f"{a_name} has {len(a)} entries but {b_name} has {len(b)}")
 
 
-def _finite_array(name: str, values: Sequence[float]) -> np.ndarray:
+def _finite_array(name: str, values: Numbers) -> np.ndarray:
     """``values`` as a 1-D float array; names the first non-finite entry."""
     try:
         array = np.asarray(values, dtype=float)
@@ -200,7 +203,7 @@ def _finite_array(name: str, values: Sequence[float]) -> np.ndarray:
     return array
 
 
-def _outcome_array(outcomes: Sequence[float]) -> np.ndarray:
+def _outcome_array(outcomes: Numbers) -> np.ndarray:
     """Pair outcomes, checked to lie in [0, 1] (1, 0.5 and 0 from ``pair_outcomes``)."""
     array = _finite_array("outcomes", outcomes)
     bad = np.flatnonzero((array < 0.0) | (array > 1.0))

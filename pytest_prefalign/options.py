@@ -75,7 +75,8 @@ def addoption(parser: pytest.Parser) -> None:
                     help=f"number of users per suite (default: {DEFAULT_LIMIT}; "
                          "ini: prefalign_limit).")
     group.addoption("--prefalign-data", metavar="DIR",
-                    help="data directory (else ini prefalign_data, env PREFALIGN_DATA, user cache).")
+                    help="data directory (else ini prefalign_data, env PREFALIGN_DATA, "
+                         "user cache).")
     group.addoption("--prefalign-json", metavar="PATH",
                     help="also write this run's results to PATH.")
     group.addoption("--prefalign-report", metavar="DIR",

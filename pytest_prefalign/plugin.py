@@ -6,7 +6,7 @@ and nothing else until ``--prefalign`` is given. No torch or transformers import
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,9 +14,8 @@ from pytest_prefalign import gating, options
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.pool import ModelPool
-    from pytest_prefalign.session import PrefalignSession
 
-session_key = pytest.StashKey["PrefalignSession"]()
+session_key = pytest.StashKey[Any]()  # the PrefalignSession (imported only with --prefalign)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

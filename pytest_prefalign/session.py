@@ -70,7 +70,7 @@ class PrefalignSession:
         if report.when != "call" or is_worker(self.config):
             return
         for name, value in report.user_properties:
-            if name == RESULT_PROPERTY:
+            if name == RESULT_PROPERTY and isinstance(value, dict):
                 self.results.append(value)
                 self.config.hook.pytest_prefalign_result(result=value, config=self.config)
 

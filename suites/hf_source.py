@@ -23,7 +23,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from prefalign_suites.records import WHOLE, Problems, Record, read_json_document, read_json_lines
-
 from pytest_prefalign.api import DataError, DataNotFound
 from pytest_prefalign.datadir import data_places
 

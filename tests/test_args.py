@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
 from prefalign_methods.args import (
     ArgsDecoder,
     args_generate,
@@ -20,7 +21,6 @@ from prefalign_methods.args import (
     top_candidates,
 )
 from prefalign_methods.args_reference import full_recompute_generate, per_candidate_cache_generate
-
 from pytest_prefalign.api import CaseContext, Item, RewardMethod
 from pytest_prefalign.lm import LM
 from pytest_prefalign.tiny import build_tiny_lm

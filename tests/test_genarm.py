@@ -192,3 +192,46 @@ def test_refuses_what_it_cannot_use(tiny_lm):
     with pytest.raises(ValueError, match="genarm_sample"):
         GenARMDecoder().generate(context(tiny_lm, TableARM(tiny_lm), genarm_sample="maybe"),
                                  ITEMS)
+
+
+@pytest.mark.slow
+def test_real_model_with_a_trained_arm(tmp_path):
+    """SmolLM2-135M with the ``arm`` reward method: GenARM at alpha = 0 writes what greedy
+    decoding writes, and at alpha = 1 its two ARM paths agree on a pair's log-likelihoods."""
+    from prefalign_methods.arm import ARM, ARMConfig
+    from pytest_prefalign.api import Pair
+    from pytest_prefalign.models import ModelSpec, load_lm
+
+    lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
+    task = "Generate a title for the following abstract of a paper: "
+    abstracts = ["We present a neural model that translates speech into text in many languages.",
+                 "We release a corpus of annotated dialogues and baselines for dialogue act "
+                 "tagging."]
+    pairs = [Pair(f"p{k}{u}", u, task + a, chosen, rejected)
+             for k, a in enumerate(abstracts)
+             for u, chosen, rejected in (("ann", "Speech Translation at Scale", "A Study"),
+                                         ("bob", "A Study", "Speech Translation at Scale"))]
+    arm = ARM(ARMConfig(epochs=3))
+    arm.fit(lm, pairs, tmp_path)
+    items = [Item(p.pair_id, p.user, p.prompt, p.prompt, None) for p in pairs[:2]]
+    ctx = context(lm, arm, genarm_alpha=0.0, max_new_tokens=8)
+    assert GenARMDecoder().generate(ctx, items) == BaseDecoder().generate(ctx, items)
+    general = TextOnly(arm)
+    users, prompts, responses = ["ann", "bob"], [pairs[0].prompt] * 2, ["Speech", "A Study"]
+    np.testing.assert_allclose(
+        GenARMDecoder().loglik(context(lm, general, genarm_alpha=1.0), users, prompts, responses),
+        GenARMDecoder().loglik(context(lm, arm, genarm_alpha=1.0), users, prompts, responses),
+        rtol=0, atol=1e-3)
+
+
+class TextOnly(RewardMethod):
+    """Any ARM seen through ``next_token_logprobs`` only."""
+
+    name = "text_only"
+    capabilities = frozenset({"next_token"})
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def next_token_logprobs(self, lm, users, prompts, responses):
+        return self.inner.next_token_logprobs(lm, users, prompts, responses)

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from prefalign_suites import prism, tldr
 from prefalign_suites.hf_source import cache_paths
-
 from pytest_prefalign.api import DataError, DataNotFound
 
 INSTRUCTION = "Summarize the following Reddit post in one sentence.\n\n"

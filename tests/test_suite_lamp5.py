@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from prefalign_suites.pref_lamp import PrefLamp
 
+from prefalign_suites.pref_lamp import PrefLamp
 from pytest_prefalign.api import DataError, DataNotFound
 
 PREFIX = "Generate a title for the following abstract of a paper: "

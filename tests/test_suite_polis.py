@@ -10,9 +10,9 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+
 from prefalign_suites import polis
 from prefalign_suites.splits import held_out
-
 from pytest_prefalign.api import DataError, DataNotFound
 
 ROOT = Path(__file__).resolve().parents[1]

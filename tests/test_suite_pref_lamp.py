@@ -12,10 +12,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+
 from prefalign_suites import pref_lamp
 from prefalign_suites.pref_lamp.negatives import clean_title
 from prefalign_suites.splits import held_out
-
 from pytest_prefalign.api import DataError, DataNotFound
 
 ROOT = Path(__file__).resolve().parents[1]

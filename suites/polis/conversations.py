@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefalign_suites.records import WHOLE, Problems, Record, normalise_ws, read_csv, unique
-
 from pytest_prefalign.api import DataError
 
 COMMENT_COLUMNS = ("timestamp", "comment-id", "author-id", "moderated", "comment-body")

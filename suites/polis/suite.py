@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from prefalign_suites import options as opt
 from prefalign_suites.polis import conversations, voters
 from prefalign_suites.records import Problems, normalise_ws
-
 from pytest_prefalign.api import DataError, ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder
 

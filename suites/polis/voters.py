@@ -23,7 +23,6 @@ from itertools import zip_longest
 
 from prefalign_suites.polis.conversations import Conversation, Statement
 from prefalign_suites.splits import held_out, user_rng
-
 from pytest_prefalign.api import Item, Pair, ProfileEntry
 
 LABELS = {1: "agree", -1: "disagree"}

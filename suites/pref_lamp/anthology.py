@@ -33,7 +33,6 @@ from prefalign_suites.records import (
     unique,
 )
 from prefalign_suites.splits import held_out
-
 from pytest_prefalign.api import DataError
 
 AUTHORS = "authors.json"

@@ -10,7 +10,6 @@ from pytest_prefalign.api import Item, ProfileEntry, SuiteData
 
 if TYPE_CHECKING:  # pragma: no cover
     from prefalign_suites.records import Problems
-
     from pytest_prefalign.api import Suite
 
 

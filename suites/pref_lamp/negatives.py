@@ -22,13 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefalign_suites.records import Problems, normalise_ws
-
 from pytest_prefalign import storage
 from pytest_prefalign.api import Pair
 
 if TYPE_CHECKING:  # pragma: no cover
     from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
-
     from pytest_prefalign.api import Suite, SuiteData
 
 CHUNK = 64  # prompts generated between two writes of the cache file

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from prefalign_suites import options as opt
 from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives
 from prefalign_suites.records import Problems, normalise_ws
-
 from pytest_prefalign.api import ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder
 

@@ -14,7 +14,6 @@ from prefalign_suites import hf_source
 from prefalign_suites import options as opt
 from prefalign_suites.records import Problems, Record, unique
 from prefalign_suites.splits import held_out, user_rng
-
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,7 +12,6 @@ from prefalign_suites import hf_source
 from prefalign_suites import options as opt
 from prefalign_suites.records import Problems, Record
 from prefalign_suites.splits import user_rng
-
 from pytest_prefalign import storage
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
 
