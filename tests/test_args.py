@@ -315,3 +315,5 @@ def test_real_model_fast_path_gives_the_original_strategy_tokens() -> None:
     fast = args_generate(lm, rm, ["ann", "bob"], prompts, k=10, w=1.0, max_new_tokens=8)
     assert fast == per_candidate_cache_generate(lm, rm, ["ann", "bob"], prompts, k=10, w=1.0,
                                                 max_new_tokens=8)
+    # the reward changes what is generated
+    assert fast != args_generate(lm, rm, ["ann", "bob"], prompts, k=10, w=0.0, max_new_tokens=8)
