@@ -30,7 +30,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.options import Floor
     from pytest_prefalign.session import PrefalignSession
 
-DECODER_DEFAULTS = {"icl_k": 3, "max_new_tokens": 24, "batch_size": 16}
+DECODER_DEFAULTS = {  # SPEC.md sections 3 and 5; part of the generation cache key
+    "icl_k": 3,  # profile items shown by icl and icl_rag
+    "max_new_tokens": 24,  # a title fits; generation also stops at the end of the first line
+    "batch_size": 16,  # sequences per forward pass
+    "args_k": 10,  # ARGS: the base model's top-k candidates per step
+    "args_w": 1.0,  # ARGS: reward weight
+    "genarm_alpha": 1.0,  # GenARM: weight of the autoregressive RM's log-probabilities
+    "bon_n": 8,  # best-of-N: samples per prompt
+    "bon_beta": 1.0,  # best-of-N: the policy it approximates, log pi_base + r / beta
+}
 
 
 @dataclass
