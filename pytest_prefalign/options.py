@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-DEFAULT_LIMIT = 4  # users; keeps the default main job to a few minutes on 2 CPU cores
+DEFAULT_LIMIT = 2  # users; keeps the default main job (all methods) to minutes on 2 CPU cores
 METRICS = ("rouge1", "rougeL", "rm_acc", "rm_acc_micro", "policy_acc", "policy_acc_micro")
 
 
