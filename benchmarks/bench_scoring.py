@@ -51,6 +51,9 @@ def main() -> None:
     lm.response_logprobs(work.prompts[:4], work.responses[:4], batch_size=args.batch_size)  # warm
     seconds = best_time(lambda: lm.response_logprobs(work.prompts, work.responses,
                                                      batch_size=args.batch_size), args.repeats)
+    # measured again after scoring: other processes on the same cores move both figures,
+    # and the better of the two is the nearer to what the machine can do
+    ceiling = max(ceiling, matmul_rate(args.matmul_size, args.threads))
     report(lm, work, seconds, ceiling, args)
 
 
@@ -167,7 +170,8 @@ def report(lm, work: Workload, seconds: float, ceiling: float, args: argparse.Na
         ("tokens read", f"{tokens}"),
         ("scoring time", f"{seconds:.2f} s (best of {args.repeats})"),
         ("throughput", f"{tokens / seconds:.0f} tokens/s"),
-        ("matmul ceiling", f"{ceiling / 1e9:.1f} GFLOP/s (fp32 {args.matmul_size}^2 matmul)"),
+        ("matmul ceiling", f"{ceiling / 1e9:.1f} GFLOP/s (fp32 {args.matmul_size}^2 matmul, "
+                           "best before/after scoring)"),
         ("FLOPs/token, 2 x params", f"{by_params / tokens / 1e6:.0f} M"),
         ("FLOPs/token, counted", f"{counted / tokens / 1e6:.0f} M"),
         ("achieved, 2 x params", f"{by_params / seconds / 1e9:.1f} GFLOP/s = "

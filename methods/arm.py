@@ -11,6 +11,12 @@ base LM's own output head ``W`` (and bias ``b``, if any):
     logits  = W (h + B v_u(h)) + b             B (H, r) shared, zero at the start
     log p_arm(. | x, y_<t) = log_softmax(logits)
 
+Training minimises the GenARM loss plus ``kl * sum_t KL(p_arm || p_base)`` per response (at the
+training positions) plus the users' L2 prior. On Pref-LaMP the rejected title is the base model's
+own greedy title, so the loss asks the ARM to make the base model's likeliest text unlikely; the
+cheapest way is to move that mass onto tokens nobody writes (found in practice: GenARM then wrote
+")." over and over). The reverse KL makes mass outside the base model's support expensive.
+
 ``B`` starts at zero, so the untrained ARM is the base LM, as a LoRA starts at its base model.
 ``s_u`` rescales the shared adapter's directions for a user and ``z_u`` adds a user embedding
 (a personal shift of the state, hence of the vocabulary); both are shrunk toward zero by an L2
@@ -56,6 +62,10 @@ class ARMConfig:
     epochs: int = 8  # passes over the training pairs (on Pref-LaMP the loss is ~0 by the 5th)
     batch_pairs: int = 16  # pairs per AdamW step
     lr: float = 3e-3  # AdamW learning rate (1e-3 needs twice the epochs; 1e-2 oscillates)
+    kl: float = 0.1  # weight of sum_t KL(p_arm || p_base) per response, added to the loss:
+    # keeps the ARM inside the base LM's support (without it, the cheapest way to make the base
+    # model's own titles unlikely is to move their mass onto junk tokens, which guidance then
+    # writes)
     user_l2: float = 1.0  # prior strength on each user's (s_u, z_u): lambda * ||.||^2 / pairs
     weight_decay: float = 1e-4  # AdamW decay of the shared A and B
     seed: int = 0  # initialisation of A and the order of the pairs
@@ -74,6 +84,7 @@ class TokenData:
     rejected_rows: list[torch.Tensor]
     user: torch.Tensor
     base_logits: torch.Tensor | None  # ``(N, V)``, or None when it would not fit the budget
+    base_lse: torch.Tensor  # ``(N,)`` logsumexp of each row's base logits
 
 
 class Adapter(torch.nn.Module):
@@ -106,7 +117,7 @@ class ARM(RewardMethod):
     name = "arm"
     default_decoder = "genarm"  # the decoder an autoregressive RM is made for
     capabilities: ClassVar[frozenset[str]] = frozenset({"next_token", "hidden_logprobs"})
-    version: ClassVar[int] = 1  # bump when a code change changes what training produces
+    version: ClassVar[int] = 2  # bump when a code change changes what training produces
 
     def __init__(self, config: ARMConfig | None = None) -> None:
         self.config = config if config is not None else ARMConfig()
@@ -373,8 +384,11 @@ def token_data(lm: LM, pairs: Sequence[Pair], users: dict[str, int],
     weight, bias = head
     fits = flat.shape[0] * weight.shape[0] * 4 <= config.logit_cache_mb * 2**20
     base = _base_logits(flat, weight, bias) if fits else None
+    lse = torch.cat([torch.logsumexp(_base_logits(flat[i:i + ROWS_PER_CHUNK], weight, bias)
+                                     if base is None else base[i:i + ROWS_PER_CHUNK], dim=-1)
+                     for i in range(0, flat.shape[0], ROWS_PER_CHUNK)])
     return TokenData(flat, target, rows[0::2], rows[1::2],
-                     torch.tensor([users[p.user] for p in pairs], dtype=torch.long), base)
+                     torch.tensor([users[p.user] for p in pairs], dtype=torch.long), base, lse)
 
 
 @torch.no_grad()
@@ -386,10 +400,12 @@ def _base_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 def train(adapter: Adapter, data: TokenData, head: tuple[torch.Tensor, torch.Tensor | None],
           config: ARMConfig, generator: torch.Generator) -> list[dict[str, float]]:
-    """AdamW on the GenARM loss plus the users' L2 prior; the pair order of each epoch comes
+    """AdamW on the GenARM loss plus the KL anchor and the users' L2 prior; the pair order of
+    each epoch comes
     from ``generator``, so a seed gives the same parameters. Returns, per epoch, the mean loss
-    and accuracy (``margin > 0``) of the training pairs as each step saw them (before its
-    update): a full extra pass over the pairs would cost as much as a third of the training."""
+    pairwise loss and accuracy (``margin > 0``) of the training pairs as each step saw them
+    (before its update; a full extra pass would cost a third of the training), and the mean
+    KL(p_arm || p_base) per response."""
     shared = [adapter.A, adapter.B]
     personal = [adapter.user_scale, adapter.user_shift]
     optimiser = torch.optim.AdamW([{"params": shared, "weight_decay": config.weight_decay},
@@ -398,24 +414,27 @@ def train(adapter: Adapter, data: TokenData, head: tuple[torch.Tensor, torch.Ten
     history = []
     for _ in range(config.epochs):
         order = torch.randperm(n_pairs, generator=generator)
-        seen = []
+        seen, kls = [], []
         for start in range(0, n_pairs, config.batch_pairs):
             batch = order[start:start + config.batch_pairs]
             optimiser.zero_grad()
-            margin = margins(adapter, data, head, batch, config.beta)
-            loss = -F.logsigmoid(margin).mean()
+            margin, kl = margins(adapter, data, head, batch, config.beta)
+            loss = -F.logsigmoid(margin).mean() + config.kl * kl
             (loss + config.user_l2 * adapter.penalty() / n_pairs).backward()
             optimiser.step()
             seen.append(margin.detach())
+            kls.append(float(kl.detach()) * len(batch))
         epoch = torch.cat(seen)
         history.append({"loss": float(-F.logsigmoid(epoch).mean()),
-                        "accuracy": float((epoch > 0).double().mean())})
+                        "accuracy": float((epoch > 0).double().mean()),
+                        "kl": sum(kls) / n_pairs})
     return history
 
 
 def margins(adapter: Adapter, data: TokenData, head: tuple[torch.Tensor, torch.Tensor | None],
-            batch: torch.Tensor, beta: float) -> torch.Tensor:
-    """``beta * (sum log p_arm(y_w) - sum log p_arm(y_l))`` of the pairs in ``batch``."""
+            batch: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``beta * (sum log p_arm(y_w) - sum log p_arm(y_l))`` of the pairs in ``batch``, and the
+    mean over their responses of ``sum_t KL(p_arm || p_base)``."""
     index = batch.tolist()
     groups = [data.chosen_rows[p] for p in index] + [data.rejected_rows[p] for p in index]
     rows = torch.cat(groups)
@@ -429,11 +448,14 @@ def margins(adapter: Adapter, data: TokenData, head: tuple[torch.Tensor, torch.T
         base = _base_logits(data.hidden[rows], weight, bias)
     # W (h + B v) + b = (W h + b) + v (W B)^T: the gradient never multiplies by the (V, H) W
     codes = adapter.codes(user, data.hidden[rows][:, None])[:, 0]
-    logits = base + codes @ (weight @ adapter.B).T
-    target = data.target[rows]
-    token = logits.gather(-1, target[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    shift = codes @ (weight @ adapter.B).T
+    logits = base + shift
+    lse = torch.logsumexp(logits, dim=-1)
+    token = logits.gather(-1, data.target[rows][:, None])[:, 0] - lse
     sums = torch.zeros(len(groups)).index_add(0, owner, token)
-    return beta * (sums[:len(index)] - sums[len(index):])
+    # KL(p_arm || p_base) = E_arm[log p_arm - log p_base] = E_arm[shift] - lse + lse_base
+    kl = (torch.softmax(logits, dim=-1) * shift).sum(-1) - lse + data.base_lse[rows]
+    return beta * (sums[:len(index)] - sums[len(index):]), kl.sum() / len(groups)
 
 
 def _check_config(config: ARMConfig) -> None:
@@ -442,7 +464,7 @@ def _check_config(config: ARMConfig) -> None:
     for name, value in positive.items():
         if not value > 0:
             raise ValueError(f"arm: {name} must be > 0, got {value}")
-    for name in ("user_l2", "weight_decay", "logit_cache_mb"):
+    for name in ("kl", "user_l2", "weight_decay", "logit_cache_mb"):
         if getattr(config, name) < 0:
             raise ValueError(f"arm: {name} must be >= 0, got {getattr(config, name)}")
 

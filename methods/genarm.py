@@ -257,23 +257,34 @@ def decode(lm: LM, generated: list[int]) -> str:
 def guided_logprobs(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[str],
                     prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 16
                     ) -> list[np.ndarray]:
-    """``log guided(y_t | x, y_<t)`` per response token (eos included), float64."""
+    """``log guided(y_t | x, y_<t)`` per response token (eos included), float64. Pairs go
+    ``batch_size`` at a time, so that at most that many ``(T_y, V)`` ARM tables are held."""
     if not len(users) == len(prompts) == len(responses):
         raise ValueError(f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
                          "responses: expected one of each")
+    out: list[np.ndarray] = []
+    for start in range(0, len(users), batch_size):
+        part = slice(start, start + batch_size)
+        out += _guided_batch(lm, reward, alpha, users[part], prompts[part], responses[part],
+                             batch_size)
+    return out
+
+
+def _guided_batch(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[str],
+                  prompts: Sequence[str], responses: Sequence[str], batch_size: int
+                  ) -> list[np.ndarray]:
     hidden = predicting_hidden(lm, prompts, responses, batch_size=batch_size)
     targets = [torch.tensor(lm.response_ids(r)) for r in responses]
-    if "hidden_logprobs" in reward.capabilities:
-        arm = None  # read from the hidden states, chunk by chunk
-    else:
-        arm = [torch.as_tensor(np.asarray(a)).float() for a in
-               reward.next_token_logprobs(lm, users, prompts, responses)]  # type: ignore[attr-defined]
+    arm: list[torch.Tensor | None] = [None] * len(users)  # None: read from the hidden states
+    if alpha and "hidden_logprobs" not in reward.capabilities:
+        tables = reward.next_token_logprobs(lm, users, prompts, responses)  # type: ignore[attr-defined]
+        arm = [torch.as_tensor(np.asarray(a)).float() for a in tables]
         for a, t, r in zip(arm, targets, responses, strict=True):
-            if a.shape[0] != t.shape[0]:
+            if a is not None and a.shape[0] != t.shape[0]:
                 raise ValueError(f"genarm: next_token_logprobs gave {a.shape[0]} rows for a "
                                  f"response of {t.shape[0]} tokens ({r!r})")
-    return [_one(lm, reward, alpha, u, h, t, None if arm is None else arm[i])
-            for i, (u, h, t) in enumerate(zip(users, hidden, targets, strict=True))]
+    return [_one(lm, reward, alpha, u, h, t, a)
+            for u, h, t, a in zip(users, hidden, targets, arm, strict=True)]
 
 
 @torch.inference_mode()

@@ -192,3 +192,25 @@ def test_hidden_states_are_memoised_within_a_budget(tiny_lm, monkeypatch):
         small.put(("lm", str(n), ""), torch.zeros(1, 10))
     assert small.get(("lm", "0", "")) is None and small.get(("lm", "3", "")) is not None
     assert small.size == 3 * 40
+
+
+def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_path):
+    arm = ARM(ARMConfig(rank=4, epochs=6, lr=1e-2, kl=0.0))
+    arm.fit(tiny_lm, TRAIN, tmp_path / "free")
+    anchored = ARM(ARMConfig(rank=4, epochs=6, lr=1e-2, kl=10.0))
+    anchored.fit(tiny_lm, TRAIN, tmp_path / "anchored")
+    assert anchored.history[-1]["kl"] < 0.5 * arm.history[-1]["kl"]
+    # margins() reports sum_t KL(p_arm || p_base) per response: check it against torch's
+    head = arm_module.output_head(tiny_lm)
+    data = arm_module.token_data(tiny_lm, TRAIN[:2], arm._users, head, arm.config)
+    with torch.no_grad():
+        _, kl = arm_module.margins(arm._adapter, data, head, torch.arange(2), 1.0)
+    groups = data.chosen_rows[:2] + data.rejected_rows[:2]
+    owners = [TRAIN[0].user, TRAIN[1].user] * 2
+    per_row = [u for u, g in zip(owners, groups, strict=True) for _ in range(len(g))]
+    rows = torch.cat(groups)
+    log_arm = arm.logprobs_from_hidden(per_row, data.hidden[rows])
+    log_base = torch.log_softmax(data.hidden[rows] @ head[0].T, dim=-1)
+    direct = (log_arm.exp() * (log_arm - log_base)).sum() / len(groups)
+    assert float(kl) == pytest.approx(float(direct), rel=1e-3, abs=1e-5)
+    assert float(kl) > 1e-3  # the trained ARM has moved away from the base
