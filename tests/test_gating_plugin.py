@@ -75,6 +75,7 @@ INI = """
 [pytest]
 prefalign_models = tiny = tiny
 prefalign_sizes = tiny
+prefalign_limit = 4
 prefalign_data = data
 """
 LONG = "A long and winding title about {} that goes on and on for many more words than needed"
