@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+
+# passive OpenMP waits, set before torch starts: spinning threads are many times slower on a
+# shared machine (the plugin does the same for --prefalign runs)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from typing import TYPE_CHECKING
 
 import pytest
