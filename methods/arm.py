@@ -116,7 +116,10 @@ class ARM(RewardMethod):
 
     name = "arm"
     default_decoder = "genarm"  # the decoder an autoregressive RM is made for
-    capabilities: ClassVar[frozenset[str]] = frozenset({"next_token", "hidden_logprobs"})
+    # "prefix" too (cumulative token rewards), so that args[arm] can run; the default method
+    # list still pairs arm with genarm, through default_decoder
+    capabilities: ClassVar[frozenset[str]] = frozenset({"next_token", "hidden_logprobs",
+                                                        "prefix"})
     version: ClassVar[int] = 2  # bump when a code change changes what training produces
 
     def __init__(self, config: ARMConfig | None = None) -> None:
@@ -194,8 +197,7 @@ class ARM(RewardMethod):
 
     def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
                        responses: Sequence[str]) -> list[np.ndarray]:
-        """``r_u(x, y_<=t)``: cumulative sums of the token rewards; the last equals ``score``.
-        (Not declared as the "prefix" capability: see the report to the lead.)"""
+        """``r_u(x, y_<=t)``: cumulative sums of the token rewards; the last equals ``score``."""
         return [np.cumsum(r) for r in self._token_rewards(lm, users, prompts, responses)]
 
     def next_token_logprobs(self, lm: LM, users: Sequence[str], prompts: Sequence[str],

@@ -214,3 +214,23 @@ def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_
     direct = (log_arm.exp() * (log_arm - log_base)).sum() / len(groups)
     assert float(kl) == pytest.approx(float(direct), rel=1e-3, abs=1e-5)
     assert float(kl) > 1e-3  # the trained ARM has moved away from the base
+
+
+def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, tiny_lm):
+    from pathlib import Path
+
+    from prefalign_methods import args, bon, genarm
+    from pytest_prefalign.api import CaseContext, SuiteData
+    from pytest_prefalign.registry import MethodName, Registry
+
+    registry = Registry()
+    for module in (arm_module, args, bon, genarm):
+        module.pytest_prefalign_register(registry)
+    assert MethodName("genarm", "arm") in registry.default_methods()
+    registry.check_method(MethodName("args", "arm"))
+    options = {"reduce": "sum", "seed": 0, "max_new_tokens": 4, "batch_size": 8}
+    ctx = CaseContext(tiny_lm, None, SuiteData("toy", "test", profiles={}, items=[]),  # type: ignore[arg-type]
+                      fitted, options, Path("."))
+    got = args.ArgsDecoder().loglik(ctx, [p.user for p in TEST[:2]], [p.prompt for p in TEST[:2]],
+                                    [p.chosen for p in TEST[:2]])
+    assert got.shape == (2,) and np.all(np.isfinite(got)) and np.all(got <= 0)
