@@ -36,7 +36,7 @@ import torch
 
 from prefalign_methods.base import reduce_logprobs
 from pytest_prefalign.api import CaseContext, Decoder, Item, RewardMethod
-from pytest_prefalign.lm import LM, clean_text
+from pytest_prefalign.lm import LM, clean_text, pad
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
@@ -556,19 +556,6 @@ def guided_logprobs(forced: ForcedBatch, cands: torch.Tensor, rewards: torch.Ten
 # -------------------------------------------------------------------------------------------
 # Helpers of this module
 # -------------------------------------------------------------------------------------------
-
-
-def pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids, mask)`` of shape ``(B, L)``: prompts padded on the left, responses on the right."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        span = slice(width - len(seq), width) if left else slice(0, len(seq))
-        ids[row, span] = torch.tensor(seq, dtype=torch.long)
-        mask[row, span] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:

@@ -218,7 +218,7 @@ class LM:
     def _continue(self, state: _Prefill, seqs: list[list[int]], hidden: bool
                   ) -> list[torch.Tensor]:
         """Run right-padded responses on top of their prompts' cache rows."""
-        ids, resp_mask = _pad(seqs, self.pad_id, left=False, device=self.device)
+        ids, resp_mask = pad(seqs, self.pad_id, left=False, device=self.device)
         mask = torch.cat([state.mask, resp_mask], dim=1)
         positions = state.mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1],
                                                                     device=self.device)
@@ -237,7 +237,7 @@ class LM:
 
     def _prefill(self, seqs: list[list[int]], *, logits: bool) -> _Prefill:
         """One forward pass over left-padded prompts (positions count real tokens only)."""
-        ids, mask = _pad(seqs, self.pad_id, left=True, device=self.device)
+        ids, mask = pad(seqs, self.pad_id, left=True, device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         if logits:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
@@ -276,7 +276,7 @@ def _model_device(model: Any) -> torch.device:
     return next(model.parameters()).device
 
 
-def _pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
+def pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
          ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(ids, mask)`` of shape ``(B, L)``; pads on the left for prompts, right for responses."""
     width = max(len(s) for s in seqs)
