@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from prefalign_methods.bt_heads import pairs_fingerprint
+from prefalign_methods.bt_heads import load_or_train
 from pytest_prefalign import storage
 from pytest_prefalign.api import Pair, RewardMethod
 
@@ -145,23 +145,15 @@ class ARM(RewardMethod):
         if not pairs:
             raise ValueError("arm: no training pairs; this reward method is trained on the "
                              "suite's training pairs")
-        key = storage.content_key(self.fingerprint(), lm.fingerprint, pairs_fingerprint(pairs))
-        tensors_path = Path(cache_dir) / f"{self.name}-{key}.safetensors"
-        meta_path = tensors_path.with_suffix(".json")
         self._head = output_head(lm)
         self._lm_fingerprint = lm.fingerprint
-        with storage.locked(meta_path):
-            # the JSON is written last, so its presence means both files are complete
-            if meta_path.exists() and tensors_path.exists():
-                self._load(tensors_path, meta_path)
-                self.trained = False
-                return
-            self._train(lm, pairs)
-            storage.atomic_write_bytes(tensors_path, save_tensors(self._tensors()))
-            storage.atomic_write_json(meta_path, {
-                "method": self.name, "fingerprint": self.fingerprint(),
-                "config": asdict(self.config), "lm": lm.fingerprint, **self.info})
-            self.trained = True
+        load_or_train(self, lm, pairs, cache_dir)
+
+    def _save(self, tensors_path: Path, meta_path: Path, lm: LM) -> None:
+        storage.atomic_write_bytes(tensors_path, save_tensors(self._tensors()))
+        storage.atomic_write_json(meta_path, {
+            "method": self.name, "fingerprint": self.fingerprint(),
+            "config": asdict(self.config), "lm": lm.fingerprint, **self.info})
 
     def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
         names = sorted({p.user for p in pairs})

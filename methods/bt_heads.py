@@ -182,18 +182,7 @@ class HeadRewardMethod(RewardMethod):
         if not pairs:
             raise ValueError(f"{self.name}: no training pairs; this reward method is trained on "
                              "the suite's training pairs")
-        key = storage.content_key(self.fingerprint(), lm.fingerprint, pairs_fingerprint(pairs))
-        tensors_path = Path(cache_dir) / f"{self.name}-{key}.safetensors"
-        meta_path = tensors_path.with_suffix(".json")
-        with storage.locked(meta_path):
-            # the JSON is written last, so its presence means both files are complete
-            if meta_path.exists() and tensors_path.exists():
-                self._load(tensors_path, meta_path)
-                self.trained = False
-                return
-            self._train(lm, pairs)
-            self._save(tensors_path, meta_path, lm)
-            self.trained = True
+        load_or_train(self, lm, pairs, cache_dir)
 
     def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
         # one request with both sides of each pair next to each other, so that the LM prefills
@@ -301,3 +290,22 @@ def standardiser(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     std = feats.std(0, correction=0) if feats.shape[0] > 1 else torch.ones_like(mean)
     floor = 1e-2 * float(std.median()) + 1e-8
     return mean, std.clamp(min=floor)
+
+
+def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
+    """Load ``method``'s parameters cached for (its config, the backbone, the pairs), or train
+    and save them, under a lock that pytest-xdist workers share. ``method`` provides
+    ``_load(tensors_path, meta_path)``, ``_train(lm, pairs)`` and ``_save(tensors_path,
+    meta_path, lm)``; afterwards ``method.trained`` says which happened."""
+    key = storage.content_key(method.fingerprint(), lm.fingerprint, pairs_fingerprint(pairs))
+    tensors_path = Path(cache_dir) / f"{method.name}-{key}.safetensors"
+    meta_path = tensors_path.with_suffix(".json")
+    with storage.locked(meta_path):
+        # the JSON is written last, so its presence means both files are complete
+        if meta_path.exists() and tensors_path.exists():
+            method._load(tensors_path, meta_path)
+            method.trained = False
+            return
+        method._train(lm, pairs)
+        method._save(tensors_path, meta_path, lm)
+        method.trained = True
