@@ -160,7 +160,7 @@ def test_floor_fails_with_figure_and_floor(toy):
     (["--prefalign-methods", "nope"], "*unknown decoder 'nope'; available: args, base, bon, genarm, icl, icl_rag*"),
     (["--prefalign-methods", "base[lore]"], "*decoder 'base' takes no reward method*"),
     (["--prefalign-methods", "bon[nope]"], "*unknown reward method 'nope'; available: arm, *"),
-    (["--prefalign-methods", "args[arm]"], "*args?arm?: decoder 'args' needs the capability prefix that reward method 'arm' does not declare*"),
+    (["--prefalign-methods", "genarm[lore]"], "*genarm?lore?: decoder 'genarm' needs the capability next_token that reward method 'lore' does not declare*"),
     (["--prefalign-sizes", "9b"], "*unknown size 9b; known: *tiny*"),
     (["--prefalign-fail-under", "bleu=0.1"], "*expected METRIC=VALUE with METRIC one of*"),
 ])
