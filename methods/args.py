@@ -66,8 +66,11 @@ class ArgsDecoder(Decoder):
     def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
                responses: Sequence[str]) -> np.ndarray:
         k, w = settings(ctx)
+        # the model's passes are the same for every hidden-state reward head of this
+        # (suite, size): kept in the case's shared state, each head only applies itself
         per_token = args_token_logprobs(ctx.lm, require_reward(ctx), users, prompts, responses,
-                                        k=k, w=w, batch_size=ctx.options["batch_size"])
+                                        k=k, w=w, batch_size=ctx.options["batch_size"],
+                                        memo=ctx.shared.setdefault("args_forced_tokens", {}))
         return reduce_logprobs(per_token, ctx.options["reduce"])
 
 
@@ -158,11 +161,7 @@ def uses_hidden(lm: LM, reward: RewardMethod) -> bool:
 
 def logits_from_hidden(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
     """The base model's next-token logits from final hidden states ``(..., H) -> (..., V)``."""
-    logits = lm.model.get_output_embeddings()(hidden)
-    cap = getattr(lm.model.config, "final_logit_softcapping", None)
-    if cap:  # Gemma-2 style soft-capping, applied by the model's own forward
-        logits = torch.tanh(logits / cap) * cap
-    return logits.float()
+    return lm.logits_from_hidden(hidden)
 
 
 def hidden_rewards(reward: Any, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
@@ -263,13 +262,11 @@ def decode_loop(stepper: Stepper, k: int, w: float, max_new_tokens: int,
 
 
 def prefill(lm: LM, seqs: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """One pass over left-padded prompts: ``(cache, mask (B, L), last hidden (B, H))``.
-    Position ids count real tokens only, so padding changes no position."""
-    ids, mask = pad(seqs, lm.pad_id, left=True, device=lm.device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = lm.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                              use_cache=True)
-    return out.cache, mask, out.last_hidden_state[:, -1]
+    """Left-padded prompts after the base model, ``(cache, mask (B, L), last hidden (B, H))``,
+    from the LM's kept prefills (each prompt run once per session). Position ids count real
+    tokens only, so padding changes no position."""
+    state = lm.prefill(seqs, batch_size=len(seqs))
+    return state.cache, state.mask, state.last
 
 
 class SharedPassStepper:
@@ -409,58 +406,124 @@ class PrefixStepper:
 class ForcedBatch:
     """Responses teacher-forced on their prompts, after the plain pass.
 
-    ``logits``: ``(B, T, V)`` base logits predicting ``y_t``; ``true_rewards``: ``(B, T)``
-    ``r_u(x, y_<=t)``; ``targets``: ``(B, T)`` the ``y_t`` (padding beyond each length);
-    ``cache``/``mask``: prompt (left-padded) then response (right-padded), ``prompt_width``
-    columns of prompt; ``positions``: ``(B, T)`` position id of each ``y_t``.
+    ``logits``: ``(B, T, V)`` base logits predicting ``y_t``; ``targets``: ``(B, T)`` the
+    ``y_t`` (padding beyond each length); ``cache``/``mask``: prompt (left-padded) then
+    response (right-padded), ``prompt_width`` columns of prompt; ``positions``: ``(B, T)``
+    position id of each ``y_t``; ``hidden``: ``(B, T, H)`` the final hidden state after each
+    ``y_t``.
     """
 
     logits: torch.Tensor
-    true_rewards: torch.Tensor | None
     targets: torch.Tensor
     lengths: list[int]
     cache: Any
     mask: torch.Tensor
     prompt_width: int
     positions: torch.Tensor
+    hidden: torch.Tensor
+
+
+@dataclass(frozen=True)
+class ForcedTokens:
+    """One response teacher-forced on its prompt: what the policy score under ARGS needs of it
+    whatever the reward head, so that every hidden-state reward method of a (suite, size) reuses
+    it. ``targets`` ``(T,)`` the ``y_t``; ``cands`` ``(T, k)`` the base top-k at each step;
+    ``cand_logits`` ``(T, k)`` and ``true_logits`` ``(T,)`` their base logits and ``y_t``'s;
+    ``cand_hidden`` ``(T, k, H)`` and ``true_hidden`` ``(T, H)`` the final hidden states after
+    each candidate and after ``y_t``."""
+
+    targets: torch.Tensor
+    cands: torch.Tensor
+    cand_logits: torch.Tensor
+    true_logits: torch.Tensor
+    cand_hidden: torch.Tensor
+    true_hidden: torch.Tensor
 
 
 def args_token_logprobs(lm: LM, reward: RewardMethod, users: Sequence[str],
                         prompts: Sequence[str], responses: Sequence[str], *, k: int = 10,
-                        w: float = 1.0, batch_size: int = 16) -> list[np.ndarray]:
+                        w: float = 1.0, batch_size: int = 16,
+                        memo: dict[Any, ForcedTokens] | None = None) -> list[np.ndarray]:
     """``log p_ARGS(y_t | x, y_<t)`` over ``C_t`` for every response token (the final
-    ``eos_id`` included), float64, one array per (user, prompt, response)."""
+    ``eos_id`` included), float64, one array per (user, prompt, response).
+
+    With a hidden-state reward the model's passes do not depend on the reward head: they are
+    kept in ``memo`` (one per LM, e.g. per (suite, size)) by (prompt, response, k), and another
+    head scoring the same responses only applies itself to them."""
     if not len(users) == len(prompts) == len(responses):
         raise ValueError(f"{len(users)} users, {len(prompts)} prompts, {len(responses)} "
                          f"responses: expected as many of each")
     if batch_size < 1 or k < 1:
         raise ValueError("k and batch_size must be >= 1")
-    fast = uses_hidden(lm, reward)
+    if uses_hidden(lm, reward):
+        tokens = forced_tokens(lm, prompts, responses, k, batch_size,
+                               {} if memo is None else memo)
+        return guided_from_tokens(reward, users, tokens, w, batch_size)
     # pairs that share a prompt share its prefill, so they go in the same batch
     order = sorted(range(len(prompts)), key=lambda n: (-len(prompts[n]), prompts[n]))
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
     for batch in _chunks(order, batch_size):
         with torch.inference_mode():
-            forced = teacher_force(lm, reward if fast else None, [users[n] for n in batch],
-                                   [prompts[n] for n in batch], [responses[n] for n in batch])
+            forced = teacher_force(lm, [prompts[n] for n in batch],
+                                   [responses[n] for n in batch])
             cands = top_candidates(forced.logits.flatten(0, 1), k).view(*forced.targets.shape, -1)
-            if fast:
-                rewards, true = candidate_rewards_hidden(lm, reward, [users[n] for n in batch],
-                                                         forced, cands)
-            else:
-                rewards, true = candidate_rewards_text(
-                    lm, reward, [users[n] for n in batch], [prompts[n] for n in batch],
-                    [responses[n] for n in batch], forced, cands)
+            rewards, true = candidate_rewards_text(
+                lm, reward, [users[n] for n in batch], [prompts[n] for n in batch],
+                [responses[n] for n in batch], forced, cands)
             logp = guided_logprobs(forced, cands, rewards, true, w)
         for n, row, length in zip(batch, logp, forced.lengths, strict=True):
             results[n] = row[:length].double().cpu().numpy()
     return results
 
 
-def teacher_force(lm: LM, reward: RewardMethod | None, users: list[str], prompts: list[str],
-                  responses: list[str]) -> ForcedBatch:
+def forced_tokens(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: int,
+                  batch_size: int, memo: dict[Any, ForcedTokens]) -> list[ForcedTokens]:
+    """``ForcedTokens`` of each (prompt, response), from ``memo`` or from two passes per batch
+    (the plain one and the candidates' one), which are then kept in ``memo``."""
+    keys = [(p, r, k) for p, r in zip(prompts, responses, strict=True)]
+    # pairs that share a prompt share its prefill, so they go in the same batch
+    missing = sorted({key for key in keys if key not in memo},
+                     key=lambda key: (-len(key[0]), key[0], key[1]))
+    for batch in _chunks(missing, batch_size):
+        with torch.inference_mode():
+            forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
+            cands = top_candidates(forced.logits.flatten(0, 1), k).view(*forced.targets.shape, -1)
+            hidden = candidate_hidden(lm, forced, cands)
+            true_logits = forced.logits.gather(-1, forced.targets[..., None])[..., 0]
+            cand_logits = forced.logits.gather(-1, cands)
+        for b, (key, n) in enumerate(zip(batch, forced.lengths, strict=True)):
+            memo[key] = ForcedTokens(forced.targets[b, :n].clone(), cands[b, :n].clone(),
+                                     cand_logits[b, :n].clone(), true_logits[b, :n].clone(),
+                                     hidden[b, :n].clone(), forced.hidden[b, :n].clone())
+    return [memo[key] for key in keys]
+
+
+def guided_from_tokens(reward: RewardMethod, users: Sequence[str], tokens: list[ForcedTokens],
+                       w: float, batch_size: int) -> list[np.ndarray]:
+    """The guided log-probabilities of each ``y_t`` over ``C_t`` under this reward head, a
+    batch of responses at a time (padded to the longest; the padding is cut off after)."""
+    out: list[np.ndarray] = []
+    for start in range(0, len(tokens), batch_size):
+        chunk = tokens[start:start + batch_size]
+        who = list(users[start:start + batch_size])
+
+        def stacked(field: str, chunk: list[ForcedTokens] = chunk) -> torch.Tensor:
+            return torch.nn.utils.rnn.pad_sequence([getattr(t, field) for t in chunk],
+                                                   batch_first=True)
+
+        with torch.inference_mode():
+            rewards = hidden_rewards(reward, who, stacked("cand_hidden"))
+            true = hidden_rewards(reward, who, stacked("true_hidden"))
+            logp = _guided(stacked("true_logits"), stacked("cand_logits"), stacked("cands"),
+                           stacked("targets"), rewards, true, w)
+        out += [row[:len(t.targets)].double().cpu().numpy()
+                for row, t in zip(logp, chunk, strict=True)]
+    return out
+
+
+def teacher_force(lm: LM, prompts: list[str], responses: list[str]) -> ForcedBatch:
     """Prefill each distinct prompt once, then run the responses on their prompts' rows: the
-    base logits predicting every ``y_t`` and, with a hidden-state reward, ``r_u(x, y_<=t)``."""
+    base logits predicting every ``y_t`` and the hidden states after each."""
     unique = list(dict.fromkeys(prompts))
     cache, prompt_mask, last = prefill(lm, [lm.prompt_ids(p) for p in unique])
     rows = torch.tensor([unique.index(p) for p in prompts], device=prompt_mask.device)
@@ -475,28 +538,26 @@ def teacher_force(lm: LM, reward: RewardMethod | None, users: list[str], prompts
     hidden = out.last_hidden_state  # (B, T, H): row t has read y_t
     # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
     predicting = torch.cat([last[:, None], hidden[:, :-1]], dim=1)
-    true_rewards = None if reward is None else hidden_rewards(reward, users, hidden)
-    return ForcedBatch(logits_from_hidden(lm, predicting), true_rewards, ids,
-                       [len(a) for a in answers], cache, mask, prompt_mask.shape[1], positions)
+    return ForcedBatch(logits_from_hidden(lm, predicting), ids,
+                       [len(a) for a in answers], cache, mask, prompt_mask.shape[1], positions,
+                       hidden)
 
 
-def candidate_rewards_hidden(lm: LM, reward: RewardMethod, users: list[str], forced: ForcedBatch,
-                             cands: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``r_u(x, y_<t + c)`` for all candidates ``(B, T, k)`` in one pass: each candidate is a
-    query token at ``y_t``'s position that sees the prompt and ``y_<t`` only."""
-    if forced.true_rewards is None:
-        raise RuntimeError("teacher_force() was run without the reward")
+def candidate_hidden(lm: LM, forced: ForcedBatch, cands: torch.Tensor) -> torch.Tensor:
+    """The final hidden states ``(B, T, k, H)`` after every candidate, in as few passes as
+    ``QUERY_BLOCK`` allows: each candidate is a query token at ``y_t``'s position that sees the
+    prompt and ``y_<t`` only."""
     steps, k = cands.shape[1:]
     per_pass = max(1, QUERY_BLOCK // k)  # steps per pass: bounds the mask and attention sizes
-    values = [_candidate_pass(lm, reward, users, forced, cands[:, start:start + per_pass], start)
+    values = [_candidate_pass(lm, forced, cands[:, start:start + per_pass], start)
               for start in range(0, steps, per_pass)]
-    return torch.cat(values, dim=1), forced.true_rewards
+    return torch.cat(values, dim=1)
 
 
-def _candidate_pass(lm: LM, reward: RewardMethod, users: list[str], forced: ForcedBatch,
-                    cands: torch.Tensor, start: int) -> torch.Tensor:
-    """Rewards ``(B, n, k)`` of the candidates of steps ``start .. start + n``; their cache
-    entries are cropped afterwards, so every pass sees the same cache."""
+def _candidate_pass(lm: LM, forced: ForcedBatch, cands: torch.Tensor, start: int
+                    ) -> torch.Tensor:
+    """Hidden states ``(B, n, k, H)`` after the candidates of steps ``start .. start + n``;
+    their cache entries are cropped afterwards, so every pass sees the same cache."""
     rows, steps, k = cands.shape
     width = forced.mask.shape[1]
     device = cands.device
@@ -510,7 +571,7 @@ def _candidate_pass(lm: LM, reward: RewardMethod, users: list[str], forced: Forc
     out = query_block_pass(lm, input_ids=cands.flatten(1), attention_mask=mask,
                            position_ids=positions, cache=forced.cache)
     forced.cache.crop(-(steps * k))
-    return hidden_rewards(reward, users, out.last_hidden_state).view(rows, steps, k)
+    return out.last_hidden_state.view(rows, steps, k, -1)
 
 
 def candidate_rewards_text(lm: LM, reward: RewardMethod, users: list[str], prompts: list[str],
@@ -541,13 +602,20 @@ def candidate_rewards_text(lm: LM, reward: RewardMethod, users: list[str], promp
 
 def guided_logprobs(forced: ForcedBatch, cands: torch.Tensor, rewards: torch.Tensor,
                     true: torch.Tensor, w: float) -> torch.Tensor:
-    """``(B, T)`` log-softmax over ``C_t`` = top-k plus ``y_t`` of the true token's score.
-
-    The true token's score comes from the plain pass; where it is also among the top-k, that
-    copy is left out so that ``C_t`` holds it once."""
+    """``(B, T)`` log-softmax over ``C_t`` = top-k plus ``y_t`` of the true token's score."""
     targets = forced.targets
-    true_score = forced.logits.gather(-1, targets[..., None])[..., 0] + w * true
-    cand_score = forced.logits.gather(-1, cands) + w * rewards
+    return _guided(forced.logits.gather(-1, targets[..., None])[..., 0],
+                   forced.logits.gather(-1, cands), cands, targets, rewards, true, w)
+
+
+def _guided(true_logits: torch.Tensor, cand_logits: torch.Tensor, cands: torch.Tensor,
+            targets: torch.Tensor, rewards: torch.Tensor, true: torch.Tensor, w: float
+            ) -> torch.Tensor:
+    """``logit + w * reward`` of ``y_t`` log-softmaxed over ``C_t``. The true token's score
+    comes from the plain pass; where it is also among the top-k, that copy is left out so that
+    ``C_t`` holds it once."""
+    true_score = true_logits + w * true
+    cand_score = cand_logits + w * rewards
     cand_score = cand_score.masked_fill(cands == targets[..., None], float("-inf"))
     total = torch.logsumexp(torch.cat([cand_score, true_score[..., None]], dim=-1), dim=-1)
     return true_score - total

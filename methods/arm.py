@@ -318,9 +318,8 @@ def predicting_hidden(lm: LM, prompts: Sequence[str], responses: Sequence[str], 
     the final norm) that predicts ``y_t``: at the prompt's last token for ``t = 0``, at
     ``y_{t-1}`` after. ``T_y`` counts the response tokens with the final ``eos_id``.
 
-    Texts in ``MEMO`` are not run again; the others go through one plain forward pass over
-    prompt + response each, right-padded (position ids are then the plain ones), sorted by
-    length so that a batch pads little.
+    Texts in ``MEMO`` are not run again; the others go through ``LM.response_hidden``, on top
+    of the prompts' kept prefills.
     """
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -329,40 +328,19 @@ def predicting_hidden(lm: LM, prompts: Sequence[str], responses: Sequence[str], 
     keys = [(lm.fingerprint, p, r) for p, r in zip(prompts, responses, strict=True)]
     found = {k: h for k in dict.fromkeys(keys) if (h := MEMO.get(k)) is not None}
     missing = [k for k in dict.fromkeys(keys) if k not in found]
-    for key, states in zip(missing, _compute_hidden(lm, missing, batch_size), strict=True):
+    computed = _compute_hidden(lm, missing, batch_size) if missing else []
+    for key, states in zip(missing, computed, strict=True):
         found[key] = states
         MEMO.put(key, states)
     return [found[k] for k in keys]
 
 
-@torch.inference_mode()
 def _compute_hidden(lm: LM, keys: list[tuple[str, str, str]], batch_size: int
                     ) -> list[torch.Tensor]:
-    prompt_ids = {p: lm.prompt_ids(p) for p in dict.fromkeys(k[1] for k in keys)}
-    seqs = [(prompt_ids[p], lm.response_ids(r)) for _, p, r in keys]
-    order = sorted(range(len(seqs)), key=lambda i: -sum(map(len, seqs[i])))
-    out: list[torch.Tensor | None] = [None] * len(seqs)
-    for start in range(0, len(order), batch_size):
-        batch = order[start:start + batch_size]
-        states = _forward_right_padded(lm, [seqs[i][0] + seqs[i][1] for i in batch])
-        for k, i in enumerate(batch):
-            lp, ly = len(seqs[i][0]), len(seqs[i][1])
-            out[i] = states[k, lp - 1:lp - 1 + ly].float().cpu().clone()
-    return [h for h in out if h is not None]
-
-
-def _forward_right_padded(lm: LM, seqs: list[list[int]]) -> torch.Tensor:
-    """Final hidden states ``(B, L, H)`` of right-padded sequences."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), lm.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for k, s in enumerate(seqs):
-        ids[k, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[k, :len(s)] = 1
-    positions = torch.arange(width)[None].expand(len(seqs), -1)
-    out = lm.model.base_model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
-                              position_ids=positions.to(lm.device))
-    return out.last_hidden_state
+    """Through the LM's teacher-forced pass, which runs each prompt once per session."""
+    states = lm.response_hidden([k[1] for k in keys], [k[2] for k in keys],
+                                batch_size=batch_size, predicting=True)
+    return [h.clone() for h in states]
 
 
 def token_data(lm: LM, pairs: Sequence[Pair], users: dict[str, int],

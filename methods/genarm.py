@@ -150,11 +150,7 @@ def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
 def base_logits(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
     """The base LM's next-token logits from its final hidden states ``(..., H)``, as its own
     forward pass computes them (output head, then the final soft-cap where a model has one)."""
-    logits = lm.model.get_output_embeddings()(hidden)
-    cap = getattr(lm.model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits.float()
+    return lm.logits_from_hidden(hidden)
 
 
 # -------------------------------------------------------------------------------------------
@@ -207,18 +203,10 @@ def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
 
 
 def _prefill(lm: LM, seqs: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor]:
-    """Left-padded prompts through the base model: last hidden ``(B, H)``, cache, mask."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), lm.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for k, s in enumerate(seqs):
-        ids[k, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[k, width - len(s):] = 1
-    ids, mask = ids.to(lm.device), mask.to(lm.device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # position ids count real tokens only
-    out = lm.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                              use_cache=True)
-    return out.last_hidden_state[:, -1], out.cache, mask
+    """Left-padded prompts through the base model (the LM's kept prefills): last hidden
+    ``(B, H)``, cache, mask."""
+    state = lm.prefill(seqs, batch_size=len(seqs))
+    return state.last, state.cache, state.mask
 
 
 def _pick(logits: torch.Tensor, temperature: float | None,

@@ -16,7 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytest_prefalign.prefill import Prefill, PrefillStore, pad
 from pytest_prefalign.storage import content_key
+
+__all__ = ["LM", "Prefill", "clean_text", "end_of_turn_id", "pad"]
 
 # Markers that end an assistant turn in common chat templates (SmolLM2/Qwen, Gemma, Llama 3, Phi 3).
 END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
@@ -59,6 +62,8 @@ class LM:
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.has_chat_template = bool(tokenizer.chat_template)
+        # every prompt's prefill, kept for the session (see pytest_prefalign.prefill)
+        self.prefills = PrefillStore(self.model, self.pad_id, self.device)
 
     def __repr__(self) -> str:
         return f"LM(label={self.label!r}, name={self.name!r}, fingerprint={self.fingerprint!r})"
@@ -107,6 +112,7 @@ class LM:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
         unique = list(dict.fromkeys(prompts))  # the same prompt gives the same texts
         encoded = [self.prompt_ids(p) for p in unique]
+        self.prefills.warm(encoded, batch_size=batch_size)
         runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[str, list[str]] = {}
         for batch in _chunks(_by_length(encoded), max(1, batch_size // runs)):
@@ -183,15 +189,18 @@ class LM:
                                                         hidden=False)]
 
     def response_hidden(self, prompts: Sequence[str], responses: Sequence[str], *,
-                        batch_size: int = 16) -> list[torch.Tensor]:
+                        batch_size: int = 16, predicting: bool = False) -> list[torch.Tensor]:
         """Last-layer hidden states (after the final norm) at the response tokens, one
         ``(T_y, H)`` float32 CPU tensor per pair: row ``t`` is the state after reading ``y_t``,
-        so row ``-1`` (after ``eos_id``) summarises the whole response."""
-        return self._teacher_forced(prompts, responses, batch_size, hidden=True)
+        so row ``-1`` (after ``eos_id``) summarises the whole response. With ``predicting``,
+        row ``t`` is the state that predicts ``y_t`` instead: the prompt's last for ``t = 0``,
+        after ``y_{t-1}`` for the others."""
+        return self._teacher_forced(prompts, responses, batch_size, hidden=True,
+                                    predicting=predicting)
 
     @torch.inference_mode()
     def _teacher_forced(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int,
-                        *, hidden: bool) -> list[torch.Tensor]:
+                        *, hidden: bool, predicting: bool = False) -> list[torch.Tensor]:
         """Each distinct prompt is prefilled once per batch and its KV cache row is copied for
         each of its responses (a pair's two responses share their prompt)."""
         if len(prompts) != len(responses):
@@ -200,6 +209,7 @@ class LM:
         unique = list(dict.fromkeys(prompts))
         where = {p: i for i, p in enumerate(unique)}
         encoded = [self.prompt_ids(p) for p in unique]
+        self.prefills.warm(encoded, batch_size=batch_size)
         answers = [self.response_ids(r) for r in responses]
         groups: list[list[int]] = [[] for _ in unique]
         for n, p in enumerate(prompts):
@@ -210,13 +220,14 @@ class LM:
             state = self._prefill([encoded[i] for i in prompt_rows], logits=not hidden)
             pairs = [n for _, chunk in batch for n in chunk]
             rows = torch.tensor([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
-            scored = self._continue(state.select(rows), [answers[n] for n in pairs], hidden)
+            scored = self._continue(state.select(rows), [answers[n] for n in pairs], hidden,
+                                    predicting)
             for n, value in zip(pairs, scored, strict=True):
                 results[n] = value
         return [results[n] for n in range(len(prompts))]
 
-    def _continue(self, state: _Prefill, seqs: list[list[int]], hidden: bool
-                  ) -> list[torch.Tensor]:
+    def _continue(self, state: _Prefill, seqs: list[list[int]], hidden: bool,
+                  predicting: bool = False) -> list[torch.Tensor]:
         """Run right-padded responses on top of their prompts' cache rows."""
         ids, resp_mask = pad(seqs, self.pad_id, left=False, device=self.device)
         mask = torch.cat([state.mask, resp_mask], dim=1)
@@ -227,7 +238,10 @@ class LM:
                   use_cache=True)
         lengths = [len(s) for s in seqs]
         if hidden:
-            states = out.last_hidden_state.float().cpu()
+            states = out.last_hidden_state
+            if predicting:
+                states = torch.cat([state.last[:, None], states[:, :-1]], dim=1)
+            states = states.float().cpu()
             return [states[k, :n] for k, n in enumerate(lengths)]
         # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
         predicting = torch.cat([state.last[:, None], out.logits[:, :-1]], dim=1).float()
@@ -235,17 +249,25 @@ class LM:
         logp = logp.double().cpu()
         return [logp[k, :n] for k, n in enumerate(lengths)]
 
+    def prefill(self, seqs: list[list[int]], *, batch_size: int = 16) -> Prefill:
+        """Left-padded prompts after the base model: their cache, mask and final hidden states
+        at the last token (position ids count real tokens only). Each prompt is run once per
+        session and prompts sharing a prefix run it once (``self.prefills``)."""
+        return self.prefills.prefill(seqs, batch_size=batch_size)
+
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits ``(..., V)`` float32 from final hidden states ``(..., H)``, as the
+        model's own forward computes them (output head, then any logit soft-capping)."""
+        logits = self.model.get_output_embeddings()(hidden)
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:  # Gemma-2 style soft-capping, applied by the model's own forward
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()
+
     def _prefill(self, seqs: list[list[int]], *, logits: bool) -> _Prefill:
-        """One forward pass over left-padded prompts (positions count real tokens only)."""
-        ids, mask = pad(seqs, self.pad_id, left=True, device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        if logits:
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                             use_cache=True, logits_to_keep=1)
-            return _Prefill(out.cache, mask, out.logits[:, -1])
-        out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    use_cache=True)
-        return _Prefill(out.cache, mask, out.last_hidden_state[:, -1])
+        state = self.prefill(seqs, batch_size=len(seqs))
+        last = self.logits_from_hidden(state.last) if logits else state.last
+        return _Prefill(state.cache, state.mask, last)
 
 
 # -------------------------------------------------------------------------------------------
@@ -274,19 +296,6 @@ def clean_text(text: str) -> str:
 
 def _model_device(model: Any) -> torch.device:
     return next(model.parameters()).device
-
-
-def pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
-         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids, mask)`` of shape ``(B, L)``; pads on the left for prompts, right for responses."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for k, s in enumerate(seqs):
-        span = slice(width - len(s), width) if left else slice(0, len(s))
-        ids[k, span] = torch.tensor(s, dtype=torch.long)
-        mask[k, span] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _by_length(seqs: list[list[int]]) -> list[int]:

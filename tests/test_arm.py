@@ -183,7 +183,7 @@ def test_hidden_states_are_memoised_within_a_budget(tiny_lm, monkeypatch):
     def no_forward(*args, **kwargs):
         raise AssertionError("ran the model for texts it had seen")
 
-    monkeypatch.setattr(arm_module, "_forward_right_padded", no_forward)
+    monkeypatch.setattr(arm_module, "_compute_hidden", no_forward)
     again = predicting_hidden(tiny_lm, prompts[::-1], responses[::-1])
     assert all(torch.equal(a, b) for a, b in zip(first[::-1], again, strict=True))
     assert MEMO.size <= MEMO.budget

@@ -152,7 +152,8 @@ def test_generation_stops_at_end_of_turn_and_at_a_complete_line(tiny_lm: LM) -> 
     ]:
         lm = _constant_head(tiny_lm, token)
         calls.clear()
-        hook = lm.model.register_forward_hook(lambda *args: calls.append(1))
+        # every pass of the transformer body: the prompts' prefill, then one per step
+        hook = lm.model.base_model.register_forward_hook(lambda *args: calls.append(1))
         assert lm.generate(["Hi", PROMPTS[0]], max_new_tokens=7) == [[expected], [expected]]
         hook.remove()
         assert len(calls) == forwards

@@ -107,7 +107,8 @@ def test_without_flag_suites_are_not_collected(toy):
 
 
 def test_plugin_import_is_light():
-    code = "import sys, pytest_prefalign.plugin; print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))"
+    code = ("import sys, pytest_prefalign.plugin; "
+            "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -157,10 +158,13 @@ def test_floor_fails_with_figure_and_floor(toy):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--prefalign-limit", "0"], "*--prefalign-limit*expected a whole number >= 1*"),
-    (["--prefalign-methods", "nope"], "*unknown decoder 'nope'; available: args, base, bon, genarm, icl, icl_rag*"),
+    (["--prefalign-methods", "nope"],
+     "*unknown decoder 'nope'; available: args, base, bon, genarm, icl, icl_rag*"),
     (["--prefalign-methods", "base[lore]"], "*decoder 'base' takes no reward method*"),
     (["--prefalign-methods", "bon[nope]"], "*unknown reward method 'nope'; available: arm, *"),
-    (["--prefalign-methods", "genarm[lore]"], "*genarm?lore?: decoder 'genarm' needs the capability next_token that reward method 'lore' does not declare*"),
+    (["--prefalign-methods", "genarm[lore]"],
+     "*genarm?lore?: decoder 'genarm' needs the capability next_token that reward method "
+     "'lore' does not declare*"),
     (["--prefalign-sizes", "9b"], "*unknown size 9b; known: *tiny*"),
     (["--prefalign-fail-under", "bleu=0.1"], "*expected METRIC=VALUE with METRIC one of*"),
 ])
@@ -184,13 +188,15 @@ def test_missing_data_lists_the_places_searched(toy):
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base",
                  "--prefalign-data", "nowhere")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*data folder toy/ not found; looked in:*", "*--prefalign-data: *nowhere*",
-                                 "*ini prefalign_data: *data*", "*PREFALIGN_DATA*", "*user cache*"])
+    result.stdout.fnmatch_lines(["*data folder toy/ not found; looked in:*",
+                                 "*--prefalign-data: *nowhere*", "*ini prefalign_data: *data*",
+                                 "*PREFALIGN_DATA*", "*user cache*"])
 
 
 def test_broken_registration_is_reported_and_the_run_goes_on(toy):
     toy.syspathinsert()
-    toy.makepyfile(broken="def pytest_prefalign_register(registry):\n    raise RuntimeError('boom')\n")
+    toy.makepyfile(
+        broken="def pytest_prefalign_register(registry):\n    raise RuntimeError('boom')\n")
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "broken")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*could not load plugin 'broken'*RuntimeError: boom*"])
@@ -217,7 +223,8 @@ def test_result_hook_sees_each_result(toy):
             print("LOGGED", result["method"], sorted(result["metrics"]))
     """))
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "logger", "-s")
-    result.stdout.fnmatch_lines(["*LOGGED base ?'policy_acc', 'policy_acc_micro', 'rouge1', 'rougeL'?*"])
+    result.stdout.fnmatch_lines(
+        ["*LOGGED base ?'policy_acc', 'policy_acc_micro', 'rouge1', 'rougeL'?*"])
 
 
 def test_xdist_results_reach_the_controller(toy):

@@ -1,0 +1,273 @@
+"""Prompt prefills: each prompt's KV cache computed once per session, common prefixes once.
+
+All the methods of a (suite, size) start from the same prompts: the decoders generate from them,
+the policy-accuracy scorers teacher-force the pairs' responses on them, the reward methods and
+the judges read hidden states after them, and the suite's reference generator wrote its negatives
+from them. ``PrefillStore`` keeps each prompt's cache (the keys and values of its real tokens,
+per layer) and its final hidden state under a memory budget, so that a prompt is prefilled once
+however many of these ask for it. Prompts that begin with the same tokens (a user's ICL examples,
+shown before each of the user's inputs; the chat template's opening) have their common prefix
+prefilled once, and each prompt continues from it.
+
+Only for models whose attention layers all see the whole sequence (a sliding-window layer keeps
+part of its cache); for others ``prefill`` is one plain pass over the batch and nothing is kept.
+The results are those of a plain pass up to floating-point rounding (the same attention over the
+same keys, computed in other batches).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+MIN_SHARED = 32  # tokens: a shorter common prefix is not worth a pass of its own
+BUDGET_ENV = "PREFALIGN_PREFILL_MB"  # the store's memory budget in MiB (0 keeps nothing)
+DEFAULT_BUDGET_MB = 4096
+
+Key = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One prompt's prefill: per layer ``(kv_heads, L, head_dim)`` keys and values of its ``L``
+    tokens, and the final hidden state ``(H,)`` (after the final norm) at its last token."""
+
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
+    last: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        tensors = (*self.keys, *self.values, self.last)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass
+class Prefill:
+    """A batch of prompts, left-padded: ``cache`` (one row per prompt), ``mask`` ``(B, W)`` and
+    ``last`` ``(B, H)``, the final hidden state at each prompt's last token. Position ids count
+    real tokens only, so the next one of row ``b`` is ``mask[b].sum()``."""
+
+    cache: Any
+    mask: torch.Tensor
+    last: torch.Tensor
+
+
+class PrefillStore:
+    """Prefills of one model, kept by token ids; least recently used rows go first when the
+    budget is exceeded. ``stats`` counts prompts asked for, prompts run and tokens run."""
+
+    def __init__(self, model: Any, pad_id: int, device: torch.device, *,
+                 budget_bytes: int | None = None, min_shared: int = MIN_SHARED) -> None:
+        self.model, self.pad_id, self.device = model, pad_id, device
+        self.enabled = full_attention(model.config)
+        if budget_bytes is None:
+            budget_bytes = budget_from_env()
+        self.budget, self.min_shared = budget_bytes, min_shared
+        self.rows: OrderedDict[Key, Row] = OrderedDict()
+        self.size = 0
+        self.stats = {"asked": 0, "computed": 0, "tokens_run": 0}
+
+    @torch.inference_mode()
+    def prefill(self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16) -> Prefill:
+        """The batch's prefill, from kept rows where there are any."""
+        if not seqs:
+            raise ValueError("prefill() needs at least one sequence")
+        if not self.enabled:
+            return self._plain([list(s) for s in seqs])
+        return assemble(self.model.config, self._rows([tuple(s) for s in seqs], batch_size),
+                        self.device)
+
+    @torch.inference_mode()
+    def warm(self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16) -> None:
+        """Compute the prefills of all these prompts now, together, so that those sharing a
+        prefix are grouped whatever batches they are asked for in later."""
+        if self.enabled and seqs:
+            self._rows([tuple(s) for s in seqs], batch_size)
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.size = 0
+
+    # -----------------------------------------------------------------------------------------
+
+    def _rows(self, keys: list[Key], batch_size: int) -> list[Row]:
+        found: dict[Key, Row] = {}
+        for key in dict.fromkeys(keys):
+            row = self.rows.get(key)
+            if row is not None:
+                self.rows.move_to_end(key)
+                found[key] = row
+        self.stats["asked"] += len(keys)
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing:
+            found.update(self._compute(missing, batch_size))
+        return [found[k] for k in keys]
+
+    def _compute(self, keys: list[Key], batch_size: int) -> dict[Key, Row]:
+        """Rows for prompts not kept: their shared prefixes first (those they share with each
+        other or with a kept row; through ``_rows``, so that prefixes shared by prefixes are run
+        once too), then what follows each prefix."""
+        order = sorted(keys)
+        shared = [max(n, self._kept_prefix(k))
+                  for k, n in zip(order, shared_lengths(order, self.min_shared), strict=True)]
+        prefixes = list(dict.fromkeys(k[:n] for k, n in zip(order, shared, strict=True) if n))
+        heads = dict(zip(prefixes, self._rows(prefixes, batch_size), strict=True))
+        # by the length still to run, longest first: similar lengths share a batch
+        todo = sorted(range(len(order)), key=lambda i: -(len(order[i]) - shared[i]))
+        out: dict[Key, Row] = {}
+        for chunk in _chunks(todo, batch_size):
+            rows = self._extend([heads.get(order[i][:shared[i]]) if shared[i] else None
+                                 for i in chunk], [order[i][shared[i]:] for i in chunk])
+            for i, row in zip(chunk, rows, strict=True):
+                out[order[i]] = row
+                self._keep(order[i], row)
+        self.stats["computed"] += len(keys)
+        return out
+
+    def _kept_prefix(self, key: Key) -> int:
+        """The length of the longest kept row that is a proper prefix of ``key`` (a prefix run
+        earlier for other prompts), or 0."""
+        lengths = sorted({len(k) for k in self.rows if self.min_shared <= len(k) < len(key)},
+                         reverse=True)
+        return next((n for n in lengths if key[:n] in self.rows), 0)
+
+    def _extend(self, heads: list[Row | None], tails: list[Key]) -> list[Row]:
+        """Run each tail on its head's cache (``None``: no head) and return the whole rows."""
+        starts = [Row((), (), torch.empty(0)) if h is None else h for h in heads]
+        lengths = [0 if h is None else h.length for h in heads]
+        if any(lengths):
+            state = assemble(self.model.config, starts, self.device, lengths=lengths)
+            cache, head_mask = state.cache, state.mask
+        else:
+            cache, head_mask = None, torch.zeros((len(tails), 0), dtype=torch.long,
+                                                 device=self.device)
+        ids, tail_mask = pad([list(t) for t in tails], self.pad_id, left=True, device=self.device)
+        mask = torch.cat([head_mask, tail_mask], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, head_mask.shape[1]:]
+        out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                    cache=cache, use_cache=True)
+        self.stats["tokens_run"] += int(tail_mask.sum())
+        layers = out.cache.layers
+        rows = []
+        for b in range(len(tails)):
+            real = mask[b].bool()
+            rows.append(Row(tuple(layer.keys[b][:, real] for layer in layers),
+                            tuple(layer.values[b][:, real] for layer in layers),
+                            out.last_hidden_state[b, -1].clone()))
+        return rows
+
+    def _keep(self, key: Key, row: Row) -> None:
+        if key in self.rows or row.nbytes > self.budget:
+            return
+        self.rows[key] = row
+        self.size += row.nbytes
+        while self.size > self.budget:
+            _, old = self.rows.popitem(last=False)
+            self.size -= old.nbytes
+
+    def _plain(self, seqs: list[list[int]]) -> Prefill:
+        ids, mask = pad(seqs, self.pad_id, left=True, device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                    use_cache=True)
+        return Prefill(out.cache, mask, out.last_hidden_state[:, -1])
+
+
+# -------------------------------------------------------------------------------------------
+# Helpers
+# -------------------------------------------------------------------------------------------
+
+
+def assemble(config: Any, rows: list[Row], device: torch.device, *,
+             lengths: list[int] | None = None) -> Prefill:
+    """A left-padded batch (cache, mask, last) from kept rows. With ``lengths``, rows of
+    length 0 (placeholders without tensors) are all padding."""
+    from transformers import DynamicCache
+
+    lengths = [r.length for r in rows] if lengths is None else lengths
+    width = max(lengths)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+    filled = [b for b, n in enumerate(lengths) if n]
+    for b in filled:
+        mask[b, width - lengths[b]:] = 1
+    cache = DynamicCache(config=config)
+    model_row = rows[filled[0]]
+    for layer, (k0, v0) in enumerate(zip(model_row.keys, model_row.values, strict=True)):
+        keys = k0.new_zeros((len(rows), k0.shape[0], width, k0.shape[2]))
+        values = v0.new_zeros((len(rows), v0.shape[0], width, v0.shape[2]))
+        for b in filled:
+            keys[b, :, width - lengths[b]:] = rows[b].keys[layer]
+            values[b, :, width - lengths[b]:] = rows[b].values[layer]
+        cache.update(keys, values, layer)
+    hidden = model_row.last
+    last = hidden.new_zeros((len(rows), hidden.shape[0]))
+    for b in filled:
+        last[b] = rows[b].last
+    return Prefill(cache, mask, last)
+
+
+def shared_lengths(order: list[Key], min_shared: int) -> list[int]:
+    """For prompts in sorted order, the length of the longest prefix each shares with another
+    (the neighbours in sorted order have it), at most its length minus one so that something
+    is left to run on top; 0 where that is shorter than ``min_shared``."""
+    common = [_common(a, b) for a, b in zip(order, order[1:], strict=False)]
+    out = []
+    for i, key in enumerate(order):
+        n = max(common[i - 1] if i else 0, common[i] if i < len(common) else 0)
+        n = min(n, len(key) - 1)
+        out.append(n if n >= min_shared else 0)
+    return out
+
+
+def full_attention(config: Any) -> bool:
+    """Whether every attention layer sees the whole sequence (no sliding window)."""
+    config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(t == "full_attention" for t in layer_types)
+    return getattr(config, "sliding_window", None) is None
+
+
+def budget_from_env() -> int:
+    raw = os.environ.get(BUDGET_ENV, "")
+    try:
+        mb = float(raw) if raw.strip() else DEFAULT_BUDGET_MB
+    except ValueError:
+        raise ValueError(f"{BUDGET_ENV}={raw!r}: expected a number of MiB") from None
+    return max(0, int(mb * 2**20))
+
+
+def pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` of shape ``(B, L)``; pads on the left for prompts, right for responses."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for k, s in enumerate(seqs):
+        span = slice(width - len(s), width) if left else slice(0, len(s))
+        ids[k, span] = torch.tensor(s, dtype=torch.long)
+        mask[k, span] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _common(a: Key, b: Key) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]

@@ -1,0 +1,133 @@
+"""The prefill store: each prompt run once, shared prefixes once, the same numbers as a plain
+pass, within its memory budget."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_prefalign.prefill import (  # noqa: E402
+    BUDGET_ENV,
+    PrefillStore,
+    budget_from_env,
+    full_attention,
+    shared_lengths,
+)
+
+
+def random_ids(generator, n, vocab):
+    return torch.randint(5, vocab, (n,), generator=generator).tolist()
+
+
+@pytest.fixture
+def prompts(tiny_lm):
+    """Three prompts sharing a 50-token prefix (like a user's ICL prompts), two unrelated."""
+    g = torch.Generator().manual_seed(0)
+    vocab = tiny_lm.model.config.vocab_size
+    common = random_ids(g, 50, vocab)
+    return ([common + random_ids(g, n, vocab) for n in (3, 10, 7)]
+            + [random_ids(g, n, vocab) for n in (40, 12)])
+
+
+def store_of(lm, **kwargs):
+    return PrefillStore(lm.model, lm.pad_id, lm.device, **kwargs)
+
+
+def next_logits(lm, state, token=7):
+    """Logits after feeding one more token on a prefill's cache."""
+    mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], dim=1)
+    positions = state.mask.sum(-1, keepdim=True)
+    with torch.inference_mode():
+        out = lm.model(input_ids=torch.full((mask.shape[0], 1), token), attention_mask=mask,
+                       position_ids=positions, cache=state.cache, use_cache=True)
+    return out.logits[:, -1]
+
+
+def test_shared_prefix_runs_once_and_gives_the_plain_pass_numbers(tiny_lm, prompts):
+    store = store_of(tiny_lm)
+    plain = store._plain(prompts)
+    expected = next_logits(tiny_lm, plain)
+    got = store.prefill(prompts)
+    # the 50 common tokens once, then 3 + 10 + 7 tails, and the two others whole
+    assert store.stats["tokens_run"] == 50 + 3 + 10 + 7 + 40 + 12
+    assert store.stats["computed"] == 6  # five prompts and their common prefix
+    assert torch.equal(got.mask, plain.mask)
+    torch.testing.assert_close(got.last, plain.last, rtol=0, atol=1e-5)
+    torch.testing.assert_close(next_logits(tiny_lm, got), expected, rtol=0, atol=1e-5)
+
+
+def test_a_kept_prompt_is_not_run_again(tiny_lm, prompts):
+    store = store_of(tiny_lm)
+    first = store.prefill(prompts[::2])
+    ran = store.stats["tokens_run"]
+    again = store.prefill(prompts[::-1])  # other batches, other order: the kept rows
+    # only the two not asked before; one of them on the common prefix kept from the first call
+    assert store.stats["tokens_run"] == ran + 10 + 40
+    torch.testing.assert_close(again.last.flip(0)[::2], first.last, rtol=0, atol=0)
+
+
+def test_the_budget_evicts_least_recently_used_rows(tiny_lm, prompts):
+    probe = store_of(tiny_lm)
+    probe.prefill(prompts[3:4])
+    row_bytes = probe.size
+    store = store_of(tiny_lm, budget_bytes=row_bytes + 1, min_shared=10**6)
+    store.prefill(prompts[3:4])
+    store.prefill(prompts[4:5])  # 12 tokens more than the budget holds: the first goes
+    assert store.size <= store.budget
+    assert list(store.rows) == [tuple(prompts[4])]
+    nothing = store_of(tiny_lm, budget_bytes=0)
+    state = nothing.prefill(prompts)
+    assert not nothing.rows and nothing.size == 0
+    torch.testing.assert_close(state.last, store_of(tiny_lm)._plain(prompts).last,
+                               rtol=0, atol=1e-5)
+
+
+def test_shared_lengths_by_hand():
+    order = sorted([(1, 2, 3, 4), (1, 2, 3, 5, 6), (1, 2, 9), (7, 8)])
+    # (1,2,3,4) and (1,2,3,5,6) share 3; (1,2,9) shares 2 with its neighbour; (7,8) nothing
+    assert shared_lengths(order, min_shared=1) == [3, 3, 2, 0]
+    assert shared_lengths(order, min_shared=3) == [3, 3, 0, 0]
+    # a prompt that is a prefix of another keeps one token to run
+    assert shared_lengths([(1, 2), (1, 2, 3)], min_shared=1) == [1, 2]
+
+
+def test_sliding_window_models_get_a_plain_pass(tiny_lm, prompts):
+    config = tiny_lm.model.config
+    assert full_attention(config)
+    sliding = type("Config", (), {"layer_types": ["full_attention", "sliding_attention"]})()
+    assert not full_attention(sliding)
+    store = store_of(tiny_lm)
+    store.enabled = False
+    state = store.prefill(prompts)
+    assert not store.rows and store.stats["tokens_run"] == 0
+    assert state.mask.shape == (5, 60)
+
+
+def test_the_lm_scores_the_same_with_and_without_kept_prefills(tiny_lm):
+    prompts = ["Generate a title: " + "graph " * 40 + word for word in ("a", "b", "c")]
+    responses = ["Graph neural nets", "Speech models", "Graph neural nets"]
+    kept = tiny_lm.response_logprobs(prompts, responses)
+    hidden = tiny_lm.response_hidden(prompts, responses)
+    predicting = tiny_lm.response_hidden(prompts, responses, predicting=True)
+    saved = tiny_lm.prefills
+    tiny_lm.prefills = store_of(tiny_lm, budget_bytes=0, min_shared=10**6)
+    try:
+        plain = tiny_lm.response_logprobs(prompts, responses)
+        last = tiny_lm.prefill([tiny_lm.prompt_ids(p) for p in prompts]).last
+    finally:
+        tiny_lm.prefills = saved
+    for a, b in zip(kept, plain, strict=True):
+        assert a.shape == b.shape
+        assert abs(a - b).max() < 1e-5
+    for h, p, row in zip(hidden, predicting, last, strict=True):
+        torch.testing.assert_close(p[1:], h[:-1])
+        torch.testing.assert_close(p[0], row, rtol=0, atol=1e-5)
+
+
+def test_a_bad_budget_names_the_variable(monkeypatch):
+    monkeypatch.setenv(BUDGET_ENV, "lots")
+    with pytest.raises(ValueError, match=BUDGET_ENV):
+        budget_from_env()
+    monkeypatch.setenv(BUDGET_ENV, "1.5")
+    assert budget_from_env() == int(1.5 * 2**20)
