@@ -27,6 +27,8 @@ class BestOfNDecoder(BaseDecoder):
     name = "bon"
     needs = frozenset({"score"})
     order = 30
+    # every reward method already has a row with args or genarm; bon gets one by default too
+    default_reward = "per_user_bt"
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         reward, n = _reward(ctx), _n(ctx)

@@ -122,9 +122,11 @@ class PrefillStore:
                   for k, n in zip(order, shared_lengths(order, self.min_shared), strict=True)]
         prefixes = list(dict.fromkeys(k[:n] for k, n in zip(order, shared, strict=True) if n))
         heads = dict(zip(prefixes, self._rows(prefixes, batch_size), strict=True))
+        # a prompt that is also the prefix of others was run as such
+        out: dict[Key, Row] = {k: heads[k] for k in order if k in heads}
         # by the length still to run, longest first: similar lengths share a batch
-        todo = sorted(range(len(order)), key=lambda i: -(len(order[i]) - shared[i]))
-        out: dict[Key, Row] = {}
+        todo = sorted((i for i, k in enumerate(order) if k not in out),
+                      key=lambda i: -(len(order[i]) - shared[i]))
         for chunk in _chunks(todo, batch_size):
             rows = self._extend([heads.get(order[i][:shared[i]]) if shared[i] else None
                                  for i in chunk], [order[i][shared[i]:] for i in chunk])
@@ -218,12 +220,18 @@ def assemble(config: Any, rows: list[Row], device: torch.device, *,
 
 def shared_lengths(order: list[Key], min_shared: int) -> list[int]:
     """For prompts in sorted order, the length of the longest prefix each shares with another
-    (the neighbours in sorted order have it), at most its length minus one so that something
-    is left to run on top; 0 where that is shorter than ``min_shared``."""
-    common = [_common(a, b) for a, b in zip(order, order[1:], strict=False)]
+    prompt that does not start with it whole (a prompt that does is run on top of it instead),
+    at most its length minus one so that something is left to run; 0 where that is shorter
+    than ``min_shared``. The sorted neighbours have that prefix: the one before, and the first
+    after that is not an extension."""
     out = []
     for i, key in enumerate(order):
-        n = max(common[i - 1] if i else 0, common[i] if i < len(common) else 0)
+        n = _common(order[i - 1], key) if i else 0
+        j = i + 1
+        while j < len(order) and order[j][:len(key)] == key:
+            j += 1
+        if j < len(order):
+            n = max(n, _common(key, order[j]))
         n = min(n, len(key) - 1)
         out.append(n if n >= min_shared else 0)
     return out

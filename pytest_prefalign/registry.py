@@ -117,9 +117,11 @@ class Registry:
                              "does not declare")
 
     def default_methods(self) -> list[MethodName]:
-        """Every decoder without a reward method, and each reward method with the decoder it
-        names as ``default_decoder``, else the first reward-guided decoder (by ``order``) that it
-        can serve."""
+        """Every decoder without a reward method; each reward method with the decoder it names
+        as ``default_decoder``, else the first reward-guided decoder (by ``order``) that it can
+        serve; and each reward-guided decoder left without a row, with the reward method it
+        names as ``default_reward``, else the first (by name) that it can take. So every
+        registered method, reward or decoder, has at least one row."""
         plain = [MethodName(n, None) for n, e in self.decoders.items() if not e.obj.needs]
         guided = sorted((e for e in self.decoders.values() if e.obj.needs),
                         key=lambda e: (getattr(e.obj, "order", 100), e.name))
@@ -129,6 +131,18 @@ class Registry:
             hint = getattr(entry.obj, "default_decoder", None)
             ordered = sorted(guided, key=lambda e: e.name != hint)
             for dec in ordered:
+                candidate = MethodName(dec.name, reward)
+                try:
+                    self.check_method(candidate)
+                except ValueError:
+                    continue
+                combos.append(candidate)
+                break
+        for dec in guided:
+            if any(c.decoder == dec.name for c in combos):
+                continue
+            hint = getattr(dec.obj, "default_reward", None)
+            for reward in sorted(self.rewards, key=lambda r: (r != hint, r)):
                 candidate = MethodName(dec.name, reward)
                 try:
                     self.check_method(candidate)

@@ -236,7 +236,7 @@ def test_xdist_results_reach_the_controller(toy):
     assert sorted(r["method"] for r in rows) == ["base", "icl", "icl_rag"]
 
 
-def test_default_methods_cover_every_reward_method(toy):
+def test_default_methods_cover_every_reward_method_and_decoder(toy):
     toy.makeini("[pytest]\nprefalign_models = tiny = tiny\nprefalign_sizes = tiny\n"
                 "prefalign_data = data\n")
     result = run(toy, "--prefalign", "toy", "--collect-only", "-q")
@@ -250,7 +250,9 @@ def test_default_methods_cover_every_reward_method(toy):
         "toy/suite.toml::toy?args?per_user_bt?-tiny?",
         "toy/suite.toml::toy?args?vpl?-tiny?",
         "toy/suite.toml::toy?genarm?arm?-tiny?",
+        "toy/suite.toml::toy?bon?per_user_bt?-tiny?",
     ])
+    assert "10 tests collected" in result.stdout.str()
 
 
 BAD_REWARDS = '''
@@ -306,3 +308,40 @@ def test_broken_reward_methods_fail_their_own_tests_only(toy):
     assert sorted(r["method"] for r in rows) == ["base", "bon[bad_ok]"]
     ok = next(r for r in rows if r["method"] == "bon[bad_ok]")
     assert ok["reward"] == "bad_ok" and 0.0 <= ok["metrics"]["rm_acc"] <= 1.0
+
+
+def test_default_methods_give_every_guided_decoder_a_row():
+    from pytest_prefalign.registry import MethodName, Registry
+
+    class Plain:
+        needs = frozenset()
+
+    class Guided:
+        needs = frozenset({"score"})
+        order = 1
+
+    class NeedsPrefix:
+        needs = frozenset({"score", "prefix"})
+        order = 2
+
+    class Hinted(Guided):
+        order = 3
+        default_reward = "zeta"
+
+    class Alpha:
+        capabilities = frozenset()
+
+    class Zeta:
+        capabilities = frozenset({"prefix"})
+
+    registry = Registry()
+    for name, cls in [("plain", Plain), ("guided", Guided), ("prefix", NeedsPrefix),
+                      ("hinted", Hinted)]:
+        registry.add_decoder(name, cls)
+    registry.add_reward("alpha", Alpha)
+    registry.add_reward("zeta", Zeta)
+    # alpha and zeta both go to the first decoder they fit; "prefix" then takes the only
+    # reward it can (zeta), "hinted" the one it names
+    assert registry.default_methods() == [
+        MethodName("plain", None), MethodName("guided", "alpha"), MethodName("guided", "zeta"),
+        MethodName("prefix", "zeta"), MethodName("hinted", "zeta")]

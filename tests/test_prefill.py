@@ -88,8 +88,29 @@ def test_shared_lengths_by_hand():
     # (1,2,3,4) and (1,2,3,5,6) share 3; (1,2,9) shares 2 with its neighbour; (7,8) nothing
     assert shared_lengths(order, min_shared=1) == [3, 3, 2, 0]
     assert shared_lengths(order, min_shared=3) == [3, 3, 0, 0]
-    # a prompt that is a prefix of another keeps one token to run
-    assert shared_lengths([(1, 2), (1, 2, 3)], min_shared=1) == [1, 2]
+    # a prompt that another one starts with is that one's prefix, and is not split itself
+    assert shared_lengths([(1, 2), (1, 2, 3)], min_shared=1) == [0, 2]
+    assert shared_lengths([(0, 1), (1, 2), (1, 2, 3), (1, 2, 4), (1, 5)], min_shared=1) == [
+        0, 1, 2, 2, 1]
+
+
+def test_prompts_that_begin_other_prompts_are_run_once(tiny_lm):
+    """A staircase: each prompt is the one before plus a few tokens, and two share a longer
+    prefix than either shares with the rest. Every token is run once, and the numbers are a
+    plain pass's."""
+    g = torch.Generator().manual_seed(1)
+    vocab = tiny_lm.model.config.vocab_size
+    base = random_ids(g, 40, vocab)
+    stairs = [base[:n] for n in (34, 36, 38, 40)]
+    fork = [base[:36] + random_ids(g, 5, vocab), base[:36] + random_ids(g, 6, vocab)]
+    prompts = stairs + fork
+    store = store_of(tiny_lm, min_shared=4)
+    got = store.prefill(prompts)
+    assert store.stats["tokens_run"] == 40 + 5 + 6
+    plain = store._plain(prompts)
+    torch.testing.assert_close(got.last, plain.last, rtol=0, atol=1e-5)
+    torch.testing.assert_close(next_logits(tiny_lm, got), next_logits(tiny_lm, plain),
+                               rtol=0, atol=1e-5)
 
 
 def test_sliding_window_models_get_a_plain_pass(tiny_lm, prompts):
