@@ -114,6 +114,7 @@ def main() -> None:
 
 def timed(label: str, n: int, fn: Callable[..., list[list[int]]], *args: Any,
           **kwargs: Any) -> Run:
+    args[0].prefills.clear()  # each strategy starts cold: no prompt prefill kept from before
     start = time.perf_counter()
     tokens = fn(*args, **kwargs)
     run = Run(label, n, tokens, time.perf_counter() - start)

@@ -86,6 +86,12 @@ class CaseItem(pytest.Item):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 
+    def _traceback_filter(self, excinfo):
+        """An unexpected error (a bug in a method, say) is shown from ``runtest`` down: the
+        frames above it are pytest's own and would push the method's frames off the screen."""
+        cut = excinfo.traceback.cut(path=Path(__file__))
+        return cut.filter(excinfo)
+
     def reportinfo(self):
         return self.path, None, self.name
 

@@ -345,3 +345,33 @@ def test_default_methods_give_every_guided_decoder_a_row():
     assert registry.default_methods() == [
         MethodName("plain", None), MethodName("guided", "alpha"), MethodName("guided", "zeta"),
         MethodName("prefix", "zeta"), MethodName("hinted", "zeta")]
+
+
+BUGGY_DECODER = """
+from prefalign_methods.base import BaseDecoder
+
+
+class Buggy(BaseDecoder):
+    name = "buggy"
+
+    def generate(self, ctx, items):
+        return [self.lookup(it) for it in items]
+
+    def lookup(self, item):
+        return {}[item.item_id]
+
+
+def pytest_prefalign_register(registry):
+    registry.add_decoder("buggy", Buggy)
+"""
+
+
+def test_a_bug_in_a_method_shows_its_own_frames_not_pytests(toy):
+    toy.syspathinsert()
+    toy.makepyfile(buggy=BUGGY_DECODER)
+    result = run(toy, "--prefalign", "toy", "-p", "buggy", "--prefalign-methods", "base,buggy")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["*def runtest(self)*", "*return {}?item.item_id?*",
+                                 "E*KeyError*", "buggy.py:*: KeyError"])
+    assert "_pytest/runner.py" not in out and "pluggy/_" not in out
