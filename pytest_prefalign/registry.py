@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
@@ -129,31 +129,29 @@ class Registry:
         for reward, entry in self.rewards.items():
             # a reward method may name the decoder it is made for (arm: genarm)
             hint = getattr(entry.obj, "default_decoder", None)
-            ordered = sorted(guided, key=lambda e: e.name != hint)
-            for dec in ordered:
-                candidate = MethodName(dec.name, reward)
-                try:
-                    self.check_method(candidate)
-                except ValueError:
-                    continue
-                combos.append(candidate)
-                break
+            combos += self._first_valid(MethodName(dec.name, reward)
+                                        for dec in sorted(guided, key=lambda e: e.name != hint))
         for dec in guided:
             if any(c.decoder == dec.name for c in combos):
                 continue
             hint = getattr(dec.obj, "default_reward", None)
-            for reward in sorted(self.rewards, key=lambda r: (r != hint, r)):
-                candidate = MethodName(dec.name, reward)
-                try:
-                    self.check_method(candidate)
-                except ValueError:
-                    continue
-                combos.append(candidate)
-                break
+            combos += self._first_valid(MethodName(dec.name, reward) for reward in
+                                        sorted(self.rewards, key=lambda r: (r != hint, r)))
+
         def order(m: MethodName) -> tuple[int, str]:
             return getattr(self.decoders[m.decoder].obj, "order", 100), m.reward or ""
 
         return sorted(plain, key=order) + sorted(combos, key=order)
+
+    def _first_valid(self, candidates: Iterable[MethodName]) -> list[MethodName]:
+        """The first candidate whose decoder and reward method combine, or none."""
+        for candidate in candidates:
+            try:
+                self.check_method(candidate)
+            except ValueError:
+                continue
+            return [candidate]
+        return []
 
 
 def load(pluginmanager: pluggy.PluginManager) -> Registry:
