@@ -491,10 +491,10 @@ def forced_tokens(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: i
             hidden = candidate_hidden(lm, forced, cands)
             true_logits = forced.logits.gather(-1, forced.targets[..., None])[..., 0]
             cand_logits = forced.logits.gather(-1, cands)
+        # kept on the CPU (on a GPU they would hold device memory for the whole session)
         for b, (key, n) in enumerate(zip(batch, forced.lengths, strict=True)):
-            memo[key] = ForcedTokens(forced.targets[b, :n].clone(), cands[b, :n].clone(),
-                                     cand_logits[b, :n].clone(), true_logits[b, :n].clone(),
-                                     hidden[b, :n].clone(), forced.hidden[b, :n].clone())
+            memo[key] = ForcedTokens(*(t[b, :n].cpu().clone() for t in (
+                forced.targets, cands, cand_logits, true_logits, hidden, forced.hidden)))
     return [memo[key] for key in keys]
 
 
@@ -512,6 +512,7 @@ def guided_from_tokens(reward: RewardMethod, users: Sequence[str], tokens: list[
                                                    batch_first=True)
 
         with torch.inference_mode():
+            # hidden_rewards returns on the device of the states, here the CPU
             rewards = hidden_rewards(reward, who, stacked("cand_hidden"))
             true = hidden_rewards(reward, who, stacked("true_hidden"))
             logp = _guided(stacked("true_logits"), stacked("cand_logits"), stacked("cands"),

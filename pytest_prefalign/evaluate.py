@@ -58,7 +58,9 @@ def run_case(session: PrefalignSession, item: CaseItem) -> dict[str, Any]:
     decoder: Decoder = session.registry.decoder(item.method.decoder).obj()
     ctx = CaseContext(lm=lm, suite=state.suite, data=state.data, reward=reward,
                       options=decoder_options(session), cache_dir=storage.cache_dir(),
-                      shared=session.state.setdefault(("shared", item.suite, item.size), {}))
+                      shared=session.state.setdefault(
+                          ("shared", item.suite, tuple(sorted(item.suite_options.items())),
+                           item.size), {}))
     timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
     result = Result(item, state, lm)
     outputs = evaluate_generation(ctx, decoder, item, result, session.settings.use_cache, timings)

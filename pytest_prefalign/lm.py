@@ -258,7 +258,8 @@ class LM:
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits ``(..., V)`` float32 from final hidden states ``(..., H)``, as the
         model's own forward computes them (output head, then any logit soft-capping)."""
-        logits = self.model.get_output_embeddings()(hidden)
+        head = self.model.get_output_embeddings()
+        logits = head(hidden.to(head.weight.device, head.weight.dtype))
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         if cap:  # Gemma-2 style soft-capping, applied by the model's own forward
             logits = torch.tanh(logits / cap) * cap

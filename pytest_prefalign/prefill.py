@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 MIN_SHARED = 32  # tokens: a shorter common prefix is not worth a pass of its own
+MAX_DEPTH = 16  # levels of prefixes of prefixes; deeper nesting runs whole
 BUDGET_ENV = "PREFALIGN_PREFILL_MB"  # the store's memory budget in MiB (0 keeps nothing)
 DEFAULT_BUDGET_MB = 4096
 
@@ -90,9 +91,27 @@ class PrefillStore:
     @torch.inference_mode()
     def warm(self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16) -> None:
         """Compute the prefills of all these prompts now, together, so that those sharing a
-        prefix are grouped whatever batches they are asked for in later."""
-        if self.enabled and seqs:
-            self._rows([tuple(s) for s in seqs], batch_size)
+        prefix are grouped whatever batches they are asked for in later. Only when they all
+        fit in the budget: otherwise each batch computes its own when it comes (sharing
+        prefixes within the batch), and memory holds one batch at a time."""
+        if not self.enabled or not seqs:
+            return
+        keys = list(dict.fromkeys(tuple(s) for s in seqs))
+        if sum(map(len, keys)) * self.bytes_per_token > self.budget:
+            return
+        self._rows(keys, batch_size)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes of one token's keys and values over all layers (46 KB for SmolLM2-135M)."""
+        config = self.model.config
+        config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") \
+            else config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or (config.hidden_size
+                                                         // config.num_attention_heads)
+        size = next(self.model.parameters()).element_size()
+        return int(config.num_hidden_layers) * 2 * int(heads) * int(head_dim) * size
 
     def clear(self) -> None:
         self.rows.clear()
@@ -100,7 +119,7 @@ class PrefillStore:
 
     # -----------------------------------------------------------------------------------------
 
-    def _rows(self, keys: list[Key], batch_size: int) -> list[Row]:
+    def _rows(self, keys: list[Key], batch_size: int, depth: int = 0) -> list[Row]:
         found: dict[Key, Row] = {}
         for key in dict.fromkeys(keys):
             row = self.rows.get(key)
@@ -110,18 +129,22 @@ class PrefillStore:
         self.stats["asked"] += len(keys)
         missing = [k for k in dict.fromkeys(keys) if k not in found]
         if missing:
-            found.update(self._compute(missing, batch_size))
+            found.update(self._compute(missing, batch_size, depth))
         return [found[k] for k in keys]
 
-    def _compute(self, keys: list[Key], batch_size: int) -> dict[Key, Row]:
+    def _compute(self, keys: list[Key], batch_size: int, depth: int = 0) -> dict[Key, Row]:
         """Rows for prompts not kept: their shared prefixes first (those they share with each
         other or with a kept row; through ``_rows``, so that prefixes shared by prefixes are run
-        once too), then what follows each prefix."""
+        once too), then what follows each prefix. Prompts nested deeper than ``MAX_DEPTH``
+        levels of prefixes run whole."""
         order = sorted(keys)
-        shared = [max(n, self._kept_prefix(k))
-                  for k, n in zip(order, shared_lengths(order, self.min_shared), strict=True)]
+        if depth < MAX_DEPTH:
+            shared = [max(n, self._kept_prefix(k)) for k, n in
+                      zip(order, shared_lengths(order, self.min_shared), strict=True)]
+        else:
+            shared = [0] * len(order)
         prefixes = list(dict.fromkeys(k[:n] for k, n in zip(order, shared, strict=True) if n))
-        heads = dict(zip(prefixes, self._rows(prefixes, batch_size), strict=True))
+        heads = dict(zip(prefixes, self._rows(prefixes, batch_size, depth + 1), strict=True))
         # a prompt that is also the prefix of others was run as such
         out: dict[Key, Row] = {k: heads[k] for k in order if k in heads}
         # by the length still to run, longest first: similar lengths share a batch
@@ -162,9 +185,9 @@ class PrefillStore:
         layers = out.cache.layers
         rows = []
         for b in range(len(tails)):
-            real = mask[b].bool()
-            rows.append(Row(tuple(layer.keys[b][:, real] for layer in layers),
-                            tuple(layer.values[b][:, real] for layer in layers),
+            real = mask[b].nonzero()[:, 0]  # columns of real tokens (one device sync per row)
+            rows.append(Row(tuple(layer.keys[b].index_select(1, real) for layer in layers),
+                            tuple(layer.values[b].index_select(1, real) for layer in layers),
                             out.last_hidden_state[b, -1].clone()))
         return rows
 

@@ -152,3 +152,25 @@ def test_a_bad_budget_names_the_variable(monkeypatch):
         budget_from_env()
     monkeypatch.setenv(BUDGET_ENV, "1.5")
     assert budget_from_env() == int(1.5 * 2**20)
+
+
+def test_warming_more_than_the_budget_holds_computes_nothing_ahead(tiny_lm, prompts):
+    probe = store_of(tiny_lm)
+    probe.prefill(prompts[3:4])
+    row = next(iter(probe.rows.values()))
+    assert row.nbytes == probe.bytes_per_token * row.length + row.last.numel() * 4
+    store = store_of(tiny_lm, budget_bytes=probe.bytes_per_token * 200)  # the five: 222 tokens
+    store.warm(prompts)
+    assert store.stats["tokens_run"] == 0 and not store.rows
+    store.warm(prompts[:3])  # three of 53, 60 and 57 tokens fit; they share 50
+    assert store.size <= store.budget
+    assert store.stats["tokens_run"] == 50 + 3 + 10 + 7
+
+
+def test_a_long_chain_of_nested_prompts_runs_without_deep_recursion(tiny_lm):
+    g = torch.Generator().manual_seed(2)
+    chain = random_ids(g, 200, tiny_lm.model.config.vocab_size)
+    prompts = [chain[:n] for n in range(100, 200, 2)]  # 50 prompts, each inside the next
+    store = store_of(tiny_lm, min_shared=1)
+    got = store.prefill(prompts)
+    torch.testing.assert_close(got.last, store._plain(prompts).last, rtol=0, atol=1e-5)
