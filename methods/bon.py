@@ -33,11 +33,7 @@ class BestOfNDecoder(BaseDecoder):
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         reward, n = _reward(ctx), _n(ctx)
         users, prompts = [it.user for it in items], [it.prompt for it in items]
-        shown = self.prompts(ctx, users, prompts)
-        samples = ctx.lm.generate(shown, max_new_tokens=ctx.options["max_new_tokens"],
-                                  batch_size=ctx.options["batch_size"], sample=True,
-                                  temperature=_temperature(ctx), num_samples=n,
-                                  seed=ctx.options["seed"])
+        samples = base_samples(ctx, self.prompts(ctx, users, prompts), n)
         flat_users = [u for u in users for _ in range(n)]
         flat_prompts = [p for p in prompts for _ in range(n)]  # the reward reads the task
         scores = np.asarray(reward.score(ctx.lm, flat_users, flat_prompts,
@@ -56,6 +52,21 @@ class BestOfNDecoder(BaseDecoder):
         base = reduce_logprobs(base_logprobs(ctx, shown, responses), ctx.options["reduce"])
         rewards = np.asarray(reward.score(ctx.lm, users, prompts, responses), dtype=np.float64)
         return base + rewards / beta
+
+
+def base_samples(ctx: CaseContext, shown: Sequence[str], n: int) -> list[list[str]]:
+    """``n`` seeded samples from the base LM per prompt. They do not depend on the reward
+    method, so they are kept in the (suite, size)'s shared state: a second ``bon[...]`` row
+    over the same prompts only scores them."""
+    settings = (n, _temperature(ctx), ctx.options["seed"], ctx.options["max_new_tokens"])
+    memo: dict[tuple, list[str]] = ctx.shared.setdefault("bon_samples", {})
+    missing = list(dict.fromkeys(p for p in shown if (p, *settings) not in memo))
+    if missing:
+        drawn = ctx.lm.generate(missing, max_new_tokens=ctx.options["max_new_tokens"],
+                                batch_size=ctx.options["batch_size"], sample=True,
+                                temperature=settings[1], num_samples=n, seed=settings[2])
+        memo.update(((p, *settings), d) for p, d in zip(missing, drawn, strict=True))
+    return [list(memo[(p, *settings)]) for p in shown]
 
 
 def _reward(ctx: CaseContext) -> RewardMethod:

@@ -102,3 +102,21 @@ def test_bad_options_are_refused(tiny_lm, option, value):
         decoder = BestOfNDecoder()
         decoder.generate(ctx, ITEMS)
         decoder.loglik(ctx, ["ann"], PROMPTS[:1], ["x"])
+
+
+def test_a_second_bon_row_reuses_the_samples(tiny_lm, monkeypatch):
+    alone = BestOfNDecoder().generate(context(tiny_lm, ConstantReward(), bon_n=4), ITEMS)
+    first = context(tiny_lm, LengthReward(), bon_n=4)
+    BestOfNDecoder().generate(first, ITEMS)
+    calls = []
+    real = type(tiny_lm).generate
+    monkeypatch.setattr(type(tiny_lm), "generate",
+                        lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    second = context(tiny_lm, ConstantReward(), bon_n=4)
+    second.shared.update(first.shared)  # the same (suite, size)
+    assert BestOfNDecoder().generate(second, ITEMS) == alone
+    assert calls == []  # scored the kept samples, drew none
+    other_seed = context(tiny_lm, ConstantReward(), bon_n=4, seed=SEED + 1)
+    other_seed.shared.update(first.shared)
+    BestOfNDecoder().generate(other_seed, ITEMS)
+    assert len(calls) == 1  # other settings, other samples
