@@ -128,23 +128,14 @@ def eos_finished(lm: LM) -> Finished:
 
 def first_line_finished(lm: LM) -> Finished:
     """A response ends at a stop id or once its text has a complete first line: the text is cut
-    there anyway (``clean_text``), so decoding further only costs time. The same rule as
-    ``LM.generate``, so ``w = 0`` gives its texts."""
-    def finished(tokens: list[int]) -> bool:
-        if tokens[-1] in lm.stop_ids:
-            return True
-        return "\n" in lm.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-    return finished
+    there anyway (``clean_text``), so decoding further only costs time. ``LM.generate``'s own
+    rule, so ``w = 0`` gives its texts."""
+    return lm.finished
 
 
 def decode_response(lm: LM, tokens: Sequence[int]) -> str:
     """The text of generated tokens, up to the first stop id."""
-    ids: list[int] = []
-    for tok in tokens:
-        if tok in lm.stop_ids:
-            break
-        ids.append(tok)
-    return lm.tokenizer.decode(ids, skip_special_tokens=True)
+    return lm.decode_response(list(tokens))
 
 
 def uses_hidden(lm: LM, reward: RewardMethod) -> bool:

@@ -183,7 +183,7 @@ def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
         keep = []
         for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
             tokens[row].append(tok)
-            if not finished(lm, tokens[row]):
+            if not lm.finished(tokens[row]):
                 keep.append(k)
         if not keep or n == max_new_tokens - 1:
             break
@@ -219,22 +219,9 @@ def _pick(logits: torch.Tensor, temperature: float | None,
     return [int(torch.multinomial(p, 1, generator=g)) for p, g in zip(probs, gens, strict=True)]
 
 
-def finished(lm: LM, generated: list[int]) -> bool:
-    """``LM.generate``'s rule: a row ends at a stop id, or once its text has a complete first
-    line (the rest would be cut anyway)."""
-    if generated[-1] in lm.stop_ids:
-        return True
-    return "\n" in lm.tokenizer.decode(generated, skip_special_tokens=True).strip()
-
-
 def decode(lm: LM, generated: list[int]) -> str:
     """The response text: tokens up to the first stop id, first line, whitespace collapsed."""
-    ids = []
-    for tok in generated:
-        if tok in lm.stop_ids:
-            break
-        ids.append(tok)
-    return clean_text(lm.tokenizer.decode(ids, skip_special_tokens=True))
+    return clean_text(lm.decode_response(generated))
 
 
 # -------------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ class LM:
             out = self._generate_batch([encoded[i] for i in batch], runs, max_new_tokens,
                                        temperature if sample else None, seeds)
             for k, i in enumerate(batch):
-                texts[unique[i]] = [clean_text(self._decode(t)) for t in out[k]]
+                texts[unique[i]] = [clean_text(self.decode_response(t)) for t in out[k]]
         return [texts[p] * (num_samples // runs) for p in prompts]
 
     @torch.inference_mode()
@@ -144,7 +144,7 @@ class LM:
             keep = []
             for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
                 tokens[row].append(tok)
-                if not self._finished(tokens[row]):
+                if not self.finished(tokens[row]):
                     keep.append(k)
             if not keep or step == max_new_tokens - 1:
                 break
@@ -162,14 +162,16 @@ class LM:
             logits, positions = out.logits[:, -1], positions + 1
         return [tokens[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_seqs))]
 
-    def _finished(self, generated: list[int]) -> bool:
-        """A row ends at a stop id, or once its text has a complete first line (the rest
-        would be cut anyway)."""
+    def finished(self, generated: list[int]) -> bool:
+        """Whether generated tokens end a response: at a stop id, or once the text has a
+        complete first line (the rest would be cut anyway by ``clean_text``). Every decoder
+        stops by this rule, so they spend no steps on text that is thrown away."""
         if generated[-1] in self.stop_ids:
             return True
         return "\n" in self.tokenizer.decode(generated, skip_special_tokens=True).lstrip()
 
-    def _decode(self, generated: list[int]) -> str:
+    def decode_response(self, generated: list[int]) -> str:
+        """The text of generated tokens, up to the first stop id."""
         ids = []
         for tok in generated:
             if tok in self.stop_ids:

@@ -158,7 +158,7 @@ def test_generation_stops_at_end_of_turn_and_at_a_complete_line(tiny_lm: LM) -> 
         hook.remove()
         assert len(calls) == forwards
     a, newline = tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("Ċ")
-    assert tiny_lm._finished([newline, a, newline]) and not tiny_lm._finished([newline, a])
+    assert tiny_lm.finished([newline, a, newline]) and not tiny_lm.finished([newline, a])
 
 
 def test_generation_validates_its_arguments(tiny_lm: LM) -> None:
