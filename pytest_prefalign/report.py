@@ -90,10 +90,41 @@ def _panel(ax: Any, title: str, pts: list[Point]) -> None:
     ax.axhline(0.5, lw=0.6, color="#ccc")
     ax.axvline(0.5, lw=0.6, color="#ccc")
     ax.scatter(xs, ys, s=30, zorder=3)
-    for name, x, y in pts:
-        ax.annotate(name, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
-    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="RM accuracy (macro)",
+    span = hi - lo
+    places = label_places(pts, span)
+    for (name, x, y), label_y in zip(pts, places, strict=True):
+        moved = abs(label_y - y) > 1e-12
+        ax.annotate(name, (x, y), xytext=(x + span * 0.012, label_y + span * 0.008),
+                    textcoords="data", fontsize=8,
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "#888"} if moved else None)
+    top = max([hi, *(y + LABEL_GAP * span for y in places)])
+    ax.set(xlim=(lo, hi), ylim=(lo, top), xlabel="RM accuracy (macro)",
            ylabel="policy accuracy (macro)", title=title)
+
+
+LABEL_GAP = 0.04  # least vertical distance between two labels, as a share of the axis span
+LABEL_WIDTH = 0.3  # labels whose points are nearer than this (share of the span) may collide
+
+
+def label_places(pts: list[Point], span: float) -> list[float]:
+    """The height of each point's label: at the point, or pushed up just enough to clear the
+    labels of lower points that are near it horizontally (methods with the same RM accuracy
+    otherwise print their names over each other)."""
+    gap, width = LABEL_GAP * span, LABEL_WIDTH * span
+    placed: list[tuple[float, float]] = []
+    heights = [0.0] * len(pts)
+    for i in sorted(range(len(pts)), key=lambda i: (pts[i][2], pts[i][1])):
+        _, x, y = pts[i]
+        label_y, moved = y, True
+        while moved:
+            moved = False
+            for px, py in placed:
+                # (a label exactly one gap above another clears it, whatever the rounding)
+                if abs(px - x) < width and abs(py - label_y) < gap * (1 - 1e-9):
+                    label_y, moved = py + gap, True
+        placed.append((x, label_y))
+        heights[i] = label_y
+    return heights
 
 
 # --------------------------------------------------------------------------------------------

@@ -81,6 +81,23 @@ def test_plot_has_one_labelled_point_per_reward_method() -> None:
     ])
 
 
+def test_labels_of_methods_with_the_same_rm_accuracy_do_not_overlap() -> None:
+    # four methods at RM accuracy 0.95 (as in a real limit-10 run), policy 0.354 to 0.389
+    pts = [("args[per_user_bt]", 0.95, 0.354), ("args[lore]", 0.95, 0.363),
+           ("args[global_bt]", 0.95, 0.380), ("bon[per_user_bt]", 0.95, 0.389),
+           ("genarm[arm]", 0.73, 0.599), ("args[pal]", 0.96, 0.616)]
+    span = 0.64
+    heights = report.label_places(pts, span)
+    stacked = sorted(heights[:4])
+    assert heights[0] == 0.354  # the lowest stays at its point
+    gaps = [b - a for a, b in zip(stacked, stacked[1:], strict=False)]
+    assert all(g >= report.LABEL_GAP * span - 1e-12 for g in gaps)
+    assert heights[4] == 0.599  # far enough from the others to stay
+    pytest.importorskip("matplotlib")
+    _, drawn = report.render_plot({("pref_lamp", "135m"): pts})
+    assert sorted((t[1], t[2], t[3]) for t in drawn) == sorted(pts)  # still at their points
+
+
 def test_page_without_matplotlib_says_how_to_get_the_plot(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
