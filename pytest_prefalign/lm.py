@@ -62,7 +62,7 @@ class LM:
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.has_chat_template = bool(tokenizer.chat_template)
-        # every prompt's prefill, kept for the session (see pytest_prefalign.prefill)
+        # prompts' prefills, kept within a memory budget (see pytest_prefalign.prefill)
         self.prefills = PrefillStore(self.model, self.pad_id, self.device)
 
     def __repr__(self) -> str:
@@ -203,8 +203,9 @@ class LM:
     @torch.inference_mode()
     def _teacher_forced(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int,
                         *, hidden: bool, predicting: bool = False) -> list[torch.Tensor]:
-        """Each distinct prompt is prefilled once per batch and its KV cache row is copied for
-        each of its responses (a pair's two responses share their prompt)."""
+        """Each distinct prompt's prefill comes from the prefill store (run once while the
+        store keeps it) and its KV cache row is copied for each of its responses (a pair's two
+        responses share their prompt)."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
         _check_positive(batch_size=batch_size)
@@ -246,15 +247,15 @@ class LM:
             states = states.float().cpu()
             return [states[k, :n] for k, n in enumerate(lengths)]
         # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
-        predicting = torch.cat([state.last[:, None], out.logits[:, :-1]], dim=1).float()
-        logp = torch.log_softmax(predicting, dim=-1).gather(-1, ids[..., None])[..., 0]
+        logits = torch.cat([state.last[:, None], out.logits[:, :-1]], dim=1).float()
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[..., None])[..., 0]
         logp = logp.double().cpu()
         return [logp[k, :n] for k, n in enumerate(lengths)]
 
     def prefill(self, seqs: list[list[int]], *, batch_size: int = 16) -> Prefill:
         """Left-padded prompts after the base model: their cache, mask and final hidden states
-        at the last token (position ids count real tokens only). Each prompt is run once per
-        session and prompts sharing a prefix run it once (``self.prefills``)."""
+        at the last token (position ids count real tokens only). A prompt kept in
+        ``self.prefills`` is not run again, and prompts sharing a prefix run it once."""
         return self.prefills.prefill(seqs, batch_size=batch_size)
 
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
