@@ -254,7 +254,7 @@ def decode_loop(stepper: Stepper, k: int, w: float, max_new_tokens: int,
 
 def prefill(lm: LM, seqs: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """Left-padded prompts after the base model, ``(cache, mask (B, L), last hidden (B, H))``,
-    from the LM's kept prefills (each prompt run once per session). Position ids count real
+    from the LM's prefill store (a kept prompt is not run again). Position ids count real
     tokens only, so padding changes no position."""
     state = lm.prefill(seqs, batch_size=len(seqs))
     return state.cache, state.mask, state.last
