@@ -60,8 +60,8 @@ class ArgsDecoder(Decoder):
                                [it.prompt for it in items], k=k, w=w,
                                max_new_tokens=ctx.options["max_new_tokens"],
                                batch_size=ctx.options["batch_size"],
-                               finished=first_line_finished(lm))
-        return [clean_text(decode_response(lm, t)) for t in tokens]
+                               finished=lm.finished)
+        return [clean_text(lm.decode_response(t)) for t in tokens]
 
     def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
                responses: Sequence[str]) -> np.ndarray:
@@ -126,18 +126,6 @@ def eos_finished(lm: LM) -> Finished:
     return lambda tokens: tokens[-1] in lm.stop_ids
 
 
-def first_line_finished(lm: LM) -> Finished:
-    """A response ends at a stop id or once its text has a complete first line: the text is cut
-    there anyway (``clean_text``), so decoding further only costs time. ``LM.generate``'s own
-    rule, so ``w = 0`` gives its texts."""
-    return lm.finished
-
-
-def decode_response(lm: LM, tokens: Sequence[int]) -> str:
-    """The text of generated tokens, up to the first stop id."""
-    return lm.decode_response(list(tokens))
-
-
 def uses_hidden(lm: LM, reward: RewardMethod) -> bool:
     """Whether the fast path applies: the reward reads the base model's hidden states, and all
     attention layers are full (a sliding-window layer would need its own mask)."""
@@ -148,11 +136,6 @@ def uses_hidden(lm: LM, reward: RewardMethod) -> bool:
     if layer_types is not None:
         return all(t == "full_attention" for t in layer_types)
     return getattr(config, "sliding_window", None) is None
-
-
-def logits_from_hidden(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
-    """The base model's next-token logits from final hidden states ``(..., H) -> (..., V)``."""
-    return lm.logits_from_hidden(hidden)
 
 
 def hidden_rewards(reward: Any, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
@@ -252,23 +235,16 @@ def decode_loop(stepper: Stepper, k: int, w: float, max_new_tokens: int,
     return tokens
 
 
-def prefill(lm: LM, seqs: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """Left-padded prompts after the base model, ``(cache, mask (B, L), last hidden (B, H))``,
-    from the LM's prefill store (a kept prompt is not run again). Position ids count real
-    tokens only, so padding changes no position."""
-    state = lm.prefill(seqs, batch_size=len(seqs))
-    return state.cache, state.mask, state.last
-
-
 class SharedPassStepper:
     """The fast path: one cache row per prompt, k candidates as k queries at one position."""
 
     def __init__(self, lm: LM, reward: RewardMethod, users: list[str],
                  seqs: list[list[int]]) -> None:
         self.lm, self.reward, self.users = lm, reward, users
-        self.cache, self.mask, last = prefill(lm, seqs)
+        state = lm.prefill(seqs, batch_size=len(seqs))
+        self.cache, self.mask, last = state.cache, state.mask, state.last
         self.positions = self.mask.sum(-1)  # (B,) the next position id of each row
-        self.logits = logits_from_hidden(lm, last)
+        self.logits = lm.logits_from_hidden(last)
         self.hidden: torch.Tensor | None = None  # (B, k, H) of the pending candidates
 
     def rewards(self, cands: torch.Tensor) -> torch.Tensor:
@@ -293,7 +269,7 @@ class SharedPassStepper:
             raise RuntimeError("advance() before rewards()")
         rows = torch.arange(len(win), device=win.device)
         keep_candidate(self.cache, self.mask.shape[1], win, self.hidden.shape[1])
-        self.logits = logits_from_hidden(self.lm, self.hidden[rows, win])
+        self.logits = self.lm.logits_from_hidden(self.hidden[rows, win])
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
         self.positions = self.positions + 1
         self.hidden = None
@@ -348,9 +324,10 @@ class PrefixStepper:
     def __init__(self, lm: LM, reward: RewardMethod, users: list[str], prompts: list[str],
                  seqs: list[list[int]]) -> None:
         self.lm, self.reward, self.users, self.prompts = lm, reward, users, prompts
-        self.cache, self.mask, last = prefill(lm, seqs)
+        state = lm.prefill(seqs, batch_size=len(seqs))
+        self.cache, self.mask, last = state.cache, state.mask, state.last
         self.positions = self.mask.sum(-1)
-        self.logits = logits_from_hidden(lm, last)
+        self.logits = lm.logits_from_hidden(last)
         self.generated: list[list[int]] = [[] for _ in seqs]
         self.cands: torch.Tensor | None = None
 
@@ -383,7 +360,7 @@ class PrefixStepper:
         out = self.lm.model.base_model(input_ids=chosen, attention_mask=self.mask,
                                        position_ids=self.positions[:, None], cache=self.cache,
                                        use_cache=True)
-        self.logits = logits_from_hidden(self.lm, out.last_hidden_state[:, -1])
+        self.logits = self.lm.logits_from_hidden(out.last_hidden_state[:, -1])
         self.positions = self.positions + 1
         self.cands = None
 
@@ -517,7 +494,8 @@ def teacher_force(lm: LM, prompts: list[str], responses: list[str]) -> ForcedBat
     """Prefill each distinct prompt once, then run the responses on their prompts' rows: the
     base logits predicting every ``y_t`` and the hidden states after each."""
     unique = list(dict.fromkeys(prompts))
-    cache, prompt_mask, last = prefill(lm, [lm.prompt_ids(p) for p in unique])
+    state = lm.prefill([lm.prompt_ids(p) for p in unique], batch_size=len(unique))
+    cache, prompt_mask, last = state.cache, state.mask, state.last
     rows = torch.tensor([unique.index(p) for p in prompts], device=prompt_mask.device)
     cache.batch_select_indices(rows)
     prompt_mask, last = prompt_mask[rows], last[rows]
@@ -530,7 +508,7 @@ def teacher_force(lm: LM, prompts: list[str], responses: list[str]) -> ForcedBat
     hidden = out.last_hidden_state  # (B, T, H): row t has read y_t
     # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
     predicting = torch.cat([last[:, None], hidden[:, :-1]], dim=1)
-    return ForcedBatch(logits_from_hidden(lm, predicting), ids,
+    return ForcedBatch(lm.logits_from_hidden(predicting), ids,
                        [len(a) for a in answers], cache, mask, prompt_mask.shape[1], positions,
                        hidden)
 

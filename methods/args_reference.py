@@ -25,7 +25,6 @@ from prefalign_methods.args import (
     Finished,
     eos_finished,
     hidden_rewards,
-    logits_from_hidden,
     pick,
     text_rewards,
     top_candidates,
@@ -47,7 +46,7 @@ def full_recompute_generate(lm: LM, reward: RewardMethod, users: Sequence[str],
         seq = lm.prompt_ids(prompt)
         tokens: list[int] = []
         for _ in range(max_new_tokens):
-            logits = logits_from_hidden(lm, _full_pass(lm, seq + tokens)[:, -1])
+            logits = lm.logits_from_hidden(_full_pass(lm, seq + tokens)[:, -1])
             cands = top_candidates(logits, k)[0]
             rewards = torch.stack([_full_reward(lm, reward, user, prompt, seq, tokens + [c])
                                    for c in cands.tolist()])
@@ -93,7 +92,7 @@ def _one_prompt(lm: LM, reward: RewardMethod, user: str, seq: list[int], k: int,
                 max_new_tokens: int, finished: Finished) -> list[int]:
     """One prompt: the policy's cache plus, per candidate, the reward model's own cache."""
     policy = lm.model.base_model(input_ids=torch.tensor([seq], device=lm.device), use_cache=True)
-    policy_cache, logits = policy.cache, logits_from_hidden(lm, policy.last_hidden_state[:, -1])
+    policy_cache, logits = policy.cache, lm.logits_from_hidden(policy.last_hidden_state[:, -1])
     rm_cache: Any = None  # the reward model's cache after the previous winner
     tokens: list[int] = []
     for _ in range(max_new_tokens):
@@ -107,7 +106,7 @@ def _one_prompt(lm: LM, reward: RewardMethod, user: str, seq: list[int], k: int,
         rm_cache = scored[win][1]
         step = lm.model.base_model(input_ids=torch.tensor([[cands[win]]], device=lm.device),
                                    cache=policy_cache, use_cache=True)
-        logits = logits_from_hidden(lm, step.last_hidden_state[:, -1])
+        logits = lm.logits_from_hidden(step.last_hidden_state[:, -1])
     return tokens
 
 

@@ -337,7 +337,7 @@ def predicting_hidden(lm: LM, prompts: Sequence[str], responses: Sequence[str], 
 
 def _compute_hidden(lm: LM, keys: list[tuple[str, str, str]], batch_size: int
                     ) -> list[torch.Tensor]:
-    """Through the LM's teacher-forced pass, which runs each prompt once per session."""
+    """Through the LM's teacher-forced pass, on the prompts' prefills from its store."""
     states = lm.response_hidden([k[1] for k in keys], [k[2] for k in keys],
                                 batch_size=batch_size, predicting=True)
     return [h.clone() for h in states]
@@ -373,11 +373,10 @@ def _base_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 def train(adapter: Adapter, data: TokenData, head: tuple[torch.Tensor, torch.Tensor | None],
           config: ARMConfig, generator: torch.Generator) -> list[dict[str, float]]:
     """AdamW on the GenARM loss plus the KL anchor and the users' L2 prior; the pair order of
-    each epoch comes
-    from ``generator``, so a seed gives the same parameters. Returns, per epoch, the mean loss
-    pairwise loss and accuracy (``margin > 0``) of the training pairs as each step saw them
-    (before its update; a full extra pass would cost a third of the training), and the mean
-    KL(p_arm || p_base) per response."""
+    each epoch comes from ``generator``, so a seed gives the same parameters. Returns, per
+    epoch, the mean pairwise loss and accuracy (``margin > 0``) of the training pairs as each
+    step saw them (before its update; a full extra pass would cost a third of the training),
+    and the mean KL(p_arm || p_base) per response."""
     shared = [adapter.A, adapter.B]
     personal = [adapter.user_scale, adapter.user_shift]
     optimiser = torch.optim.AdamW([{"params": shared, "weight_decay": config.weight_decay},

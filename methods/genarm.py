@@ -147,12 +147,6 @@ def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
     return from_text
 
 
-def base_logits(lm: LM, hidden: torch.Tensor) -> torch.Tensor:
-    """The base LM's next-token logits from its final hidden states ``(..., H)``, as its own
-    forward pass computes them (output head, then the final soft-cap where a model has one)."""
-    return lm.logits_from_hidden(hidden)
-
-
 # -------------------------------------------------------------------------------------------
 # Generation
 # -------------------------------------------------------------------------------------------
@@ -168,13 +162,14 @@ def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
     does; the ARM's term comes from ``step``.
     """
     users, prompts = [u for u, _ in keys], [p for _, p in keys]
-    hidden, cache, mask = _prefill(lm, prompt_seqs)
+    state = lm.prefill(prompt_seqs, batch_size=len(prompt_seqs))
+    hidden, cache, mask = state.last, state.cache, state.mask
     positions = mask.sum(-1)  # the next position id of every row
     gens = [torch.Generator().manual_seed(s) for s in seeds] if temperature else None
     tokens: list[list[int]] = [[] for _ in keys]
     active = list(range(len(keys)))
     for n in range(max_new_tokens):
-        guided = base_logits(lm, hidden)
+        guided = lm.logits_from_hidden(hidden)
         if alpha:
             arm = step([users[r] for r in active], [prompts[r] for r in active],
                        [tokens[r] for r in active], hidden)
@@ -200,13 +195,6 @@ def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
                                   cache=cache, use_cache=True)
         hidden, positions = out.last_hidden_state[:, -1], positions + 1
     return tokens
-
-
-def _prefill(lm: LM, seqs: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor]:
-    """Left-padded prompts through the base model (the LM's kept prefills): last hidden
-    ``(B, H)``, cache, mask."""
-    state = lm.prefill(seqs, batch_size=len(seqs))
-    return state.last, state.cache, state.mask
 
 
 def _pick(logits: torch.Tensor, temperature: float | None,
@@ -269,7 +257,7 @@ def _one(lm: LM, reward: RewardMethod, alpha: float, user: str, hidden: torch.Te
     out = []
     for i in range(0, hidden.shape[0], ROWS_PER_CHUNK):
         h = hidden[i:i + ROWS_PER_CHUNK].to(lm.device)
-        guided = base_logits(lm, h)
+        guided = lm.logits_from_hidden(h)
         if alpha:
             if arm is None:
                 part = reward.logprobs_from_hidden([user], h[None])[0]  # type: ignore[attr-defined]
