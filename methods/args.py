@@ -27,7 +27,7 @@ winner is the best score (the lower id among equal scores); ``args_reference`` s
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,7 +36,7 @@ import torch
 
 from prefalign_methods.base import reduce_logprobs
 from pytest_prefalign.api import CaseContext, Decoder, Item, RewardMethod
-from pytest_prefalign.lm import LM, clean_text, pad
+from pytest_prefalign.lm import LM, chunks, clean_text, pad
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
@@ -199,7 +199,7 @@ def args_generate(lm: LM, reward: RewardMethod, users: Sequence[str], prompts: S
     encoded = [lm.prompt_ids(p) for _, p in unique]
     fast = uses_hidden(lm, reward)
     out: dict[tuple[str, str], list[int]] = {}
-    for batch in _chunks(sorted(range(len(unique)), key=lambda i: -len(encoded[i])), batch_size):
+    for batch in chunks(sorted(range(len(unique)), key=lambda i: -len(encoded[i])), batch_size):
         batch_users = [unique[i][0] for i in batch]
         seqs = [encoded[i] for i in batch]
         with torch.inference_mode():
@@ -430,7 +430,7 @@ def args_token_logprobs(lm: LM, reward: RewardMethod, users: Sequence[str],
     # pairs that share a prompt share its prefill, so they go in the same batch
     order = sorted(range(len(prompts)), key=lambda n: (-len(prompts[n]), prompts[n]))
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
-    for batch in _chunks(order, batch_size):
+    for batch in chunks(order, batch_size):
         with torch.inference_mode():
             forced = teacher_force(lm, [prompts[n] for n in batch],
                                    [responses[n] for n in batch])
@@ -452,7 +452,7 @@ def forced_tokens(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: i
     # pairs that share a prompt share its prefill, so they go in the same batch
     missing = sorted({key for key in keys if key not in memo},
                      key=lambda key: (-len(key[0]), key[0], key[1]))
-    for batch in _chunks(missing, batch_size):
+    for batch in chunks(missing, batch_size):
         with torch.inference_mode():
             forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
             cands = top_candidates(forced.logits.flatten(0, 1), k).view(*forced.targets.shape, -1)
@@ -589,16 +589,6 @@ def _guided(true_logits: torch.Tensor, cand_logits: torch.Tensor, cands: torch.T
     cand_score = cand_score.masked_fill(cands == targets[..., None], float("-inf"))
     total = torch.logsumexp(torch.cat([cand_score, true_score[..., None]], dim=-1), dim=-1)
     return true_score - total
-
-
-# -------------------------------------------------------------------------------------------
-# Helpers of this module
-# -------------------------------------------------------------------------------------------
-
-
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 def pytest_prefalign_register(registry: Registry) -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_prefalign.prefill import Prefill, PrefillStore, pad
+from pytest_prefalign.prefill import Prefill, PrefillStore, chunks, pad
 from pytest_prefalign.storage import content_key
 
-__all__ = ["LM", "Prefill", "clean_text", "end_of_turn_id", "pad"]
+__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad"]
 
 # Markers that end an assistant turn in common chat templates (SmolLM2/Qwen, Gemma, Llama 3, Phi 3).
 END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
@@ -115,7 +115,7 @@ class LM:
         self.prefills.warm(encoded, batch_size=batch_size)
         runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[str, list[str]] = {}
-        for batch in _chunks(_by_length(encoded), max(1, batch_size // runs)):
+        for batch in chunks(_by_length(encoded), max(1, batch_size // runs)):
             seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
             out = self._generate_batch([encoded[i] for i in batch], runs, max_new_tokens,
                                        temperature if sample else None, seeds)
@@ -307,11 +307,6 @@ def _by_length(seqs: list[list[int]]) -> list[int]:
     return sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
 
 
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
 def _plan(order: list[int], groups: list[list[int]], batch_size: int
           ) -> Iterator[list[tuple[int, list[int]]]]:
     """Batches of ``(prompt, its pairs)`` with at most ``batch_size`` pairs each; a prompt with
@@ -319,7 +314,7 @@ def _plan(order: list[int], groups: list[list[int]], batch_size: int
     batch: list[tuple[int, list[int]]] = []
     used = 0
     for prompt in order:
-        for chunk in _chunks(groups[prompt], batch_size):
+        for chunk in chunks(groups[prompt], batch_size):
             if used + len(chunk) > batch_size:
                 yield batch
                 batch, used = [], 0

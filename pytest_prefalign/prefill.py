@@ -21,7 +21,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -31,6 +31,7 @@ BUDGET_ENV = "PREFALIGN_PREFILL_MB"  # the store's memory budget in MiB (0 keeps
 DEFAULT_BUDGET_MB = 4096
 
 Key = tuple[int, ...]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class PrefillStore:
         # by the length still to run, longest first: similar lengths share a batch
         todo = sorted((i for i, k in enumerate(order) if k not in out),
                       key=lambda i: -(len(order[i]) - shared[i]))
-        for chunk in _chunks(todo, batch_size):
+        for chunk in chunks(todo, batch_size):
             rows = self._extend([heads.get(order[i][:shared[i]]) if shared[i] else None
                                  for i in chunk], [order[i][shared[i]:] for i in chunk])
             for i, row in zip(chunk, rows, strict=True):
@@ -299,6 +300,7 @@ def _common(a: Key, b: Key) -> int:
     return i
 
 
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+def chunks(items: list[T], size: int) -> Iterator[list[T]]:
+    """Consecutive slices of at most ``size`` items (batches)."""
     for start in range(0, len(items), size):
         yield items[start:start + size]
