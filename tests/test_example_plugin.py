@@ -138,7 +138,11 @@ def test_length_prior_runs_as_bon(installed: Path, pytester: pytest.Pytester,
     assert row["reward"] == "length_prior"
     # every test pair's chosen title is nearer its author's usual length than the rejected one
     assert row["metrics"]["rm_acc"] == 1.0
-    cached = list((pytester.path / "cache" / "rewards" / "length_prior").glob("*.json"))
+    # trained in the folder of the reward's key, which the run file names
+    (use,) = [u for u in row["cache"] if u["artifact"] == "rewards"]
+    assert use["hit"] is False and use["inputs"]["method"] == "length_prior"
+    folder = pytester.path / "cache" / "rewards" / "length_prior" / use["key"]
+    cached = list(folder.glob("*.json"))
     assert len(cached) == 1
     # chosen lengths: ann 2 and 1 words, bob 9 and 8, overall mean 5; two pseudo-pairs at 5
     targets = json.loads(cached[0].read_text())["targets"]

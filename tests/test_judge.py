@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_prefalign import judge
+from pytest_prefalign import cache, judge
 from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod, SuiteData
 
 
@@ -171,7 +171,10 @@ def test_independent_judge_on_minilm(tiny_lm, tmp_path: Path,
     base = ["Cooking Pasta at Home", "Cooking Pasta at Home", "The League Final in Football",
             "Swimming Race"]
     ctx = context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path)
-    result = judge.win_rates(ctx, items, outputs, base)
+    monkeypatch.setattr(cache, "active", lambda: cache.Disk(tmp_path))
+    with cache.recording() as uses:
+        result = judge.win_rates(ctx, items, outputs, base)
+    assert [(u.key.kind, u.hit) for u in uses] == [("judges", False)]
     # on topic beats off topic, off topic loses to on topic, the same text ties
     assert result["outcomes_independent"] == [1.0, 1.0, 0.0, 0.5]
     assert result["win_independent"] == pytest.approx(0.625)
@@ -184,7 +187,9 @@ def test_independent_judge_on_minilm(tiny_lm, tmp_path: Path,
         raise AssertionError("trained again despite the cache")
 
     monkeypatch.setattr(judge, "train_bradley_terry", no_training)
-    again = judge.win_rates(context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path),
-                            items, outputs, base)
+    with cache.recording() as uses:
+        again = judge.win_rates(context(tiny_lm, LengthReward(), items, minilm_pairs(),
+                                        tmp_path), items, outputs, base)
+    assert [(u.key.kind, u.hit) for u in uses] == [("judges", True)]
     assert again["outcomes_independent"] == result["outcomes_independent"]
     assert list((tmp_path / "judges").glob("*.safetensors")) == [cached]

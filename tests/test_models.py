@@ -214,7 +214,8 @@ def test_gemma_is_assembled_from_its_parts_and_converted(
     converter = FakeConverter()
     monkeypatch.setattr(models, "convert_gguf", converter)
     lm = load_lm(ModelSpec("270m", "embedded:gemma3-270m"), device="cpu")
-    assert lm.fingerprint == sha[:16] and lm.name == "gemma-3-270m"
+    assert lm.weights_fingerprint == models.conversion_key(sha).digest
+    assert lm.name == "gemma-3-270m"
     assert len(converter.calls) == 1 and converter.lock_held == [True]
     assert converter.seen[0].read_bytes() == b"gemma"
 
@@ -264,9 +265,11 @@ def test_embedded_model_is_converted_once_into_a_folder_keyed_by_sha256(
     gguf, converter = fake_smol
     digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
     lm = load_lm(SMOL, device="cpu")
-    assert lm.fingerprint == digest[:16] and lm.name == "SmolLM2-135M-Instruct"
+    key = models.conversion_key(digest)
+    assert lm.weights_fingerprint == key.digest and lm.name == "SmolLM2-135M-Instruct"
+    assert key.inputs["gguf"] == digest
     root = storage.cache_root() / "models"
-    target = root / digest[:16]
+    target = root / key.digest
     assert len(converter.calls) == 1 and converter.lock_held == [True]
     assert converter.calls[0].parent == root and converter.calls[0].name.endswith(".tmp")
     assert (target / "config.json").is_file() and not converter.calls[0].exists()
@@ -286,8 +289,9 @@ def test_a_changed_gguf_is_hashed_again(fake_smol: tuple[Path, FakeConverter]) -
     first = load_lm(SMOL, device="cpu").fingerprint
     gguf.write_bytes(b"another model")
     clear_loaded()
-    assert load_lm(SMOL, device="cpu").fingerprint == hashlib.sha256(
-        b"another model").hexdigest()[:16] != first
+    assert load_lm(SMOL, device="cpu").weights_fingerprint == models.conversion_key(
+        hashlib.sha256(b"another model").hexdigest()).digest
+    assert load_lm(SMOL, device="cpu").fingerprint != first
     assert len(converter.calls) == 2
 
 

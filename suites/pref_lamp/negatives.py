@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefalign_suites.records import Problems, normalise_ws
-from pytest_prefalign import storage
+from pytest_prefalign import cache, storage
 from pytest_prefalign.api import Pair
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,10 +124,20 @@ def generated(
     train, test = sources(data, max_train)
     keys = {src.pair_id: _cache_key(src, suite) for src in (*train, *test)}
     prompts = {_cache_key(src, suite): suite.instruction(src.abstract) for src in (*train, *test)}
-    path = cache_dir / f"titles-{storage.content_key(reference.fingerprint)}.json"
-    titles = cached_generations(
+    # one file per way of generating: the titles in it are keyed by paper and instruction
+    key = cache.make_key(
+        "negatives",
+        reference=reference.fingerprint,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        code=cache.code_version(cached_generations),
+    )
+    path = cache_dir / f"titles-{key.digest}.json"
+    titles, generated_now = cached_generations(
         reference, prompts, path, max_new_tokens=max_new_tokens, batch_size=batch_size
     )
+    papers = storage.content_key(sorted(prompts.items()))
+    cache.note(cache.make_key("negatives", **key.inputs, papers=papers), hit=not generated_now)
     add_pairs(suite, data, train, test, {pid: titles.get(key) for pid, key in keys.items()})
     data.provenance.update(
         {
@@ -146,9 +156,10 @@ def _cache_key(src: Source, suite: Suite) -> str:
 
 def cached_generations(
     reference: Any, prompts: dict[str, str], path: Path, *, max_new_tokens: int, batch_size: int
-) -> dict[str, str]:
-    """Cleaned greedy titles for every key of ``prompts``; generates only what the cache file
-    lacks, holding its lock so that parallel workers do not generate the same titles twice."""
+) -> tuple[dict[str, str], int]:
+    """Cleaned greedy titles for every key of ``prompts``, and how many of them were generated
+    now; generates only what the cache file lacks, holding its lock so that parallel workers do
+    not generate the same titles twice."""
     with storage.locked(path):
         titles = _read_titles(path)
         missing = [key for key in prompts if key not in titles]
@@ -167,7 +178,7 @@ def cached_generations(
                     "titles": titles,
                 },
             )
-    return {key: titles[key] for key in prompts}
+    return {key: titles[key] for key in prompts}, len(missing)
 
 
 def _read_titles(path: Path) -> dict[str, str]:

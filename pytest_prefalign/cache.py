@@ -1,0 +1,398 @@
+"""Cached values: what each one depends on, where it is kept, and which tests used it.
+
+A value that one run reuses from another (a generation, a trained reward method, features, the
+generated negatives, the independent judge, a converted model) is stored under a ``Key`` that
+hashes everything it depends on, each input named:
+
+- the model: ``LM.fingerprint`` (the weights, dtype, device, and the LM code with the versions
+  of the libraries it runs on);
+- the data: ``records_fingerprint`` of the exact records the value was computed from (the
+  training pairs, the generation items, the profiles), so suite options reach a key through the
+  data they produce;
+- options and the seed, as given;
+- the code that computes it: ``code_version``, a hash of the syntax tree of its module and of
+  every first-party module that module imports (comments and docstrings do not count), with the
+  versions of the third-party libraries they import.
+
+A change in any input is a miss. ``Disk`` keeps values by key under the user cache; with
+``--prefalign-no-cache`` it is disabled, so everything is computed again and nothing is written.
+
+Each use of a cached value is noted (``note``) in the ledger of the test that is running
+(``recording``), and the run file lists, per test, the values it used, their keys and named
+inputs, and whether they came from the cache (``hit``) or were computed. No heavy imports here:
+pytest loads this module through the plugin on every run.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import contextvars
+import dataclasses
+import importlib.metadata
+import importlib.util
+import inspect
+import shutil
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+from pytest_prefalign import storage
+
+SCHEMA = 2  # the layout of every key: bump it to invalidate every cache at once
+FIRST_PARTY = ("pytest_prefalign", "prefalign_methods", "prefalign_suites")
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Key:
+    """A cached value's key: its kind and its named inputs (JSON-serialisable: fingerprints,
+    options, the seed). ``digest`` hashes both; ``summary`` shows each input briefly."""
+
+    kind: str
+    inputs: Mapping[str, Any] = field(compare=False)
+    digest: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digest", storage.content_key(SCHEMA, self.kind,
+                                                               dict(self.inputs)))
+
+    def summary(self) -> dict[str, Any]:
+        """Each input as itself when short (a number, a name), else as a short hash of it, so
+        that two run files show which input of a key changed."""
+        return {name: _brief(value) for name, value in self.inputs.items()}
+
+    def __str__(self) -> str:
+        return f"{self.kind}-{self.digest}"
+
+
+def make_key(kind: str, **inputs: Any) -> Key:
+    return Key(kind, inputs)
+
+
+def _brief(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str) and len(value) <= 64:
+        return value
+    return "#" + storage.content_key(value)
+
+
+def records_fingerprint(records: Iterable[Any]) -> str:
+    """Every field of every record (dataclasses such as ``Pair``, ``Item``, ``ProfileEntry``),
+    in order: the data a value was computed from."""
+    return storage.content_key([dataclasses.astuple(r) if _is_record(r) else r
+                                for r in records])
+
+
+def _is_record(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def profiles_fingerprint(profiles: Mapping[str, Iterable[Any]]) -> str:
+    """Every user's profile entries, users in name order."""
+    return storage.content_key([(user, records_fingerprint(profiles[user]))
+                                for user in sorted(profiles)])
+
+
+# --------------------------------------------------------------------------------------------
+# Code versions
+# --------------------------------------------------------------------------------------------
+
+_TREES: dict[tuple[str, int, int], tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
+_DISTRIBUTIONS: dict[str, list[str]] | None = None
+
+
+def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
+    """A hash of the code behind ``obj`` (a class, function, instance or module): the syntax
+    tree of its module and of every module it imports from the project's packages or from its
+    own top-level package (type-checking imports left out), with the installed versions of the
+    third-party distributions those modules import. Editing a comment or a docstring keeps the
+    version; editing code, or upgrading a library the code imports, changes it."""
+    module = _module_of(obj)
+    roots = {*FIRST_PARTY, module.__name__.split(".")[0], *extra_roots}
+    trees: dict[str, str] = {}
+    libraries: set[str] = set()
+    todo = [(module.__name__, _file_of(module))]
+    while todo:
+        name, path = todo.pop()
+        if name in trees or path is None:
+            continue
+        digest, imported, third_party = _tree(path, name)
+        trees[name] = digest
+        libraries.update(third_party)
+        for dep in imported:
+            # this module's own effect on keys is versioned by SCHEMA
+            if dep.split(".")[0] in roots and dep not in trees and dep != __name__:
+                todo.append((dep, _find_file(dep)))
+    versions = sorted(_versions(libraries))
+    return storage.content_key("code", sorted(trees.items()), versions)
+
+
+def function_version(fn: Callable[..., Any]) -> str:
+    """A hash of one function's syntax tree (docstring and comments left out): for a value that
+    depends on a single function rather than on a whole module."""
+    # a callable object (a test's stand-in converter, say) is versioned by its class
+    target = fn if inspect.isfunction(fn) or inspect.isclass(fn) else type(fn)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
+    return storage.content_key("function", _dump(tree))
+
+
+def library_versions(*names: str) -> dict[str, str | None]:
+    """Installed versions of these distributions (None where one is missing)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _module_of(obj: Any) -> ModuleType:
+    if isinstance(obj, ModuleType):
+        return obj
+    name = getattr(obj, "__module__", None) or type(obj).__module__
+    module = sys.modules.get(name)
+    if module is None:
+        raise ValueError(f"code_version: the module {name!r} of {obj!r} is not imported")
+    return module
+
+
+def _file_of(module: ModuleType) -> Path | None:
+    path = getattr(module, "__file__", None)
+    return Path(path) if path and path.endswith(".py") else None
+
+
+def _find_file(name: str) -> Path | None:
+    module = sys.modules.get(name)
+    if module is not None:
+        return _file_of(module)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(digest of the syntax tree, modules it imports, third-party top-level names), memoised
+    by the file's size and modification time."""
+    stat = path.stat()
+    memo_key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if memo_key not in _TREES:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        imported = tuple(sorted(set(_imports(tree, name, is_package))))
+        stdlib = sys.stdlib_module_names
+        third_party = tuple(sorted({m.split(".")[0] for m in imported}
+                                   - set(stdlib) - set(FIRST_PARTY) - {name.split(".")[0]}))
+        _TREES[memo_key] = (storage.content_key(_dump(tree)), imported, third_party)
+    return _TREES[memo_key]
+
+
+def _dump(tree: ast.AST) -> str:
+    """The tree without docstrings and without positions: what the code does, not how it is
+    laid out or documented."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
+                and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value,
+                                                                           str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def _imports(tree: ast.AST, name: str, is_package: bool) -> Iterator[str]:
+    """Every module ``import`` names, anywhere in the file (imports inside functions run too),
+    except under ``if TYPE_CHECKING:``; ``from a import b`` gives ``a`` and ``a.b``."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = ".".join(parts[:len(parts) - node.level + 1])
+                base = f"{parent}.{base}" if base else parent
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            yield from (n for stmt in child.orelse for n in [stmt, *_runtime_nodes(stmt)])
+            continue
+        yield child
+        yield from _runtime_nodes(child)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _versions(top_level: Iterable[str]) -> Iterator[tuple[str, str | None]]:
+    global _DISTRIBUTIONS
+    if _DISTRIBUTIONS is None:
+        _DISTRIBUTIONS = dict(importlib.metadata.packages_distributions())
+    for name in top_level:
+        for dist in _DISTRIBUTIONS.get(name, []):
+            yield from library_versions(dist).items()
+
+
+# --------------------------------------------------------------------------------------------
+# The ledger: which cached values a test used
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Use:
+    """One cached value used by a test: its key, and whether it came from the cache."""
+
+    key: Key
+    hit: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"artifact": self.key.kind, "key": self.key.digest, "hit": self.hit,
+                "inputs": self.key.summary()}
+
+
+_LEDGER: contextvars.ContextVar[list[Use] | None] = contextvars.ContextVar(
+    "prefalign_ledger", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Use]]:
+    """Collect the uses noted inside the block (an inner block collects its own)."""
+    uses: list[Use] = []
+    token = _LEDGER.set(uses)
+    try:
+        yield uses
+    finally:
+        _LEDGER.reset(token)
+
+
+def note(key: Key, hit: bool) -> Use:
+    """Note a use in the ledger being recorded, if any."""
+    use = Use(key, hit)
+    ledger = _LEDGER.get()
+    if ledger is not None:
+        ledger.append(use)
+    return use
+
+
+def unique(uses: Iterable[Use]) -> list[Use]:
+    """Each (kind, key) once, in first-use order (a value used twice is listed once)."""
+    seen: dict[tuple[str, str], Use] = {}
+    for use in uses:
+        seen.setdefault((use.key.kind, use.key.digest), use)
+    return list(seen.values())
+
+
+# --------------------------------------------------------------------------------------------
+# The disk cache
+# --------------------------------------------------------------------------------------------
+
+
+class Disk:
+    """Values by key under ``root/<kind>/``, written atomically under a lock that pytest-xdist
+    workers share. Disabled (``--prefalign-no-cache``): nothing is read or written, and
+    ``folder`` gives a fresh empty folder."""
+
+    def __init__(self, root: Path, *, enabled: bool = True) -> None:
+        self.root, self.enabled = Path(root), enabled
+        self._scratch: list[Path] = []
+
+    def path(self, key: Key, suffix: str = ".json") -> Path:
+        return self.root / key.kind / f"{key.digest}{suffix}"
+
+    def json(self, key: Key, compute: Callable[[], T], *,
+             valid: Callable[[Any], bool] = lambda value: True) -> T:
+        """The JSON value of ``key``, or ``compute()`` stored under it. A file that cannot be
+        read, or whose value ``valid`` refuses, is computed again (it is only a cache)."""
+        return self.load_or_compute(
+            key, compute, suffix=".json",
+            read=lambda path: _valid(storage.read_json(path), valid),
+            write=lambda path, value: storage.atomic_write_json(path, value))
+
+    def load_or_compute(self, key: Key, compute: Callable[[], T], *, suffix: str,
+                        read: Callable[[Path], T], write: Callable[[Path, T], None]) -> T:
+        if not self.enabled:
+            value = compute()
+            note(key, hit=False)
+            return value
+        path = self.path(key, suffix)
+        with storage.locked(path):
+            if path.exists():
+                try:
+                    value = read(path)
+                except (OSError, ValueError, KeyError, TypeError):
+                    pass  # corrupt or from an incompatible version: computed again below
+                else:
+                    note(key, hit=True)
+                    return value
+            value = compute()
+            write(path, value)
+        note(key, hit=False)
+        return value
+
+    def folder(self, key: Key, name: str = "") -> tuple[Path, bool]:
+        """``(folder, hit)``: the folder ``<kind>/<name>/<digest>`` of ``key``, for code that
+        keeps its own files there, and whether it already held any. Disabled: a new empty
+        folder each time."""
+        if not self.enabled:
+            path = Path(tempfile.mkdtemp(prefix=f"prefalign-{key.kind}-"))
+            self._scratch.append(path)
+            return path, False
+        path = self.root / key.kind / name / key.digest
+        hit = path.is_dir() and any(path.iterdir())
+        path.mkdir(parents=True, exist_ok=True)
+        return path, hit
+
+    def cleanup(self) -> None:
+        """Remove the scratch folders handed out while disabled."""
+        for path in self._scratch:
+            shutil.rmtree(path, ignore_errors=True)
+        self._scratch.clear()
+
+
+def _valid(value: Any, valid: Callable[[Any], bool]) -> Any:
+    if not valid(value):
+        raise ValueError("cached value refused")
+    return value
+
+
+_ACTIVE: contextvars.ContextVar[Disk | None] = contextvars.ContextVar(
+    "prefalign_disk", default=None)
+
+
+def active() -> Disk:
+    """The disk cache of the run in progress (``using``), else the user cache."""
+    disk = _ACTIVE.get()
+    return disk if disk is not None else Disk(storage.cache_root())
+
+
+@contextlib.contextmanager
+def using(disk: Disk) -> Iterator[Disk]:
+    """Make ``disk`` the cache that library code (features, judges, ...) reads and writes."""
+    token = _ACTIVE.set(disk)
+    try:
+        yield disk
+    finally:
+        _ACTIVE.reset(token)
