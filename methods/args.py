@@ -26,6 +26,7 @@ winner is the best score (the lower id among equal scores); ``args_reference`` s
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from prefalign_methods.base import reduce_logprobs
-from pytest_prefalign.api import CaseContext, Decoder, Item, RewardMethod
+from pytest_prefalign.api import CaseContext, DecodeOptions, Decoder, Item, RewardMethod
 from pytest_prefalign.lm import LM, chunks, clean_text, pad
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,42 +47,44 @@ QUERY_BLOCK = 512  # most candidate query tokens per row in one teacher-forced p
 FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"  # read by transformers' SDPA attention at each call
 
 
+@dataclass(frozen=True)
+class ArgsOptions(DecodeOptions):
+    k: int = 10  # the base model's top-k candidates per step
+    w: float = 1.0  # reward weight
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if not math.isfinite(self.w):
+            raise ValueError(f"w must be a finite number, got {self.w}")
+
+
 class ArgsDecoder(Decoder):
     """ARGS: reward-guided greedy decoding over the base model's top-k tokens."""
 
     name = "args"
     needs = frozenset({"score", "prefix"})
     order = 10  # position in the default method list: the first reward-guided decoder
+    Options = ArgsOptions
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
-        k, w = settings(ctx)
-        lm = ctx.lm
+        opts, lm = ctx.options, ctx.lm
         tokens = args_generate(lm, require_reward(ctx), [it.user for it in items],
-                               [it.prompt for it in items], k=k, w=w,
-                               max_new_tokens=ctx.options["max_new_tokens"],
-                               batch_size=ctx.options["batch_size"],
-                               finished=lm.finished)
+                               [it.prompt for it in items], k=opts.k, w=opts.w,
+                               max_new_tokens=opts.max_new_tokens,
+                               batch_size=opts.batch_size, finished=lm.finished)
         return [clean_text(lm.decode_response(t)) for t in tokens]
 
     def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
                responses: Sequence[str]) -> np.ndarray:
-        k, w = settings(ctx)
+        opts = ctx.options
         # the model's passes are the same for every hidden-state reward head of this
         # (suite, size): kept in the case's shared state, each head only applies itself
         per_token = args_token_logprobs(ctx.lm, require_reward(ctx), users, prompts, responses,
-                                        k=k, w=w, batch_size=ctx.options["batch_size"],
+                                        k=opts.k, w=opts.w, batch_size=opts.batch_size,
                                         memo=ctx.shared.setdefault("args_forced_tokens", {}))
-        return reduce_logprobs(per_token, ctx.options["reduce"])
-
-
-def settings(ctx: CaseContext) -> tuple[int, float]:
-    """``(k, w)`` from the options, validated."""
-    k, w = ctx.options.get("args_k", 10), ctx.options.get("args_w", 1.0)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"args_k must be an integer >= 1, got {k!r}")
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w):
-        raise ValueError(f"args_w must be a finite number, got {w!r}")
-    return k, float(w)
+        return reduce_logprobs(per_token, ctx.reduce)
 
 
 def require_reward(ctx: CaseContext) -> RewardMethod:

@@ -121,6 +121,7 @@ class ARM(RewardMethod):
     capabilities: ClassVar[frozenset[str]] = frozenset({"next_token", "hidden_logprobs",
                                                         "prefix"})
     version: ClassVar[int] = 2  # bump when a code change changes what training produces
+    Config: ClassVar[type[ARMConfig]] = ARMConfig  # set with --prefalign-option arm.FIELD=VALUE
 
     def __init__(self, config: ARMConfig | None = None) -> None:
         self.config = config if config is not None else ARMConfig()

@@ -11,27 +11,46 @@ per-token score that does not favour short responses), and the reward has no tok
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from prefalign_methods.base import BaseDecoder, base_logprobs, reduce_logprobs
-from pytest_prefalign.api import CaseContext, Item, RewardMethod
+from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
+
+
+@dataclass(frozen=True)
+class BoNOptions(DecodeOptions):
+    n: int = 8  # samples per prompt
+    beta: float = 1.0  # the policy it approximates: log pi_base + r / beta
+    temperature: float = 1.0  # sampling temperature of the base LM
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        for name in ("beta", "temperature"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
 
 
 class BestOfNDecoder(BaseDecoder):
     name = "bon"
     needs = frozenset({"score"})
     order = 30
+    Options = BoNOptions
     # every reward method already has a row with args or genarm; bon gets one by default too
     default_reward = "per_user_bt"
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
-        reward, n = _reward(ctx), _n(ctx)
+        reward, n = _reward(ctx), ctx.options.n
         users, prompts = [it.user for it in items], [it.prompt for it in items]
         samples = base_samples(ctx, self.prompts(ctx, users, prompts), n)
         flat_users = [u for u in users for _ in range(n)]
@@ -47,9 +66,9 @@ class BestOfNDecoder(BaseDecoder):
 
     def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
                responses: Sequence[str]) -> np.ndarray:
-        reward, beta = _reward(ctx), _beta(ctx)
+        reward, beta = _reward(ctx), ctx.options.beta
         shown = self.prompts(ctx, users, prompts)
-        base = reduce_logprobs(base_logprobs(ctx, shown, responses), ctx.options["reduce"])
+        base = reduce_logprobs(base_logprobs(ctx, shown, responses), ctx.reduce)
         rewards = np.asarray(reward.score(ctx.lm, users, prompts, responses), dtype=np.float64)
         return base + rewards / beta
 
@@ -58,13 +77,14 @@ def base_samples(ctx: CaseContext, shown: Sequence[str], n: int) -> list[list[st
     """``n`` seeded samples from the base LM per prompt. They do not depend on the reward
     method, so they are kept in the (suite, size)'s shared state: a second ``bon[...]`` row
     over the same prompts only scores them."""
-    settings = (n, _temperature(ctx), ctx.options["seed"], ctx.options["max_new_tokens"])
+    opts = ctx.options
+    settings = (n, opts.temperature, ctx.seed, opts.max_new_tokens, opts.batch_size)
     memo: dict[tuple, list[str]] = ctx.shared.setdefault("bon_samples", {})
     missing = list(dict.fromkeys(p for p in shown if (p, *settings) not in memo))
     if missing:
-        drawn = ctx.lm.generate(missing, max_new_tokens=ctx.options["max_new_tokens"],
-                                batch_size=ctx.options["batch_size"], sample=True,
-                                temperature=settings[1], num_samples=n, seed=settings[2])
+        drawn = ctx.lm.generate(missing, max_new_tokens=opts.max_new_tokens,
+                                batch_size=opts.batch_size, sample=True,
+                                temperature=opts.temperature, num_samples=n, seed=ctx.seed)
         memo.update(((p, *settings), d) for p, d in zip(missing, drawn, strict=True))
     return [list(memo[(p, *settings)]) for p in shown]
 
@@ -73,28 +93,6 @@ def _reward(ctx: CaseContext) -> RewardMethod:
     if ctx.reward is None:
         raise ValueError("bon needs a reward method: write bon[REWARD]")
     return ctx.reward
-
-
-def _n(ctx: CaseContext) -> int:
-    n = ctx.options.get("bon_n", 8)
-    if isinstance(n, bool) or not isinstance(n, int | str) or not str(n).strip().isdigit() \
-            or int(n) < 1:
-        raise ValueError(f"bon_n must be a whole number >= 1, got {n!r}")
-    return int(n)
-
-
-def _beta(ctx: CaseContext) -> float:
-    beta = float(ctx.options.get("bon_beta", 1.0))
-    if not (np.isfinite(beta) and beta > 0):
-        raise ValueError(f"bon_beta must be a finite number > 0, got {beta}")
-    return beta
-
-
-def _temperature(ctx: CaseContext) -> float:
-    temperature = float(ctx.options.get("bon_temperature", 1.0))
-    if not (np.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"bon_temperature must be a finite number > 0, got {temperature}")
-    return temperature
 
 
 def pytest_prefalign_register(registry: Registry) -> None:

@@ -25,15 +25,17 @@ Two ways to get the ARM's log-probabilities:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from prefalign_methods.arm import predicting_hidden
 from prefalign_methods.base import BaseDecoder, reduce_logprobs
-from pytest_prefalign.api import CaseContext, Item, RewardMethod
+from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
 from pytest_prefalign.lm import clean_text
 from pytest_prefalign.storage import content_key
 
@@ -48,38 +50,53 @@ ROWS_PER_CHUNK = 256  # token rows per (rows, V) block in loglik: bounds the mem
 ArmStep = Callable[[list[str], list[str], list[list[int]], torch.Tensor], torch.Tensor]
 
 
+@dataclass(frozen=True)
+class GenARMOptions(DecodeOptions):
+    alpha: float = 1.0  # weight of the ARM's log-probabilities
+    sample: bool = False  # sample at temperature / (1 + alpha) instead of greedy
+    temperature: float = 1.0  # T, used when sampling
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}")
+
+
 class GenARMDecoder(BaseDecoder):
     name = "genarm"
     needs = frozenset({"score", "next_token"})
     order = 20
+    Options = GenARMOptions
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
-        reward, alpha = _reward(ctx), _alpha(ctx)
+        reward, alpha = _reward(ctx), ctx.options.alpha
         users = [it.user for it in items]
         shown = self.prompts(ctx, users, [it.prompt for it in items])
-        temperature = _temperature(ctx, alpha)
+        temperature = ctx.options.temperature / (1 + alpha) if ctx.options.sample else None
         step = arm_step(ctx.lm, reward)
         # the same (user, prompt) gives the same text: decode each once
         unique = list(dict.fromkeys(zip(users, shown, strict=True)))
         encoded = [ctx.lm.prompt_ids(p) for _, p in unique]
         order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
         texts: dict[tuple[str, str], str] = {}
-        batch_size = ctx.options["batch_size"]
+        batch_size = ctx.options.batch_size
         for start in range(0, len(order), batch_size):
             batch = order[start:start + batch_size]
             keys = [unique[i] for i in batch]
-            seeds = [_seed(ctx.options["seed"], u, p) for u, p in keys]
+            seeds = [_seed(ctx.seed, u, p) for u, p in keys]
             tokens = guided_generate(ctx.lm, step, keys, [encoded[i] for i in batch], alpha,
-                                     ctx.options["max_new_tokens"], temperature, seeds)
+                                     ctx.options.max_new_tokens, temperature, seeds)
             texts.update(zip(keys, (decode(ctx.lm, t) for t in tokens), strict=True))
         return [texts[key] for key in zip(users, shown, strict=True)]
 
     def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
                responses: Sequence[str]) -> np.ndarray:
         shown = self.prompts(ctx, users, prompts)
-        per_token = guided_logprobs(ctx.lm, _reward(ctx), _alpha(ctx), users, shown, responses,
-                                    batch_size=ctx.options["batch_size"])
-        return reduce_logprobs(per_token, ctx.options["reduce"])
+        per_token = guided_logprobs(ctx.lm, _reward(ctx), ctx.options.alpha, users, shown,
+                                    responses, batch_size=ctx.options.batch_size)
+        return reduce_logprobs(per_token, ctx.reduce)
 
 
 # -------------------------------------------------------------------------------------------
@@ -94,35 +111,6 @@ def _reward(ctx: CaseContext) -> RewardMethod:
         raise ValueError(f"genarm needs an autoregressive reward method (capability "
                          f"'next_token'), got {name!r}")
     return reward
-
-
-def _alpha(ctx: CaseContext) -> float:
-    alpha = float(ctx.options.get("genarm_alpha", 1.0))
-    if not (np.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"genarm_alpha must be a finite number >= 0, got {alpha}")
-    return alpha
-
-
-def _temperature(ctx: CaseContext, alpha: float) -> float | None:
-    """``None`` for greedy; else ``T / (1 + alpha)``."""
-    if not _flag(ctx.options.get("genarm_sample", False), "genarm_sample"):
-        return None
-    temperature = float(ctx.options.get("genarm_temperature", 1.0))
-    if not (np.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"genarm_temperature must be > 0, got {temperature}")
-    return temperature / (1 + alpha)
-
-
-def _flag(value: Any, name: str) -> bool:
-    """A yes/no option given as a bool or as text (ini files and the command line give text)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
 def _seed(seed: int, user: str, prompt: str) -> int:

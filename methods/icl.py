@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from prefalign_methods.base import BaseDecoder
-from pytest_prefalign.api import CaseContext, ProfileEntry
+from pytest_prefalign.api import CaseContext, DecodeOptions, ProfileEntry
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Suite
@@ -29,9 +30,20 @@ def icl_prompt(suite: Suite, examples: Sequence[ProfileEntry], prompt: str) -> s
     return f"{INTRO}\n\n{shown}\n\n{OUTRO}{prompt}"
 
 
+@dataclass(frozen=True)
+class ICLOptions(DecodeOptions):
+    k: int = 3  # profile items shown before the task prompt
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.k < 0:
+            raise ValueError(f"k must be >= 0, got {self.k}")
+
+
 class ICLDecoder(BaseDecoder):
     name = "icl"
     order = 1
+    Options = ICLOptions
 
     def prompts(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]) -> list[str]:
         return [icl_prompt(ctx.suite, self.examples(ctx, u, p), p)
@@ -39,9 +51,9 @@ class ICLDecoder(BaseDecoder):
 
     def examples(self, ctx: CaseContext, user: str, prompt: str) -> list[ProfileEntry]:
         profile = ctx.data.profiles.get(user, [])
-        k = min(ctx.options["icl_k"], len(profile))
+        k = min(ctx.options.k, len(profile))
         # one seeded draw per user, independent of the order in which users come
-        rng = np.random.default_rng([ctx.options["seed"], zlib.crc32(user.encode())])
+        rng = np.random.default_rng([ctx.seed, zlib.crc32(user.encode())])
         return [profile[i] for i in sorted(rng.choice(len(profile), size=k, replace=False))]
 
 
@@ -51,7 +63,7 @@ class RAGDecoder(ICLDecoder):
 
     def examples(self, ctx: CaseContext, user: str, prompt: str) -> list[ProfileEntry]:
         profile = ctx.data.profiles.get(user, [])
-        k = min(ctx.options["icl_k"], len(profile))
+        k = min(ctx.options.k, len(profile))
         if k == 0:
             return []
         retriever = self.index(ctx, user, profile)

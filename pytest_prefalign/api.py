@@ -137,15 +137,34 @@ class RewardMethod:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The options every decoder takes. A decoder with options of its own declares them as a
+    subclass, its ``Options``; each is set on the command line (``--prefalign-option
+    args.k=5``, or ``max_new_tokens=32`` for every decoder that has it) or in the ini value
+    ``prefalign_options``, and checked in ``__post_init__`` (a ``ValueError`` there becomes a
+    usage error naming the option)."""
+
+    max_new_tokens: int = 24  # a title fits; generation also stops at the end of the first line
+    batch_size: int = 16  # sequences per forward pass
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
 class Decoder:
     """Turns the base LM, optionally a reward method, and a user into text.
 
     ``needs``: the reward capabilities it requires (``"score"`` for any reward method);
     an empty set for decoders without a reward method (``base``, ``icl``, ``icl_rag``).
+    ``Options``: the dataclass of its options (``ctx.options`` is an instance).
     """
 
     name: ClassVar[str] = "?"
     needs: ClassVar[frozenset[str]] = frozenset()
+    Options: ClassVar[type[DecodeOptions]] = DecodeOptions
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         """One output text per item."""
@@ -154,7 +173,7 @@ class Decoder:
     def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
                responses: Sequence[str]) -> np.ndarray:
         """``S_u(y|x)``: the teacher-forced log-likelihood of each response under the decoder's
-        guided next-token distribution (reduced by ``ctx.options['reduce']``, sum or mean)."""
+        guided next-token distribution (reduced by ``ctx.reduce``, sum or mean)."""
         raise NotImplementedError
 
 
@@ -166,7 +185,8 @@ class CaseContext:
     suite: Suite
     data: SuiteData
     reward: RewardMethod | None
-    options: dict[str, Any]  # decoder settings: reduce, seed, icl_k, max_new_tokens, ...
-    cache_dir: Path
+    options: Any = field(default_factory=DecodeOptions)  # the decoder's ``Options``
+    seed: int = 0  # ICL example choice and sampling
+    reduce: str = "sum"  # S_u(y|x): sum or mean of the token log-likelihoods
     shared: dict[Any, Any] = field(default_factory=dict)  # memo shared by the methods of one
     # (suite, size), e.g. the base model's log-likelihoods of the test pairs

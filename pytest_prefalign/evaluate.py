@@ -29,18 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.options import Floor
     from pytest_prefalign.session import PrefalignSession
 
-DECODER_DEFAULTS = {  # SPEC.md sections 3 and 5; part of the generation cache key
-    "icl_k": 3,  # profile items shown by icl and icl_rag
-    "max_new_tokens": 24,  # a title fits; generation also stops at the end of the first line
-    "batch_size": 16,  # sequences per forward pass
-    "args_k": 10,  # ARGS: the base model's top-k candidates per step
-    "args_w": 1.0,  # ARGS: reward weight
-    "genarm_alpha": 1.0,  # GenARM: weight of the autoregressive RM's log-probabilities
-    "bon_n": 8,  # best-of-N: samples per prompt
-    "bon_beta": 1.0,  # best-of-N: the policy it approximates, log pi_base + r / beta
-}
-
-
 @dataclass
 class SuiteState:
     suite: Suite
@@ -72,10 +60,12 @@ def _run_case(session: PrefalignSession, item: CaseItem, uses: list[cache.Use]
     state = suite_state(session, item.suite, item.suite_options)
     lm = load_model(session, item.size)
     fitted = fitted_reward(session, item, state, lm)
-    decoder: Decoder = session.registry.decoder(item.method.decoder).obj()
+    factory = session.registry.decoder(item.method.decoder).obj
+    decoder: Decoder = factory()
     ctx = CaseContext(lm=lm, suite=state.suite, data=state.data,
                       reward=fitted.reward if fitted else None,
-                      options=decoder_options(session), cache_dir=session.disk.root,
+                      options=session.method_options.decoder_options(item.method.decoder, factory),
+                      seed=session.settings.seed, reduce=session.settings.reduce,
                       shared=session.state.setdefault(
                           ("shared", item.suite, tuple(sorted(item.suite_options.items())),
                            item.size), {}))
@@ -87,7 +77,9 @@ def _run_case(session: PrefalignSession, item: CaseItem, uses: list[cache.Use]
     evaluate_pairs(ctx, decoder, item, result, timings)
     timings["total_s"] = time.perf_counter() - started
     used = [*lm.cache_uses, *state.uses, *(fitted.uses if fitted else []), *uses]
-    return result.finish(timings, session.settings.seed, cache.unique(used))
+    row = result.finish(timings, session.settings.seed, cache.unique(used))
+    row["options"] = dataclasses.asdict(ctx.options)
+    return row
 
 
 def suite_state(session: PrefalignSession, name: str, options: dict[str, str]) -> SuiteState:
@@ -172,7 +164,7 @@ def _fit(session: PrefalignSession, name: str, state: SuiteState, lm, uses: list
     cache: a fresh folder."""
     entry = session.registry.reward(name)
     try:
-        reward: RewardMethod = entry.obj()
+        reward: RewardMethod = session.method_options.reward(name, entry.obj)
         key = reward_key(reward, entry.obj, lm, state.data.train_pairs)
         folder, had_files = session.disk.folder(key, name)
         reward.fit(lm, state.data.train_pairs, folder)
@@ -190,10 +182,6 @@ def reward_key(reward: RewardMethod, factory: Any, lm, train_pairs: list[Pair]) 
     return cache.make_key("rewards", method=reward.name, config=reward.fingerprint(),
                           code=cache.code_version(factory), model=lm.fingerprint,
                           train_pairs=cache.records_fingerprint(train_pairs))
-
-
-def decoder_options(session: PrefalignSession) -> dict[str, Any]:
-    return {**DECODER_DEFAULTS, "reduce": session.settings.reduce, "seed": session.settings.seed}
 
 
 class Result:
@@ -285,13 +273,13 @@ def cached_generate(session: PrefalignSession, ctx: CaseContext, method: MethodN
 
 def generation_key(ctx: CaseContext, method: MethodName, factory: Any,
                    reward: cache.Key | None) -> cache.Key:
-    """What generations depend on: the decoder's code and options (the seed among them), the
-    model, the fitted reward method's key (its training data included), the suite's code (it
-    writes the prompts and the in-context examples) and the exact items and profiles."""
+    """What generations depend on: the decoder's code, options and seed, the model, the fitted
+    reward method's key (its training data included), the suite's code (it writes the prompts
+    and the in-context examples) and the exact items and profiles."""
     data = ctx.data
     return cache.make_key(
         "generations", method=str(method), decoder=cache.code_version(factory),
-        options=ctx.options, model=ctx.lm.fingerprint,
+        options=dataclasses.asdict(ctx.options), seed=ctx.seed, model=ctx.lm.fingerprint,
         reward=reward.digest if reward is not None else None,
         suite=f"{data.suite}@{cache.code_version(ctx.suite)}",
         items=cache.records_fingerprint(data.items),

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from pytest_prefalign import method_options
+
 DEFAULT_LIMIT = 2  # users; keeps the default main job (all methods) to minutes on 2 CPU cores
 METRICS = ("rouge1", "rougeL", "rm_acc", "rm_acc_micro", "policy_acc", "policy_acc_micro")
 
@@ -91,7 +93,14 @@ def addoption(parser: pytest.Parser) -> None:
     group.addoption("--prefalign-seed", type=int, default=None, metavar="N",
                     help="seed for ICL example choice, sampling and bootstrap (default: 0).")
     group.addoption("--prefalign-no-cache", action="store_true", default=False,
-                    help="recompute generations and trained reward models instead of reusing them.")
+                    help="recompute everything (generations, trained reward models, features, "
+                         "negatives, judges) instead of reusing the cache, and write nothing to "
+                         "it.")
+    group.addoption("--prefalign-option", type=method_options.assignments, action="append",
+                    default=[], metavar="TARGET.FIELD=VALUE",
+                    help="set a decoder or reward method option, e.g. args.k=5, "
+                         "genarm.alpha=0.5, arm.rank=4, or max_new_tokens=32 for every decoder "
+                         "(repeatable; ini: prefalign_options, one per line).")
     parser.addini("prefalign_data", "data directory for prefalign suites (relative to rootdir)")
     parser.addini("prefalign_methods", "methods to run (comma-separated)")
     parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
@@ -99,6 +108,8 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini("prefalign_models", "size label = model source, one per line", type="linelist")
     parser.addini("prefalign_fail_under", "floors METRIC=VALUE, comma-separated")
     parser.addini("prefalign_reduce", "sum or mean")
+    parser.addini("prefalign_options", "decoder and reward method options TARGET.FIELD=VALUE, "
+                  "one per line", type="linelist")
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,7 @@ class Settings:
     seed: int
     use_cache: bool
     models: list[str]
+    assignments: list[method_options.Assignment]  # ini lines first, the command line after
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -149,7 +161,20 @@ def settings(config: pytest.Config) -> Settings:
         else 0,
         use_cache=not config.getoption("prefalign_no_cache"),
         models=list(config.getini("prefalign_models")),
+        assignments=[*_ini_assignments(config),
+                     *(a for group in config.getoption("prefalign_option") for a in group)],
     )
+
+
+def _ini_assignments(config: pytest.Config) -> list[method_options.Assignment]:
+    out = []
+    for line in config.getini("prefalign_options"):
+        if line.strip() and not line.strip().startswith("#"):
+            try:
+                out += method_options.assignments(line)
+            except argparse.ArgumentTypeError as exc:
+                raise pytest.UsageError(f"ini value prefalign_options: {exc}") from None
+    return out
 
 
 def finite(value: float | None) -> bool:

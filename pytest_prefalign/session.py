@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign import cache, gating, options, registry, storage
+from pytest_prefalign import cache, gating, method_options, options, registry, storage
 from pytest_prefalign.pool import ModelPool
 from pytest_prefalign.registry import MethodName, UnknownName
 
@@ -30,6 +30,11 @@ class PrefalignSession:
         self.settings = options.settings(config)
         self.registry = registry.load(config.pluginmanager)
         self.methods = self._resolve_methods()
+        try:
+            self.method_options = method_options.resolve(self.settings.assignments,
+                                                         self.registry)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--prefalign-option {exc}") from None
         self.models = ModelPool.from_lines(self.settings.models)
         self.models.check(self.settings.sizes)
         self.results: list[dict[str, Any]] = []

@@ -14,6 +14,7 @@ import torch
 
 from prefalign_methods.args import (
     ArgsDecoder,
+    ArgsOptions,
     args_generate,
     args_token_logprobs,
     pick,
@@ -93,11 +94,11 @@ def head(tiny_lm: LM) -> HeadReward:
     return HeadReward(tiny_lm.model.config.hidden_size)
 
 
-def context(lm: LM, reward: RewardMethod | None, tmp_path: Path, **options: Any) -> CaseContext:
-    opts = {"reduce": "sum", "seed": 0, "icl_k": 3, "max_new_tokens": 10, "batch_size": 16,
-            **options}
+def context(lm: LM, reward: RewardMethod | None, tmp_path: Path, *, reduce: str = "sum",
+            **options: Any) -> CaseContext:
+    opts = ArgsOptions(**{"max_new_tokens": 10, "batch_size": 16, **options})
     return CaseContext(lm=lm, suite=None, data=None, reward=reward,  # type: ignore[arg-type]
-                       options=opts, cache_dir=tmp_path)
+                       options=opts, reduce=reduce)
 
 
 def items(users: Sequence[str], prompts: Sequence[str]) -> list[Item]:
@@ -151,7 +152,7 @@ def test_rows_that_finish_early_leave_the_batch(tiny_lm: LM, head: HeadReward) -
 
 def test_w0_generates_what_the_base_model_does(tiny_lm: LM, head: HeadReward,
                                                tmp_path: Path) -> None:
-    ctx = context(tiny_lm, head, tmp_path, args_w=0.0, max_new_tokens=12)
+    ctx = context(tiny_lm, head, tmp_path, w=0.0, max_new_tokens=12)
     texts = ArgsDecoder().generate(ctx, items(USERS, PROMPTS))
     assert texts == [t[0] for t in tiny_lm.generate(PROMPTS, max_new_tokens=12)]
     guided = ArgsDecoder().generate(context(tiny_lm, head, tmp_path, max_new_tokens=12),
@@ -199,7 +200,7 @@ def test_loglik_matches_a_hand_computation(tiny_lm: LM, head: HeadReward,
     responses = ["the model", "an", "a"]
     assert all(len(tiny_lm.response_ids(r)) <= 4 for r in responses)
     users, prompts = USERS[:3], [PROMPTS[0], PROMPTS[0], PROMPTS[2]]
-    ctx = context(tiny_lm, head, tmp_path, args_k=3, args_w=1.5)
+    ctx = context(tiny_lm, head, tmp_path, k=3, w=1.5)
     got = ArgsDecoder().loglik(ctx, users, prompts, responses)
     want = [hand_loglik(tiny_lm, head, u, p, r, k=3, w=1.5)
             for u, p, r in zip(users, prompts, responses, strict=True)]
@@ -207,7 +208,7 @@ def test_loglik_matches_a_hand_computation(tiny_lm: LM, head: HeadReward,
     # the reward moves the score away from the base log-likelihood
     base = [float(np.sum(lp)) for lp in tiny_lm.response_logprobs(prompts, responses)]
     assert np.abs(np.array(got) - base).max() > 0.1
-    mean = ArgsDecoder().loglik(context(tiny_lm, head, tmp_path, args_k=3, args_w=1.5,
+    mean = ArgsDecoder().loglik(context(tiny_lm, head, tmp_path, k=3, w=1.5,
                                         reduce="mean"), users, prompts, responses)
     lengths = [len(tiny_lm.response_ids(r)) for r in responses]
     np.testing.assert_allclose(mean, np.array(got) / lengths, atol=1e-5)
@@ -279,10 +280,10 @@ def test_clear_errors(tiny_lm: LM, head: HeadReward, tmp_path: Path) -> None:
         ArgsDecoder().generate(context(tiny_lm, None, tmp_path), its)
     with pytest.raises(ValueError, match="declares neither"):
         ArgsDecoder().loglik(context(tiny_lm, ScoreOnly(), tmp_path), ["u"], ["p"], ["r"])
-    with pytest.raises(ValueError, match="args_k"):
-        ArgsDecoder().generate(context(tiny_lm, head, tmp_path, args_k=0), its)
-    with pytest.raises(ValueError, match="args_w"):
-        ArgsDecoder().generate(context(tiny_lm, head, tmp_path, args_w="x"), its)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        ArgsDecoder().generate(context(tiny_lm, head, tmp_path, k=0), its)
+    with pytest.raises(ValueError, match="w must be a finite number"):
+        ArgsDecoder().generate(context(tiny_lm, head, tmp_path, w=float("nan")), its)
     with pytest.raises(ValueError, match="needs a reward method with 'hidden'"):
         per_candidate_cache_generate(tiny_lm, PrefixOnly(head), ["u"], ["p"])
 

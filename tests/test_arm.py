@@ -152,21 +152,19 @@ class TextOnlyARM(ARM):
 
 
 def test_genarm_with_the_arm(fitted, tiny_lm):
-    from pathlib import Path
 
-    from prefalign_methods.genarm import GenARMDecoder
+    from prefalign_methods.genarm import GenARMDecoder, GenARMOptions
     from pytest_prefalign.api import CaseContext, SuiteData
 
     general = TextOnlyARM(CONFIG)
     general.__dict__.update(fitted.__dict__)
-    options = {"reduce": "sum", "seed": 0, "max_new_tokens": 4, "batch_size": 8,
-               "genarm_alpha": 1.0}
+    options = GenARMOptions(max_new_tokens=4, batch_size=8, alpha=1.0)
     data = SuiteData("toy", "test", profiles={}, items=[])
     decoder = GenARMDecoder()
     users, prompts = [p.user for p in TEST], [p.prompt for p in TEST]
     scores = {}
     for label, reward in (("fast", fitted), ("general", general)):
-        ctx = CaseContext(tiny_lm, None, data, reward, options, Path("."))  # type: ignore[arg-type]
+        ctx = CaseContext(tiny_lm, None, data, reward, options)  # type: ignore[arg-type]
         scores[label] = (decoder.loglik(ctx, users, prompts, [p.chosen for p in TEST]),
                          decoder.loglik(ctx, users, prompts, [p.rejected for p in TEST]))
     np.testing.assert_allclose(scores["general"], scores["fast"], rtol=0, atol=1e-4)
@@ -217,7 +215,6 @@ def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_
 
 
 def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, tiny_lm):
-    from pathlib import Path
 
     from prefalign_methods import args, bon, genarm
     from pytest_prefalign.api import CaseContext, SuiteData
@@ -228,9 +225,9 @@ def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, ti
         module.pytest_prefalign_register(registry)
     assert MethodName("genarm", "arm") in registry.default_methods()
     registry.check_method(MethodName("args", "arm"))
-    options = {"reduce": "sum", "seed": 0, "max_new_tokens": 4, "batch_size": 8}
+    options = args.ArgsOptions(max_new_tokens=4, batch_size=8)
     ctx = CaseContext(tiny_lm, None, SuiteData("toy", "test", profiles={}, items=[]),  # type: ignore[arg-type]
-                      fitted, options, Path("."))
+                      fitted, options)
     got = args.ArgsDecoder().loglik(ctx, [p.user for p in TEST[:2]], [p.prompt for p in TEST[:2]],
                                     [p.chosen for p in TEST[:2]])
     assert got.shape == (2,) and np.all(np.isfinite(got)) and np.all(got <= 0)

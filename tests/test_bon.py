@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from prefalign_methods.bon import BestOfNDecoder
+from prefalign_methods.bon import BestOfNDecoder, BoNOptions
 from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
 
 SEED = 3
-OPTIONS = {"reduce": "sum", "seed": SEED, "icl_k": 3, "max_new_tokens": 5, "batch_size": 8}
+OPTIONS = {"max_new_tokens": 5, "batch_size": 8}
 PROMPTS = ["Generate a title for: neural machine translation",
            "Generate a title for: a dataset of dialogue",
            "Generate a title for: reward models"]
@@ -39,10 +37,10 @@ class ConstantReward(LengthReward):
         return np.zeros(len(responses))
 
 
-def context(lm, reward, **options) -> CaseContext:
+def context(lm, reward, *, seed: int = SEED, reduce: str = "sum", **options) -> CaseContext:
     data = SuiteData("toy", "test", profiles={}, items=list(ITEMS))
     return CaseContext(lm=lm, suite=None, data=data, reward=reward,  # type: ignore[arg-type]
-                       options={**OPTIONS, **options}, cache_dir=Path("."))
+                       options=BoNOptions(**{**OPTIONS, **options}), seed=seed, reduce=reduce)
 
 
 def samples(lm, n: int, seed: int = SEED) -> list[list[str]]:
@@ -51,13 +49,13 @@ def samples(lm, n: int, seed: int = SEED) -> list[list[str]]:
 
 
 def test_one_sample_is_kept_as_is(tiny_lm):
-    out = BestOfNDecoder().generate(context(tiny_lm, LengthReward(), bon_n=1), ITEMS)
+    out = BestOfNDecoder().generate(context(tiny_lm, LengthReward(), n=1), ITEMS)
     assert out == [s[0] for s in samples(tiny_lm, 1)]
 
 
 def test_keeps_the_sample_with_the_highest_reward_per_user(tiny_lm):
     reward = LengthReward()
-    out = BestOfNDecoder().generate(context(tiny_lm, reward, bon_n=6), ITEMS)
+    out = BestOfNDecoder().generate(context(tiny_lm, reward, n=6), ITEMS)
     drawn = samples(tiny_lm, 6)
     assert all(len({len(s) for s in per_item}) > 1 for per_item in drawn)  # a real choice
     # max and min return the first of equal candidates, as bon must
@@ -70,7 +68,7 @@ def test_keeps_the_sample_with_the_highest_reward_per_user(tiny_lm):
 
 
 def test_ties_keep_the_first_sample(tiny_lm):
-    out = BestOfNDecoder().generate(context(tiny_lm, ConstantReward(), bon_n=4), ITEMS)
+    out = BestOfNDecoder().generate(context(tiny_lm, ConstantReward(), n=4), ITEMS)
     assert out == [s[0] for s in samples(tiny_lm, 4)]
 
 
@@ -89,34 +87,31 @@ def test_loglik_is_base_loglik_plus_reward_over_beta(tiny_lm, reduce, beta):
     base = [lp.sum() if reduce == "sum" else lp.mean() for lp in per_token]
     rewards = [len(responses[0]), -len(responses[1])]
     expected = [b + r / beta for b, r in zip(base, rewards, strict=True)]
-    ctx = context(tiny_lm, LengthReward(), reduce=reduce, bon_beta=beta)
+    ctx = context(tiny_lm, LengthReward(), reduce=reduce, beta=beta)
     got = BestOfNDecoder().loglik(ctx, users, prompts, responses)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize(("option", "value"), [("bon_n", 0), ("bon_n", 2.5), ("bon_beta", 0.0),
-                                               ("bon_temperature", -1.0)])
-def test_bad_options_are_refused(tiny_lm, option, value):
-    with pytest.raises(ValueError, match=option):
-        ctx = context(tiny_lm, LengthReward(), **{option: value})
-        decoder = BestOfNDecoder()
-        decoder.generate(ctx, ITEMS)
-        decoder.loglik(ctx, ["ann"], PROMPTS[:1], ["x"])
+@pytest.mark.parametrize(("option", "value"), [("n", 0), ("beta", 0.0), ("temperature", -1.0),
+                                               ("beta", float("inf"))])
+def test_bad_options_are_refused(option, value):
+    with pytest.raises(ValueError, match=f"{option} must be"):
+        BoNOptions(**{option: value})
 
 
 def test_a_second_bon_row_reuses_the_samples(tiny_lm, monkeypatch):
-    alone = BestOfNDecoder().generate(context(tiny_lm, ConstantReward(), bon_n=4), ITEMS)
-    first = context(tiny_lm, LengthReward(), bon_n=4)
+    alone = BestOfNDecoder().generate(context(tiny_lm, ConstantReward(), n=4), ITEMS)
+    first = context(tiny_lm, LengthReward(), n=4)
     BestOfNDecoder().generate(first, ITEMS)
     calls = []
     real = type(tiny_lm).generate
     monkeypatch.setattr(type(tiny_lm), "generate",
                         lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
-    second = context(tiny_lm, ConstantReward(), bon_n=4)
+    second = context(tiny_lm, ConstantReward(), n=4)
     second.shared.update(first.shared)  # the same (suite, size)
     assert BestOfNDecoder().generate(second, ITEMS) == alone
     assert calls == []  # scored the kept samples, drew none
-    other_seed = context(tiny_lm, ConstantReward(), bon_n=4, seed=SEED + 1)
+    other_seed = context(tiny_lm, ConstantReward(), n=4, seed=SEED + 1)
     other_seed.shared.update(first.shared)
     BestOfNDecoder().generate(other_seed, ITEMS)
     assert len(calls) == 1  # other settings, other samples

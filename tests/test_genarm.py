@@ -4,17 +4,17 @@ tests can compute by hand: ``log_softmax(h M + bonus_u)`` on the base model's hi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from prefalign_methods import genarm as genarm_module
 from prefalign_methods.base import BaseDecoder
-from prefalign_methods.genarm import GenARMDecoder, _temperature
+from prefalign_methods.genarm import GenARMDecoder, GenARMOptions
 from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
 
-OPTIONS = {"reduce": "sum", "seed": 0, "icl_k": 3, "max_new_tokens": 6, "batch_size": 3}
+OPTIONS = {"max_new_tokens": 6, "batch_size": 3}
 PROMPTS = ["Generate a title for: neural machine translation with attention",
            "Generate a title for: a dataset of dialogue",
            "Generate a title for: reward models",
@@ -86,14 +86,15 @@ def plain_forward(lm, prompt: str, response: str) -> tuple[torch.Tensor, torch.T
     return hidden[0], lm.model(input_ids=ids).logits[0], len(prompt_ids)
 
 
-def context(lm, reward, **options) -> CaseContext:
+def context(lm, reward, *, seed: int = 0, reduce: str = "sum", **options) -> CaseContext:
     data = SuiteData("toy", "test", profiles={}, items=list(ITEMS))
     return CaseContext(lm=lm, suite=None, data=data, reward=reward,  # type: ignore[arg-type]
-                       options={**OPTIONS, **options}, cache_dir=Path("."))
+                       options=GenARMOptions(**{**OPTIONS, **options}), seed=seed,
+                       reduce=reduce)
 
 
 def test_alpha_zero_generates_what_base_generates(tiny_lm):
-    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 50.0}}), genarm_alpha=0.0)
+    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 50.0}}), alpha=0.0)
     expected = BaseDecoder().generate(ctx, ITEMS)
     assert any(expected)
     assert GenARMDecoder().generate(ctx, ITEMS) == expected
@@ -101,7 +102,7 @@ def test_alpha_zero_generates_what_base_generates(tiny_lm):
 
 def test_the_arm_term_steers_generation_per_user(tiny_lm):
     # ann's ARM puts all its mass on " and": guided greedy writes nothing else
-    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 60.0}}), genarm_alpha=1.0)
+    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 60.0}}), alpha=1.0)
     out = GenARMDecoder().generate(ctx, ITEMS)
     ann = [o for o, it in zip(out, ITEMS, strict=True) if it.user == "ann"]
     bob = [o for o, it in zip(out, ITEMS, strict=True) if it.user == "bob"]
@@ -111,7 +112,7 @@ def test_the_arm_term_steers_generation_per_user(tiny_lm):
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_alpha_zero_loglik_is_the_base_loglik(tiny_lm, reduce):
-    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 5.0}}), genarm_alpha=0.0,
+    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 5.0}}), alpha=0.0,
                   reduce=reduce)
     users, prompts = ["ann", "bob", "ann"], PROMPTS[:3]
     responses = ["Attention for translation", "A dialogue dataset", ""]
@@ -135,15 +136,15 @@ def test_loglik_matches_a_hand_computation(tiny_lm, reduce):
         guided = logits[pos] + alpha * arm_lp
         total.append(float(torch.log_softmax(guided, dim=-1)[y]))
     expected = np.sum(total) if reduce == "sum" else np.mean(total)
-    ctx = context(tiny_lm, arm, genarm_alpha=alpha, reduce=reduce)
+    ctx = context(tiny_lm, arm, alpha=alpha, reduce=reduce)
     got = GenARMDecoder().loglik(ctx, ["ann"], [prompt], [response])
     np.testing.assert_allclose(got, [expected], rtol=0, atol=1e-4)
 
 
 def test_general_path_matches_fast_path(tiny_lm):
     bonus = {"ann": {278: 2.0, 302: 1.5}, "bob": {307: 2.5}}
-    fast = context(tiny_lm, TableARM(tiny_lm, bonus), genarm_alpha=1.5)
-    general = context(tiny_lm, TextOnlyARM(tiny_lm, bonus), genarm_alpha=1.5)
+    fast = context(tiny_lm, TableARM(tiny_lm, bonus), alpha=1.5)
+    general = context(tiny_lm, TextOnlyARM(tiny_lm, bonus), alpha=1.5)
     decoder = GenARMDecoder()
     users, prompts = ["ann", "bob", "ann"], PROMPTS[2:5]
     responses = ["Reward models for parsing", "speech and the model", "x"]
@@ -154,8 +155,8 @@ def test_general_path_matches_fast_path(tiny_lm):
     # text re-tokenizes to them (whole words); which of them wins varies by step and user
     words = {tok: 30.0 for tok in (278, 302, 307, 324, 372)}
     bonus = {"ann": words, "bob": {**words, 307: 31.0}}
-    fast = context(tiny_lm, TableARM(tiny_lm, bonus), genarm_alpha=1.0)
-    general = context(tiny_lm, TextOnlyARM(tiny_lm, bonus), genarm_alpha=1.0)
+    fast = context(tiny_lm, TableARM(tiny_lm, bonus), alpha=1.0)
+    general = context(tiny_lm, TextOnlyARM(tiny_lm, bonus), alpha=1.0)
     out = decoder.generate(fast, ITEMS)
     assert len(set(out)) > 3 and all(len(o.split()) > 1 for o in out)
     assert decoder.generate(general, ITEMS) == out
@@ -164,9 +165,9 @@ def test_general_path_matches_fast_path(tiny_lm):
 def test_sampling_is_seeded_and_uses_the_guided_distribution(tiny_lm):
     reward = TableARM(tiny_lm, {"ann": {278: 60.0}})
     decoder = GenARMDecoder()
-    first = decoder.generate(context(tiny_lm, reward, genarm_sample=True), ITEMS)
-    assert decoder.generate(context(tiny_lm, reward, genarm_sample="true"), ITEMS) == first
-    other = decoder.generate(context(tiny_lm, reward, genarm_sample=True, seed=1), ITEMS)
+    first = decoder.generate(context(tiny_lm, reward, sample=True), ITEMS)
+    assert decoder.generate(context(tiny_lm, reward, sample=True), ITEMS) == first
+    other = decoder.generate(context(tiny_lm, reward, sample=True, seed=1), ITEMS)
     bob = [k for k, it in enumerate(ITEMS) if it.user == "bob"]
     assert [first[k] for k in bob] != [other[k] for k in bob]
     # ann's guided distribution is (almost) all on " and", whatever the draw
@@ -174,10 +175,16 @@ def test_sampling_is_seeded_and_uses_the_guided_distribution(tiny_lm):
     assert ann == {" ".join(["and"] * OPTIONS["max_new_tokens"])}
 
 
-def test_sampling_temperature_is_divided_by_one_plus_alpha(tiny_lm):
-    ctx = context(tiny_lm, None, genarm_sample=True, genarm_temperature=1.5)
-    assert _temperature(ctx, 2.0) == pytest.approx(0.5)
-    assert _temperature(context(tiny_lm, None), 2.0) is None  # greedy by default
+def test_sampling_temperature_is_divided_by_one_plus_alpha(tiny_lm, monkeypatch):
+    seen = []
+    real = genarm_module.guided_generate
+    monkeypatch.setattr(genarm_module, "guided_generate",
+                        lambda *a: seen.append(a[6]) or real(*a))
+    reward = TableARM(tiny_lm, {"ann": {278: 5.0}})
+    GenARMDecoder().generate(context(tiny_lm, reward, sample=True, temperature=1.5, alpha=2.0),
+                             ITEMS[:1])
+    GenARMDecoder().generate(context(tiny_lm, reward, alpha=2.0), ITEMS[:1])
+    assert seen == [pytest.approx(0.5), None]  # T / (1 + alpha); greedy by default
 
 
 def test_refuses_what_it_cannot_use(tiny_lm):
@@ -187,11 +194,10 @@ def test_refuses_what_it_cannot_use(tiny_lm):
 
     with pytest.raises(ValueError, match="next_token"):
         GenARMDecoder().loglik(context(tiny_lm, Plain()), ["ann"], ["p"], ["r"])
-    with pytest.raises(ValueError, match="genarm_alpha"):
-        GenARMDecoder().generate(context(tiny_lm, TableARM(tiny_lm), genarm_alpha=-1), ITEMS)
-    with pytest.raises(ValueError, match="genarm_sample"):
-        GenARMDecoder().generate(context(tiny_lm, TableARM(tiny_lm), genarm_sample="maybe"),
-                                 ITEMS)
+    with pytest.raises(ValueError, match="alpha must be"):
+        GenARMOptions(alpha=-1)
+    with pytest.raises(ValueError, match="temperature must be"):
+        GenARMOptions(temperature=0.0)
 
 
 @pytest.mark.slow
@@ -214,13 +220,13 @@ def test_real_model_with_a_trained_arm(tmp_path):
     arm = ARM(ARMConfig(epochs=3))
     arm.fit(lm, pairs, tmp_path)
     items = [Item(p.pair_id, p.user, p.prompt, p.prompt, None) for p in pairs[:2]]
-    ctx = context(lm, arm, genarm_alpha=0.0, max_new_tokens=8)
+    ctx = context(lm, arm, alpha=0.0, max_new_tokens=8)
     assert GenARMDecoder().generate(ctx, items) == BaseDecoder().generate(ctx, items)
     general = TextOnly(arm)
     users, prompts, responses = ["ann", "bob"], [pairs[0].prompt] * 2, ["Speech", "A Study"]
     np.testing.assert_allclose(
-        GenARMDecoder().loglik(context(lm, general, genarm_alpha=1.0), users, prompts, responses),
-        GenARMDecoder().loglik(context(lm, arm, genarm_alpha=1.0), users, prompts, responses),
+        GenARMDecoder().loglik(context(lm, general, alpha=1.0), users, prompts, responses),
+        GenARMDecoder().loglik(context(lm, arm, alpha=1.0), users, prompts, responses),
         rtol=0, atol=1e-3)
 
 

@@ -31,7 +31,7 @@ class LengthReward(RewardMethod):
 def context(lm: Any, reward: RewardMethod | None, items: list[Item], pairs: list[Pair],
             cache: Path) -> CaseContext:
     data = SuiteData("toy", "test", {}, items, train_pairs=pairs)
-    return CaseContext(lm=lm, suite=None, data=data, reward=reward, options={}, cache_dir=cache)
+    return CaseContext(lm=lm, suite=None, data=data, reward=reward)
 
 
 ITEMS = [Item(f"i{k}", "ann", f"text {k}", f"Write a title for: text {k}", None) for k in range(4)]
