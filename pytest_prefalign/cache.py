@@ -29,6 +29,7 @@ import ast
 import contextlib
 import contextvars
 import dataclasses
+import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -110,7 +111,7 @@ def profiles_fingerprint(profiles: Mapping[str, Iterable[Any]]) -> str:
 # Code versions
 # --------------------------------------------------------------------------------------------
 
-_TREES: dict[tuple[str, int, int], tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
+_TREES: dict[tuple[str, str], tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
 _DISTRIBUTIONS: dict[str, list[str]] | None = None
 
 
@@ -189,11 +190,11 @@ def _find_file(name: str) -> Path | None:
 
 def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """(digest of the syntax tree, modules it imports, third-party top-level names), memoised
-    by the file's size and modification time."""
-    stat = path.stat()
-    memo_key = (str(path), stat.st_size, stat.st_mtime_ns)
+    by the file's content."""
+    source = path.read_bytes()
+    memo_key = (name, hashlib.sha256(source).hexdigest())
     if memo_key not in _TREES:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(source, filename=str(path))
         is_package = path.name == "__init__.py"
         imported = tuple(sorted(set(_imports(tree, name, is_package))))
         stdlib = sys.stdlib_module_names

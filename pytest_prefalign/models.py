@@ -241,7 +241,7 @@ def _gemma_gguf(entry: Embedded) -> tuple[str, Callable[[], Path]]:
 def conversion_key(digest: str) -> cache.Key:
     """What a converted folder depends on: the GGUF file (its sha256), the converter's code and
     the libraries that dequantize and write it."""
-    return cache.make_key("model", gguf=digest, converter=cache.function_version(convert_gguf),
+    return cache.make_key("models", gguf=digest, converter=cache.function_version(convert_gguf),
                           libraries=cache.library_versions("transformers", "gguf", "torch",
                                                            "safetensors"))
 

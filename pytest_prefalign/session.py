@@ -147,10 +147,23 @@ class PrefalignSession:
 
         for line in crisis.summary_lines(self.results):
             tr.write_line(line)
+        tr.write_line(cache_line(self.results, self.settings.use_cache))
         if self.run_path is not None:
             tr.write_line(f"run file: {self.run_path}")
         if self.report_path is not None:
             tr.write_line(f"report: {self.report_path}")
+
+
+def cache_line(results: list[dict[str, Any]], use_cache: bool) -> str:
+    """How many of the distinct cached values the tests used came from the cache."""
+    used = {(u["artifact"], u["key"]): u["hit"] for r in results for u in r.get("cache", [])}
+    reused = sum(used.values())
+    if not use_cache:
+        return (f"cache: off (--prefalign-no-cache), {len(used) - reused} values computed"
+                + (", the converted model reused" if reused else ""))
+    return (f"cache: {reused} of {len(used)} values reused, {len(used) - reused} computed "
+            "(each keyed by its model, data, options, seed and code; --prefalign-no-cache "
+            "computes everything)")
 
 
 def git_commit(root: Path) -> str | None:

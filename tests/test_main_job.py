@@ -8,14 +8,26 @@ import shutil
 from pathlib import Path
 
 import pytest
+from run_figures import same_figures
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def heavy_modules_imported_once():
+    """pytester restores sys.modules after each test; numpy's and scipy's extension modules
+    cannot be imported twice in one process, so they are imported before the first snapshot."""
+    import rouge_score.rouge_scorer  # noqa: F401
+    import scipy.linalg  # noqa: F401
+
+    import pytest_prefalign.metrics  # noqa: F401
 DATA = ROOT.parent / "shared" / "data"
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")
 def test_pref_lamp_on_the_real_model_and_data(pytester: pytest.Pytester):
+    pytester.makeini("[pytest]\n")  # the rootdir, where run files go
     pytester.mkdir("suites")
     shutil.copytree(ROOT / "suites" / "pref_lamp", pytester.path / "suites" / "pref_lamp",
                     ignore=shutil.ignore_patterns("*.py", "__pycache__"))
@@ -42,3 +54,53 @@ def test_pref_lamp_on_the_real_model_and_data(pytester: pytest.Pytester):
     r1, _ = rouge([r["output"] for r in items], [r["reference"] for r in items])
     assert row["metrics"]["rouge1"] == pytest.approx(float(r1.mean()))
     assert 0.0 <= row["metrics"]["policy_acc"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")
+def test_cached_reruns_equal_no_cache_runs_on_real_data(pytester: pytest.Pytester,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    """The stale-cache sequence on the real model and data: the default negatives, then
+    ``other_author`` in the same cache (the reward method is retrained on other pairs, so what
+    it guides must be generated again), against a ``--prefalign-no-cache`` run of the second."""
+    from pytest_prefalign import storage
+
+    pytester.makeini("[pytest]\n")  # the rootdir, where run files go
+    pytester.mkdir("suites")
+    shutil.copytree(ROOT / "suites" / "pref_lamp", pytester.path / "suites" / "pref_lamp",
+                    ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    suite_toml = pytester.path / "suites" / "pref_lamp" / "suite.toml"
+    cache = pytester.path / "cache"
+    cache.mkdir()
+    converted = storage.cache_root() / "models"  # converting again would take a minute
+    if converted.is_dir():
+        (cache / "models").symlink_to(converted, target_is_directory=True)
+    monkeypatch.setenv("PREFALIGN_CACHE", str(cache))
+
+    def run(negatives: str, *args: str) -> dict:
+        suite_toml.write_text(f'[suite]\nname = "pref_lamp"\n[options]\n'
+                              f'negatives = "{negatives}"\n')
+        out = f"run-{negatives}-{len(list(pytester.path.glob('run-*.json')))}.json"
+        result = pytester.runpytest_subprocess(
+            "--prefalign", "suites/pref_lamp", "--prefalign-data", str(DATA),
+            "--prefalign-limit", "2", "--prefalign-methods", "base,args[lore]",
+            "--prefalign-json", out, "-p", "no:cacheprovider", *args)
+        result.assert_outcomes(passed=2)
+        return json.loads((pytester.path / out).read_text())
+
+    def hits(run: dict) -> dict:
+        return {(r["method"], u["artifact"], u["inputs"].get("method", "")): u["hit"]
+                for r in run["results"] for u in r["cache"] if u["artifact"] != "features"}
+
+    generated = run("generated")
+    other = run("other_author")
+    # retrained on the new pairs, and what it guides generated again; base's outputs reused
+    assert hits(other)[("args[lore]", "rewards", "lore")] is False
+    assert hits(other)[("args[lore]", "generations", "args[lore]")] is False
+    assert hits(other)[("base", "generations", "base")] is True
+    fresh = run("other_author", "--prefalign-no-cache")
+    # nothing read from the cache but the converted model (the model itself, not a result)
+    assert not any(hit for (_, kind, _), hit in hits(fresh).items() if kind != "models")
+    assert same_figures(other, fresh)
+    again = run("generated")
+    assert all(hits(again).values()) and same_figures(again, generated)

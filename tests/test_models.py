@@ -295,6 +295,33 @@ def test_a_changed_gguf_is_hashed_again(fake_smol: tuple[Path, FakeConverter]) -
     assert len(converter.calls) == 2
 
 
+@pytest.mark.parametrize("change", ["library", "converter"])
+def test_a_new_converter_or_library_version_converts_again(
+        fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch,
+        change: str) -> None:
+    from pytest_prefalign import cache
+
+    _, converter = fake_smol
+    first = load_lm(SMOL, device="cpu")
+    # the model carries what its loading used, for the run file of every test using it
+    assert [(u.key.kind, u.hit) for u in first.cache_uses] == [("models", False)]
+    clear_loaded()
+    assert [u.hit for u in load_lm(SMOL, device="cpu").cache_uses] == [True]
+    assert len(converter.calls) == 1
+    clear_loaded()
+    if change == "library":
+        real = cache.library_versions
+        monkeypatch.setattr(cache, "library_versions", lambda *names: {
+            **real(*names), "transformers": "0.0.0"})
+    else:
+        real_version = cache.function_version
+        monkeypatch.setattr(cache, "function_version", lambda fn: real_version(fn) + "-edited")
+    again = load_lm(SMOL, device="cpu")
+    assert len(converter.calls) == 2
+    assert again.weights_fingerprint != first.weights_fingerprint
+    assert again.fingerprint != first.fingerprint
+
+
 def test_a_failed_conversion_leaves_nothing_behind(fake_smol: tuple[Path, FakeConverter],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     broken = FakeConverter(fail=True)

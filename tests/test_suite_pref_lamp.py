@@ -242,6 +242,40 @@ def test_generated_negatives_are_cached_per_reference(tmp_path):
     assert len(other.prompts) == len(ref.prompts)  # another reference model: generated anew
 
 
+@pytest.mark.parametrize("change", ["nothing", "title_tokens", "batch_size", "reference",
+                                    "code", "papers"])
+def test_generated_negatives_are_keyed_by_everything_they_depend_on(tmp_path, change,
+                                                                    monkeypatch):
+    from pytest_prefalign import cache
+
+    def build(ref, limit=2, **options):
+        data = load(real_data(), limit=limit, **options)
+        with cache.recording() as uses:
+            pref_lamp.PrefLamp().build_pairs(data, ref, tmp_path)
+        (use,) = uses
+        assert use.key.kind == "negatives"
+        return data, use
+
+    first, use = build(FakeReference())
+    assert not use.hit
+    ref, options, limit = FakeReference(), {}, 2
+    if change == "reference":
+        ref = FakeReference(fingerprint="fake-2")
+    elif change in ("title_tokens", "batch_size"):
+        options = {change: "7"}
+    elif change == "papers":
+        limit = 3  # a third author's papers
+    elif change == "code":
+        real = cache.code_version
+        monkeypatch.setattr(cache, "code_version", lambda obj: real(obj) + "-edited")
+    again, use = build(ref, limit, **options)
+    assert use.hit == (change == "nothing")
+    assert bool(ref.prompts) == (change != "nothing")
+    if change in ("nothing", "papers"):
+        # the titles of papers already generated are reused from the same file
+        assert len(ref.prompts) < len(again.train_pairs) + len(again.test_pairs)
+
+
 def test_a_corrupt_cache_file_is_generated_afresh(tmp_path):
     data = load(real_data(), limit=1)
     ref = FakeReference()

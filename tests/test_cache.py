@@ -1,0 +1,319 @@
+"""The cache layer: keys that change with each input, code versions from the syntax tree, the
+disk cache (hit, miss, disabled, corrupt files) and the ledger of which values a test used."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_prefalign import cache
+from pytest_prefalign.api import Item, Pair, ProfileEntry
+
+
+def test_a_key_changes_with_each_input_and_with_its_kind() -> None:
+    inputs = {"model": "m1", "data": "d1", "options": {"k": 10, "w": 1.0}, "seed": 0,
+              "code": "c1"}
+    base = cache.make_key("generations", **inputs)
+    assert cache.make_key("generations", **inputs).digest == base.digest
+    changed = {"model": "m2", "data": "d2", "options": {"k": 10, "w": 1.5}, "seed": 1,
+               "code": "c2"}
+    for name, value in changed.items():
+        assert cache.make_key("generations", **{**inputs, name: value}).digest != base.digest, name
+    assert cache.make_key("rewards", **inputs).digest != base.digest
+    # an input added (None is not the same as absent)
+    assert cache.make_key("generations", **inputs, reward=None).digest != base.digest
+
+
+def test_a_key_summary_shows_short_inputs_and_hashes_long_ones() -> None:
+    key = cache.make_key("x", seed=3, method="args[lore]", options={"k": 10}, text="y" * 100)
+    summary = key.summary()
+    assert summary["seed"] == 3 and summary["method"] == "args[lore]"
+    assert summary["options"].startswith("#") and summary["text"].startswith("#")
+    other = cache.make_key("x", seed=3, method="args[lore]", options={"k": 5}, text="y" * 100)
+    assert other.summary()["options"] != summary["options"]
+    assert other.summary()["text"] == summary["text"]
+
+
+@pytest.mark.parametrize("record", [
+    Pair("p1", "ann", "prompt", "chosen", "rejected"),
+    Item("i1", "ann", "input", "prompt", "reference"),
+    ProfileEntry("d1", "input", "output"),
+])
+def test_records_fingerprint_changes_with_every_field(record) -> None:
+    import dataclasses
+
+    first = cache.records_fingerprint([record])
+    for field in dataclasses.fields(record):
+        edited = dataclasses.replace(record, **{field.name: "changed"})
+        assert cache.records_fingerprint([edited]) != first, field.name
+    assert cache.records_fingerprint([record, record]) != first  # count and order count
+
+
+def test_profiles_fingerprint_ignores_dict_order_only() -> None:
+    a = [ProfileEntry("d1", "x", "y")]
+    b = [ProfileEntry("d2", "x", "z")]
+    assert cache.profiles_fingerprint({"ann": a, "bob": b}) == \
+        cache.profiles_fingerprint({"bob": b, "ann": a})
+    assert cache.profiles_fingerprint({"ann": a, "bob": b}) != \
+        cache.profiles_fingerprint({"ann": b, "bob": a})
+
+
+# --------------------------------------------------------------------------------------------
+# Code versions
+# --------------------------------------------------------------------------------------------
+
+MAIN = '''
+"""A module of a third-party package."""
+from mypkg import helper
+
+
+def reward(x):
+    # the reward of x
+    return helper.scale(x) + 1
+'''
+HELPER = '''
+def scale(x):
+    """Doubles."""
+    return 2 * x
+'''
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "site" / "mypkg"
+    root.mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "main.py").write_text(MAIN)
+    (root / "helper.py").write_text(HELPER)
+    monkeypatch.syspath_prepend(str(root.parent))
+    yield root
+    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
+        del sys.modules[name]
+
+
+def version(package: Path) -> str:
+    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
+        del sys.modules[name]
+    import mypkg.main
+
+    return cache.code_version(mypkg.main.reward)
+
+
+def test_code_version_ignores_comments_docstrings_and_layout(package: Path) -> None:
+    first = version(package)
+    (package / "main.py").write_text(MAIN.replace("# the reward of x", "# another comment")
+                                     .replace('"""A module', '"""The module'))
+    (package / "helper.py").write_text(HELPER.replace('"""Doubles."""', '"""Twice x."""')
+                                       .replace("return 2 * x", "return 2*x  # spaces"))
+    assert version(package) == first
+
+
+def test_code_version_changes_with_the_code_and_with_what_it_imports(package: Path) -> None:
+    first = version(package)
+    (package / "main.py").write_text(MAIN.replace("+ 1", "+ 2"))
+    second = version(package)
+    assert second != first
+    (package / "helper.py").write_text(HELPER.replace("2 * x", "3 * x"))
+    assert version(package) not in (first, second)
+
+
+def test_code_version_leaves_out_type_checking_imports(package: Path) -> None:
+    typed = MAIN.replace("from mypkg import helper\n", "from typing import TYPE_CHECKING\n"
+                         "from mypkg import helper\nif TYPE_CHECKING:\n    from mypkg import "
+                         "unused\n")
+    (package / "main.py").write_text(typed)
+    (package / "unused.py").write_text("X = 1\n")
+    first = version(package)
+    (package / "unused.py").write_text("X = 2\n")
+    assert version(package) == first
+
+
+def test_code_version_includes_the_libraries_the_code_imports(
+        package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (package / "helper.py").write_text("import numpy\n" + HELPER)
+    first = version(package)
+    real = cache.library_versions
+    monkeypatch.setattr(cache, "library_versions", lambda *names: {
+        n: ("0.0.1" if n == "numpy" else v) for n, v in real(*names).items()})
+    assert version(package) != first
+
+
+def test_code_version_of_a_project_module_follows_its_first_party_imports() -> None:
+    from prefalign_methods.lore import LoRe
+    from pytest_prefalign.lm import LM
+
+    captured = {}
+    real = cache.storage.content_key
+
+    def spy(*parts):
+        if parts and parts[0] == "code":
+            captured["modules"] = [name for name, _ in parts[1]]
+            captured["libraries"] = dict(parts[2])
+        return real(*parts)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cache.storage, "content_key", spy)
+        cache.code_version(LoRe)
+        lore = captured.copy()
+        cache.code_version(LM)
+    assert {"prefalign_methods.lore", "prefalign_methods.bt_heads",
+            "prefalign_methods.features"} <= set(lore["modules"])
+    assert "pytest_prefalign.cache" not in lore["modules"]  # versioned by cache.SCHEMA
+    assert "torch" in lore["libraries"]
+    assert {"pytest_prefalign.lm", "pytest_prefalign.prefill"} <= set(captured["modules"])
+    assert {"torch", "transformers"} <= set(captured["libraries"])
+
+
+# --------------------------------------------------------------------------------------------
+# The disk cache and the ledger
+# --------------------------------------------------------------------------------------------
+
+
+def test_disk_computes_once_then_hits_and_notes_both(tmp_path: Path) -> None:
+    disk = cache.Disk(tmp_path)
+    key = cache.make_key("generations", model="m", items="i")
+    calls = []
+    with cache.recording() as uses:
+        first = disk.json(key, lambda: calls.append(1) or ["a", "b"])
+        again = disk.json(key, lambda: calls.append(1) or ["x"])
+    assert first == again == ["a", "b"] and calls == [1]
+    assert [(u.key.digest, u.hit) for u in uses] == [(key.digest, False), (key.digest, True)]
+    assert disk.path(key).is_file()
+    assert uses[0].to_json() == {"artifact": "generations", "key": key.digest, "hit": False,
+                                 "inputs": {"model": "m", "items": "i"}}
+
+
+def test_disk_disabled_computes_every_time_and_writes_nothing(tmp_path: Path) -> None:
+    disk = cache.Disk(tmp_path, enabled=False)
+    key = cache.make_key("generations", model="m")
+    calls = []
+    assert disk.json(key, lambda: calls.append(1) or [1]) == [1]
+    assert disk.json(key, lambda: calls.append(1) or [2]) == [2]
+    assert calls == [1, 1] and not any(tmp_path.iterdir())
+    folder, hit = disk.folder(key)
+    assert not hit and not folder.is_relative_to(tmp_path)
+    disk.cleanup()
+    assert not folder.exists()
+
+
+def test_a_corrupt_or_refused_file_is_computed_again(tmp_path: Path) -> None:
+    disk = cache.Disk(tmp_path)
+    key = cache.make_key("generations", model="m")
+    disk.path(key).parent.mkdir(parents=True)
+    disk.path(key).write_text('["half a li')
+    assert disk.json(key, lambda: ["fresh"]) == ["fresh"]
+    assert disk.json(key, lambda: ["not used"]) == ["fresh"]
+    # a value of the wrong shape (another version's layout) is refused and recomputed
+    assert disk.json(key, lambda: ["a", "b"], valid=lambda v: len(v) == 2) == ["a", "b"]
+
+
+def test_a_folder_reports_whether_it_held_files(tmp_path: Path) -> None:
+    disk = cache.Disk(tmp_path)
+    key = cache.make_key("rewards", method="m", train_pairs="p")
+    folder, hit = disk.folder(key, "m")
+    assert folder == tmp_path / "rewards" / "m" / key.digest and not hit
+    (folder / "params.json").write_text("{}")
+    assert disk.folder(key, "m") == (folder, True)
+
+
+def test_recording_is_per_block_and_unique_keeps_first_uses() -> None:
+    a, b = cache.make_key("x", n=1), cache.make_key("x", n=2)
+    cache.note(a, hit=True)  # outside any recording: dropped
+    with cache.recording() as outer:
+        cache.note(a, hit=False)
+        with cache.recording() as inner:
+            cache.note(b, hit=True)
+        cache.note(a, hit=True)
+    assert [u.key for u in inner] == [b]
+    assert [(u.key, u.hit) for u in cache.unique(outer)] == [(a, False)]
+
+
+def test_active_disk_is_the_user_cache_unless_a_run_sets_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "user"))
+    assert cache.active().root == tmp_path / "user" and cache.active().enabled
+    run = cache.Disk(tmp_path / "run", enabled=False)
+    with cache.using(run):
+        assert cache.active() is run
+    assert cache.active().root == tmp_path / "user"
+
+
+def test_function_version_follows_one_function_only(package: Path) -> None:
+    import mypkg.main
+
+    first = cache.function_version(mypkg.main.reward)
+    (package / "helper.py").write_text(HELPER.replace("2 * x", "3 * x"))  # another function
+    (package / "main.py").write_text(MAIN.replace("# the reward of x", "# a comment"))
+    version(package)
+    assert cache.function_version(sys.modules["mypkg.main"].reward) == first
+    (package / "main.py").write_text(MAIN.replace("+ 1", "+ 2"))
+    version(package)
+    assert cache.function_version(sys.modules["mypkg.main"].reward) != first
+
+
+# --------------------------------------------------------------------------------------------
+# Per artifact: each input changed alone is a miss (generations and trained reward methods are
+# checked end to end in test_cache_plugin.py, negatives in test_suite_pref_lamp.py, converted
+# models in test_models.py)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["nothing", "text", "model", "code"])
+def test_features_are_keyed_by_model_texts_and_code(tiny_lm, tmp_path: Path, change: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefalign_methods import features
+    from pytest_prefalign.tiny import build_tiny_lm
+
+    prompts, texts = ["Write a title for: cats"] * 2, ["Cats", "Dogs"]
+
+    def hits(lm, texts):
+        features.clear_memo()  # the in-process memo would hide the disk cache
+        with cache.recording() as uses:
+            features.response_features(lm, prompts, texts, cache_dir=tmp_path)
+        return [u.hit for u in uses]
+
+    assert hits(tiny_lm, texts) == [False]
+    lm = tiny_lm
+    if change == "text":
+        texts = ["Cats", "Birds"]
+    elif change == "model":
+        lm = build_tiny_lm(1)
+    elif change == "code":
+        real = cache.code_version
+        monkeypatch.setattr(cache, "code_version", lambda obj: real(obj) + "-edited")
+    assert hits(lm, texts) == [change == "nothing"]
+
+
+@pytest.mark.slow  # loads the MiniLM encoder
+@pytest.mark.parametrize("change", ["nothing", "rejected", "chosen", "config", "code"])
+def test_the_independent_judge_is_keyed_by_config_code_encoder_and_its_pairs(
+        tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from pytest_prefalign import judge
+
+    pytest.importorskip(judge.ENCODER_PACKAGE)
+    pairs = [Pair(f"{u}/{i}", u, f"Write a title for: {t}", t.title(), "Other")
+             for u, topic in (("ann", ["cats", "kittens"]), ("bob", ["dogs", "puppies"]))
+             for i, t in enumerate(topic)]
+
+    def fit(pairs, config=judge.CONFIG):
+        with cache.using(cache.Disk(tmp_path)), cache.recording() as uses:
+            judge.fit_judge(pairs, config)
+        (use,) = uses
+        return use.hit
+
+    assert fit(pairs) is False
+    config = judge.CONFIG
+    if change == "rejected":  # the judge reads the preferred side only
+        pairs = [dataclasses.replace(p, rejected="Edited") for p in pairs]
+    elif change == "chosen":
+        pairs = [dataclasses.replace(pairs[0], chosen="Edited"), *pairs[1:]]
+    elif change == "config":
+        config = dataclasses.replace(config, l2_user=0.5)
+    elif change == "code":
+        real = cache.code_version
+        monkeypatch.setattr(cache, "code_version", lambda obj: real(obj) + "-edited")
+    assert fit(pairs, config) is (change in ("nothing", "rejected"))

@@ -1,0 +1,310 @@
+"""Stale caches, end to end: a real ``pytest --prefalign`` run in a small project (pytester), then
+a second run in the same cache with one input changed. The run file lists, per test, the cached
+values it used and whether each came from the cache; every input that a value depends on must
+turn its hit into a miss, and nothing else may.
+
+The inputs: the data, a suite option, a reward option, a decoder option, the seed, the model and
+the code. Last, a cached rerun must give figure for figure what ``--prefalign-no-cache`` gives,
+for two suite options sharing one cache (in fresh processes, so that no in-process memo helps).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import pytest
+from run_figures import figures, same_figures
+
+TOY_SUITE = '''
+import json
+from pathlib import Path
+
+from pytest_prefalign.api import Item, Pair, ProfileEntry, SuiteData
+
+
+class Toy:
+    """Users with a profile, generation items and training pairs. Option ``rejected``:
+    ``listed`` (the training pairs' own rejected side) or ``fixed`` (one text for all)."""
+
+    name = "toy"
+    description = "users who write about cats or dogs"
+    licence = "CC0"
+    source = "toy"
+
+    def instruction(self, input):
+        return f"Write a title for: {input}"
+
+    def example(self, entry):
+        return f"Text: {entry.input}\\nTitle: {entry.output}"
+
+    def load(self, data_dir, *, limit, options):
+        path = Path(data_dir) / "records.json"
+        mode = options.get("rejected", "listed")
+        profiles, items, train, test = {}, [], [], []
+        for rec in json.loads(path.read_text()):
+            user = rec["user"]
+            profiles[user] = [ProfileEntry(f"{user}/p{i}", t, o)
+                              for i, (t, o) in enumerate(rec["profile"])]
+            for i, (text, own, other) in enumerate(rec["train"]):
+                bad = other if mode == "listed" else "A fixed title"
+                train.append(Pair(f"{user}/r{i}", user, self.instruction(text), own, bad))
+            for i, (text, title, bad) in enumerate(rec["tests"]):
+                prompt = self.instruction(text)
+                items.append(Item(f"{user}/t{i}", user, text, prompt, title))
+                test.append(Pair(f"{user}/t{i}", user, prompt, title, bad))
+        return SuiteData("toy", str(path), profiles, items, train_pairs=train, test_pairs=test)
+
+    def build_pairs(self, data, reference, cache_dir):
+        raise AssertionError("toy pairs come with the data")
+
+
+def pytest_prefalign_register(registry):
+    registry.add_suite(Toy())
+'''
+
+MY_RM = '''
+"""A third-party reward method: a Bradley-Terry head, kept in a module of its own."""
+from prefalign_methods.global_bt import GlobalBT
+
+
+class MyRM(GlobalBT):
+    name = "my_rm"
+
+    def _standardise(self, h):
+        # the code that the code-version scenario edits
+        return (h - self._mean.to(h.device)) / self._std.to(h.device)
+
+
+def pytest_prefalign_register(registry):
+    registry.add_reward("my_rm", MyRM)
+'''
+
+CATS = ["cats sleep in the sun", "a kitten plays with yarn", "cats purr at night",
+        "the cat and the mouse"]
+DOGS = ["dogs bark at the mailman", "a puppy fetches a ball", "dogs run in the park",
+        "the dog and the bone"]
+RECORDS = [
+    {"user": "ann",
+     "profile": [[t, t.title()] for t in CATS],
+     "train": [[t, t.title(), d.title()] for t, d in zip(CATS, DOGS, strict=True)],
+     "tests": [["a cat on a mat", "Cat On A Mat", "Dogs Run"],
+               ["cats and milk", "Milk For Cats", "A Bone"]]},
+    {"user": "bob",
+     "profile": [[d, d.title()] for d in DOGS],
+     "train": [[d, d.title(), t.title()] for t, d in zip(CATS, DOGS, strict=True)],
+     "tests": [["a dog in a park", "Dog In The Park", "Cats Nap"],
+               ["dogs and sticks", "Sticks For Dogs", "Yarn Balls"]]},
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def heavy_modules_imported_once():
+    """pytester restores sys.modules after an in-process run; torch cannot be imported twice in
+    one process, so everything heavy is imported here, before the first snapshot."""
+    import bm25s  # noqa: F401
+    import rouge_score.rouge_scorer  # noqa: F401
+
+    import prefalign_methods.args  # noqa: F401
+    import prefalign_methods.genarm  # noqa: F401
+    import pytest_prefalign.evaluate  # noqa: F401
+    import pytest_prefalign.judge  # noqa: F401
+    from pytest_prefalign.tiny import build_tiny_lm
+
+    build_tiny_lm(0)
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    pytester.makeconftest(TOY_SUITE)
+    pytester.makepyfile(my_rm=MY_RM)
+    pytester.syspathinsert()
+    write_ini(pytester, "tiny = tiny")
+    data = pytester.mkdir("data").joinpath("toy")
+    data.mkdir()
+    data.joinpath("records.json").write_text(json.dumps(RECORDS))
+    pytester.mkdir("toy").joinpath("suite.toml").write_text('[suite]\nname = "toy"\n')
+    monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
+    return pytester
+
+
+def write_ini(pytester: pytest.Pytester, model_line: str) -> None:
+    pytester.makeini(textwrap.dedent(f"""
+        [pytest]
+        prefalign_models = {model_line}
+        prefalign_sizes = tiny
+        prefalign_data = data
+    """))
+
+
+def run(pytester: pytest.Pytester, methods: str, *args: str, out: str = "run.json"
+        ) -> dict[str, Any]:
+    from pytest_prefalign.models import clear_loaded
+
+    clear_loaded()  # each run loads its model afresh, as a new process would
+    result = pytester.runpytest_inprocess("--prefalign", "toy", "-p", "no:cacheprovider",
+                                          "-p", "my_rm", "--prefalign-methods", methods,
+                                          "--prefalign-json", out, *args)
+    assert result.ret == 0, result.stdout.str()
+    return json.loads((pytester.path / out).read_text())
+
+
+def uses(run_file: dict[str, Any]) -> dict[tuple[str, str, str], bool]:
+    """(test's method, artifact, the method a generation is of) -> hit, for every cached value
+    a test used; features are left out (an in-process memo may serve them instead)."""
+    out = {}
+    for row in run_file["results"]:
+        for use in row["cache"]:
+            if use["artifact"] == "features":
+                continue
+            of = use["inputs"].get("method", "")
+            out[(row["method"], use["artifact"], of)] = use["hit"]
+    return out
+
+
+def misses(run_file: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {use for use, hit in uses(run_file).items() if not hit}
+
+
+GUIDED = "base,icl,args[global_bt],genarm[arm]"
+
+
+def test_an_unchanged_rerun_hits_every_cached_value_with_the_same_figures(project):
+    first = run(project, GUIDED, out="first.json")
+    assert misses(first) == set(uses(first))  # a cold cache computes everything
+    kinds = {artifact for _, artifact, _ in uses(first)}
+    assert {"generations", "rewards", "judges"} <= kinds
+    again = run(project, GUIDED, out="again.json")
+    assert uses(again) and misses(again) == set()
+    assert same_figures(again, first)
+    # the same keys both times
+    keys = [{(u["artifact"], u["key"]) for r in f["results"] for u in r["cache"]
+             if u["artifact"] != "features"} for f in (first, again)]
+    assert keys[0] == keys[1]
+
+
+def edit_training_pair(project: pytest.Pytester) -> list[str]:
+    records = json.loads(json.dumps(RECORDS))
+    records[0]["train"][0][2] = "An Edited Rejected Title"
+    (project.path / "data" / "toy" / "records.json").write_text(json.dumps(records))
+    return []
+
+
+def reward_guided_misses(method: str, reward: str) -> set[tuple[str, str, str]]:
+    return {(method, "rewards", reward), (method, "generations", method)}
+
+
+SCENARIOS = {
+    # (methods, what changes, what must be recomputed; everything else must hit)
+    "data": ("base,icl,args[global_bt]", edit_training_pair,
+             reward_guided_misses("args[global_bt]", "global_bt")),
+    "suite option": ("base,icl,args[global_bt]",
+                     lambda p: p.path.joinpath("toy", "suite.toml").write_text(
+                         '[suite]\nname = "toy"\n[options]\nrejected = "fixed"\n') and [],
+                     reward_guided_misses("args[global_bt]", "global_bt")),
+    "reward option": ("args[global_bt],genarm[arm]",
+                      lambda p: ["--prefalign-option", "global_bt.l2=0.5"],
+                      reward_guided_misses("args[global_bt]", "global_bt")),
+    "decoder option": ("args[global_bt],genarm[arm]",
+                       lambda p: ["--prefalign-option", "args.k=3"],
+                       {("args[global_bt]", "generations", "args[global_bt]")}),
+    "seed": ("base,icl,args[global_bt]", lambda p: ["--prefalign-seed", "7"],
+             {("base", "generations", "base"), ("icl", "generations", "icl"),
+              ("args[global_bt]", "generations", "args[global_bt]"),
+              ("args[global_bt]", "generations", "base")}),
+    "code": ("args[global_bt],args[my_rm]",
+             lambda p: p.path.joinpath("my_rm.py").write_text(
+                 MY_RM.replace("/ self._std", "/ (2 * self._std)")) and [],
+             reward_guided_misses("args[my_rm]", "my_rm")),
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_each_input_changed_alone_recomputes_exactly_what_depends_on_it(project, scenario):
+    methods, change, expected = SCENARIOS[scenario]
+    first = run(project, methods, out="first.json")
+    args = change(project) or []
+    second = run(project, methods, *args, out="second.json")
+    assert misses(second) == expected
+    assert set(uses(second)) == set(uses(first))
+
+
+def test_the_summary_says_how_much_came_from_the_cache(project):
+    args = ("--prefalign", "toy", "-p", "no:cacheprovider", "--prefalign-methods", "base,icl")
+    project.runpytest_inprocess(*args).stdout.fnmatch_lines(
+        ["cache: 0 of 2 values reused, 2 computed (each keyed by *"])
+    project.runpytest_inprocess(*args).stdout.fnmatch_lines(
+        ["cache: 2 of 2 values reused, 0 computed *"])
+    project.runpytest_inprocess(*args, "--prefalign-no-cache").stdout.fnmatch_lines(
+        ["cache: off (--prefalign-no-cache), 2 values computed"])
+
+
+def test_a_comment_in_a_plugin_changes_nothing(project):
+    first = run(project, "args[my_rm]", out="first.json")
+    project.path.joinpath("my_rm.py").write_text(
+        MY_RM.replace("# the code that the code-version scenario edits", "# reworded"))
+    second = run(project, "args[my_rm]", out="second.json")
+    assert misses(second) == set() and same_figures(second, first)
+
+
+def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
+    from pytest_prefalign.tiny import build_tiny_lm
+
+    folder = tmp_path / "model"
+    lm = build_tiny_lm(0)
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    write_ini(project, f"tiny = {folder}")
+    first = run(project, "base,args[global_bt]", out="first.json")
+    build_tiny_lm(1).model.save_pretrained(folder)  # same architecture, other weights
+    second = run(project, "base,args[global_bt]", out="second.json")
+    assert misses(second) == {
+        ("base", "generations", "base"), ("args[global_bt]", "generations", "base"),
+        ("args[global_bt]", "generations", "args[global_bt]"),
+        ("args[global_bt]", "rewards", "global_bt")}
+    assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
+
+
+def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):
+    from prefalign_methods import features
+
+    features.clear_memo()  # else an earlier test's in-process memo serves them
+    run_file = run(project, "args[global_bt]")
+    (row,) = run_file["results"]
+    by_kind = {}
+    for use in row["cache"]:
+        by_kind.setdefault(use["artifact"], []).append(use)
+    (reward,) = by_kind["rewards"]
+    assert set(reward["inputs"]) == {"method", "config", "code", "model", "train_pairs"}
+    generations = {u["inputs"]["method"]: u for u in by_kind["generations"]}
+    assert set(generations) == {"args[global_bt]", "base"}  # base's for the win rates
+    own = generations["args[global_bt]"]
+    assert own["inputs"]["reward"] == reward["key"]  # the fitted reward's key, data included
+    assert {"decoder", "options", "seed", "model", "suite", "items", "profiles"} <= \
+        set(own["inputs"])
+    assert all(len(u["key"]) == 16 and u["hit"] is False for u in row["cache"])
+    assert by_kind["features"] and by_kind["judges"]
+
+
+@pytest.mark.slow  # three runs in fresh processes: no in-process memo may stand in for a cache
+def test_cached_reruns_equal_no_cache_runs_for_two_suite_options(project):
+    def fresh(options: str, *args: str, out: str) -> dict[str, Any]:
+        project.path.joinpath("toy", "suite.toml").write_text(
+            f'[suite]\nname = "toy"\n[options]\nrejected = "{options}"\n')
+        result = project.runpytest_subprocess(
+            "--prefalign", "toy", "-p", "no:cacheprovider", "--prefalign-methods",
+            "base,icl,args[global_bt],bon[per_user_bt]", "--prefalign-json", out, *args)
+        assert result.ret == 0, result.stdout.str()
+        return json.loads((project.path / out).read_text())
+
+    listed = fresh("listed", out="listed.json")
+    fixed = fresh("fixed", out="fixed.json")  # same cache: base and icl come from it
+    assert ("base", "generations", "base") not in misses(fixed)
+    assert ("args[global_bt]", "rewards", "global_bt") in misses(fixed)
+    fixed_fresh = fresh("fixed", "--prefalign-no-cache", out="fixed-fresh.json")
+    assert misses(fixed_fresh) == set(uses(fixed_fresh))  # nothing read from the cache
+    assert same_figures(fixed, fixed_fresh)
+    assert figures(fixed)["metrics"] != figures(listed)["metrics"]
+    listed_again = fresh("listed", out="listed-again.json")
+    assert misses(listed_again) == set() and same_figures(listed_again, listed)
