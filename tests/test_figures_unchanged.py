@@ -1,0 +1,53 @@
+"""The main job's figures stay what they were: every default method on the real Pref-LaMP data
+(two users) with the tiny model as the 135m size, in a fresh process and a fresh cache, against
+figures recorded in ``tests/data/figures_main_job_tiny.json``. A refactoring must leave them as
+they are; a change meant to move them regenerates the file and says so."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+RECORDED = Path(__file__).parent / "data" / "figures_main_job_tiny.json"
+
+
+@pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")
+def test_main_job_figures_are_unchanged(pytester: pytest.Pytester,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini(f"[pytest]\nprefalign_models = 135m = tiny\nprefalign_data = {DATA}\n")
+    pytester.mkdir("suites")
+    shutil.copytree(ROOT / "suites" / "pref_lamp", pytester.path / "suites" / "pref_lamp",
+                    ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = pytester.runpytest_subprocess("--prefalign", "suites/pref_lamp", "-p",
+                                           "no:cacheprovider", "--prefalign-json", "run.json")
+    result.assert_outcomes(passed=10)
+    run = json.loads((pytester.path / "run.json").read_text())
+    recorded = json.loads(RECORDED.read_text())
+
+    rows = {r["method"]: r for r in run["results"]}
+    assert set(rows) == set(recorded["results"])
+    for method, want in recorded["results"].items():
+        row = rows[method]
+        assert [row["n_users"], row["n_items"], row["n_pairs"]] == want["n"], method
+        assert row["metrics"] == pytest.approx(want["metrics"], abs=1e-9), method
+        for field in ("ci", "per_user"):  # metric -> interval, metric -> user -> value
+            assert set(row[field]) == set(want[field]), (method, field)
+            for metric, values in want[field].items():
+                assert row[field][metric] == pytest.approx(values, abs=1e-9), (method, metric)
+    outputs = sorted([r["method"], r["item_id"], r["output"]] for r in run["items"])
+    assert outputs == recorded["outputs"]
+    pairs = sorted([r["method"], r["pair_id"], r["rm_chosen"], r["rm_rejected"],
+                    r["policy_chosen"], r["policy_rejected"]] for r in run["pairs"])
+    assert [p[:2] for p in pairs] == [p[:2] for p in recorded["pairs"]]
+    got = [v for p in pairs for v in p[2:] if v is not None]
+    want = [v for p in recorded["pairs"] for v in p[2:] if v is not None]
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-5)
+    assert run["tau"] == recorded["tau"]
+    assert run["crisis"] == recorded["crisis"]
