@@ -35,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
@@ -77,12 +78,16 @@ class Run:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    from prefalign_methods.args import args_generate
-    from prefalign_methods.args_reference import (
+    from prefalign_methods.decoders.args import args_generate
+
+    # the references are test code, not part of the installed package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from reference.args_reference import (
         full_recompute_generate,
         per_candidate_cache_generate,
     )
-    from pytest_prefalign.models import ModelSpec, load_lm
+
+    from pytest_prefalign.runtime.models import ModelSpec, load_lm
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
     authors = read_authors(find_data(args.data), args.prompts)
@@ -189,7 +194,7 @@ def plain_prompt(paper: Paper) -> str:
 
 
 def icl_prompt(papers: Sequence[Paper]) -> str:
-    from prefalign_methods.icl import icl_prompt as build
+    from prefalign_methods.decoders.icl import icl_prompt as build
     from prefalign_suites.pref_lamp.suite import PrefLamp
     from pytest_prefalign.api import ProfileEntry
 
@@ -202,7 +207,7 @@ def build_reward(lm: Any, authors: list[list[Paper]]) -> tuple[Any, str]:
     """``global_bt`` trained on each author's older papers (own title over another author's
     title for the same abstract), else a fixed random head."""
     try:
-        from prefalign_methods.global_bt import GlobalBT
+        from prefalign_methods.rewards.global_bt import GlobalBT
     except ImportError:
         return RandomHead(lm.model.config.hidden_size), "fixed random linear head (no global_bt)"
     from pytest_prefalign.api import Pair

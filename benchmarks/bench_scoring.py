@@ -44,7 +44,7 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     ceiling = matmul_rate(args.matmul_size, args.threads)
-    from pytest_prefalign.models import ModelSpec, load_lm
+    from pytest_prefalign.runtime.models import ModelSpec, load_lm
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
     work = workload(find_data(args.data), args.pairs)

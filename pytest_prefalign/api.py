@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import numpy as np
 
-    from pytest_prefalign.lm import LM
+    from pytest_prefalign.runtime.lm import LM
 
 
 # --------------------------------------------------------------------------------------------

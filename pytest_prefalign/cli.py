@@ -11,8 +11,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module, function), imported on use
-    "report": ("pytest_prefalign.report", "report_main"),
-    "compare": ("pytest_prefalign.gate", "compare_main"),
+    "report": ("pytest_prefalign.analysis.report", "report_main"),
+    "compare": ("pytest_prefalign.analysis.gate", "compare_main"),
     "data": ("pytest_prefalign.datadir", "data_main"),
 }
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_prefalign import gating, options
+from pytest_prefalign.plumbing import gating, options
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.pool import ModelPool
+    from pytest_prefalign.runtime.pool import ModelPool
 
 session_key = pytest.StashKey[Any]()  # the PrefalignSession (imported only with --prefalign)
 
@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # (measured here: a 135M forward pass 26 s spinning, 7.4 s passive, with other work running);
     # set before torch starts its thread pool, and only if the user did not choose.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from pytest_prefalign.session import PrefalignSession
+    from pytest_prefalign.plumbing.session import PrefalignSession
 
     session = PrefalignSession(config)
     config.stash[session_key] = session
@@ -54,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def prefalign_models(pytestconfig: pytest.Config) -> ModelPool:
     """The session's model pool: ``prefalign_models.get("135m")`` gives the cached LM of a size
     label (loaded once per worker, converted once per machine)."""
-    from pytest_prefalign.pool import ModelPool
+    from pytest_prefalign.runtime.pool import ModelPool
 
     session = pytestconfig.stash.get(session_key, None)
     if session is None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.lm import LM
+    from pytest_prefalign.runtime.lm import LM
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,6 +29,6 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def tiny_lm() -> LM:
     """The tiny random chat model of seed 0, on the CPU. Shared: do not modify its weights."""
-    from pytest_prefalign.tiny import build_tiny_lm
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
 
     return build_tiny_lm(0)

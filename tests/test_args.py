@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from reference.args_reference import full_recompute_generate, per_candidate_cache_generate
 
-from prefalign_methods.args import (
+from prefalign_methods.decoders.args import (
     ArgsDecoder,
     ArgsOptions,
     args_generate,
@@ -21,10 +22,9 @@ from prefalign_methods.args import (
     pytest_prefalign_register,
     top_candidates,
 )
-from prefalign_methods.args_reference import full_recompute_generate, per_candidate_cache_generate
 from pytest_prefalign.api import CaseContext, Item, RewardMethod
-from pytest_prefalign.lm import LM
-from pytest_prefalign.tiny import build_tiny_lm
+from pytest_prefalign.runtime.lm import LM
+from pytest_prefalign.runtime.tiny import build_tiny_lm
 
 PROMPTS = [
     "Generate a title for the following abstract of a paper: We propose a new method for "
@@ -307,7 +307,7 @@ def test_registers_the_decoder() -> None:
 
 @pytest.mark.slow
 def test_real_model_fast_path_gives_the_original_strategy_tokens() -> None:
-    from pytest_prefalign.models import ModelSpec, load_lm
+    from pytest_prefalign.runtime.models import ModelSpec, load_lm
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
     rm = HeadReward(lm.model.config.hidden_size, scale=0.05)

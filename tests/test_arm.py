@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import prefalign_methods.arm as arm_module
-from prefalign_methods.arm import ARM, ARMConfig, predicting_hidden
+import prefalign_methods.rewards.arm as arm_module
+from prefalign_methods.rewards.arm import ARM, ARMConfig, predicting_hidden
 from pytest_prefalign.api import Pair
 
 TOPICS = ["machine translation", "question answering", "summarization", "dialogue systems",
@@ -153,7 +153,7 @@ class TextOnlyARM(ARM):
 
 def test_genarm_with_the_arm(fitted, tiny_lm):
 
-    from prefalign_methods.genarm import GenARMDecoder, GenARMOptions
+    from prefalign_methods.decoders.genarm import GenARMDecoder, GenARMOptions
     from pytest_prefalign.api import CaseContext, SuiteData
 
     general = TextOnlyARM(CONFIG)
@@ -173,7 +173,7 @@ def test_genarm_with_the_arm(fitted, tiny_lm):
 
 
 def test_hidden_states_are_memoised_within_a_budget(tiny_lm, monkeypatch):
-    from prefalign_methods.arm import MEMO, HiddenMemo
+    from prefalign_methods.rewards.arm import MEMO, HiddenMemo
 
     prompts, responses = [p.prompt for p in TEST[:2]], ["Graph learning", "Speech"]
     first = predicting_hidden(tiny_lm, prompts, responses)
@@ -216,7 +216,7 @@ def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_
 
 def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, tiny_lm):
 
-    from prefalign_methods import args, bon, genarm
+    from prefalign_methods.decoders import args, bon, genarm
     from pytest_prefalign.api import CaseContext, SuiteData
     from pytest_prefalign.registry import MethodName, Registry
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prefalign_methods.bon import BestOfNDecoder, BoNOptions
+from prefalign_methods.decoders.bon import BestOfNDecoder, BoNOptions
 from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
 
 SEED = 3

@@ -141,8 +141,8 @@ def test_code_version_includes_the_libraries_the_code_imports(
 
 
 def test_code_version_of_a_project_module_follows_its_first_party_imports() -> None:
-    from prefalign_methods.lore import LoRe
-    from pytest_prefalign.lm import LM
+    from prefalign_methods.rewards.lore import LoRe
+    from pytest_prefalign.runtime.lm import LM
 
     captured = {}
     real = cache.storage.content_key
@@ -158,11 +158,12 @@ def test_code_version_of_a_project_module_follows_its_first_party_imports() -> N
         cache.code_version(LoRe)
         lore = captured.copy()
         cache.code_version(LM)
-    assert {"prefalign_methods.lore", "prefalign_methods.bt_heads",
-            "prefalign_methods.features"} <= set(lore["modules"])
+    assert {"prefalign_methods.rewards.lore", "prefalign_methods.rewards.bt_heads",
+            "prefalign_methods.rewards.features"} <= set(lore["modules"])
     assert "pytest_prefalign.cache" not in lore["modules"]  # versioned by cache.SCHEMA
     assert "torch" in lore["libraries"]
-    assert {"pytest_prefalign.lm", "pytest_prefalign.prefill"} <= set(captured["modules"])
+    assert {"pytest_prefalign.runtime.lm", "pytest_prefalign.runtime.prefill"} <= \
+        set(captured["modules"])
     assert {"torch", "transformers"} <= set(captured["libraries"])
 
 
@@ -263,8 +264,8 @@ def test_function_version_follows_one_function_only(package: Path) -> None:
 @pytest.mark.parametrize("change", ["nothing", "text", "model", "code"])
 def test_features_are_keyed_by_model_texts_and_code(tiny_lm, tmp_path: Path, change: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefalign_methods import features
-    from pytest_prefalign.tiny import build_tiny_lm
+    from prefalign_methods.rewards import features
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
 
     prompts, texts = ["Write a title for: cats"] * 2, ["Cats", "Dogs"]
 
@@ -292,7 +293,7 @@ def test_the_independent_judge_is_keyed_by_config_code_encoder_and_its_pairs(
         tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from pytest_prefalign import judge
+    from prefalign_methods.rewards import judge
 
     pytest.importorskip(judge.ENCODER_PACKAGE)
     pairs = [Pair(f"{u}/{i}", u, f"Write a title for: {t}", t.title(), "Other")

@@ -66,7 +66,7 @@ def pytest_prefalign_register(registry):
 
 MY_RM = '''
 """A third-party reward method: a Bradley-Terry head, kept in a module of its own."""
-from prefalign_methods.global_bt import GlobalBT
+from prefalign_methods.rewards.global_bt import GlobalBT
 
 
 class MyRM(GlobalBT):
@@ -106,11 +106,11 @@ def heavy_modules_imported_once():
     import bm25s  # noqa: F401
     import rouge_score.rouge_scorer  # noqa: F401
 
-    import prefalign_methods.args  # noqa: F401
-    import prefalign_methods.genarm  # noqa: F401
-    import pytest_prefalign.evaluate  # noqa: F401
-    import pytest_prefalign.judge  # noqa: F401
-    from pytest_prefalign.tiny import build_tiny_lm
+    import prefalign_methods.decoders.args  # noqa: F401
+    import prefalign_methods.decoders.genarm  # noqa: F401
+    import prefalign_methods.rewards.judge  # noqa: F401
+    import pytest_prefalign.evaluation.case  # noqa: F401
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
 
     build_tiny_lm(0)
 
@@ -140,7 +140,7 @@ def write_ini(pytester: pytest.Pytester, model_line: str) -> None:
 
 def run(pytester: pytest.Pytester, methods: str, *args: str, out: str = "run.json"
         ) -> dict[str, Any]:
-    from pytest_prefalign.models import clear_loaded
+    from pytest_prefalign.runtime.models import clear_loaded
 
     clear_loaded()  # each run loads its model afresh, as a new process would
     result = pytester.runpytest_inprocess("--prefalign", "toy", "-p", "no:cacheprovider",
@@ -249,7 +249,7 @@ def test_a_comment_in_a_plugin_changes_nothing(project):
 
 
 def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
-    from pytest_prefalign.tiny import build_tiny_lm
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
 
     folder = tmp_path / "model"
     lm = build_tiny_lm(0)
@@ -267,7 +267,7 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
 
 
 def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):
-    from prefalign_methods import features
+    from prefalign_methods.rewards import features
 
     features.clear_memo()  # else an earlier test's in-process memo serves them
     run_file = run(project, "args[global_bt]")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
-from pytest_prefalign import crisis
+from pytest_prefalign.analysis import crisis
 
 USERS = [f"u{i}" for i in range(10)]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign.gate import (
+from pytest_prefalign.analysis.gate import (
     BaselineNotFound,
     Comparison,
     RunMismatch,
@@ -25,7 +25,7 @@ from pytest_prefalign.gate import (
     parse_thresholds,
     save_baseline,
 )
-from pytest_prefalign.metrics import accuracy
+from pytest_prefalign.analysis.metrics import accuracy
 
 KEY = ("pref_lamp", "args[lore]", "135m")
 

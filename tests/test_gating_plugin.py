@@ -116,10 +116,10 @@ def heavy_imports() -> None:
     for module in (
         "torch",
         "transformers",
-        "pytest_prefalign.evaluate",
-        "pytest_prefalign.tiny",
-        "pytest_prefalign.models",
-        "pytest_prefalign.gate",
+        "pytest_prefalign.evaluation.case",
+        "pytest_prefalign.runtime.tiny",
+        "pytest_prefalign.runtime.models",
+        "pytest_prefalign.analysis.gate",
     ):
         import_module(module)
     for ep in entry_points(group="prefalign"):
@@ -208,7 +208,7 @@ def check_known_outcomes(run_file: dict[str, Any]) -> None:
 
 def test_gating_module_is_light():
     code = (
-        "import sys, pytest_prefalign.gating; "
+        "import sys, pytest_prefalign.plumbing.gating; "
         "print(sorted(m for m in ('numpy', 'scipy', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from prefalign_methods import genarm as genarm_module
-from prefalign_methods.base import BaseDecoder
-from prefalign_methods.genarm import GenARMDecoder, GenARMOptions
+from prefalign_methods.decoders import genarm as genarm_module
+from prefalign_methods.decoders.base import BaseDecoder
+from prefalign_methods.decoders.genarm import GenARMDecoder, GenARMOptions
 from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
 
 OPTIONS = {"max_new_tokens": 6, "batch_size": 3}
@@ -204,9 +204,9 @@ def test_refuses_what_it_cannot_use(tiny_lm):
 def test_real_model_with_a_trained_arm(tmp_path):
     """SmolLM2-135M with the ``arm`` reward method: GenARM at alpha = 0 writes what greedy
     decoding writes, and at alpha = 1 its two ARM paths agree on a pair's log-likelihoods."""
-    from prefalign_methods.arm import ARM, ARMConfig
+    from prefalign_methods.rewards.arm import ARM, ARMConfig
     from pytest_prefalign.api import Pair
-    from pytest_prefalign.models import ModelSpec, load_lm
+    from pytest_prefalign.runtime.models import ModelSpec, load_lm
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
     task = "Generate a title for the following abstract of a paper: "

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_prefalign import cache, judge
+from prefalign_methods.rewards import judge
+from pytest_prefalign import cache
 from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod, SuiteData
 
 

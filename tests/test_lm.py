@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_prefalign.lm import LM, _gumbel_choice, clean_text, end_of_turn_id
-from pytest_prefalign.tiny import IM_END, IM_START, build_tiny_lm, build_tokenizer
+from pytest_prefalign.runtime.lm import LM, _gumbel_choice, clean_text, end_of_turn_id
+from pytest_prefalign.runtime.tiny import IM_END, IM_START, build_tiny_lm, build_tokenizer
 
 PROMPTS = [
     "Generate a title for the following abstract of a paper: We study reward models for users.",

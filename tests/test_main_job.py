@@ -20,7 +20,7 @@ def heavy_modules_imported_once():
     import rouge_score.rouge_scorer  # noqa: F401
     import scipy.linalg  # noqa: F401
 
-    import pytest_prefalign.metrics  # noqa: F401
+    import pytest_prefalign.analysis.metrics  # noqa: F401
 DATA = ROOT.parent / "shared" / "data"
 
 
@@ -49,7 +49,7 @@ def test_pref_lamp_on_the_real_model_and_data(pytester: pytest.Pytester):
              (pytester.path / "run.items.jsonl").read_text().splitlines()]
     # real generations: non-empty text, scored against the authors' real titles
     assert all(r["output"] and r["reference"] for r in items)
-    from pytest_prefalign.metrics import rouge
+    from pytest_prefalign.analysis.metrics import rouge
 
     r1, _ = rouge([r["output"] for r in items], [r["reference"] for r in items])
     assert row["metrics"]["rouge1"] == pytest.approx(float(r1.mean()))

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from pytest_prefalign.metrics import (
+from pytest_prefalign.analysis.metrics import (
     accuracy,
     bootstrap_ci,
     pair_outcomes,
@@ -184,7 +184,7 @@ def test_bootstrap_refuses_bad_arguments() -> None:
 
 
 def test_resample_counts_draw_n_users_per_row_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_prefalign.metrics as metrics
+    import pytest_prefalign.analysis.metrics as metrics
 
     monkeypatch.setattr(metrics, "_BLOCK_CELLS", 7 * 5)  # 7 rows of 5 users per block
     blocks = list(resample_counts(5, 20, seed=0))

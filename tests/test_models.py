@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_prefalign import models, storage
-from pytest_prefalign.models import (
+from pytest_prefalign import storage
+from pytest_prefalign.runtime import models
+from pytest_prefalign.runtime.models import (
     DEFAULT_MODELS,
     ModelSpec,
     ModelUnavailable,
@@ -25,7 +26,7 @@ from pytest_prefalign.models import (
     load_lm,
     parse_models,
 )
-from pytest_prefalign.tiny import build_tiny_lm, build_tiny_model
+from pytest_prefalign.runtime.tiny import build_tiny_lm, build_tiny_model
 
 SMOL = ModelSpec("135m", "embedded:smollm2-135m")
 

@@ -70,9 +70,9 @@ def heavy_modules_imported_once():
     import bm25s  # noqa: F401
     import rouge_score.rouge_scorer  # noqa: F401
 
-    import prefalign_methods.icl  # noqa: F401
-    import pytest_prefalign.evaluate  # noqa: F401
-    from pytest_prefalign.tiny import build_tiny_lm
+    import prefalign_methods.decoders.icl  # noqa: F401
+    import pytest_prefalign.evaluation.case  # noqa: F401
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
 
     build_tiny_lm(0)
 
@@ -348,7 +348,7 @@ def test_default_methods_give_every_guided_decoder_a_row():
 
 
 BUGGY_DECODER = """
-from prefalign_methods.base import BaseDecoder
+from prefalign_methods.decoders.base import BaseDecoder
 
 
 class Buggy(BaseDecoder):

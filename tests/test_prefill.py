@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_prefalign.prefill import (  # noqa: E402
+from pytest_prefalign.runtime.prefill import (  # noqa: E402
     BUDGET_ENV,
     PrefillStore,
     budget_from_env,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign import report
+from pytest_prefalign.analysis import report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

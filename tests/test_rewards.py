@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from prefalign_methods import features
-from prefalign_methods.bt_heads import HeadRewardMethod
-from prefalign_methods.global_bt import GlobalBT
-from prefalign_methods.lore import LoRe, LoReConfig
-from prefalign_methods.pal import PAL
-from prefalign_methods.per_user_bt import PerUserBT
-from prefalign_methods.vpl import VPL
+from prefalign_methods.rewards import features
+from prefalign_methods.rewards.bt_heads import HeadRewardMethod
+from prefalign_methods.rewards.global_bt import GlobalBT
+from prefalign_methods.rewards.lore import LoRe, LoReConfig
+from prefalign_methods.rewards.pal import PAL
+from prefalign_methods.rewards.per_user_bt import PerUserBT
+from prefalign_methods.rewards.vpl import VPL
 from pytest_prefalign.api import Pair
 
 METHODS = [GlobalBT, PerUserBT, LoRe, VPL, PAL]
@@ -267,7 +267,7 @@ def test_real_model_on_pref_lamp_gives_five_different_models(tmp_path, monkeypat
     which needs no generation): every method trains, scores every test pair finitely, and no
     two methods give the same rewards."""
     from prefalign_suites.pref_lamp.suite import PrefLamp
-    from pytest_prefalign.models import ModelSpec, load_lm
+    from pytest_prefalign.runtime.models import ModelSpec, load_lm
 
     if not (REAL_DATA / "acl-anthology").is_dir():
         pytest.skip(f"the shared ACL Anthology data is not at {REAL_DATA}")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_prefalign.stats import (
+from pytest_prefalign.analysis.stats import (
     _sign_flip_p,
     _tau_b_rows,
     inversions,

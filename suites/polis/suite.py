@@ -15,7 +15,7 @@ from pytest_prefalign.api import DataError, ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.lm import LM
+    from pytest_prefalign.runtime.lm import LM
 
 DEFAULTS = {
     "min_votes": "3",  # agrees and disagrees (each) a voter needs to be a user

@@ -13,7 +13,7 @@ from pytest_prefalign.api import ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.lm import LM
+    from pytest_prefalign.runtime.lm import LM
 
 DEFAULTS = {
     "source": "anthology",  # anthology (acl-anthology/) or lamp5 (the original LaMP-5 files)

@@ -17,7 +17,7 @@ from prefalign_suites.splits import held_out, user_rng
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.lm import LM
+    from pytest_prefalign.runtime.lm import LM
 
 DATASET = hf_source.HubDataset("HannahRoseKirk/prism-alignment", "conversations")
 DEFAULTS = {

@@ -16,7 +16,7 @@ from pytest_prefalign import storage
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.lm import LM
+    from pytest_prefalign.runtime.lm import LM
 
 DATASET = hf_source.HubDataset("openai/summarize_from_feedback", "comparisons")
 SPLITS = {

@@ -1,0 +1,99 @@
+"""``bon``: best-of-N. N samples from the base LM for the task prompt [N = 8, seeded]; the one
+with the highest reward ``r_u`` is kept (ties: the first sample).
+
+Best-of-N approximates the KL-regularised policy ``pi(y|x) ∝ pi_base(y|x) exp(r_u(x, y) / beta)``,
+so its ``S_u(y|x)`` (policy accuracy) is that policy's unnormalised log-likelihood,
+``log pi_base(y|x) + r_u(x, y) / beta`` [beta = 1]; the normaliser depends on ``x`` only, so it
+cancels in a pair. With ``reduce = "mean"`` the base part is the mean token log-probability, the
+reward part stays ``r_u / beta``: the mean keeps what it means for the other decoders (a
+per-token score that does not favour short responses), and the reward has no tokens to average.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from prefalign_methods.decoders.base import BaseDecoder, base_logprobs, reduce_logprobs
+from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+
+@dataclass(frozen=True)
+class BoNOptions(DecodeOptions):
+    n: int = 8  # samples per prompt
+    beta: float = 1.0  # the policy it approximates: log pi_base + r / beta
+    temperature: float = 1.0  # sampling temperature of the base LM
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        for name in ("beta", "temperature"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
+
+
+class BestOfNDecoder(BaseDecoder):
+    name = "bon"
+    needs = frozenset({"score"})
+    order = 30
+    Options = BoNOptions
+    # every reward method already has a row with args or genarm; bon gets one by default too
+    default_reward = "per_user_bt"
+
+    def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        reward, n = _reward(ctx), ctx.options.n
+        users, prompts = [it.user for it in items], [it.prompt for it in items]
+        samples = base_samples(ctx, self.prompts(ctx, users, prompts), n)
+        flat_users = [u for u in users for _ in range(n)]
+        flat_prompts = [p for p in prompts for _ in range(n)]  # the reward reads the task
+        scores = np.asarray(reward.score(ctx.lm, flat_users, flat_prompts,
+                                         [s for per_item in samples for s in per_item]),
+                            dtype=np.float64).reshape(len(items), n)
+        if not np.all(np.isfinite(scores)):
+            raise ValueError(f"bon: reward method {reward.name!r} gave a non-finite score")
+        # np.argmax returns the first maximum: ties keep the earlier sample
+        best = scores.argmax(axis=1)
+        return [per_item[int(k)] for per_item, k in zip(samples, best, strict=True)]
+
+    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
+               responses: Sequence[str]) -> np.ndarray:
+        reward, beta = _reward(ctx), ctx.options.beta
+        shown = self.prompts(ctx, users, prompts)
+        base = reduce_logprobs(base_logprobs(ctx, shown, responses), ctx.reduce)
+        rewards = np.asarray(reward.score(ctx.lm, users, prompts, responses), dtype=np.float64)
+        return base + rewards / beta
+
+
+def base_samples(ctx: CaseContext, shown: Sequence[str], n: int) -> list[list[str]]:
+    """``n`` seeded samples from the base LM per prompt. They do not depend on the reward
+    method, so they are kept in the (suite, size)'s shared state: a second ``bon[...]`` row
+    over the same prompts only scores them."""
+    opts = ctx.options
+    settings = (n, opts.temperature, ctx.seed, opts.max_new_tokens, opts.batch_size)
+    memo: dict[tuple, list[str]] = ctx.shared.setdefault("bon_samples", {})
+    missing = list(dict.fromkeys(p for p in shown if (p, *settings) not in memo))
+    if missing:
+        drawn = ctx.lm.generate(missing, max_new_tokens=opts.max_new_tokens,
+                                batch_size=opts.batch_size, sample=True,
+                                temperature=opts.temperature, num_samples=n, seed=ctx.seed)
+        memo.update(((p, *settings), d) for p, d in zip(missing, drawn, strict=True))
+    return [list(memo[(p, *settings)]) for p in shown]
+
+
+def _reward(ctx: CaseContext) -> RewardMethod:
+    if ctx.reward is None:
+        raise ValueError("bon needs a reward method: write bon[REWARD]")
+    return ctx.reward
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_decoder("bon", BestOfNDecoder)

@@ -1,0 +1,261 @@
+"""``genarm``: GenARM decoding, the base LM's next-token logits plus ``alpha`` times the
+log-probabilities of an autoregressive reward model (ARM) for the user.
+
+    guided(. | x, y_<t) = log_softmax(logits_base + alpha * log p_arm_u(. | x, y_<t))
+
+Generation is greedy over the guided logits [default], or samples from them at temperature
+``T / (1 + alpha)`` (option ``genarm_sample``): GenARM's decoding distribution
+``pi_base^(1/T) * p_arm^(alpha/T)``, renormalised, is ``softmax(guided / T)`` only when both are
+logits at the same temperature; the paper divides by ``1 + alpha`` so that the mixture stays as
+sharp as a single model at ``T``. ``S_u(y|x)`` (policy accuracy) is the teacher-forced
+log-likelihood under ``guided``, a log-softmax over the whole vocabulary, summed (or averaged)
+over the response tokens, the final ``eos_id`` included.
+
+Two ways to get the ARM's log-probabilities:
+
+- fast (the reward declares ``"hidden_logprobs"``, e.g. ``arm``): the ARM is a head on the base
+  LM's own hidden states, so one model and one KV cache serve both; each step is one forward
+  pass of the base model.
+- general (only ``"next_token"``, e.g. a separate third-party ARM): at each step the ARM is asked,
+  through ``next_token_logprobs``, for its distribution after the text generated so far (the
+  interface is text; it re-reads the whole prefix, so this path is slower). Where that text
+  re-tokenizes to the generated tokens (always, for teacher-forced ``loglik``) the two paths
+  agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from prefalign_methods.decoders.base import BaseDecoder, reduce_logprobs
+from prefalign_methods.rewards.arm import predicting_hidden
+from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
+from pytest_prefalign.runtime.lm import clean_text
+from pytest_prefalign.storage import content_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+    from pytest_prefalign.runtime.lm import LM
+
+ROWS_PER_CHUNK = 256  # token rows per (rows, V) block in loglik: bounds the memory
+
+# The ARM's term for the rows of one step: (users, prompts, tokens so far, base hidden (n, H))
+# -> log p_arm (n, V).
+ArmStep = Callable[[list[str], list[str], list[list[int]], torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class GenARMOptions(DecodeOptions):
+    alpha: float = 1.0  # weight of the ARM's log-probabilities
+    sample: bool = False  # sample at temperature / (1 + alpha) instead of greedy
+    temperature: float = 1.0  # T, used when sampling
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}")
+
+
+class GenARMDecoder(BaseDecoder):
+    name = "genarm"
+    needs = frozenset({"score", "next_token"})
+    order = 20
+    Options = GenARMOptions
+
+    def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        reward, alpha = _reward(ctx), ctx.options.alpha
+        users = [it.user for it in items]
+        shown = self.prompts(ctx, users, [it.prompt for it in items])
+        temperature = ctx.options.temperature / (1 + alpha) if ctx.options.sample else None
+        step = arm_step(ctx.lm, reward)
+        # the same (user, prompt) gives the same text: decode each once
+        unique = list(dict.fromkeys(zip(users, shown, strict=True)))
+        encoded = [ctx.lm.prompt_ids(p) for _, p in unique]
+        order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
+        texts: dict[tuple[str, str], str] = {}
+        batch_size = ctx.options.batch_size
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            keys = [unique[i] for i in batch]
+            seeds = [_seed(ctx.seed, u, p) for u, p in keys]
+            tokens = guided_generate(ctx.lm, step, keys, [encoded[i] for i in batch], alpha,
+                                     ctx.options.max_new_tokens, temperature, seeds)
+            texts.update(zip(keys, (decode(ctx.lm, t) for t in tokens), strict=True))
+        return [texts[key] for key in zip(users, shown, strict=True)]
+
+    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
+               responses: Sequence[str]) -> np.ndarray:
+        shown = self.prompts(ctx, users, prompts)
+        per_token = guided_logprobs(ctx.lm, _reward(ctx), ctx.options.alpha, users, shown,
+                                    responses, batch_size=ctx.options.batch_size)
+        return reduce_logprobs(per_token, ctx.reduce)
+
+
+# -------------------------------------------------------------------------------------------
+# Options and the ARM's term
+# -------------------------------------------------------------------------------------------
+
+
+def _reward(ctx: CaseContext) -> RewardMethod:
+    reward = ctx.reward
+    if reward is None or "next_token" not in reward.capabilities:
+        name = getattr(reward, "name", None)
+        raise ValueError(f"genarm needs an autoregressive reward method (capability "
+                         f"'next_token'), got {name!r}")
+    return reward
+
+
+def _seed(seed: int, user: str, prompt: str) -> int:
+    """One generator per (user, prompt): a sample does not depend on its batch."""
+    return int(content_key("genarm", seed, user, prompt), 16) % (2**63)
+
+
+def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
+    """The fast path where the reward reads the base hidden states, else the general one."""
+    if "hidden_logprobs" in reward.capabilities:
+        def from_hidden(users: list[str], prompts: list[str], tokens: list[list[int]],
+                        hidden: torch.Tensor) -> torch.Tensor:
+            return reward.logprobs_from_hidden(users, hidden).float()  # type: ignore[attr-defined]
+        return from_hidden
+
+    def from_text(users: list[str], prompts: list[str], tokens: list[list[int]],
+                  hidden: torch.Tensor) -> torch.Tensor:
+        # the row that predicts the token after ``text`` is the one before its appended eos
+        texts = [lm.tokenizer.decode(t, skip_special_tokens=False) for t in tokens]
+        rows = reward.next_token_logprobs(lm, users, prompts, texts)  # type: ignore[attr-defined]
+        return torch.stack([torch.as_tensor(np.asarray(r)[-1]) for r in rows]).float()
+    return from_text
+
+
+# -------------------------------------------------------------------------------------------
+# Generation
+# -------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
+                    prompt_seqs: list[list[int]], alpha: float, max_new_tokens: int,
+                    temperature: float | None, seeds: list[int]) -> list[list[int]]:
+    """Token ids generated for each (user, prompt) of a batch; finished rows leave it.
+
+    The base model runs on its KV cache, one new token per row and step, as ``LM.generate``
+    does; the ARM's term comes from ``step``.
+    """
+    users, prompts = [u for u, _ in keys], [p for _, p in keys]
+    state = lm.prefill(prompt_seqs, batch_size=len(prompt_seqs))
+    hidden, cache, mask = state.last, state.cache, state.mask
+    positions = mask.sum(-1)  # the next position id of every row
+    gens = [torch.Generator().manual_seed(s) for s in seeds] if temperature else None
+    tokens: list[list[int]] = [[] for _ in keys]
+    active = list(range(len(keys)))
+    for n in range(max_new_tokens):
+        guided = lm.logits_from_hidden(hidden)
+        if alpha:
+            arm = step([users[r] for r in active], [prompts[r] for r in active],
+                       [tokens[r] for r in active], hidden)
+            guided = guided + alpha * arm.to(guided.device)
+        chosen = _pick(guided, temperature, [gens[r] for r in active] if gens else None)
+        keep = []
+        for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
+            tokens[row].append(tok)
+            if not lm.finished(tokens[row]):
+                keep.append(k)
+        if not keep or n == max_new_tokens - 1:
+            break
+        # drop finished rows from the cache and the running tensors
+        if len(keep) < len(active):
+            index = torch.tensor(keep, device=lm.device)
+            cache.batch_select_indices(index)
+            mask, positions = mask[index], positions[index]
+            chosen = [chosen[k] for k in keep]
+            active = [active[k] for k in keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        out = lm.model.base_model(input_ids=torch.tensor(chosen, device=lm.device)[:, None],
+                                  attention_mask=mask, position_ids=positions[:, None],
+                                  cache=cache, use_cache=True)
+        hidden, positions = out.last_hidden_state[:, -1], positions + 1
+    return tokens
+
+
+def _pick(logits: torch.Tensor, temperature: float | None,
+          gens: list[torch.Generator] | None) -> list[int]:
+    """Argmax, or one draw per row from ``softmax(logits / temperature)`` with the row's own
+    generator."""
+    if gens is None or temperature is None:
+        return logits.argmax(-1).tolist()
+    probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)
+    return [int(torch.multinomial(p, 1, generator=g)) for p, g in zip(probs, gens, strict=True)]
+
+
+def decode(lm: LM, generated: list[int]) -> str:
+    """The response text: tokens up to the first stop id, first line, whitespace collapsed."""
+    return clean_text(lm.decode_response(generated))
+
+
+# -------------------------------------------------------------------------------------------
+# Teacher-forced log-likelihood
+# -------------------------------------------------------------------------------------------
+
+
+def guided_logprobs(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[str],
+                    prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 16
+                    ) -> list[np.ndarray]:
+    """``log guided(y_t | x, y_<t)`` per response token (eos included), float64. Pairs go
+    ``batch_size`` at a time, so that at most that many ``(T_y, V)`` ARM tables are held."""
+    if not len(users) == len(prompts) == len(responses):
+        raise ValueError(f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
+                         "responses: expected one of each")
+    out: list[np.ndarray] = []
+    for start in range(0, len(users), batch_size):
+        part = slice(start, start + batch_size)
+        out += _guided_batch(lm, reward, alpha, users[part], prompts[part], responses[part],
+                             batch_size)
+    return out
+
+
+def _guided_batch(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[str],
+                  prompts: Sequence[str], responses: Sequence[str], batch_size: int
+                  ) -> list[np.ndarray]:
+    hidden = predicting_hidden(lm, prompts, responses, batch_size=batch_size)
+    targets = [torch.tensor(lm.response_ids(r)) for r in responses]
+    arm: list[torch.Tensor | None] = [None] * len(users)  # None: read from the hidden states
+    if alpha and "hidden_logprobs" not in reward.capabilities:
+        tables = reward.next_token_logprobs(lm, users, prompts, responses)  # type: ignore[attr-defined]
+        arm = [torch.as_tensor(np.asarray(a)).float() for a in tables]
+        for a, t, r in zip(arm, targets, responses, strict=True):
+            if a is not None and a.shape[0] != t.shape[0]:
+                raise ValueError(f"genarm: next_token_logprobs gave {a.shape[0]} rows for a "
+                                 f"response of {t.shape[0]} tokens ({r!r})")
+    return [_one(lm, reward, alpha, u, h, t, a)
+            for u, h, t, a in zip(users, hidden, targets, arm, strict=True)]
+
+
+@torch.inference_mode()
+def _one(lm: LM, reward: RewardMethod, alpha: float, user: str, hidden: torch.Tensor,
+         target: torch.Tensor, arm: torch.Tensor | None) -> np.ndarray:
+    """One response's guided token log-probabilities from its predicting states ``(T, H)``."""
+    out = []
+    for i in range(0, hidden.shape[0], ROWS_PER_CHUNK):
+        h = hidden[i:i + ROWS_PER_CHUNK].to(lm.device)
+        guided = lm.logits_from_hidden(h)
+        if alpha:
+            if arm is None:
+                part = reward.logprobs_from_hidden([user], h[None])[0]  # type: ignore[attr-defined]
+            else:
+                part = arm[i:i + ROWS_PER_CHUNK]
+            guided = guided + alpha * part.to(guided.device).float()
+        logp = torch.log_softmax(guided, dim=-1)
+        out.append(logp.gather(-1, target[i:i + ROWS_PER_CHUNK, None].to(logp.device))[:, 0])
+    return torch.cat(out).double().cpu().numpy()
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_decoder("genarm", GenARMDecoder)

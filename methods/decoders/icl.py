@@ -1,0 +1,93 @@
+"""In-context learning decoders: ``icl`` shows k of the user's profile items (chosen with a fixed
+seed, the same k for all of a user's prompts so that the prefix is shared); ``icl_rag`` shows the
+k profile items most similar to the input by BM25 (``bm25s``)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from prefalign_methods.decoders.base import BaseDecoder
+from pytest_prefalign.api import CaseContext, DecodeOptions, ProfileEntry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.api import Suite
+    from pytest_prefalign.registry import Registry
+
+INTRO = "Here are examples of what this user wrote before:"
+OUTRO = "Answer in the same style as these examples.\n"
+
+
+def icl_prompt(suite: Suite, examples: Sequence[ProfileEntry], prompt: str) -> str:
+    """The task prompt preceded by the user's examples; without examples, the task prompt."""
+    if not examples:
+        return prompt
+    shown = "\n\n".join(suite.example(e) for e in examples)
+    return f"{INTRO}\n\n{shown}\n\n{OUTRO}{prompt}"
+
+
+@dataclass(frozen=True)
+class ICLOptions(DecodeOptions):
+    k: int = 3  # profile items shown before the task prompt
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.k < 0:
+            raise ValueError(f"k must be >= 0, got {self.k}")
+
+
+class ICLDecoder(BaseDecoder):
+    name = "icl"
+    order = 1
+    Options = ICLOptions
+
+    def prompts(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]) -> list[str]:
+        return [icl_prompt(ctx.suite, self.examples(ctx, u, p), p)
+                for u, p in zip(users, prompts, strict=True)]
+
+    def examples(self, ctx: CaseContext, user: str, prompt: str) -> list[ProfileEntry]:
+        profile = ctx.data.profiles.get(user, [])
+        k = min(ctx.options.k, len(profile))
+        # one seeded draw per user, independent of the order in which users come
+        rng = np.random.default_rng([ctx.seed, zlib.crc32(user.encode())])
+        return [profile[i] for i in sorted(rng.choice(len(profile), size=k, replace=False))]
+
+
+class RAGDecoder(ICLDecoder):
+    name = "icl_rag"
+    order = 2
+
+    def examples(self, ctx: CaseContext, user: str, prompt: str) -> list[ProfileEntry]:
+        profile = ctx.data.profiles.get(user, [])
+        k = min(ctx.options.k, len(profile))
+        if k == 0:
+            return []
+        retriever = self.index(ctx, user, profile)
+        import bm25s
+
+        query = bm25s.tokenize([prompt], stopwords="en", show_progress=False)
+        found, _ = retriever.retrieve(query, k=k, show_progress=False)
+        return [profile[int(i)] for i in found[0]]
+
+    @staticmethod
+    def index(ctx: CaseContext, user: str, profile: list[ProfileEntry]):
+        """A BM25 index over the user's profile inputs, built once per (suite, size, user)."""
+        indexes = ctx.shared.setdefault("bm25", {})
+        if user not in indexes:
+            import bm25s
+
+            retriever = bm25s.BM25()
+            corpus = bm25s.tokenize([e.input for e in profile], stopwords="en",
+                                    show_progress=False)
+            retriever.index(corpus, show_progress=False)
+            indexes[user] = retriever
+        return indexes[user]
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_decoder("icl", ICLDecoder)
+    registry.add_decoder("icl_rag", RAGDecoder)

