@@ -7,12 +7,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module, function), imported on use
     "report": ("pytest_prefalign.analysis.report", "report_main"),
-    "compare": ("pytest_prefalign.analysis.gate", "compare_main"),
+    "compare": ("pytest_prefalign.cli", "compare_main"),
     "data": ("pytest_prefalign.datadir", "data_main"),
 }
 
@@ -35,6 +37,61 @@ def command(name: str) -> Callable[[list[str]], int]:
 
     module, function = COMMANDS[name]
     return getattr(import_module(module), function)
+
+
+def compare_main(argv: Sequence[str] | None = None) -> int:
+    """``prefalign compare BASELINE CURRENT [--fail EXPR] [--alpha A]`` (argv without ``compare``).
+
+    Returns 1 when a gated metric regressed, 2 on a usage error or runs that cannot be
+    compared, 0 otherwise.
+    """
+    from pytest_prefalign.analysis import compare, table
+    from pytest_prefalign.runs import baselines
+
+    parser = _compare_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on errors and --help; a caller wants a code
+        return exc.code if isinstance(exc.code, int) else 2
+    thresholds = [t for group in args.fail for t in group]
+    try:
+        compare.check_unique(thresholds)
+        root = Path.cwd()
+        baseline = baselines.load(args.baseline, root)
+        current = baselines.load(args.current, root)
+        comparisons = compare.compare_runs(baseline, current, thresholds, alpha=args.alpha)
+    except (argparse.ArgumentTypeError, ValueError, FileNotFoundError) as exc:
+        print(f"prefalign compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(table.comparison_table(comparisons))
+    unmatched = compare.unmatched(baseline, current)
+    for side, keys in zip(("baseline", "current run"), unmatched, strict=True):
+        for key in keys:
+            print(f"only in the {side}, not compared: {compare.key_text(key)}")
+    failed = [c for c in comparisons if c.regressed]
+    for comparison in failed:
+        print(f"FAILED {comparison.message()}")
+    gates = ", ".join(map(str, thresholds)) or "none (display only)"
+    print(f"{len(failed)} regression(s); gates: {gates}; alpha {args.alpha:g}")
+    return 1 if failed else 0
+
+
+def _compare_parser() -> argparse.ArgumentParser:
+    from pytest_prefalign.analysis import compare
+
+    parser = argparse.ArgumentParser(
+        prog="prefalign compare",
+        description="Compare two prefalign run files on the same pairs and fail on regressions.",
+    )
+    parser.add_argument("baseline", help="run file (path) or saved baseline name")
+    parser.add_argument("current", help="run file (path) or saved baseline name")
+    parser.add_argument(
+        "--fail", action="append", type=compare.parse_thresholds, default=[], metavar="EXPR",
+        help=f"gate, {compare.FORM}; comma-separated or repeated",
+    )  # fmt: skip
+    parser.add_argument("--alpha", type=compare.parse_alpha, default=0.05,
+                        help="significance level")
+    return parser
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,16 +7,18 @@ and nothing else until ``--prefalign`` is given. No torch or transformers import
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_prefalign.plumbing import gating, options
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.plumbing.session import PrefalignSession
     from pytest_prefalign.runtime.pool import ModelPool
 
-session_key = pytest.StashKey[Any]()  # the PrefalignSession (imported only with --prefalign)
+# the run's session, registered only with --prefalign
+session_key: pytest.StashKey[PrefalignSession] = pytest.StashKey()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -59,4 +61,4 @@ def prefalign_models(pytestconfig: pytest.Config) -> ModelPool:
     session = pytestconfig.stash.get(session_key, None)
     if session is None:
         return ModelPool.from_config(pytestconfig)
-    return session.model_pool()
+    return session.models

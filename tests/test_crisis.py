@@ -10,23 +10,30 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
-from pytest_prefalign.analysis import crisis
+from pytest_prefalign.analysis import crisis, table
+from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i}" for i in range(10)]
 
 
 def row(method: str, *, rm: float | None = None, policy: float | None = None,
         rouge1: float | None = None, suite: str = "s", size: str = "135m",
-        per_user: dict[str, dict[str, float]] | None = None, **extra: Any) -> dict[str, Any]:
-    """A result row; every user's figure equals the method's figure unless ``per_user`` says."""
+        per_user: dict[str, dict[str, float]] | None = None, **extra: Any) -> CaseResult:
+    """A result; every user's figure equals the method's figure unless ``per_user`` says."""
     decoder, _, reward = method.partition("[")
     values = {k: v for k, v in (("rm_acc", rm), ("policy_acc", policy), ("rouge1", rouge1))
               if v is not None}
     users = per_user or {k: dict.fromkeys(USERS, v) for k, v in values.items()}
-    return {"suite": suite, "size": size, "method": method, "decoder": decoder,
-            "reward": reward.rstrip("]") or None, "n_users": len(USERS), "n_items": 10,
-            "n_pairs": 20, "metrics": {**values, **extra.pop("metrics", {})}, "ci": {},
-            "per_user": users, "timings": {"total_s": 1.0}, **extra}
+    return CaseResult(suite=suite, size=size, method=method, decoder=decoder,
+                      reward=reward.rstrip("]") or None, n_users=len(USERS), n_items=10,
+                      n_pairs=20, metrics={**values, **extra.pop("metrics", {})},
+                      per_user=users, timings={"total_s": 1.0}, **extra)
+
+
+def summary_lines(results: list[CaseResult]) -> list[str]:
+    """The terminal text of a run of these results, its analysis computed once."""
+    tau, found = crisis.analyse(results)
+    return table.summary_lines(RunFile(results, tau=tau, crisis=found))
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,7 +165,7 @@ def test_self_judged_method_flagged_circular_with_gap() -> None:
     (entry,) = crisis.circular_entries(rows)
     assert entry["gap"] == pytest.approx(0.6)
     assert entry["rouge1_vs_base"] == pytest.approx(-0.05)
-    lines = crisis.summary_lines(rows)
+    lines = summary_lines(rows)
     table_row = next(line for line in lines if "args[lore]" in line and "circular" in line)
     assert "1.000 (circular)" in table_row and "0.400" in table_row and "+0.600" in table_row
     assert "minilm-bt" in table_row
@@ -172,7 +179,7 @@ def test_missing_independent_judge_shows_its_reason() -> None:
     (entry,) = crisis.circular_entries(rows)
     assert entry["win_independent"] is None and entry["gap"] is None
     assert ("  no independent judge for args[lore]: the encoder package is missing"
-            in crisis.summary_lines(rows))
+            in summary_lines(rows))
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,7 +239,7 @@ def test_spread_not_flagged_with_too_few_users() -> None:
 
 def test_summary_lines_content() -> None:
     rows = [*TIED, row("base", policy=0.5)]
-    text = "\n".join(crisis.summary_lines(rows))
+    text = "\n".join(summary_lines(rows))
     assert "Kendall's tau-b" in text
     tau_line = next(line for line in text.splitlines() if "rm_acc ~ policy_acc" in line)
     assert "args" in tau_line and "+0.400" in tau_line and "[+0.40, +0.40]" in tau_line
@@ -244,4 +251,4 @@ def test_summary_lines_content() -> None:
 
 
 def test_summary_empty_without_reward_methods() -> None:
-    assert crisis.summary_lines([row("base", policy=0.5), row("icl", policy=0.6)]) == []
+    assert summary_lines([row("base", policy=0.5), row("icl", policy=0.6)]) == []

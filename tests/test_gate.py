@@ -11,21 +11,21 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign.analysis.gate import (
-    BaselineNotFound,
+from pytest_prefalign.analysis.compare import (
     Comparison,
     RunMismatch,
     Threshold,
-    baseline_path,
-    compare_main,
     compare_runs,
-    is_path,
-    load_baseline,
     parse_threshold,
     parse_thresholds,
-    save_baseline,
 )
 from pytest_prefalign.analysis.metrics import accuracy
+from pytest_prefalign.cli import compare_main
+from pytest_prefalign.runs.baselines import BaselineNotFound, is_path
+from pytest_prefalign.runs.baselines import load as load_baseline
+from pytest_prefalign.runs.baselines import path_of as baseline_path
+from pytest_prefalign.runs.baselines import save as save_baseline
+from pytest_prefalign.runs.records import RunFile, RunFileError
 
 KEY = ("pref_lamp", "args[lore]", "135m")
 
@@ -37,7 +37,7 @@ def make_run(
     rm: Sequence[float] | None = None,
     rouge1: Sequence[float] | None = None,
     pair_ids: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> RunFile:
     """A version 1 run file for KEY whose metrics are computed from the given outcomes.
 
     Pair (and item) ``i`` belongs to user ``i % n_users``, so users have equal counts when the
@@ -73,10 +73,10 @@ def make_run(
         "n_users": n_users, "n_items": len(items), "n_pairs": len(pairs), "metrics": metrics,
         "ci": {}, "per_user": {}, "timings": {},
     }  # fmt: skip
-    return {
+    return RunFile.from_json({
         "version": 1, "created": "2025-01-01T00:00:00", "commit": None, "config": {},
         "models": {}, "results": [result], "pairs": pairs, "items": items, "tau": [],
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 def flipped(n: int, flips: int) -> list[float]:
@@ -239,7 +239,7 @@ def test_mismatched_pair_ids_raise() -> None:
 def test_a_gate_that_cannot_be_tested_is_an_error() -> None:
     baseline, current = make_run([1.0] * 10, 5), make_run([1.0] * 10, 5)
     for run in (baseline, current):
-        run["pairs"] = []
+        run.results[0].pairs = []
     with pytest.raises(RunMismatch, match="no per-pair 'policy_correct' records"):
         compare_runs(baseline, current, GATE)
     # ungated, the same comparison is only shown, without a test
@@ -252,11 +252,11 @@ def test_a_gate_that_cannot_be_tested_is_an_error() -> None:
 
 def test_runs_without_a_shared_key_or_of_another_version_are_refused() -> None:
     baseline, current = make_run([1.0] * 10, 5), make_run([1.0] * 10, 5)
-    current["results"][0]["size"] = "270m"
+    current.results[0].size = "270m"
     with pytest.raises(RunMismatch, match="share no \\(suite, method, size\\)"):
         compare_runs(baseline, current, GATE)
-    with pytest.raises(ValueError, match="not a version 1 run file"):
-        compare_runs({"version": 2}, baseline, GATE)
+    with pytest.raises(RunFileError, match="not a version 1 run file"):
+        RunFile.from_json({"version": 2})
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,8 +297,6 @@ def test_baseline_errors_name_where_they_looked(tmp_path: Path) -> None:
     for bad in ("../up", ".hidden", "a b", "main.json", ""):
         with pytest.raises(ValueError, match="invalid baseline name"):
             save_baseline(make_run([1.0] * 4, 2), bad, tmp_path)
-    with pytest.raises(ValueError, match="not a version 1 run file"):
-        save_baseline({"results": []}, "main", tmp_path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,8 +304,8 @@ def test_baseline_errors_name_where_they_looked(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def write(path: Path, run: dict[str, Any]) -> str:
-    path.write_text(json.dumps(run))
+def write(path: Path, run: RunFile) -> str:
+    path.write_text(json.dumps(run.to_json()))
     return str(path)
 
 
@@ -340,7 +338,7 @@ def test_compare_main_exit_codes(
     assert "no run file at" in capsys.readouterr().err
     (tmp_path / "broken.json").write_text("{")
     assert compare_main([good, str(tmp_path / "broken.json")]) == 2
-    assert "cannot read the run file" in capsys.readouterr().err
+    assert "not a readable JSON file" in capsys.readouterr().err
 
 
 def test_compare_main_takes_saved_baseline_names(

@@ -119,7 +119,7 @@ def heavy_imports() -> None:
         "pytest_prefalign.evaluation.case",
         "pytest_prefalign.runtime.tiny",
         "pytest_prefalign.runtime.models",
-        "pytest_prefalign.analysis.gate",
+        "pytest_prefalign.analysis.compare",
     ):
         import_module(module)
     for ep in entry_points(group="prefalign"):
@@ -225,8 +225,8 @@ def test_save_then_identical_rerun_passes(toy):
         [
             "*= prefalign comparison with baseline main =*",
             "suite*method*size*metric*old*new*diff*CI*p*n*tolerance*status",
-            "toy*base*tiny*policy_acc*60.00*60.00*+0.00*[[]+0.00, +0.00]*1*20*0pp*ok",
             "toy*base*tiny*rouge1*",
+            "toy*base*tiny*policy_acc*60.00*60.00*+0.00*[[]+0.00, +0.00]*1*20*0pp*ok",
             "0 regression(s); gates: policy_acc:0pp *; alpha 0.05; baseline file: *main.json",
         ]
     )

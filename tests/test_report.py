@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign.analysis import report
+from pytest_prefalign.analysis import crisis, report
+from pytest_prefalign.runs.records import RunFile
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -49,9 +50,16 @@ RUN = {"version": 1, "created": "2025-01-01T00:00:00+00:00", "commit": "abc123",
        "items": []}
 
 
+def analysed(data: dict[str, Any]) -> RunFile:
+    """The run file of ``data`` with its analysis, as a run stores it when it ends."""
+    run = RunFile.from_json({**data, "version": 1})
+    run.tau, run.crisis = crisis.analyse(run.results)
+    return run
+
+
 def test_report_page_has_tables_and_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    page = report.write_report(RUN, tmp_path / "out")
+    page = report.write_report(analysed(RUN), tmp_path / "out")
     text = page.read_text()
     assert page == tmp_path / "out" / "report.html"
     assert text.startswith("<!DOCTYPE html>") and "<style>" in text
@@ -70,7 +78,7 @@ def test_report_page_has_tables_and_plot(tmp_path: Path) -> None:
 
 def test_plot_has_one_labelled_point_per_reward_method() -> None:
     pytest.importorskip("matplotlib")
-    png, drawn = report.render_plot(report.scatter_points(RESULTS))
+    png, drawn = report.render_plot(report.scatter_points(analysed(RUN).results))
     assert png.startswith(PNG_SIGNATURE)
     assert sorted(drawn) == sorted([
         ("pref_lamp · 135m", "args[lore]", 0.80, 0.55),
@@ -103,7 +111,7 @@ def test_page_without_matplotlib_says_how_to_get_the_plot(tmp_path: Path,
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    text = report.write_report(RUN, tmp_path).read_text()
+    text = report.write_report(analysed(RUN), tmp_path).read_text()
     assert "pip install pytest-prefalign[report]" in text
     assert not (tmp_path / report.PLOT).exists()
     assert has_cell(text, "args[lore]") and "rm_acc ~ policy_acc" in text
@@ -111,13 +119,13 @@ def test_page_without_matplotlib_says_how_to_get_the_plot(tmp_path: Path,
 
 def test_method_names_are_escaped(tmp_path: Path) -> None:
     evil = row("<script>x</script>", policy_acc=0.5)
-    text = report.write_report({"results": [evil]}, tmp_path).read_text()
+    text = report.write_report(analysed({"results": [evil]}), tmp_path).read_text()
     assert "<script>x</script>" not in text and "&lt;script&gt;" in text
 
 
 def test_report_main_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_file = tmp_path / "run.json"
-    run_file.write_text(json.dumps(RUN))
+    run_file.write_text(json.dumps(analysed(RUN).to_json()))
     assert report.report_main([str(run_file), "--out", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "report.html").is_file()
     assert "wrote" in capsys.readouterr().out
@@ -126,8 +134,9 @@ def test_report_main_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(("content", "message"), [
     (None, "no such file"),
     ("{not json", "not a readable JSON file"),
-    ('{"results": [{"suite": "s", "size": "m"}]}', "results[0]: field 'method'"),
-    ("[1, 2]", "not a run file"),
+    ('{"version": 1, "results": [{"suite": "s", "size": "m"}]}', "results[0]: field 'method'"),
+    ('{"results": []}', "not a version 1 run file"),
+    ("[1, 2]", "expected a JSON object"),
 ])
 def test_report_main_bad_run_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           content: str | None, message: str) -> None:
@@ -142,7 +151,7 @@ def test_report_main_bad_run_file_exits_2(tmp_path: Path, capsys: pytest.Capture
 def test_report_main_out_is_a_file_exits_2(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     run_file = tmp_path / "run.json"
-    run_file.write_text(json.dumps(RUN))
+    run_file.write_text(json.dumps(analysed(RUN).to_json()))
     (tmp_path / "taken").write_text("")
     assert report.report_main([str(run_file), "--out", str(tmp_path / "taken")]) == 2
     assert "is not a folder" in capsys.readouterr().err

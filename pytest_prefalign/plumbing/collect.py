@@ -1,38 +1,60 @@
-"""Collection: a suite folder's ``suite.toml`` becomes one test per (method, size)."""
+"""Collection: a suite folder's ``suite.toml`` becomes one test per (method, size).
+
+The items ask their ``Host`` (the run's session) to evaluate their case and to check the result;
+the host is handed down at collection, so nothing here imports the session.
+"""
 
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
+from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.registry import MethodName, UnknownName
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.plumbing.session import PrefalignSession
+    from pytest_prefalign.registry import Registry
+    from pytest_prefalign.runs.records import CaseResult
+
+RESULT_PROPERTY = "prefalign_result"  # the user property that carries a test's result
 
 
-class PrefalignError(Exception):
-    """A failure whose message says everything: reported without a traceback."""
+class Host(Protocol):
+    """What the items need of the run."""
+
+    registry: Registry
+    methods: list[MethodName]
+    sizes: list[str]
+
+    def evaluate(self, item: CaseItem) -> CaseResult:
+        """Evaluate the item's case."""
+
+    def problems(self, item: CaseItem, result: CaseResult) -> list[str]:
+        """What fails the item: floors, gates, plugins' checks."""
 
 
 class SuiteFile(pytest.File):
     """``suites/NAME/suite.toml``: ``[suite] name = ...`` and optional ``[options]``."""
 
+    def __init__(self, *, host: Host, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+
     def collect(self):
         suite_name, suite_options = read_suite_toml(self.path)
-        session = prefalign_session(self.config)
         try:
-            session.registry.suite(suite_name)
+            self.host.registry.suite(suite_name)
         except UnknownName as exc:
             raise self.CollectError(f"{self.path}: {exc}") from None
-        for size in session.settings.sizes:
-            for method in session.methods:
+        options = tuple(sorted(suite_options.items()))
+        for size in self.host.sizes:
+            for method in self.host.methods:
                 yield CaseItem.from_parent(
                     self, name=f"{suite_name}[{method}-{size}]", suite=suite_name,
-                    suite_options=suite_options, method=method, size=size)
+                    suite_options=options, method=method, size=size, host=self.host)
 
     class CollectError(Exception):
         pass
@@ -58,26 +80,19 @@ def read_suite_toml(path: Path) -> tuple[str, dict[str, str]]:
 
 
 class CaseItem(pytest.Item):
-    """One (method, suite, size): runs the method, records its metrics, checks the floors."""
+    """One (method, suite, size): evaluates its case, records the result, checks it."""
 
-    def __init__(self, *, suite: str, suite_options: dict[str, str], method: MethodName,
-                 size: str, **kwargs: Any) -> None:
+    def __init__(self, *, suite: str, suite_options: tuple[tuple[str, str], ...],
+                 method: MethodName, size: str, host: Host, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.suite = suite
-        self.suite_options = suite_options
-        self.method = method
-        self.size = size
+        self.suite, self.suite_options = suite, suite_options
+        self.method, self.size, self.host = method, size, host
         self.add_marker(pytest.mark.prefalign)
 
     def runtest(self) -> None:
-        from pytest_prefalign.evaluation import case as evaluate  # heavy: torch, transformers
-
-        session = prefalign_session(self.config)
-        result = evaluate.run_case(session, self)
-        self.user_properties.append(("prefalign_result", result))
-        problems = evaluate.check(result, session.settings.floors)
-        for extra in self.config.hook.pytest_prefalign_check(item=self, result=result):
-            problems += extra or []
+        result = self.host.evaluate(self)
+        self.user_properties.append((RESULT_PROPERTY, result.to_json()))
+        problems = self.host.problems(self, result)
         if problems:
             raise PrefalignError(f"{self.name}: " + "; ".join(problems))
 
@@ -94,9 +109,3 @@ class CaseItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, self.name
-
-
-def prefalign_session(config: pytest.Config) -> PrefalignSession:
-    from pytest_prefalign.plugin import session_key
-
-    return config.stash[session_key]

@@ -1,5 +1,6 @@
 """Regression gating inside a pytest run: store a run as a baseline, compare every test with it,
-fail a test whose gated metric dropped (SPEC section 8; the comparison itself lives in gate.py).
+fail a test whose gated metric dropped (docs/ci-gating.md; the comparison itself lives in
+analysis/compare.py, the baseline files in runs/baselines.py).
 
 Built like pytest's ``stepwise.py``: this module owns its options and one stateful plugin,
 ``Gating``, which the prefalign session registers only when a gating option is given. pytest
@@ -16,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_prefalign.plumbing.workers import is_worker
+
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.analysis.gate import Comparison, Key, Threshold
+    from pytest_prefalign.analysis.compare import Comparison, Threshold
+    from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 PROPERTY = "prefalign_comparison"  # the user property that carries a test's comparison
 MARKER = "prefalign_tolerance"
@@ -31,23 +35,23 @@ DEFAULT_ALPHA = 0.05
 
 def check_baseline_name(text: str) -> str:
     """``--prefalign-save`` type: a baseline name that cannot climb out of its folder."""
-    from pytest_prefalign.analysis import gate
+    from pytest_prefalign.runs import baselines
 
-    return gate.check_baseline_name(text)
+    return baselines.check_name(text)
 
 
 def parse_thresholds(text: str) -> list[Threshold]:
     """``--prefalign-compare-fail`` type: ``policy_acc:2pp[,rouge1:1pp...]``."""
-    from pytest_prefalign.analysis import gate
+    from pytest_prefalign.analysis import compare
 
-    return gate.parse_thresholds(text)
+    return compare.parse_thresholds(text)
 
 
 def parse_alpha(text: str) -> float:
     """``--prefalign-compare-alpha`` type: a significance level strictly between 0 and 1."""
-    from pytest_prefalign.analysis import gate
+    from pytest_prefalign.analysis import compare
 
-    return gate.parse_alpha(text)
+    return compare.parse_alpha(text)
 
 
 def addoption(parser: pytest.Parser) -> None:
@@ -115,7 +119,7 @@ class Baseline:
 
     name: str
     path: Path
-    runs: dict[Key, dict[str, Any]]
+    runs: dict[Key, RunFile]
 
 
 class Gating:
@@ -140,7 +144,7 @@ class Gating:
 
     # -- on the process that runs the test ----------------------------------------------------
 
-    def pytest_prefalign_check(self, item: pytest.Item, result: dict[str, Any]) -> list[str] | None:
+    def pytest_prefalign_check(self, item: pytest.Item, result: CaseResult) -> list[str] | None:
         """Compare the test's result with the baseline; its regressions fail the test."""
         if self.baseline is None:
             return None
@@ -151,24 +155,22 @@ class Gating:
     # -- on the controller --------------------------------------------------------------------
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "call" or _is_worker(self.config):
+        if report.when != "call" or is_worker(self.config):
             return
         for name, value in report.user_properties:
             if name == PROPERTY and isinstance(value, dict):
                 self.outcomes.append(value)
 
-    def pytest_prefalign_run_written(
-        self, path: str, run: dict[str, Any], config: pytest.Config
-    ) -> None:
+    def pytest_prefalign_run_written(self, path: str, run: RunFile, config: pytest.Config) -> None:
         """Store the run, records included, as the named baseline."""
-        if self.save_name is None or _is_worker(config):
+        if self.save_name is None or is_worker(config):
             return
-        from pytest_prefalign.analysis import gate
+        from pytest_prefalign.runs import baselines
 
-        self.saved = gate.save_baseline(run, self.save_name, Path(config.rootpath))
+        self.saved = baselines.save(run, self.save_name, Path(config.rootpath))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if _is_worker(self.config):
+        if is_worker(self.config):
             return
         if self.baseline is not None:
             summarise(terminalreporter, self.baseline, self.outcomes, self.thresholds, self.alpha)
@@ -180,12 +182,6 @@ class Gating:
             terminalreporter.write_line(
                 f"baseline {self.save_name!r} not saved: no test produced a result", yellow=True
             )
-
-
-def _is_worker(config: pytest.Config) -> bool:
-    from pytest_prefalign.plumbing.session import is_worker
-
-    return is_worker(config)
 
 
 def _checked_gates(thresholds: list[Threshold]) -> list[Threshold]:
@@ -212,35 +208,18 @@ def _ini_gates(config: pytest.Config) -> list[Threshold]:
 def _load(config: pytest.Config, value: str) -> Baseline:
     """The baseline named by ``--prefalign-compare``; a missing or unreadable one is a usage
     error that says where it looked."""
-    from pytest_prefalign.analysis import gate
+    from pytest_prefalign.runs import baselines, records
 
     root = Path(config.rootpath)
     # paths are relative to where pytest was invoked, also on an xdist worker
-    if value and gate.is_path(value):
+    if value and baselines.is_path(value):
         value = str(Path(config.invocation_params.dir, Path(value).expanduser()))
     try:
-        path = gate.baseline_path(value or None, root)
-        run = gate.load_baseline(str(path), root)
-    except (gate.BaselineNotFound, ValueError) as exc:
+        path = baselines.path_of(value or None, root)
+        run = records.read(path)
+    except (baselines.BaselineNotFound, ValueError) as exc:
         raise pytest.UsageError(f"--prefalign-compare: {exc}") from None
-    name = path.stem if path.parent == root / gate.BASELINE_DIR else str(path)
-    return Baseline(name, path, split_by_key(run))
-
-
-def split_by_key(run: dict[str, Any]) -> dict[Key, dict[str, Any]]:
-    """One version 1 run per (suite, method, size) of ``run``, each with its own records."""
-    runs: dict[Key, dict[str, Any]] = {}
-    for row in run["results"]:
-        runs[_key(row)] = {"version": 1, "results": [row], "pairs": [], "items": []}
-    for section in ("pairs", "items"):
-        for record in run.get(section) or []:
-            if _key(record) in runs:
-                runs[_key(record)][section].append(record)
-    return runs
-
-
-def _key(row: dict[str, Any]) -> Key:
-    return (str(row["suite"]), str(row["method"]), str(row["size"]))
+    return Baseline(baselines.display_name(path, root), path, run.by_case())
 
 
 def _key_text(key: Key | list[str]) -> str:
@@ -255,16 +234,17 @@ def _key_text(key: Key | list[str]) -> str:
 def compare_result(
     baseline: Baseline,
     item: pytest.Item,
-    result: dict[str, Any],
+    result: CaseResult,
     thresholds: list[Threshold],
     alpha: float,
 ) -> dict[str, Any]:
     """A test's outcome as plain data: ``key``, ``status`` (``compared``, ``new`` or
     ``error``), ``comparisons`` (``Comparison.as_dict()``) and ``problems`` (messages that fail
     the test: regressions, or why the comparison could not be made)."""
-    from pytest_prefalign.analysis import gate
+    from pytest_prefalign.analysis import compare
+    from pytest_prefalign.runs.records import RunFile
 
-    key = _key(result)
+    key = result.key
     outcome: dict[str, Any] = {
         "key": list(key),
         "status": "compared",
@@ -276,8 +256,8 @@ def compare_result(
         return {**outcome, "status": "new"}
     try:
         overrides = {key: marker_thresholds(item)}
-        comparisons = gate.compare_runs(
-            old, single_run(result), thresholds, alpha=alpha, overrides=overrides
+        comparisons = compare.compare_runs(
+            old, RunFile([result]), thresholds, alpha=alpha, overrides=overrides
         )
     except (argparse.ArgumentTypeError, ValueError) as exc:  # RunMismatch is a ValueError
         problem = f"cannot compare with baseline {baseline.name!r}: {exc}"
@@ -291,22 +271,10 @@ def compare_result(
     return outcome
 
 
-def single_run(result: dict[str, Any]) -> dict[str, Any]:
-    """A version 1 run file holding one test's result and its per-pair and per-item records."""
-    records = result.get("records") or {}
-    row = {name: value for name, value in result.items() if name != "records"}
-    return {
-        "version": 1,
-        "results": [row],
-        "pairs": records.get("pairs") or [],
-        "items": records.get("items") or [],
-    }
-
-
 def marker_thresholds(item: pytest.Item) -> list[Threshold]:
     """The test's ``prefalign_tolerance(policy_acc="3pp", ...)`` gates (closest marker wins);
     a malformed marker raises ``argparse.ArgumentTypeError`` with the accepted form."""
-    from pytest_prefalign.analysis import gate
+    from pytest_prefalign.analysis import compare
 
     marker = item.get_closest_marker(MARKER)
     if marker is None:
@@ -318,7 +286,8 @@ def marker_thresholds(item: pytest.Item) -> list[Threshold]:
         )
     try:
         return [
-            gate.parse_threshold(f"{metric}:{value}") for metric, value in marker.kwargs.items()
+            compare.parse_threshold(f"{metric}:{value}")
+            for metric, value in marker.kwargs.items()
         ]
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"marker {MARKER}: {exc}") from None
@@ -338,7 +307,7 @@ def summarise(
 ) -> None:
     """Every comparison in one table (regressions in red), then what could not be compared,
     the tests new to the baseline and the baseline's tests this run did not compare."""
-    from pytest_prefalign.analysis.gate import Comparison
+    from pytest_prefalign.analysis.compare import Comparison
 
     tr.write_sep("=", f"prefalign comparison with baseline {baseline.name}")
     outcomes = sorted(outcomes, key=lambda o: o["key"])
@@ -367,9 +336,9 @@ def summarise(
 
 
 def _write_table(tr: pytest.TerminalReporter, comparisons: list[Comparison]) -> None:
-    from pytest_prefalign.analysis.gate import format_table
+    from pytest_prefalign.analysis.table import comparison_table
 
-    lines = format_table(comparisons).splitlines()
+    lines = comparison_table(comparisons).splitlines()
     for line in lines[:2]:  # header and rule
         tr.write_line(line)
     for line, comparison in zip(lines[2:], comparisons, strict=True):

@@ -1,36 +1,38 @@
-"""One prefalign run: the registry, the resolved options, the results collected from test
-reports, the terminal summary and the run file. Imported only with ``--prefalign``; still light."""
+"""One prefalign run: the registry, the resolved options, the evaluator the tests use, the results
+collected from test reports, the terminal summary and the run file. Imported only with
+``--prefalign``; the evaluation (numpy, torch) is imported when the first test runs."""
 
 from __future__ import annotations
 
 import datetime as dt
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
 from pytest_prefalign.plumbing import gating, options
+from pytest_prefalign.plumbing.collect import RESULT_PROPERTY, CaseItem, SuiteFile
+from pytest_prefalign.plumbing.workers import is_worker
 from pytest_prefalign.registry import MethodName, UnknownName
 from pytest_prefalign.runtime.pool import ModelPool
 
-RESULT_PROPERTY = "prefalign_result"
-
-
-def is_worker(config: pytest.Config) -> bool:
-    """pytest-xdist workers run tests; only the controller summarises and writes files."""
-    return hasattr(config, "workerinput")
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.evaluation.case import Evaluator
+    from pytest_prefalign.runs.records import CaseResult, RunFile
 
 
 class PrefalignSession:
-    """The plugin object registered when ``--prefalign`` is given; its methods are hooks."""
+    """The plugin object registered when ``--prefalign`` is given; its methods are hooks, and
+    it is the ``Host`` of the collected items."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.settings = options.settings(config)
         self.registry = registry.load(config.pluginmanager)
         self.methods = self._resolve_methods()
+        self.sizes = self.settings.sizes
         try:
             self.method_options = method_options.resolve(self.settings.assignments,
                                                          self.registry)
@@ -38,12 +40,13 @@ class PrefalignSession:
             raise pytest.UsageError(f"--prefalign-option {exc}") from None
         self.models = ModelPool.from_lines(self.settings.models)
         self.models.check(self.settings.sizes)
-        self.results: list[dict[str, Any]] = []
-        self.run_path: Path | None = None
-        self.report_path: Path | None = None
-        self.state: dict[Any, Any] = {}  # worker-side caches: models, suite data, fitted RMs
         # values kept between runs, by content; --prefalign-no-cache: neither read nor written
         self.disk = cache.Disk(storage.cache_root(), enabled=self.settings.use_cache)
+        self._evaluator: Evaluator | None = None
+        self.results: list[CaseResult] = []
+        self.run: RunFile | None = None
+        self.run_path: Path | None = None
+        self.report_path: Path | None = None
         if gating.active(config):
             config.pluginmanager.register(gating.Gating(config), "prefalign-gating")
 
@@ -60,76 +63,90 @@ class PrefalignSession:
             methods.append(method)
         return methods
 
-    def model_pool(self) -> ModelPool:
-        return self.models
-
-    # -- collection ----------------------------------------------------------------------------
+    # -- collection and evaluation (the items' host) --------------------------------------------
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == "suite.toml":
-            from pytest_prefalign.plumbing.collect import SuiteFile
-
-            return SuiteFile.from_parent(parent, path=file_path)
+            return SuiteFile.from_parent(parent, path=file_path, host=self)
         return None
+
+    @property
+    def evaluator(self) -> Evaluator:
+        if self._evaluator is None:
+            from pytest_prefalign.evaluation.case import Evaluator
+            from pytest_prefalign.evaluation.context import RunContext, Settings
+
+            settings = Settings(limit=self.settings.limit, seed=self.settings.seed,
+                                reduce=self.settings.reduce, data=self.settings.data,
+                                data_ini=self.settings.data_ini,
+                                rootdir=Path(self.config.rootpath))
+            self._evaluator = Evaluator(RunContext(self.registry, settings, self.models,
+                                                   self.disk, self.method_options))
+        return self._evaluator
+
+    def evaluate(self, item: CaseItem) -> CaseResult:
+        from pytest_prefalign.evaluation.context import Case
+
+        return self.evaluator.run(Case(item.suite, item.suite_options, item.method, item.size))
+
+    def problems(self, item: CaseItem, result: CaseResult) -> list[str]:
+        from pytest_prefalign.evaluation.case import check
+
+        floors = [(floor.metric, floor.value) for floor in self.settings.floors]
+        problems = check(result, floors)
+        for extra in self.config.hook.pytest_prefalign_check(item=item, result=result):
+            problems += extra or []
+        return problems
 
     # -- results -------------------------------------------------------------------------------
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" or is_worker(self.config):
             return
+        from pytest_prefalign.runs.records import CaseResult
+
         for name, value in report.user_properties:
             if name == RESULT_PROPERTY and isinstance(value, dict):
-                self.results.append(value)
-                self.config.hook.pytest_prefalign_result(result=value, config=self.config)
+                result = CaseResult.from_json(value, report.nodeid)
+                self.results.append(result)
+                self.config.hook.pytest_prefalign_result(result=result.row(), config=self.config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.disk.cleanup()
         if is_worker(self.config) or not self.results:
             return
-        run = self.build_run()
+        from pytest_prefalign.runs import records
+
+        self.run = self.build_run()
         root = Path(self.config.rootpath)
-        self.run_path = write_numbered_run(run, root / ".prefalign" / "runs")
+        self.run_path = records.write_numbered(self.run, root / ".prefalign" / "runs")
         if self.settings.json_path:
-            write_run(run, Path(self.settings.json_path))
+            records.write(self.run, Path(self.settings.json_path))
         if self.settings.report_dir:
             from pytest_prefalign.analysis.report import write_report
 
-            self.report_path = write_report(run, Path(self.settings.report_dir))
+            self.report_path = write_report(self.run, Path(self.settings.report_dir))
         self.config.hook.pytest_prefalign_run_written(
-            path=str(self.run_path), run=run, config=self.config)
+            path=str(self.run_path), run=self.run, config=self.config)
 
-    def build_run(self) -> dict[str, Any]:
+    def build_run(self) -> RunFile:
+        """The run file: every result, and the crisis analysis computed once."""
         from pytest_prefalign.analysis import crisis
+        from pytest_prefalign.runs.records import RunFile
 
-        results, pairs, items, models = [], [], [], {}
-        for res in self.results:
-            res = dict(res)
-            records = res.pop("records", {})
-            pairs.extend(records.get("pairs", []))
-            items.extend(records.get("items", []))
-            models[res["size"]] = res.get("model", {})
-            results.append(res)
-        return {
-            "version": 1,
-            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "commit": git_commit(Path(self.config.rootpath)),
-            "config": {
-                "methods": [str(m) for m in self.methods], "sizes": self.settings.sizes,
-                "limit": self.settings.limit, "reduce": self.settings.reduce,
-                "seed": self.settings.seed, "args": list(self.config.invocation_params.args),
-            },
-            "models": models,
-            "results": results,
-            "tau": crisis.tau_entries(results),
-            "crisis": {
-                "inversions": crisis.inversion_entries(results),
-                "circular": crisis.circular_entries(results),
-                "spread": crisis.spread(results)["flags"],
-            },
-            "pairs": pairs,
-            "items": items,
-        }
+        tau, found = crisis.analyse(self.results)
+        return RunFile(
+            results=list(self.results),
+            created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            commit=git_commit(Path(self.config.rootpath)),
+            config={"methods": [str(m) for m in self.methods], "sizes": self.settings.sizes,
+                    "limit": self.settings.limit, "reduce": self.settings.reduce,
+                    "seed": self.settings.seed,
+                    "options": [str(a) for a in self.settings.assignments],
+                    "args": list(self.config.invocation_params.args)},
+            models={r.size: r.model for r in self.results},
+            tau=tau, crisis=found)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if is_worker(self.config):
@@ -139,25 +156,23 @@ class PrefalignSession:
         tr = terminalreporter
         for failure in self.registry.failures:
             tr.write_line(f"prefalign: could not load {failure}", yellow=True)
-        if not self.results:
+        if not self.results or self.run is None:
             return
         tr.write_sep("=", "prefalign leaderboard")
-        for line in table.leaderboards(self.results):
+        for line in table.leaderboards(self.run.results):
             tr.write_line(line)
-        from pytest_prefalign.analysis import crisis
-
-        for line in crisis.summary_lines(self.results):
+        for line in table.summary_lines(self.run):
             tr.write_line(line)
-        tr.write_line(cache_line(self.results, self.settings.use_cache))
+        tr.write_line(cache_line(self.run.results, self.settings.use_cache))
         if self.run_path is not None:
             tr.write_line(f"run file: {self.run_path}")
         if self.report_path is not None:
             tr.write_line(f"report: {self.report_path}")
 
 
-def cache_line(results: list[dict[str, Any]], use_cache: bool) -> str:
+def cache_line(results: list[CaseResult], use_cache: bool) -> str:
     """How many of the distinct cached values the tests used came from the cache."""
-    used = {(u["artifact"], u["key"]): u["hit"] for r in results for u in r.get("cache", [])}
+    used = {(u["artifact"], u["key"]): u["hit"] for r in results for u in r.cache}
     reused = sum(used.values())
     if not use_cache:
         return (f"cache: off (--prefalign-no-cache), {len(used) - reused} values computed"
@@ -174,21 +189,3 @@ def git_commit(root: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def write_numbered_run(run: dict[str, Any], runs_dir: Path) -> Path:
-    """Write the run as ``runs_dir/NNNN_<commit>_<timestamp>.json``, numbered under a lock."""
-    with storage.locked(runs_dir / "index"):
-        number = 1 + sum(1 for _ in runs_dir.glob("[0-9][0-9][0-9][0-9]_*.json"))
-        stamp = run["created"].replace(":", "").replace("-", "")[:15]
-        path = runs_dir / f"{number:04d}_{run['commit'] or 'nogit'}_{stamp}.json"
-        write_run(run, path)
-    return path
-
-
-def write_run(run: dict[str, Any], path: Path) -> None:
-    """Write the run atomically, its per-pair and per-item records in JSONL beside it."""
-    stem = path.with_suffix("")
-    storage.atomic_write_jsonl(stem.with_name(stem.name + ".pairs.jsonl"), run["pairs"])
-    storage.atomic_write_jsonl(stem.with_name(stem.name + ".items.jsonl"), run["items"])
-    storage.atomic_write_json(path, run)

@@ -1,0 +1,70 @@
+"""Every metric a run reports, declared once: what one observation is, which per-pair or
+per-item record field holds it, how observations are pooled, which way is better, whether a gate
+may test it, its leaderboard column and its format. The evaluation computes the record fields and
+pools them as declared; the leaderboard, the run file's checks, the floors and the regression
+gates all follow this list, so adding a metric is one declaration here plus the computation of
+its record field (docs/metrics.md defines each figure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Level = Literal["pair", "item"]
+Pooling = Literal["macro", "micro"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # its key in the run file's ``metrics``
+    level: Level  # one observation: a test pair or a generation item
+    field: str  # the per-pair or per-item record field that holds each observation
+    pooling: Pooling  # macro: the mean of users' means; micro: the mean of all observations
+    title: str = ""  # leaderboard column header; empty: not a leaderboard column
+    higher_is_better: bool = True
+    gateable: bool = False  # a regression gate may be set on it (METRIC:Npp)
+    compared: bool = True  # shown when two runs are compared
+    interval: bool = True  # carries a 95% bootstrap interval over users and per-user values
+    needs_reward: bool = False  # only methods with a reward method have it
+    low: float = 0.0  # the range a valid value lies in
+    high: float = 1.0
+    fmt: str = ".3f"
+
+    @property
+    def test(self) -> str:
+        """The paired test a comparison runs: McNemar's exact test on 0/1 pair outcomes, a
+        paired bootstrap over users on per-item scores."""
+        return "mcnemar" if self.level == "pair" else "bootstrap"
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("rouge1", "item", "rouge1", "micro", "ROUGE-1", gateable=True),
+    Metric("rougeL", "item", "rougeL", "micro", "ROUGE-L", gateable=True),
+    Metric("policy_acc", "pair", "policy_correct", "macro", "policy acc", gateable=True),
+    Metric("policy_acc_micro", "pair", "policy_correct", "micro", interval=False),
+    Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
+    Metric("rm_acc_micro", "pair", "rm_correct", "micro", interval=False, needs_reward=True),
+    # judged by the independent RM, never the method's own: the leaderboard's win column
+    Metric("win_independent", "item", "win_independent", "micro", "win vs base",
+           compared=False, needs_reward=True),
+    Metric("win_self", "item", "win_self", "micro", compared=False, needs_reward=True),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+GATEABLE: tuple[str, ...] = tuple(m.name for m in METRICS if m.gateable)
+COLUMNS: tuple[Metric, ...] = tuple(m for m in METRICS if m.title)
+COMPARED: tuple[Metric, ...] = tuple(m for m in METRICS if m.compared)
+
+
+def get(name: str) -> Metric:
+    """The metric of that name; KeyError naming the known ones."""
+    if name not in BY_NAME:
+        raise KeyError(f"unknown metric {name!r}; known: {', '.join(NAMES)}")
+    return BY_NAME[name]
+
+
+def fields(level: Level) -> tuple[str, ...]:
+    """The record fields the metrics of one level read, in catalogue order."""
+    return tuple(dict.fromkeys(m.field for m in METRICS if m.level == level))

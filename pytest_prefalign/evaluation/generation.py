@@ -1,0 +1,92 @@
+"""Generation: a method's outputs for the suite's items (cached by content) and the item records
+with their ROUGE scores against the users' own text."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pytest_prefalign import cache
+from pytest_prefalign.analysis import metrics
+from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.registry import MethodName
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.api import CaseContext
+    from pytest_prefalign.evaluation.context import RunContext
+
+OUTPUTS = "outputs"  # its memo in the (suite, size)'s shared state: method -> (outputs, use)
+
+
+def cached_generate(run: RunContext, ctx: CaseContext, method: MethodName,
+                    reward: cache.Key | None) -> list[str]:
+    """The method's outputs for the suite's items, from the cache or generated (and kept in
+    the (suite, size)'s shared state: the win rates compare with base's)."""
+    memo = ctx.shared.setdefault(OUTPUTS, {})
+    if str(method) not in memo:
+        factory = run.registry.decoder(method.decoder).obj
+        key = generation_key(ctx, method, factory, reward)
+        items = ctx.data.items
+        with cache.recording() as uses:
+            outputs = run.disk.json(
+                key, lambda: checked_outputs(factory().generate(ctx, items), method, len(items)),
+                valid=lambda cached: isinstance(cached, list) and len(cached) == len(items))
+        memo[str(method)] = outputs, uses[-1]
+    outputs, use = memo[str(method)]
+    cache.note(use.key, use.hit)  # listed by every test that uses them, as they were got
+    return outputs
+
+
+def generation_key(ctx: CaseContext, method: MethodName, factory: Any,
+                   reward: cache.Key | None) -> cache.Key:
+    """What generations depend on: the decoder's code, options and seed, the model, the fitted
+    reward method's key (its training data included), the suite's code (it writes the prompts
+    and the in-context examples) and the exact items and profiles."""
+    data = ctx.data
+    return cache.make_key(
+        "generations", method=str(method), decoder=cache.code_version(factory),
+        options=dataclasses.asdict(ctx.options), seed=ctx.seed, model=ctx.lm.fingerprint,
+        reward=reward.digest if reward is not None else None,
+        suite=f"{data.suite}@{cache.code_version(ctx.suite)}",
+        items=cache.records_fingerprint(data.items),
+        profiles=cache.profiles_fingerprint(data.profiles))
+
+
+def checked_outputs(outputs: Any, method: MethodName, n: int) -> list[str]:
+    outputs = list(outputs)
+    if len(outputs) != n or not all(isinstance(o, str) for o in outputs):
+        raise PrefalignError(f"decoder {method.decoder!r} returned {len(outputs)} outputs "
+                             f"for {n} items (expected one string per item)")
+    return outputs
+
+
+def base_outputs(run: RunContext, ctx: CaseContext) -> list[str]:
+    """The ``base`` decoder's outputs for this (suite, size), generated with base's options."""
+    factory = run.registry.decoder("base").obj
+    options = run.method_options.decoder_options("base", factory)
+    return cached_generate(run, dataclasses.replace(ctx, reward=None, options=options),
+                           MethodName("base", None), None)
+
+
+def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]
+                 ) -> list[dict[str, Any]]:
+    """One record per item: the output, the user's own text and ROUGE-1 / ROUGE-L against it
+    (None where the suite has no reference)."""
+    items = ctx.data.items
+    with_ref = [i for i, it in enumerate(items) if it.reference is not None]
+    r1 = np.full(len(items), np.nan)
+    rl = np.full(len(items), np.nan)
+    if with_ref:
+        r1[with_ref], rl[with_ref] = metrics.rouge([outputs[i] for i in with_ref],
+                                                   [items[i].reference or "" for i in with_ref])
+    return [{**key, "item_id": it.item_id, "user": it.user, "output": outputs[i],
+             "reference": it.reference, "rouge1": number(r1[i]), "rougeL": number(rl[i])}
+            for i, it in enumerate(items)]
+
+
+def number(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None

@@ -1,0 +1,122 @@
+"""What the tests of one (suite, size) share, made once per run: the suite's data and pairs, the
+model, and each reward method fitted on the suite's training pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import pytest
+
+from pytest_prefalign import cache
+from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod
+from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.evaluation.guard import GuardedReward
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.api import Suite, SuiteData
+    from pytest_prefalign.evaluation.context import RunContext
+    from pytest_prefalign.runtime.lm import LM
+
+
+@dataclass
+class SuiteState:
+    """A suite loaded for this run, with the cached values its loading used (negatives)."""
+
+    suite: Suite
+    data: SuiteData
+    data_dir: Path | None
+    uses: list[cache.Use]
+
+
+@dataclass
+class FittedReward:
+    """A reward method fitted for one (suite, size): guarded, with its cache key and the cached
+    values its fitting used."""
+
+    reward: RewardMethod  # a GuardedReward, which answers as the method it wraps
+    key: cache.Key
+    uses: list[cache.Use]
+
+
+def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteState:
+    """The suite's data and pairs; a failure is a ``PrefalignError`` naming the suite (raised
+    for every test of the suite, without loading again)."""
+    with cache.recording() as uses:
+        suite = run.registry.suite(name)
+        try:
+            data_dir, missing = locate_data(run, suite, options)
+            try:
+                data = suite.load(data_dir, limit=run.settings.limit, options=options)
+            except DataNotFound as exc:
+                # a suite reading a Hugging Face cache names its own places; add ours to them
+                raise DataNotFound(f"{exc}\n{missing}" if missing else str(exc)) from None
+            if not data.train_pairs and not data.test_pairs:
+                reference = load_model(run, "reference")
+                folder, _ = run.disk.folder(cache.make_key("pairs", suite=name))
+                suite.build_pairs(data, reference, folder)
+                uses[:0] = reference.cache_uses
+        except (DataNotFound, DataError) as exc:
+            raise PrefalignError(f"suite {name!r}: {exc}") from None
+    return SuiteState(suite, data, data_dir, uses)
+
+
+def locate_data(run: RunContext, suite: Suite, options: dict[str, str]
+                ) -> tuple[Path | None, str | None]:
+    """The suite's own data folder, or None (with the places searched) for a suite that can do
+    without one; raises DataNotFound for a suite that needs one."""
+    from pytest_prefalign.datadir import find_data_dir, requires_data_dir
+
+    settings = run.settings
+    try:
+        root = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
+                             rootdir=settings.rootdir)
+    except DataNotFound as exc:
+        if requires_data_dir(suite, options):
+            raise
+        return None, str(exc)
+    return root / suite.source, None
+
+
+def load_model(run: RunContext, label: str) -> LM:
+    """The LM of a size label (or the suites' reference generator); an optional model that is
+    not installed skips the test, any other missing model fails it with where it looked."""
+    from pytest_prefalign.runtime.models import ModelUnavailable
+
+    try:
+        return run.models.reference() if label == "reference" else run.models.get(label)
+    except ModelUnavailable as exc:
+        if exc.skip:
+            pytest.skip(f"model {label}: {exc}")
+        raise PrefalignError(f"model {label}: {exc}") from None
+
+
+def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedReward:
+    """Fit the reward method in a cache folder of its own key: everything its parameters
+    depend on (its configuration and code, the model, the exact training pairs), so that a
+    method keeping files there cannot be handed parameters trained on other data. Disabled
+    cache: a fresh folder."""
+    entry = run.registry.reward(name)
+    with cache.recording() as uses:
+        try:
+            reward: RewardMethod = run.method_options.reward(name, entry.obj)
+            key = reward_key(reward, entry.obj, lm, state.data.train_pairs)
+            folder, had_files = run.disk.folder(key, name)
+            reward.fit(lm, state.data.train_pairs, folder)
+        except Exception as exc:
+            raise PrefalignError(f"reward method {name!r} failed in fit: "
+                                 f"{type(exc).__name__}: {exc}") from None
+    # a method that says whether it trained is believed; else files it found mean it loaded
+    trained = getattr(reward, "trained", None)
+    hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
+    uses.append(cache.Use(key, hit))
+    return FittedReward(cast(RewardMethod, GuardedReward(reward, name)), key, uses)
+
+
+def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pair]
+               ) -> cache.Key:
+    """What a fitted reward method depends on."""
+    return cache.make_key("rewards", method=reward.name, config=reward.fingerprint(),
+                          code=cache.code_version(factory), model=lm.fingerprint,
+                          train_pairs=cache.records_fingerprint(train_pairs))

@@ -1,0 +1,241 @@
+"""The run file, its one owner: the typed records of a run (``CaseResult``, ``RunFile``), their one
+writer and one reader, the version and the validation.
+
+Layout (docs/usage.md): ``{"version", "created", "commit", "config", "models", "results": [...],
+"tau": [...], "crisis": {...}, "pairs": [...], "items": [...]}``, atomically written as
+``NAME.json``, with the per-pair and per-item records also beside it as ``NAME.pairs.jsonl`` and
+``NAME.items.jsonl``. ``tau`` and ``crisis`` hold the analysis computed once when the run ended,
+which the summary, the report and later commands read instead of computing it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_prefalign import storage
+
+VERSION = 1
+Key = tuple[str, str, str]  # (suite, method, size): one test
+
+
+class RunFileError(ValueError):
+    """A run file that cannot be used; the message names the file, the record and the field."""
+
+
+@dataclass
+class CaseResult:
+    """One (method, suite, size) test's result, with its per-pair and per-item records.
+
+    ``metrics``: name -> value (see ``analysis.catalogue``); ``ci``: name -> [low, high];
+    ``per_user``: name -> user -> value. A pair record holds ``pair_id``, ``user`` and the
+    values of the pair fields (``rm_chosen``, ``policy_correct``, ...); an item record
+    ``item_id``, ``user``, ``output``, ``reference`` and the item fields (``rouge1``, ...).
+    """
+
+    suite: str
+    method: str
+    size: str
+    decoder: str = ""
+    reward: str | None = None
+    n_users: int = 0
+    n_items: int = 0
+    n_pairs: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    ci: dict[str, list[float]] = field(default_factory=dict)
+    per_user: dict[str, dict[str, float]] = field(default_factory=dict)
+    judge: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    cache: list[dict[str, Any]] = field(default_factory=list)
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def key(self) -> Key:
+        return (self.suite, self.method, self.size)
+
+    def row(self) -> dict[str, Any]:
+        """The run file's ``results`` entry: everything but the records."""
+        data = dataclasses.asdict(self)
+        del data["pairs"], data["items"]
+        return data
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, records included: what a test report carries to the controller (under
+        pytest-xdist it crosses a process boundary)."""
+        return {**self.row(), "records": {"pairs": self.pairs, "items": self.items}}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "result") -> CaseResult:
+        """The inverse of ``to_json`` (or of ``row``, without records), checked."""
+        row = _object(data, where)
+        for name in ("suite", "method", "size"):
+            if not isinstance(row.get(name), str) or not row[name]:
+                raise RunFileError(f"{where}: field {name!r}: missing or not a string")
+        metrics = _object(row.get("metrics", {}), f"{where}: field 'metrics'")
+        for name, value in metrics.items():
+            if value is not None and not _number(value):
+                raise RunFileError(f"{where}: metrics[{name!r}] = {value!r} is not a number")
+        records = _object(row.get("records") or {}, f"{where}: field 'records'")
+        known = {f.name for f in dataclasses.fields(cls)} - {"pairs", "items"}
+        values = {k: v for k, v in row.items() if k in known}
+        result = cls(**values)
+        result.pairs = _records(records.get("pairs"), "pair_id", f"{where}: records.pairs")
+        result.items = _records(records.get("items"), "item_id", f"{where}: records.items")
+        return result
+
+
+@dataclass
+class RunFile:
+    """A whole run: its configuration, every test's result with its records, and the analysis
+    computed once at the end (``tau``, ``crisis``)."""
+
+    results: list[CaseResult]
+    created: str = ""
+    commit: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)
+    tau: list[dict[str, Any]] = field(default_factory=list)
+    crisis: dict[str, Any] = field(default_factory=dict)
+    version: int = VERSION
+
+    @property
+    def pairs(self) -> list[dict[str, Any]]:
+        return [record for result in self.results for record in result.pairs]
+
+    @property
+    def items(self) -> list[dict[str, Any]]:
+        return [record for result in self.results for record in result.items]
+
+    def result(self, key: Key) -> CaseResult | None:
+        return next((r for r in self.results if r.key == key), None)
+
+    def by_case(self) -> dict[Key, RunFile]:
+        """One run per test, each with that test's records (a baseline compared test by test)."""
+        return {r.key: RunFile([r], version=self.version) for r in self.results}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "created": self.created, "commit": self.commit,
+                "config": self.config, "models": self.models,
+                "results": [r.row() for r in self.results], "tau": self.tau,
+                "crisis": self.crisis, "pairs": self.pairs, "items": self.items}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "run file") -> RunFile:
+        """A run file's JSON, checked: the version, every result's key and metrics, every
+        record's test, id and user, no test or record twice."""
+        run = _object(data, where)
+        if run.get("version") != VERSION:
+            raise RunFileError(f"{where}: not a version {VERSION} run file "
+                               f"(version: {run.get('version')!r})")
+        rows = _list(run.get("results"), f"{where}: field 'results'")
+        results = [CaseResult.from_json(row, f"{where}: results[{n}]")
+                   for n, row in enumerate(rows)]
+        by_key: dict[Key, CaseResult] = {}
+        for n, result in enumerate(results):
+            if result.key in by_key:
+                raise RunFileError(f"{where}: results[{n}]: a second result for "
+                                   f"{_text(result.key)}")
+            by_key[result.key] = result
+        for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
+            for record in _records(run.get(section), id_field, f"{where}: {section}"):
+                key = (record["suite"], record["method"], record["size"])
+                if key in by_key:
+                    getattr(by_key[key], section).append(record)
+        for result in results:
+            for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
+                _unique(getattr(result, section), id_field, f"{where}: {section} of "
+                        f"{_text(result.key)}")
+        return cls(results=results, created=str(run.get("created") or ""),
+                   commit=run.get("commit"), config=dict(run.get("config") or {}),
+                   models=dict(run.get("models") or {}), tau=list(run.get("tau") or []),
+                   crisis=dict(run.get("crisis") or {}), version=VERSION)
+
+
+# --------------------------------------------------------------------------------------------
+# The writer and the reader
+# --------------------------------------------------------------------------------------------
+
+
+def write(run: RunFile, path: Path) -> None:
+    """Write ``run`` atomically to ``path``, its per-pair and per-item records in JSONL beside
+    it (``NAME.pairs.jsonl``, ``NAME.items.jsonl``): a reader sees a whole file or none."""
+    path = Path(path)
+    stem = path.with_suffix("")
+    storage.atomic_write_jsonl(stem.with_name(stem.name + ".pairs.jsonl"), run.pairs)
+    storage.atomic_write_jsonl(stem.with_name(stem.name + ".items.jsonl"), run.items)
+    storage.atomic_write_json(path, run.to_json())
+
+
+def write_numbered(run: RunFile, runs_dir: Path) -> Path:
+    """Write ``run`` as ``runs_dir/NNNN_<commit>_<timestamp>.json``, numbered under a lock."""
+    with storage.locked(runs_dir / "index"):
+        number = 1 + sum(1 for _ in runs_dir.glob("[0-9][0-9][0-9][0-9]_*.json"))
+        stamp = run.created.replace(":", "").replace("-", "")[:15]
+        path = runs_dir / f"{number:04d}_{run.commit or 'nogit'}_{stamp}.json"
+        write(run, path)
+    return path
+
+
+def read(path: Path) -> RunFile:
+    """The run file at ``path``; ``RunFileError`` naming the file when it cannot be used."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunFileError(f"{path}: no such file")
+    try:
+        data = storage.read_json(path)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RunFileError(f"{path}: not a readable JSON file ({exc})") from None
+    return RunFile.from_json(data, str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Checks
+# --------------------------------------------------------------------------------------------
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise RunFileError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RunFileError(f"{where}: missing or not a list")
+    return value
+
+
+def _records(value: Any, id_field: str, where: str) -> list[dict[str, Any]]:
+    out = []
+    for n, record in enumerate(value or []):
+        row = _object(record, f"{where}[{n}]")
+        for name in ("suite", "method", "size", id_field, "user"):
+            if row.get(name) is None:
+                raise RunFileError(f"{where}[{n}]: field {name!r} is missing")
+        out.append(row)
+    return out
+
+
+def _unique(records: Iterable[Mapping[str, Any]], id_field: str, where: str) -> None:
+    seen: set[str] = set()
+    for record in records:
+        record_id = str(record[id_field])
+        if record_id in seen:
+            raise RunFileError(f"{where}: {id_field} {record_id!r} appears twice")
+        seen.add(record_id)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _text(key: Key) -> str:
+    return f"{key[1]} on {key[0]} ({key[2]})"
