@@ -12,8 +12,8 @@ import pytest
 
 from prefalign_methods.rewards import judge
 from pytest_prefalign import cache
-from pytest_prefalign.evaluation import wins
 from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod, SuiteData
+from pytest_prefalign.evaluation import wins
 
 
 class LengthReward(RewardMethod):
