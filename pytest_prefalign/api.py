@@ -7,13 +7,16 @@ no transformers, no numpy at import time. Heavy objects appear here only as anno
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload
+
+from pytest_prefalign.cache import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
     from pathlib import Path
 
     import numpy as np
+    import torch
 
     from pytest_prefalign.runtime.lm import LM
 
@@ -115,9 +118,9 @@ class Suite(Protocol):
 class RewardMethod:
     """A reward method ``r_u(x, y)``, trained on a suite's training pairs.
 
-    Capabilities are declared in ``capabilities``; a decoder that needs one that is missing
-    refuses with a message. ``"prefix"``: ``prefix_rewards``; ``"next_token"``:
-    ``next_token_logprobs`` (an autoregressive RM, as in GenARM).
+    Capabilities are declared in ``capabilities`` (see ``CAPABILITIES``: ``"prefix"``,
+    ``"hidden"``, ``"next_token"``, ``"hidden_logprobs"``); a decoder that needs one that is
+    missing refuses with a message, before the run starts.
     """
 
     name: ClassVar[str] = "?"
@@ -135,6 +138,71 @@ class RewardMethod:
               responses: Sequence[str]) -> np.ndarray:
         """One reward per (user, prompt, response), shape ``(n,)``."""
         raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------
+# Capabilities: what a reward method can do beyond ``score``, declared by name in
+# ``capabilities`` and reached through these types (``capable``)
+# --------------------------------------------------------------------------------------------
+
+
+class PrefixRewards(Protocol):
+    """``"prefix"``: ``r_u(x, y_<=t)`` for every token ``t`` of each response (the final
+    ``eos_id`` included), one array per response; the last value equals ``score``."""
+
+    def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
+                       responses: Sequence[str]) -> list[np.ndarray]: ...
+
+
+class HiddenRewards(Protocol):
+    """``"hidden"``: the reward as a function of the base LM's final hidden state: rewards
+    ``(N, ...)`` from states ``(N, ..., H)``, one user per leading row, on their device."""
+
+    def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor
+                           ) -> torch.Tensor: ...
+
+
+class NextTokenLogprobs(Protocol):
+    """``"next_token"``: an autoregressive RM (GenARM): ``log p_arm_u(. | x, y_<t)`` ``(T_y, V)``
+    over the base model's vocabulary for each response position."""
+
+    def next_token_logprobs(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
+                            responses: Sequence[str]) -> list[np.ndarray]: ...
+
+
+class HiddenLogprobs(Protocol):
+    """``"hidden_logprobs"``: the ARM as a head on the base LM's hidden states: ``log p_arm``
+    ``(N, ..., V)`` from the states that predict the next token ``(N, ..., H)``."""
+
+    def logprobs_from_hidden(self, users: Sequence[str], hidden: torch.Tensor
+                             ) -> torch.Tensor: ...
+
+
+CAPABILITIES: dict[str, type] = {"prefix": PrefixRewards, "hidden": HiddenRewards,
+                                 "next_token": NextTokenLogprobs,
+                                 "hidden_logprobs": HiddenLogprobs}
+
+
+@overload
+def capable(reward: RewardMethod | None, capability: Literal["prefix"]
+            ) -> PrefixRewards | None: ...
+@overload
+def capable(reward: RewardMethod | None, capability: Literal["hidden"]
+            ) -> HiddenRewards | None: ...
+@overload
+def capable(reward: RewardMethod | None, capability: Literal["next_token"]
+            ) -> NextTokenLogprobs | None: ...
+@overload
+def capable(reward: RewardMethod | None, capability: Literal["hidden_logprobs"]
+            ) -> HiddenLogprobs | None: ...
+def capable(reward: RewardMethod | None, capability: str) -> Any:
+    """``reward`` as the type of ``capability`` (one of ``CAPABILITIES``) when it declares it,
+    else None: how a decoder reaches what a reward method can do beyond ``score``."""
+    if capability not in CAPABILITIES:
+        raise KeyError(f"unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}")
+    if reward is None or capability not in reward.capabilities:
+        return None
+    return reward
 
 
 @dataclass(frozen=True)
@@ -188,5 +256,6 @@ class CaseContext:
     options: Any = field(default_factory=DecodeOptions)  # the decoder's ``Options``
     seed: int = 0  # ICL example choice and sampling
     reduce: str = "sum"  # S_u(y|x): sum or mean of the token log-likelihoods
-    shared: dict[Any, Any] = field(default_factory=dict)  # memo shared by the methods of one
-    # (suite, size), e.g. the base model's log-likelihoods of the test pairs
+    # what the methods of one (suite, size) share, e.g. the base model's log-likelihoods of the
+    # test pairs: each method keeps its memo in a ``cache.Slot`` of its own
+    shared: Scope = field(default_factory=lambda: Scope("case"))

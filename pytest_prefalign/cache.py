@@ -1,5 +1,15 @@
 """Cached values: what each one depends on, where it is kept, and which tests used it.
 
+Four scopes, each explicit:
+
+- **disk, by content** (``Disk``): values reused from one run to the next, under a ``Key``;
+- **process** (``PROCESS``): what a process loads once (models, the encoder, parsed code);
+- **run** and **(suite, size)**: ``Scope`` objects the evaluation owns and hands to the methods
+  (``CaseContext.shared``), so that the methods of one (suite, size) share work;
+
+in memory, a module declares the place it keeps something as a typed ``Slot`` (as pytest's
+``StashKey``), and a memo that holds tensors is an ``Lru`` with a byte budget.
+
 A value that one run reuses from another (a generation, a trained reward method, features, the
 generated negatives, the independent judge, a converted model) is stored under a ``Key`` that
 hashes everything it depends on, each input named:
@@ -37,11 +47,12 @@ import shutil
 import sys
 import tempfile
 import textwrap
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from pytest_prefalign import storage
 
@@ -49,6 +60,85 @@ SCHEMA = 2  # the layout of every key: bump it to invalidate every cache at once
 FIRST_PARTY = ("pytest_prefalign", "prefalign_methods", "prefalign_suites")
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+# --------------------------------------------------------------------------------------------
+# Memory: scopes, slots, budgets
+# --------------------------------------------------------------------------------------------
+
+
+class Slot(Generic[T]):
+    """A typed place in a scope, declared once by the module that keeps something there: a
+    name for messages, and how to make its value the first time a scope is asked for it."""
+
+    def __init__(self, name: str, make: Callable[[], T]) -> None:
+        self.name, self.make = name, make
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name!r})"
+
+
+class Scope:
+    """Values kept in memory for one lifetime: the process, a run, or the tests of one
+    (suite, size). ``scope[slot]`` is the slot's value, made on first use."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._values: dict[Slot[Any], Any] = {}
+
+    def __getitem__(self, slot: Slot[T]) -> T:
+        if slot not in self._values:
+            self._values[slot] = slot.make()
+        return cast(T, self._values[slot])
+
+    def __contains__(self, slot: Slot[Any]) -> bool:
+        return slot in self._values
+
+    def clear(self) -> None:
+        self._values.clear()
+
+
+PROCESS = Scope("process")  # what a process loads once; its memos of tensors have budgets
+
+
+class Lru(Generic[K, V]):
+    """A memo that keeps at most ``budget`` bytes (``size`` measures a value), dropping the
+    least recently used values first; a value larger than the budget is not kept."""
+
+    def __init__(self, budget: int, size: Callable[[V], int]) -> None:
+        self.budget, self.size = budget, size
+        self.used = 0
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        return None
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._items
+
+    def put(self, key: K, value: V) -> None:
+        if key in self._items:
+            return
+        nbytes = self.size(value)
+        if nbytes > self.budget:
+            return
+        self._items[key] = value
+        self.used += nbytes
+        while self.used > self.budget:
+            _, old = self._items.popitem(last=False)
+            self.used -= self.size(old)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.used = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,8 +201,9 @@ def profiles_fingerprint(profiles: Mapping[str, Iterable[Any]]) -> str:
 # Code versions
 # --------------------------------------------------------------------------------------------
 
-_TREES: dict[tuple[str, str], tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
-_DISTRIBUTIONS: dict[str, list[str]] | None = None
+# parsed syntax trees by (module, sha256 of its file), and import names -> distributions
+_TREES = Slot("parsed code", dict[tuple[str, str], tuple[str, tuple[str, ...], tuple[str, ...]]])
+_DISTRIBUTIONS = Slot("distributions", lambda: dict(importlib.metadata.packages_distributions()))
 
 
 def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
@@ -193,15 +284,16 @@ def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]
     by the file's content."""
     source = path.read_bytes()
     memo_key = (name, hashlib.sha256(source).hexdigest())
-    if memo_key not in _TREES:
+    trees = PROCESS[_TREES]
+    if memo_key not in trees:
         tree = ast.parse(source, filename=str(path))
         is_package = path.name == "__init__.py"
         imported = tuple(sorted(set(_imports(tree, name, is_package))))
         stdlib = sys.stdlib_module_names
         third_party = tuple(sorted({m.split(".")[0] for m in imported}
                                    - set(stdlib) - set(FIRST_PARTY) - {name.split(".")[0]}))
-        _TREES[memo_key] = (storage.content_key(_dump(tree)), imported, third_party)
-    return _TREES[memo_key]
+        trees[memo_key] = (storage.content_key(_dump(tree)), imported, third_party)
+    return trees[memo_key]
 
 
 def _dump(tree: ast.AST) -> str:
@@ -249,11 +341,9 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _versions(top_level: Iterable[str]) -> Iterator[tuple[str, str | None]]:
-    global _DISTRIBUTIONS
-    if _DISTRIBUTIONS is None:
-        _DISTRIBUTIONS = dict(importlib.metadata.packages_distributions())
+    distributions = PROCESS[_DISTRIBUTIONS]
     for name in top_level:
-        for dist in _DISTRIBUTIONS.get(name, []):
+        for dist in distributions.get(name, []):
             yield from library_versions(dist).items()
 
 

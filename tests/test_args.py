@@ -17,11 +17,10 @@ from prefalign_methods.decoders.args import (
     ArgsDecoder,
     ArgsOptions,
     args_generate,
-    args_token_logprobs,
-    pick,
     pytest_prefalign_register,
-    top_candidates,
 )
+from prefalign_methods.decoders.args_rule import pick, top_candidates
+from prefalign_methods.decoders.args_score import args_token_logprobs
 from pytest_prefalign.api import CaseContext, Item, RewardMethod
 from pytest_prefalign.runtime.lm import LM
 from pytest_prefalign.runtime.tiny import build_tiny_lm

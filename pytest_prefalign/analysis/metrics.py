@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from pytest_prefalign.cache import PROCESS, Slot
+
 Numbers = Sequence[float] | np.ndarray  # scores, outcomes: lists or numpy arrays
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,7 +28,8 @@ STATISTICS: tuple[str, ...] = ("macro", "micro", "mean")
 # Resamples are drawn in blocks of at most this many (resample, user) cells, to bound memory.
 _BLOCK_CELLS = 1 << 22
 
-_scorer: RougeScorer | None = None
+# the one ROUGE scorer of the process (building it loads the stemmer)
+_SCORER = Slot("ROUGE scorer", lambda: _new_scorer())
 
 
 # --------------------------------------------------------------------------------------------
@@ -34,14 +37,10 @@ _scorer: RougeScorer | None = None
 # --------------------------------------------------------------------------------------------
 
 
-def _rouge_scorer() -> RougeScorer:
-    """The one scorer of the process, built on first use (building it loads the stemmer)."""
-    global _scorer
-    if _scorer is None:
-        from rouge_score.rouge_scorer import RougeScorer
+def _new_scorer() -> RougeScorer:
+    from rouge_score.rouge_scorer import RougeScorer
 
-        _scorer = RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
-    return _scorer
+    return RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
 
 
 def rouge(outputs: Sequence[str], references: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +54,7 @@ def rouge(outputs: Sequence[str], references: Sequence[str]) -> tuple[np.ndarray
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ValueError(f"{name}[{i}] is {type(text).__name__}, expected str")
-    scorer = _rouge_scorer()
+    scorer = PROCESS[_SCORER]
     r1 = np.empty(len(outputs))
     rl = np.empty(len(outputs))
     for i, (out, ref) in enumerate(zip(outputs, references, strict=True)):

@@ -28,6 +28,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Decoder
 
 
+# a loaded suite (or why it failed) by (name, options), per run
+SUITES = cache.Slot("suites", dict[tuple[str, tuple[tuple[str, str], ...]], Any])
+# a fitted reward method (or why it failed) by name, per (suite, size)
+REWARDS = cache.Slot("fitted reward methods", dict[str, Any])
+
+
 class Evaluator:
     """Evaluates cases; keeps what the cases of one (suite, size) share for the whole run. A
     failure to load a suite or fit a reward method is kept too, so that every test needing it
@@ -37,9 +43,8 @@ class Evaluator:
         self.context = context
         self.registry, self.settings = context.registry, context.settings
         self.disk, self.method_options = context.disk, context.method_options
-        self._suites: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
-        self._rewards: dict[tuple[Any, str], Any] = {}
-        self._shared: dict[Any, dict[Any, Any]] = {}
+        self.memory = cache.Scope("run")  # the suites; each (suite, size) has a scope of its own
+        self.groups: dict[tuple[Any, ...], cache.Scope] = {}
 
     def run(self, case: Case) -> CaseResult:
         """The case's result, with its per-pair and per-item records and the cached values it
@@ -47,8 +52,13 @@ class Evaluator:
         with cache.using(self.disk), cache.recording() as uses:
             return self._run(case, uses)
 
+    def group(self, case: Case) -> cache.Scope:
+        """What the tests of the case's (suite, size) share: fitted reward methods, outputs,
+        and the methods' own memos (``CaseContext.shared``)."""
+        return self.groups.setdefault(case.group, cache.Scope(f"{case.suite}·{case.size}"))
+
     def suite(self, case: Case) -> prepare.SuiteState:
-        return _kept(self._suites, (case.suite, case.options),
+        return _kept(self.memory[SUITES], (case.suite, case.options),
                      lambda: prepare.load_suite(self.context, case.suite, dict(case.options)))
 
     def reward(self, case: Case, state: prepare.SuiteState, lm: Any
@@ -56,7 +66,7 @@ class Evaluator:
         name = case.method.reward
         if name is None:
             return None
-        return _kept(self._rewards, (case.group, name),
+        return _kept(self.group(case)[REWARDS], name,
                      lambda: prepare.fit_reward(self.context, name, state, lm))
 
     def _run(self, case: Case, uses: list[cache.Use]) -> CaseResult:
@@ -71,7 +81,7 @@ class Evaluator:
                           options=self.method_options.decoder_options(case.method.decoder,
                                                                       factory),
                           seed=self.settings.seed, reduce=self.settings.reduce,
-                          shared=self._shared.setdefault(case.group, {}))
+                          shared=self.group(case))
         timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
         key = {"suite": case.suite, "method": str(case.method), "size": case.size}
         items, judge = self._items(case, ctx, fitted, key, timings)

@@ -18,14 +18,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import CaseContext
     from pytest_prefalign.evaluation.context import RunContext
 
-OUTPUTS = "outputs"  # its memo in the (suite, size)'s shared state: method -> (outputs, use)
+# each method's outputs, and the cache use that got them, per (suite, size)
+OUTPUTS = cache.Slot("outputs by method", dict[str, tuple[list[str], cache.Use]])
 
 
 def cached_generate(run: RunContext, ctx: CaseContext, method: MethodName,
                     reward: cache.Key | None) -> list[str]:
     """The method's outputs for the suite's items, from the cache or generated (and kept in
     the (suite, size)'s shared state: the win rates compare with base's)."""
-    memo = ctx.shared.setdefault(OUTPUTS, {})
+    memo = ctx.shared[OUTPUTS]
     if str(method) not in memo:
         factory = run.registry.decoder(method.decoder).obj
         key = generation_key(ctx, method, factory, reward)

@@ -10,39 +10,35 @@ scores and conditions on exactly the same tokens.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from pytest_prefalign.cache import code_version
-from pytest_prefalign.runtime.prefill import Prefill, PrefillStore, chunks, pad
+from pytest_prefalign.cache import PROCESS, Lru, Slot, code_version
+from pytest_prefalign.runtime.attention import use_grouped_sdpa
+from pytest_prefalign.runtime.decoding import (
+    KV,
+    Choice,
+    Step,
+    decode,
+    generator,
+    greedy,
+    gumbel_choice,
+)
+from pytest_prefalign.runtime.prefill import (
+    Prefill,
+    PrefillStore,
+    chunks,
+    full_attention,
+    pad,
+)
 from pytest_prefalign.storage import content_key
 
 __all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad"]
 
 # Markers that end an assistant turn in common chat templates (SmolLM2/Qwen, Gemma, Llama 3, Phi 3).
 END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
-
-
-@dataclass
-class _Prefill:
-    """A batch of left-padded prompts after one forward pass.
-
-    ``cache``: their KV cache, one row per prompt; ``mask``: ``(P, Lp)`` attention mask;
-    ``last``: at each prompt's last token, ``(P, V)`` logits or ``(P, H)`` hidden states.
-    """
-
-    cache: Any
-    mask: torch.Tensor
-    last: torch.Tensor
-
-    def select(self, rows: torch.Tensor) -> _Prefill:
-        """Rows of this prefill (repeats allowed); the cache is reindexed in place."""
-        rows = rows.to(self.mask.device)
-        self.cache.batch_select_indices(rows)
-        return _Prefill(self.cache, self.mask[rows], self.last[rows])
 
 
 class LM:
@@ -58,6 +54,8 @@ class LM:
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else _model_device(model)
         self.model = model.to(self.device).eval()
+        if self.device.type == "cpu":
+            use_grouped_sdpa(self.model)
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
         # on the dtype, the device and this code with the libraries it runs on, and every cached
         # value computed with the model is keyed by all of it
@@ -70,7 +68,10 @@ class LM:
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.has_chat_template = bool(tokenizer.chat_template)
-        # prompts' prefills, kept within a memory budget (see pytest_prefalign.runtime.prefill)
+        # every attention layer sees the whole sequence (no sliding window): what kept
+        # prefills and ARGS's candidate queries need
+        self.full_attention = full_attention(self.model.config)
+        # prompts' prefills, kept within a memory budget (see runtime/prefill.py)
         self.prefills = PrefillStore(self.model, self.pad_id, self.device)
 
     def __repr__(self) -> str:
@@ -131,43 +132,13 @@ class LM:
                 texts[unique[i]] = [clean_text(self.decode_response(t)) for t in out[k]]
         return [texts[p] * (num_samples // runs) for p in prompts]
 
-    @torch.inference_mode()
     def _generate_batch(self, prompt_seqs: list[list[int]], num_samples: int, max_new_tokens: int,
                         temperature: float | None, seeds: list[list[int]]) -> list[list[list[int]]]:
         """Token ids generated for each prompt and sample; finished rows leave the batch."""
-        rows = torch.arange(len(prompt_seqs)).repeat_interleave(num_samples)
-        state = self._prefill(prompt_seqs, logits=True).select(rows)
-        positions = state.mask.sum(-1)  # the next position id of every row
-        flat_seeds = [s for per_prompt in seeds for s in per_prompt]
-        gens = None if temperature is None else [_generator(s) for s in flat_seeds]
-        tokens: list[list[int]] = [[] for _ in flat_seeds]
-        active = list(range(len(flat_seeds)))  # rows of ``tokens`` still in the batch
-        logits, mask = state.last, state.mask
-        for step in range(max_new_tokens):
-            # pick: argmax, or Gumbel-max with each row's own noise (= sampling at temperature)
-            if gens is None:
-                chosen = logits.argmax(-1).tolist()
-            else:
-                chosen = _gumbel_choice(logits, temperature or 1.0, [gens[r] for r in active])
-            keep = []
-            for k, (row, tok) in enumerate(zip(active, chosen, strict=True)):
-                tokens[row].append(tok)
-                if not self.finished(tokens[row]):
-                    keep.append(k)
-            if not keep or step == max_new_tokens - 1:
-                break
-            # drop finished rows from the cache and the running tensors
-            if len(keep) < len(active):
-                index = torch.tensor(keep, device=self.device)
-                state.cache.batch_select_indices(index)
-                mask, positions = mask[index], positions[index]
-                chosen = [chosen[k] for k in keep]
-                active = [active[k] for k in keep]
-            step_ids = torch.tensor(chosen, device=self.device)[:, None]
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            out = self.model(input_ids=step_ids, attention_mask=mask,
-                             position_ids=positions[:, None], cache=state.cache, use_cache=True)
-            logits, positions = out.logits[:, -1], positions + 1
+        kv = KV.start(self, prompt_seqs)
+        kv.select(torch.arange(len(prompt_seqs)).repeat_interleave(num_samples))
+        gens = None if temperature is None else [generator(s) for row in seeds for s in row]
+        tokens = decode(kv, _Plain(self, temperature, gens), max_new_tokens, self.finished)
         return [tokens[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_seqs))]
 
     def finished(self, generated: list[int]) -> bool:
@@ -228,34 +199,28 @@ class LM:
         results: dict[int, torch.Tensor] = {}
         for batch in _plan(_by_length(encoded), groups, batch_size):
             prompt_rows = list(dict.fromkeys(i for i, _ in batch))
-            state = self._prefill([encoded[i] for i in prompt_rows], logits=not hidden)
+            kv = KV.start(self, [encoded[i] for i in prompt_rows])
             pairs = [n for _, chunk in batch for n in chunk]
-            rows = torch.tensor([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
-            scored = self._continue(state.select(rows), [answers[n] for n in pairs], hidden,
-                                    predicting)
+            kv.select([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
+            scored = self._continue(kv, [answers[n] for n in pairs], hidden, predicting)
             for n, value in zip(pairs, scored, strict=True):
                 results[n] = value
         return [results[n] for n in range(len(prompts))]
 
-    def _continue(self, state: _Prefill, seqs: list[list[int]], hidden: bool,
+    def _continue(self, kv: KV, seqs: list[list[int]], hidden: bool,
                   predicting: bool = False) -> list[torch.Tensor]:
         """Run right-padded responses on top of their prompts' cache rows."""
-        ids, resp_mask = pad(seqs, self.pad_id, left=False, device=self.device)
-        mask = torch.cat([state.mask, resp_mask], dim=1)
-        positions = state.mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1],
-                                                                    device=self.device)
-        net = self.model.base_model if hidden else self.model
-        out = net(input_ids=ids, attention_mask=mask, position_ids=positions, cache=state.cache,
-                  use_cache=True)
+        last = kv.last
+        states = kv.extend(seqs)
         lengths = [len(s) for s in seqs]
         if hidden:
-            states = out.last_hidden_state
             if predicting:
-                states = torch.cat([state.last[:, None], states[:, :-1]], dim=1)
+                states = torch.cat([last[:, None], states[:, :-1]], dim=1)
             states = states.float().cpu()
             return [states[k, :n] for k, n in enumerate(lengths)]
         # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
-        logits = torch.cat([state.last[:, None], out.logits[:, :-1]], dim=1).float()
+        logits = self.logits_from_hidden(torch.cat([last[:, None], states[:, :-1]], dim=1))
+        ids, _ = pad(seqs, self.pad_id, left=False, device=logits.device)
         logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[..., None])[..., 0]
         logp = logp.double().cpu()
         return [logp[k, :n] for k, n in enumerate(lengths)]
@@ -276,10 +241,46 @@ class LM:
             logits = torch.tanh(logits / cap) * cap
         return logits.float()
 
-    def _prefill(self, seqs: list[list[int]], *, logits: bool) -> _Prefill:
-        state = self.prefill(seqs, batch_size=len(seqs))
-        last = self.logits_from_hidden(state.last) if logits else state.last
-        return _Prefill(state.cache, state.mask, last)
+
+# -------------------------------------------------------------------------------------------
+# The states that predict each response token, kept per process
+# -------------------------------------------------------------------------------------------
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+# The most recently used predicting states, by (model fingerprint, prompt, response), within a
+# budget: an autoregressive RM's score (RM accuracy) and GenARM's policy score read the same
+# test pairs, so one forward pass serves both. (T_y, H) float32 per text: ~35 KB for a title.
+HIDDEN = Slot("predicting hidden states",
+              lambda: Lru[tuple[str, str, str], torch.Tensor](256 * 2**20, tensor_bytes))
+
+
+def predicting_hidden(lm: LM, prompts: Sequence[str], responses: Sequence[str], *,
+                      batch_size: int = 16) -> list[torch.Tensor]:
+    """``(T_y, H)`` float32 CPU per pair: row ``t`` is the LM's final hidden state (after the
+    final norm) that predicts ``y_t``: at the prompt's last token for ``t = 0``, at ``y_{t-1}``
+    after. ``T_y`` counts the response tokens with the final ``eos_id``.
+
+    Texts kept in the process's ``HIDDEN`` memo are not run again; the others go through
+    ``LM.response_hidden``, on top of the prompts' kept prefills.
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    _check_positive(batch_size=batch_size)
+    keys = [(lm.fingerprint, p, r) for p, r in zip(prompts, responses, strict=True)]
+    memo = PROCESS[HIDDEN]
+    found = {k: h for k in dict.fromkeys(keys) if (h := memo.get(k)) is not None}
+    missing = [k for k in dict.fromkeys(keys) if k not in found]
+    if missing:
+        states = lm.response_hidden([k[1] for k in missing], [k[2] for k in missing],
+                                    batch_size=batch_size, predicting=True)
+        for key, value in zip(missing, states, strict=True):
+            found[key] = value.clone()
+            memo.put(key, found[key])
+    return [found[k] for k in keys]
 
 
 # -------------------------------------------------------------------------------------------
@@ -336,21 +337,20 @@ def _sample_seed(seed: int, prompt: str, index: int) -> int:
     return int(content_key(seed, prompt, index), 16) % (2**63)
 
 
-def _generator(seed: int) -> torch.Generator:
-    gen = torch.Generator()
-    gen.manual_seed(seed)
-    return gen
+class _Plain:
+    """Plain generation's rule: greedy, or a draw at ``temperature`` with each row's own
+    generator (so that a sample does not depend on the batch it ran in)."""
 
+    def __init__(self, lm: LM, temperature: float | None,
+                 gens: list[torch.Generator] | None) -> None:
+        self.lm, self.temperature, self.gens = lm, temperature, gens
 
-def _gumbel_choice(logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
-                   ) -> list[int]:
-    """A draw from ``softmax(logits / T)`` per row: argmax of scaled logits plus Gumbel noise,
-    the noise from each row's own generator."""
-    uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64)
-                           for g in gens]).clamp_(min=1e-300)
-    gumbel = -torch.log(-torch.log(uniform))
-    scores = logits.double().cpu() / temperature + gumbel
-    return scores.argmax(-1).tolist()
+    def choose(self, step: Step) -> Choice:
+        logits = self.lm.logits_from_hidden(step.hidden)
+        if self.gens is None:
+            return Choice(greedy(logits))
+        return Choice(gumbel_choice(logits, self.temperature or 1.0,
+                                    [self.gens[r] for r in step.active]))
 
 
 def _check_positive(**values: int) -> None:

@@ -125,8 +125,10 @@ def _parse_line(text: str) -> ModelSpec:
 # Loading
 # -------------------------------------------------------------------------------------------
 
-_LMS: dict[tuple[ModelSpec, str, bool], LM] = {}
-_SOURCES: dict[tuple[str, str, bool], LM] = {}
+# loaded models, once per process: by source (weights shared by the labels mapped to it)
+# and by (spec, device, trust_remote_code)
+_SOURCES = cache.Slot("models by source", dict[tuple[str, str, bool], LM])
+_LMS = cache.Slot("models by size label", dict[tuple[ModelSpec, str, bool], LM])
 
 
 def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bool = False) -> LM:
@@ -137,23 +139,24 @@ def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bo
     """
     where = device or ("cpu" if spec.kind == "tiny" else _default_device())
     key = (spec, where, trust_remote_code)
-    if key not in _LMS:
+    labelled, sources = cache.PROCESS[_LMS], cache.PROCESS[_SOURCES]
+    if key not in labelled:
         source_key = (spec.source, where, trust_remote_code)
-        if source_key not in _SOURCES:
+        if source_key not in sources:
             with cache.recording() as uses:
                 lm = _load_source(spec, where, trust_remote_code)
             lm.cache_uses = uses  # the converted model, for the run file of each test using it
-            _SOURCES[source_key] = lm
-        lm = copy.copy(_SOURCES[source_key])
+            sources[source_key] = lm
+        lm = copy.copy(sources[source_key])
         lm.label = spec.label
-        _LMS[key] = lm
-    return _LMS[key]
+        labelled[key] = lm
+    return labelled[key]
 
 
 def clear_loaded() -> None:
     """Forget the models loaded in this process (tests; freeing memory between sizes)."""
-    _LMS.clear()
-    _SOURCES.clear()
+    cache.PROCESS[_LMS].clear()
+    cache.PROCESS[_SOURCES].clear()
 
 
 def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from prefalign_methods.decoders.args import (
+from prefalign_methods.decoders.args_rule import (
     Finished,
     eos_finished,
     hidden_rewards,

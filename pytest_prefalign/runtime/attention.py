@@ -1,0 +1,52 @@
+"""The attention the project's models run with on the CPU: transformers' SDPA attention, except
+for blocks of query tokens (``KV.queries``, ARGS's candidates), whose grouped key/value heads go
+to PyTorch's kernel as they are.
+
+With a mask, transformers' SDPA path copies every cached key and value once per query head of
+its group (grouped-query attention, as in SmolLM2) at every layer and step; PyTorch's CPU kernel
+takes grouped heads with a mask directly (``enable_gqa``), which measured about a quarter off an
+ARGS step at ICL prompt lengths. The other passes keep transformers' path, so that their numbers
+are exactly what they were. On CUDA the grouped path would force the slow math kernel, so GPU
+models keep plain ``sdpa``. Registered once under ``NAME`` through transformers' attention
+interface and asked for per call (``GROUPED``); no environment variable is touched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+NAME = "prefalign_sdpa"
+GROUPED = "prefalign_grouped_queries"  # the keyword a forward pass gives to ask for it
+
+
+def grouped_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                 value: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float = 0.0,
+                 scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """``(B, q, heads, head_dim)`` attention output, as transformers' attention functions give
+    it. ``query`` ``(B, heads, q, d)``, ``key``/``value`` ``(B, kv_heads, kv, d)``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    grouped = kwargs.pop(GROUPED, False)
+    groups = getattr(module, "num_key_value_groups", 1)
+    if not grouped or attention_mask is None or groups == 1 or query.device.type != "cpu" \
+            or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      dropout=dropout, scaling=scaling, **kwargs)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
+        enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_grouped_sdpa(model: Any) -> None:
+    """Run ``model`` with ``grouped_sdpa`` where it runs transformers' ``sdpa`` today."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    if NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(NAME, grouped_sdpa)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+    if getattr(model.config, "_attn_implementation", None) == "sdpa":
+        model.set_attn_implementation(NAME)

@@ -1,0 +1,240 @@
+"""Forward passes over a KV cache, and the one decode loop every decoder runs.
+
+``KV`` holds a batch of rows on the base model's cache (left-padded prompts, then whatever
+followed) and is the only code that feeds the model a cache: one token per row (``step``),
+right-padded responses (``extend``), or a block of query tokens that see chosen cached columns
+and themselves only (``queries``; ARGS's candidates), of which one can become the next token
+(``accept``) or all be dropped (``drop_queries``).
+
+``decode`` is the loop: each step a ``Rule`` (the decoder's scoring rule) looks at the rows still
+running and chooses a token for each, rows whose response ended leave the batch, and the cache
+advances. Plain greedy or sampled generation, GenARM and ARGS are rules; nothing else decodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from pytest_prefalign.runtime.attention import GROUPED
+from pytest_prefalign.runtime.prefill import Prefill, pad
+
+Finished = Callable[[list[int]], bool]  # does a generated token list end the response?
+
+
+class Model(Protocol):
+    """What ``KV`` needs of the LM (``runtime.lm.LM``): its model, its padding id and its
+    prompt prefills."""
+
+    model: Any
+    pad_id: int
+
+    def prefill(self, seqs: list[list[int]], *, batch_size: int = 16) -> Prefill: ...
+
+
+@dataclass
+class KV:
+    """Rows on the base model's KV cache. ``mask`` ``(B, W)`` marks real tokens (prompts are
+    left-padded), ``positions`` ``(B,)`` is each row's next position id (real tokens only),
+    ``last`` ``(B, H)`` the final hidden state after each row's last token, and ``pending``
+    ``(B, Q, H)`` the hidden states of query tokens appended by ``queries`` and not yet
+    accepted or dropped (their keys and values sit in the cache after column ``W``)."""
+
+    lm: Model
+    cache: Any
+    mask: torch.Tensor
+    positions: torch.Tensor
+    last: torch.Tensor
+    pending: torch.Tensor | None = None
+
+    @classmethod
+    def start(cls, lm: Model, seqs: list[list[int]]) -> KV:
+        """The prompts' prefill (from the LM's prefill store where kept)."""
+        state = lm.prefill(seqs, batch_size=len(seqs))
+        return cls(lm, state.cache, state.mask, state.mask.sum(-1), state.last)
+
+    def _run(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+             **kwargs: Any) -> Any:
+        return self.lm.model.base_model(input_ids=ids, attention_mask=mask,
+                                        position_ids=positions, cache=self.cache, use_cache=True,
+                                        **kwargs)
+
+    def select(self, rows: torch.Tensor | list[int]) -> None:
+        """Keep these rows, in this order (repeats allowed: a prompt's row copied for each of
+        its responses)."""
+        index = torch.as_tensor(rows, device=self.mask.device)
+        self.cache.batch_select_indices(index)
+        self.mask, self.positions, self.last = self.mask[index], self.positions[index], \
+            self.last[index]
+        if self.pending is not None:
+            self.pending = self.pending[index]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append one token per row; returns the new ``last`` ``(B, H)``."""
+        self._check_no_pending()
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        out = self._run(tokens.to(self.mask.device)[:, None], self.mask, self.positions[:, None])
+        self.positions = self.positions + 1
+        self.last = out.last_hidden_state[:, -1]
+        return self.last
+
+    def extend(self, seqs: list[list[int]]) -> torch.Tensor:
+        """Append right-padded sequences (teacher forcing); returns the hidden state after each
+        of their tokens ``(B, T, H)`` (padding rows beyond each length)."""
+        self._check_no_pending()
+        ids, seq_mask = pad(seqs, self.lm.pad_id, left=False, device=self.mask.device)
+        mask = torch.cat([self.mask, seq_mask], dim=1)
+        positions = self.positions[:, None] + torch.arange(ids.shape[1], device=ids.device)
+        out = self._run(ids, mask, positions)
+        self.mask = mask
+        self.positions = self.positions + seq_mask.sum(-1)
+        return out.last_hidden_state
+
+    def queries(self, ids: torch.Tensor, positions: torch.Tensor, sees: torch.Tensor
+                ) -> torch.Tensor:
+        """Run query tokens ``ids`` ``(B, Q)`` at ``positions`` ``(B, Q)``, each seeing the
+        cached columns where ``sees`` ``(B, Q, W)`` is true, and itself, not the other
+        queries. Their hidden states ``(B, Q, H)`` are returned and kept as ``pending``."""
+        self._check_no_pending()
+        rows, n = ids.shape
+        own = torch.eye(n, dtype=torch.bool, device=ids.device).expand(rows, n, n)
+        mask = torch.cat([sees, own], dim=-1)[:, None]  # (B, 1, Q, W + Q)
+        out = self._run(ids, mask, positions, **{GROUPED: True})
+        self.pending = out.last_hidden_state
+        return self.pending
+
+    def candidates(self, ids: torch.Tensor) -> torch.Tensor:
+        """``queries`` for k candidate next tokens per row ``(B, k)``: all at the row's next
+        position, each seeing the row's real cached tokens."""
+        rows, k = ids.shape
+        sees = self.mask.bool()[:, None, :].expand(rows, k, self.mask.shape[1])
+        return self.queries(ids, self.positions[:, None].expand(rows, k), sees)
+
+    def accept(self, win: torch.Tensor) -> torch.Tensor:
+        """Make each row's pending query ``win`` ``(B,)`` its next token: its key and value
+        move to the next column, the other queries are dropped; returns the new ``last``
+        (the query's own hidden state: no further pass)."""
+        if self.pending is None:
+            raise RuntimeError("accept() without pending queries")
+        width, n = self.mask.shape[1], self.pending.shape[1]
+        rows = torch.arange(len(win), device=win.device)
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                states = getattr(layer, name)  # (B, heads, width + n, head_dim)
+                states[:, :, width] = states[rows, :, width + win]
+        if n > 1:
+            self.cache.crop(-(n - 1))
+        self.last = self.pending[rows, win]
+        self.pending = None
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.positions = self.positions + 1
+        return self.last
+
+    def drop_queries(self) -> None:
+        """Remove the pending queries from the cache."""
+        if self.pending is not None:
+            self.cache.crop(-self.pending.shape[1])
+            self.pending = None
+
+    def _check_no_pending(self) -> None:
+        if self.pending is not None:
+            raise RuntimeError("accept() or drop_queries() before running more tokens")
+
+
+# --------------------------------------------------------------------------------------------
+# The decode loop
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """What a rule sees at one step: the cache, and which of the batch's rows are still
+    running (``active``, indices into the batch) with the tokens each has so far."""
+
+    kv: KV
+    active: list[int]
+    tokens: list[list[int]]  # per batch row, all of it; index with ``active``
+
+    @property
+    def hidden(self) -> torch.Tensor:
+        """``(A, H)``: the final hidden state that predicts each running row's next token."""
+        return self.kv.last
+
+
+@dataclass
+class Choice:
+    """A rule's choice for the running rows: a token each, and where the rule ran them as
+    pending queries of the cache (``KV.candidates``), which one each row takes."""
+
+    tokens: list[int]
+    query: torch.Tensor | None = field(default=None)
+
+
+class Rule(Protocol):
+    """A decoder's scoring rule: chooses the next token of every running row."""
+
+    def choose(self, step: Step) -> Choice: ...
+
+
+@torch.inference_mode()
+def decode(kv: KV, rule: Rule, max_new_tokens: int, finished: Finished) -> list[list[int]]:
+    """Token ids generated after each row of ``kv`` (a batch of prompts), stop token included
+    where one was reached. Rows whose response ``finished`` leave the batch (and the cache)."""
+    tokens: list[list[int]] = [[] for _ in range(kv.mask.shape[0])]
+    active = list(range(len(tokens)))
+    for n in range(max_new_tokens):
+        choice = rule.choose(Step(kv, active, tokens))
+        keep = []
+        for j, (row, tok) in enumerate(zip(active, choice.tokens, strict=True)):
+            tokens[row].append(tok)
+            if not finished(tokens[row]):
+                keep.append(j)
+        if not keep or n == max_new_tokens - 1:
+            break
+        query = choice.query
+        if len(keep) < len(active):
+            kv.select(keep)
+            active = [active[j] for j in keep]
+            query = query[keep] if query is not None else None
+        if query is not None:
+            kv.accept(query)
+        else:
+            kv.step(torch.tensor([tokens[row][-1] for row in active]))
+    return tokens
+
+
+# --------------------------------------------------------------------------------------------
+# Picking tokens from logits
+# --------------------------------------------------------------------------------------------
+
+
+def greedy(logits: torch.Tensor) -> list[int]:
+    return logits.argmax(-1).tolist()
+
+
+def generator(seed: int) -> torch.Generator:
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return gen
+
+
+def gumbel_choice(logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
+                  ) -> list[int]:
+    """A draw from ``softmax(logits / T)`` per row: argmax of scaled logits plus Gumbel noise,
+    the noise from each row's own generator."""
+    uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64)
+                           for g in gens]).clamp_(min=1e-300)
+    gumbel = -torch.log(-torch.log(uniform))
+    scores = logits.double().cpu() / temperature + gumbel
+    return scores.argmax(-1).tolist()
+
+
+def multinomial_choice(logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
+                       ) -> list[int]:
+    """One draw per row from ``softmax(logits / temperature)`` with the row's own
+    generator."""
+    probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)
+    return [int(torch.multinomial(p, 1, generator=g)) for p, g in zip(probs, gens, strict=True)]
