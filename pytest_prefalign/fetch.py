@@ -121,8 +121,11 @@ def default_root() -> Path:
 
 
 def offline_reason(hosts: list[str]) -> str | None:
-    """Why a fetch cannot reach the network, or None: an offline variable, or a host name that
-    does not resolve (checked so that a machine without a network fails now, not on retries)."""
+    """Why a fetch that needs ``hosts`` cannot reach them, or None: an offline variable, or a
+    host name that does not resolve (checked so that a machine without a network fails now,
+    not after retries). A fetch that needs no host is never offline."""
+    if not hosts:
+        return None
     for name in OFFLINE_VARIABLES:
         if os.environ.get(name, "").upper() in TRUE:
             return f"offline ({name}={os.environ[name]})"
@@ -236,9 +239,8 @@ def fetch_missing(subdir: str, root: Path | None = None) -> Path | None:
     reason = offline_reason(builder(suite).hosts(options))
     if reason:
         raise DataNotFound(
-            f"data folder {subdir}/ not found and {reason}: fetch it once with a network, "
-            f"`{command}` (it builds {root / subdir}), or give a data directory that holds "
-            f"{subdir}/ with --prefalign-data DIR (`prefalign data` lists the places searched)")
+            f"data folder {subdir}/ not found and {reason}: run `{command}` once with a "
+            f"network (it builds {root / subdir}/), or pass --prefalign-data DIR")
     progress = Progress(suite.name)
     progress.say(f"no data folder {subdir}/ found: fetching it into {root} (`{command}`)")
     try:
