@@ -416,7 +416,6 @@ class _Null:
 
 def test_tldr_is_written_as_a_local_copy_the_suite_reads(tmp_path, monkeypatch):
     import datasets
-
     from test_suite_hf import tldr_records
 
     from prefalign_suites.tldr.suite import Tldr
