@@ -3,6 +3,7 @@
     prefalign report RUN.json --out DIR      an HTML page with leaderboards, tau and the plot
     prefalign compare A.json B.json --fail policy_acc:2pp   exit 1 on a significant regression
     prefalign data                            each suite, its source, licence and availability
+    prefalign data fetch [SUITE...] [--to DIR]   build the suites' data from their public sources
 """
 
 from __future__ import annotations

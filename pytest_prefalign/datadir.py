@@ -3,11 +3,13 @@
 1. the ``--prefalign-data DIR`` option,
 2. the ini value ``prefalign_data`` (a relative path is taken from the rootdir),
 3. the environment variable ``PREFALIGN_DATA``,
-4. the user cache, ``storage.cache_root() / "data"``, where a download step can place data.
+4. the user cache, ``storage.cache_root() / "data"``, where ``prefalign data fetch`` builds it.
 
-The first place that holds the suite's sub-folder wins. Where none does, the error lists every
-place with the path actually tried, so that a machine without a network says what to provide.
-Light: imported by the plugin's evaluation and by the ``prefalign data`` command.
+The first place that holds the suite's sub-folder wins. Where none does and a suite that needs
+it can be fetched, it is fetched into the user cache (once, under a lock: see ``fetch.py``);
+offline, the error is one line naming the command that fetches it. Otherwise the error lists
+every place with the path actually tried. Light: imported by the plugin's evaluation and by the
+``prefalign data`` command.
 """
 
 from __future__ import annotations
@@ -61,14 +63,28 @@ def data_places(
 
 
 def find_data_dir(
-    subdir: str, *, option: str | None = None, ini: str | None = None, rootdir: Path | None = None
+    subdir: str,
+    *,
+    option: str | None = None,
+    ini: str | None = None,
+    rootdir: Path | None = None,
+    fetch: bool = True,
 ) -> Path:
     """The first place that holds ``subdir``; the place itself is returned (the data folder is
-    ``result / subdir``). Raises DataNotFound listing all four places otherwise."""
+    ``result / subdir``). Where none does, with ``fetch``, a suite's data that can be fetched is
+    fetched into the user cache (offline: DataNotFound in one line); else DataNotFound lists
+    all four places."""
     places = data_places(option=option, ini=ini, rootdir=rootdir)
     for place in places:
         if place.path is not None and place.holds(subdir):
             return place.path
+    if fetch:
+        from pytest_prefalign.fetch import fetch_missing
+
+        cache = places[-1].path
+        fetched = fetch_missing(subdir, cache)
+        if fetched is not None:
+            return fetched
     raise DataNotFound(not_found_message(subdir, places))
 
 
@@ -90,7 +106,8 @@ def not_found_message(subdir: str, places: list[DataPlace]) -> str:
     cache = places[-1].path
     lines.append(
         f"Provide a directory DIR that holds {subdir}/ with --prefalign-data DIR, the ini value "
-        f"prefalign_data = DIR or {ENV}=DIR, or place the data in {cache}/{subdir}/."
+        f"prefalign_data = DIR or {ENV}=DIR, or place the data in {cache}/{subdir}/ "
+        "(prefalign data fetch builds it there for the suites it can fetch)."
     )
     return "\n".join(lines)
 
@@ -120,19 +137,25 @@ def requires_data_dir(suite: Any, options: dict[str, str]) -> bool:
 def data_main(argv: list[str]) -> int:
     """``prefalign data [--data DIR]``: each registered suite, its source, licence and where its
     data is found, then the four places. Exit status 1 where a suite that needs a data
-    directory has none."""
+    directory has none. ``prefalign data fetch ...`` builds the data (see ``fetch.py``)."""
+    if argv[:1] == ["fetch"]:
+        from pytest_prefalign.fetch import fetch_main
+
+        return fetch_main(argv[1:])
     parser = argparse.ArgumentParser(prog="prefalign data", description=data_main.__doc__)
     parser.add_argument("--data", metavar="DIR", help="as --prefalign-data in a pytest run")
     args = parser.parse_args(argv)
     ini, inifile = ini_data_value(Path.cwd())
     places = data_places(option=args.data, ini=ini, rootdir=inifile.parent if inifile else None)
     missing = False
-    for suite in _registered_suites():
+    for suite in registered_suites():
         found = next((p.path for p in places if p.path is not None and p.holds(suite.source)), None)
         if found is not None:
             where = str(found / suite.source)
         elif requires_data_dir(suite, {}):
             where, missing = "NOT FOUND", True
+            if getattr(suite, "fetcher", None):
+                where += f" (prefalign data fetch {suite.name} builds it in the user cache)"
         else:
             where = "no local copy: read through the datasets library (cache or hub)"
         print(
@@ -146,7 +169,8 @@ def data_main(argv: list[str]) -> int:
     return 1 if missing else 0
 
 
-def _registered_suites() -> list[Any]:
+def registered_suites() -> list[Any]:
+    """The suites registered through the ``prefalign`` entry points, by name."""
     import pytest
 
     from pytest_prefalign import hookspec, registry

@@ -7,6 +7,8 @@ import os
 # passive OpenMP waits, set before torch starts: spinning threads are many times slower on a
 # shared machine (the plugin does the same for --prefalign runs)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# no test fetches data from a network: a run that finds no data fails at once instead
+os.environ.setdefault("PREFALIGN_OFFLINE", "1")
 from typing import TYPE_CHECKING
 
 import pytest

@@ -79,7 +79,7 @@ def test_not_found_names_the_subdir_every_place_and_the_remedy(places):
     missing_ini = places["ini"].parent / "nowhere"
     with pytest.raises(DataNotFound) as err:
         find_data_dir("acl-anthology", option=str(places["option"]), ini="nowhere",
-                      rootdir=places["ini"].parent)
+                      rootdir=places["ini"].parent, fetch=False)
     lines = str(err.value).splitlines()
     assert "acl-anthology/" in lines[0]
     assert lines[1] == f"  1. --prefalign-data: {places['option']} (no acl-anthology/ in it)"
@@ -95,7 +95,7 @@ def test_not_found_says_which_places_are_not_set(tmp_path, monkeypatch):
     with pytest.raises(DataNotFound, match=r"(?s)--prefalign-data: not set.*"
                                            r"ini prefalign_data: not set.*"
                                            r"\$PREFALIGN_DATA: not set"):
-        find_data_dir("polis")
+        find_data_dir("polis", fetch=False)
 
 
 def test_suite_folder_is_the_subdir_or_the_directory_itself(tmp_path):
@@ -137,7 +137,7 @@ def test_data_command_lists_suites_and_places(tmp_path, monkeypatch, capsys):
     (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = data\n")
     give(tmp_path / "data")
     suites = [Suite("pref_lamp", "acl-anthology"), Suite("tldr", "openai/x", False)]
-    monkeypatch.setattr(datadir, "_registered_suites", lambda: suites)
+    monkeypatch.setattr(datadir, "registered_suites", lambda: suites)
     assert datadir.data_main([]) == 0
     out = capsys.readouterr().out
     assert f"  data: {tmp_path / 'data' / 'acl-anthology'}" in out

@@ -35,6 +35,7 @@ class Polis:
     )
     licence = "CC BY 4.0 (Polis open data, The Computational Democracy Project)"
     source = "polis"
+    fetcher = "prefalign_suites.polis.fetch"  # builds source/: prefalign data fetch polis
     requires_data_dir = True
 
     def instruction(self, input: str) -> str:

@@ -36,6 +36,7 @@ class PrefLamp:
     )
     licence = "CC BY 4.0 (ACL Anthology, https://aclanthology.org)"
     source = "acl-anthology"
+    fetcher = "prefalign_suites.pref_lamp.fetch"  # builds source/: prefalign data fetch pref_lamp
 
     @staticmethod
     def requires_data_dir(options: dict[str, str]) -> bool:

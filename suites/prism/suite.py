@@ -61,6 +61,7 @@ class Prism:
         "PRISM Alignment Dataset, Kirk et al. 2024"
     )
     source = DATASET.dataset_id
+    fetcher = "prefalign_suites.prism.fetch"  # a local copy: prefalign data fetch prism
     requires_data_dir = False  # the datasets library can find it in the Hugging Face cache
 
     def instruction(self, input: str) -> str:

@@ -76,6 +76,7 @@ class Tldr:
     )
     licence = "MIT (OpenAI summarize-from-feedback); Reddit posts from the TL;DR corpus"
     source = DATASET.dataset_id
+    fetcher = "prefalign_suites.tldr.fetch"  # a local copy: prefalign data fetch tldr
     requires_data_dir = False  # the datasets library can find it in the Hugging Face cache
 
     def instruction(self, input: str) -> str:

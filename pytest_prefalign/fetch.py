@@ -1,0 +1,322 @@
+"""``prefalign data fetch``: build suites' data folders from their public sources.
+
+    prefalign data fetch [SUITE...] [--to DIR] [--force] [--check] [source options]
+
+A suite that can be fetched names a builder module in its ``fetcher`` attribute (imported on
+use). The builder adds its options to the command and writes the suite's files into an empty
+folder; this module does the rest, the same for every suite:
+
+- the folder is built beside its final place (``DIR/.NAME.partial``) and renamed into place
+  once complete, so the loaders never see half a folder;
+- ``MANIFEST.json`` in it records the source, its version, the date, the licence and
+  attribution, and the SHA-256 and size of every file written;
+- a lock beside the folder (``DIR/NAME.lock``) makes concurrent fetches (pytest-xdist workers,
+  two terminals) build it once: the others wait, then find it built;
+- builders keep their downloads in the user cache (``downloads/``), checked against pinned
+  hashes, so a fetch that was interrupted resumes with what it already has.
+
+``fetch_missing`` is what a pytest run calls (through ``datadir.find_data_dir``) when no place
+holds a suite's data: it fetches into the user cache, or, offline, fails at once with one line
+that names the command to run. Light at import: builders import their libraries on use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol, TextIO, TypeVar, cast
+
+from pytest_prefalign import storage
+from pytest_prefalign.api import DataNotFound
+
+MANIFEST = "MANIFEST.json"
+OFFLINE_VARIABLES = ("PREFALIGN_OFFLINE", "HF_HUB_OFFLINE")
+TRUE = {"1", "ON", "YES", "TRUE"}  # how boolean variables are read (as the Hugging Face libraries)
+T = TypeVar("T")
+
+
+class FetchError(Exception):
+    """A fetch that cannot go on: the message says what failed and where."""
+
+
+@dataclass
+class Built:
+    """What a builder reports about the folder it wrote: the manifest's fields."""
+
+    source: str  # what was read, e.g. "ACL Anthology XML (github.com/acl-org/acl-anthology)"
+    version: str  # the exact version read: a commit, a dataset revision
+    licence: str
+    attribution: str
+    details: dict[str, Any] = field(default_factory=dict)  # selection rules, figures, URLs
+
+
+class Builder(Protocol):
+    """A builder module (a suite's ``fetcher``)."""
+
+    def add_arguments(self, group: argparse._ArgumentGroup) -> None: ...
+
+    def hosts(self, options: argparse.Namespace) -> list[str]:
+        """The network hosts a build with these options needs (none for local sources)."""
+        ...
+
+    def build(self, folder: Path, options: argparse.Namespace, progress: Progress) -> Built: ...
+
+
+class Progress:
+    """Messages and progress bars of one suite's fetch, on stderr (bars only on a terminal)."""
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+
+    @property
+    def interactive(self) -> bool:
+        return bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def say(self, text: str) -> None:
+        print(f"[{self.label}] {text}", file=self.stream, flush=True)
+
+    def bar(self, items: Iterable[T], *, total: int | None = None, desc: str = "",
+            unit: str = "it") -> Iterator[T]:
+        from tqdm import tqdm
+
+        yield from tqdm(items, total=total, desc=f"[{self.label}] {desc}", unit=unit,
+                        file=self.stream, disable=not self.interactive)
+
+
+# -- suites and their builders ---------------------------------------------------------------
+
+
+def fetchable_suites() -> dict[str, Any]:
+    """Registered suites that name a builder (``fetcher``), by name."""
+    from pytest_prefalign.datadir import registered_suites
+
+    return {s.name: s for s in registered_suites() if getattr(s, "fetcher", None)}
+
+
+def builder(suite: Any) -> Builder:
+    module: ModuleType = import_module(suite.fetcher)
+    return cast(Builder, module)
+
+
+def default_options(suite: Any) -> argparse.Namespace:
+    """The builder's options as the command would parse them with none given."""
+    parser = argparse.ArgumentParser(add_help=False)
+    builder(suite).add_arguments(parser.add_argument_group(suite.name))
+    return parser.parse_args([])
+
+
+def default_root() -> Path:
+    """Where fetched data goes by default: the user cache's data folder (the fourth place)."""
+    return storage.cache_root() / "data"
+
+
+def offline_reason(hosts: list[str]) -> str | None:
+    """Why a fetch that needs ``hosts`` cannot reach them, or None: an offline variable, or a
+    host name that does not resolve (checked so that a machine without a network fails now,
+    not after retries). A fetch that needs no host is never offline."""
+    if not hosts:
+        return None
+    for name in OFFLINE_VARIABLES:
+        if os.environ.get(name, "").upper() in TRUE:
+            return f"offline ({name}={os.environ[name]})"
+    for host in hosts:
+        try:
+            socket.getaddrinfo(host, 443)
+        except OSError:
+            return f"offline ({host} does not resolve)"
+    return None
+
+
+# -- building one folder ---------------------------------------------------------------------
+
+
+def fetch_suite(suite: Any, root: Path, options: argparse.Namespace, *, force: bool = False,
+                progress: Progress | None = None) -> Path:
+    """Build ``root / suite.source`` (once, under a lock) and return it. An existing folder is
+    kept unless ``force``. Raises FetchError; nothing is left where the loaders look."""
+    progress = progress or Progress(suite.name)
+    final = root / suite.source
+    with storage.locked(final):
+        if final.is_dir() and not force:
+            progress.say(f"{final} is already there (--force builds it again)")
+            return final
+        staging = final.parent / f".{final.name}.partial"
+        shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted build
+        staging.mkdir(parents=True)
+        try:
+            built = builder(suite).build(staging, options, progress)
+            manifest = write_manifest(staging, suite.name, built)
+            _move_into_place(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    size = sum(f["bytes"] for f in manifest["files"].values())
+    progress.say(f"built {final}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, "
+                 f"{built.source} at {built.version}")
+    return final
+
+
+def _move_into_place(staging: Path, final: Path) -> None:
+    old = final.parent / f".{final.name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_manifest(folder: Path, suite_name: str, built: Built) -> dict[str, Any]:
+    """Write ``MANIFEST.json`` into ``folder`` (every other file in it gets its hash)."""
+    from importlib.metadata import version
+
+    files = {
+        path.relative_to(folder).as_posix(): {
+            "sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
+        for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST
+    }
+    manifest = {
+        "suite": suite_name,
+        "source": built.source,
+        "version": built.version,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "licence": built.licence,
+        "attribution": built.attribution,
+        "built_by": f"pytest-prefalign {version('pytest-prefalign')}",
+        "details": built.details,
+        "files": files,
+    }
+    storage.atomic_write_json(folder / MANIFEST, manifest)
+    return manifest
+
+
+def check_manifest(folder: Path) -> list[str]:
+    """What does not match ``folder``'s manifest: one line per missing, changed or unlisted
+    file; an empty list where everything matches."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return [f"{path}: no such file"]
+    listed: dict[str, dict[str, Any]] = storage.read_json(path).get("files", {})
+    problems = []
+    for name, entry in listed.items():
+        file = folder / name
+        if not file.is_file():
+            problems.append(f"{file}: missing")
+        elif storage.file_sha256(file) != entry.get("sha256"):
+            problems.append(f"{file}: SHA-256 differs from {MANIFEST}")
+    for file in sorted(folder.rglob("*")):
+        name = file.relative_to(folder).as_posix()
+        if file.is_file() and file.name != MANIFEST and name not in listed:
+            problems.append(f"{file}: not listed in {MANIFEST}")
+    return problems
+
+
+# -- what a pytest run calls -----------------------------------------------------------------
+
+
+def fetch_missing(subdir: str, root: Path | None = None) -> Path | None:
+    """Fetch ``subdir`` into the user cache for a run that found it nowhere; returns the data
+    directory that now holds it, or None where no suite that needs a data directory builds
+    ``subdir``. Offline, or when the fetch fails, raises DataNotFound with one line."""
+    from pytest_prefalign.datadir import requires_data_dir
+
+    root = root or default_root()
+    suite = next((s for s in fetchable_suites().values()
+                  if s.source == subdir and requires_data_dir(s, {})), None)
+    if suite is None:
+        return None
+    command = f"prefalign data fetch {suite.name}"
+    options = default_options(suite)
+    reason = offline_reason(builder(suite).hosts(options))
+    if reason:
+        raise DataNotFound(
+            f"data folder {subdir}/ not found and {reason}: run `{command}` once with a "
+            f"network (it builds {root / subdir}/), or pass --prefalign-data DIR")
+    progress = Progress(suite.name)
+    progress.say(f"no data folder {subdir}/ found: fetching it into {root} (`{command}`)")
+    try:
+        fetch_suite(suite, root, options, progress=progress)
+    except FetchError as exc:
+        raise DataNotFound(f"fetching {subdir}/ into {root} failed: {exc} "
+                           f"(`{command}` tries again)") from None
+    return root
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def fetch_main(argv: list[str]) -> int:
+    """``prefalign data fetch``: build each SUITE's data folder (default: every suite that needs
+    a data directory) in DIR (default: the user cache), with a MANIFEST.json."""
+    suites = fetchable_suites()
+    parser = _parser(suites)
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.suites if name not in suites]
+    if unknown:
+        parser.error(f"no fetchable suite {unknown[0]!r}; fetchable: {', '.join(sorted(suites))}")
+    names = args.suites or [n for n, s in sorted(suites.items()) if _needs_folder(s)]
+    root = Path(args.to).expanduser().resolve() if args.to else default_root()
+    if args.check:
+        return _check(root, [suites[n] for n in names])
+    failed = False
+    for name in names:
+        suite = suites[name]
+        progress = Progress(name)
+        reason = offline_reason(builder(suite).hosts(args))
+        try:
+            if reason:
+                raise FetchError(f"{reason}; a local source needs no network "
+                                 f"(see prefalign data fetch --help)")
+            fetch_suite(suite, root, args, force=args.force, progress=progress)
+        except FetchError as exc:
+            print(f"prefalign data fetch: {name}: error: {exc}", file=sys.stderr)
+            failed = True
+    if not failed:
+        print(f"Data directory: {root}" + ("" if args.to else " (the user cache: found by "
+                                           "pytest --prefalign without further settings)"))
+    return 1 if failed else 0
+
+
+def _parser(suites: dict[str, Any]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prefalign data fetch",
+        description="Build each SUITE's data folder from its public source, with a "
+        "MANIFEST.json (source, version, date, licence, attribution, SHA-256 of every file). "
+        "Without SUITE: every suite that needs a data directory.")
+    parser.add_argument("suites", nargs="*", metavar="SUITE",
+                        help=f"suites to fetch, of: {', '.join(sorted(suites))}")
+    parser.add_argument("--to", metavar="DIR", help="data directory to build in "
+                        f"(default: {default_root()})")
+    parser.add_argument("--force", action="store_true", help="build folders that are there again")
+    parser.add_argument("--check", action="store_true",
+                        help="check the folders against their MANIFEST.json instead of fetching")
+    for name, suite in sorted(suites.items()):
+        builder(suite).add_arguments(parser.add_argument_group(f"{name} ({suite.source}/)"))
+    return parser
+
+
+def _needs_folder(suite: Any) -> bool:
+    from pytest_prefalign.datadir import requires_data_dir
+
+    return requires_data_dir(suite, {})
+
+
+def _check(root: Path, suites: list[Any]) -> int:
+    bad = False
+    for suite in suites:
+        problems = check_manifest(root / suite.source)
+        for line in problems:
+            print(f"{suite.name}: {line}")
+        if not problems:
+            print(f"{suite.name}: {root / suite.source}: every file matches {MANIFEST}")
+        bad = bad or bool(problems)
+    return 1 if bad else 0
