@@ -115,6 +115,13 @@ class Suite(Protocol):
         """Fill ``data.train_pairs`` and ``data.test_pairs`` (a no-op where ``load`` did)."""
 
 
+def requires_data_dir(suite: Any, options: dict[str, str]) -> bool:
+    """Whether a suite needs a data folder: its ``requires_data_dir``, a bool or a function of
+    the suite's options (pref_lamp does without one when it reads the original LaMP-5 files)."""
+    requires = getattr(suite, "requires_data_dir", True)
+    return bool(requires(options) if callable(requires) else requires)
+
+
 class RewardMethod:
     """A reward method ``r_u(x, y)``, trained on a suite's training pairs.
 

@@ -20,9 +20,9 @@ hashes everything it depends on, each input named:
   training pairs, the generation items, the profiles), so suite options reach a key through the
   data they produce;
 - options and the seed, as given;
-- the code that computes it: ``code_version``, a hash of the syntax tree of its module and of
-  every first-party module that module imports (comments and docstrings do not count), with the
-  versions of the third-party libraries they import.
+- the code that computes it: ``versions.code_version``, a hash of the syntax tree of its module
+  and of every first-party module that module imports (comments and docstrings do not count),
+  with the versions of the third-party libraries they import.
 
 A change in any input is a miss. ``Disk`` keeps values by key under the user cache; with
 ``--prefalign-no-cache`` it is disabled, so everything is computed again and nothing is written.
@@ -35,29 +35,20 @@ pytest loads this module through the plugin on every run.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import contextvars
 import dataclasses
-import hashlib
-import importlib.metadata
-import importlib.util
-import inspect
 import shutil
-import sys
 import tempfile
-import textwrap
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Generic, TypeVar, cast
 
 from pytest_prefalign import storage
 
 SCHEMA = 2  # the layout of every key: bump it to invalidate every cache at once
-FIRST_PARTY = ("pytest_prefalign", "prefalign_methods", "prefalign_suites")
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -195,156 +186,6 @@ def profiles_fingerprint(profiles: Mapping[str, Iterable[Any]]) -> str:
     """Every user's profile entries, users in name order."""
     return storage.content_key([(user, records_fingerprint(profiles[user]))
                                 for user in sorted(profiles)])
-
-
-# --------------------------------------------------------------------------------------------
-# Code versions
-# --------------------------------------------------------------------------------------------
-
-# parsed syntax trees by (module, sha256 of its file), and import names -> distributions
-_TREES = Slot("parsed code", dict[tuple[str, str], tuple[str, tuple[str, ...], tuple[str, ...]]])
-_DISTRIBUTIONS = Slot("distributions", lambda: dict(importlib.metadata.packages_distributions()))
-
-
-def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
-    """A hash of the code behind ``obj`` (a class, function, instance or module): the syntax
-    tree of its module and of every module it imports from the project's packages or from its
-    own top-level package (type-checking imports left out), with the installed versions of the
-    third-party distributions those modules import. Editing a comment or a docstring keeps the
-    version; editing code, or upgrading a library the code imports, changes it."""
-    module = _module_of(obj)
-    roots = {*FIRST_PARTY, module.__name__.split(".")[0], *extra_roots}
-    trees: dict[str, str] = {}
-    libraries: set[str] = set()
-    todo = [(module.__name__, _file_of(module))]
-    while todo:
-        name, path = todo.pop()
-        if name in trees or path is None:
-            continue
-        digest, imported, third_party = _tree(path, name)
-        trees[name] = digest
-        libraries.update(third_party)
-        for dep in imported:
-            # this module's own effect on keys is versioned by SCHEMA
-            if dep.split(".")[0] in roots and dep not in trees and dep != __name__:
-                todo.append((dep, _find_file(dep)))
-    versions = sorted(_versions(libraries))
-    return storage.content_key("code", sorted(trees.items()), versions)
-
-
-def function_version(fn: Callable[..., Any]) -> str:
-    """A hash of one function's syntax tree (docstring and comments left out): for a value that
-    depends on a single function rather than on a whole module."""
-    # a callable object (a test's stand-in converter, say) is versioned by its class
-    target = fn if inspect.isfunction(fn) or inspect.isclass(fn) else type(fn)
-    tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
-    return storage.content_key("function", _dump(tree))
-
-
-def library_versions(*names: str) -> dict[str, str | None]:
-    """Installed versions of these distributions (None where one is missing)."""
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _module_of(obj: Any) -> ModuleType:
-    if isinstance(obj, ModuleType):
-        return obj
-    name = getattr(obj, "__module__", None) or type(obj).__module__
-    module = sys.modules.get(name)
-    if module is None:
-        raise ValueError(f"code_version: the module {name!r} of {obj!r} is not imported")
-    return module
-
-
-def _file_of(module: ModuleType) -> Path | None:
-    path = getattr(module, "__file__", None)
-    return Path(path) if path and path.endswith(".py") else None
-
-
-def _find_file(name: str) -> Path | None:
-    module = sys.modules.get(name)
-    if module is not None:
-        return _file_of(module)
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    origin = spec.origin if spec is not None else None
-    return Path(origin) if origin and origin.endswith(".py") else None
-
-
-def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """(digest of the syntax tree, modules it imports, third-party top-level names), memoised
-    by the file's content."""
-    source = path.read_bytes()
-    memo_key = (name, hashlib.sha256(source).hexdigest())
-    trees = PROCESS[_TREES]
-    if memo_key not in trees:
-        tree = ast.parse(source, filename=str(path))
-        is_package = path.name == "__init__.py"
-        imported = tuple(sorted(set(_imports(tree, name, is_package))))
-        stdlib = sys.stdlib_module_names
-        third_party = tuple(sorted({m.split(".")[0] for m in imported}
-                                   - set(stdlib) - set(FIRST_PARTY) - {name.split(".")[0]}))
-        trees[memo_key] = (storage.content_key(_dump(tree)), imported, third_party)
-    return trees[memo_key]
-
-
-def _dump(tree: ast.AST) -> str:
-    """The tree without docstrings and without positions: what the code does, not how it is
-    laid out or documented."""
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
-                and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value,
-                                                                           str):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
-
-
-def _imports(tree: ast.AST, name: str, is_package: bool) -> Iterator[str]:
-    """Every module ``import`` names, anywhere in the file (imports inside functions run too),
-    except under ``if TYPE_CHECKING:``; ``from a import b`` gives ``a`` and ``a.b``."""
-    package = name if is_package else name.rpartition(".")[0]
-    for node in _runtime_nodes(tree):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            yield base
-            yield from (f"{base}.{alias.name}" for alias in node.names)
-
-
-def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child.test):
-            yield from (n for stmt in child.orelse for n in [stmt, *_runtime_nodes(stmt)])
-            continue
-        yield child
-        yield from _runtime_nodes(child)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _versions(top_level: Iterable[str]) -> Iterator[tuple[str, str | None]]:
-    distributions = PROCESS[_DISTRIBUTIONS]
-    for name in top_level:
-        for dist in distributions.get(name, []):
-            yield from library_versions(dist).items()
 
 
 # --------------------------------------------------------------------------------------------

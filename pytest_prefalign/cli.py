@@ -88,7 +88,7 @@ def _compare_parser() -> argparse.ArgumentParser:
     parser.add_argument("current", help="run file (path) or saved baseline name")
     parser.add_argument(
         "--fail", action="append", type=compare.parse_thresholds, default=[], metavar="EXPR",
-        help=f"gate, {compare.FORM}; comma-separated or repeated",
+        help=f"gate, {compare.form()}; comma-separated or repeated",
     )  # fmt: skip
     parser.add_argument("--alpha", type=compare.parse_alpha, default=0.05,
                         help="significance level")

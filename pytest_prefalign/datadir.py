@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_prefalign import storage
-from pytest_prefalign.api import DataNotFound
+from pytest_prefalign.api import DataNotFound, requires_data_dir
 
 ENV = "PREFALIGN_DATA"
 
@@ -124,13 +124,6 @@ def _from_ini(text: str, rootdir: Path | None) -> Path:
     return path.resolve()
 
 
-def requires_data_dir(suite: Any, options: dict[str, str]) -> bool:
-    """Whether a suite needs a data folder: its ``requires_data_dir``, a bool or a function of
-    the suite's options (pref_lamp does without one when it reads the original LaMP-5 files)."""
-    requires = getattr(suite, "requires_data_dir", True)
-    return bool(requires(options) if callable(requires) else requires)
-
-
 # -- the ``prefalign data`` command ---------------------------------------------------------------
 
 
@@ -148,6 +141,8 @@ def data_main(argv: list[str]) -> int:
     ini, inifile = ini_data_value(Path.cwd())
     places = data_places(option=args.data, ini=ini, rootdir=inifile.parent if inifile else None)
     missing = False
+    from pytest_prefalign.fetch import registered_suites
+
     for suite in registered_suites():
         found = next((p.path for p in places if p.path is not None and p.holds(suite.source)), None)
         if found is not None:
@@ -167,20 +162,6 @@ def data_main(argv: list[str]) -> int:
         origin = f" (from {inifile})" if place.label.startswith("ini") and inifile else ""
         print(f"  {n}. {place.label}: {place.path or 'not set'}{origin}")
     return 1 if missing else 0
-
-
-def registered_suites() -> list[Any]:
-    """The suites registered through the ``prefalign`` entry points, by name."""
-    import pytest
-
-    from pytest_prefalign import hookspec, registry
-
-    manager = pytest.PytestPluginManager()
-    manager.add_hookspecs(hookspec)
-    found = registry.load(manager)
-    for failure in found.failures:
-        print(f"warning: {failure}")
-    return [entry.obj for _, entry in sorted(found.suites.items())]
 
 
 def ini_data_value(start: Path) -> tuple[str | None, Path | None]:

@@ -98,7 +98,6 @@ class Progress:
 
 def fetchable_suites() -> dict[str, Any]:
     """Registered suites that name a builder (``fetcher``), by name."""
-    from pytest_prefalign.datadir import registered_suites
 
     return {s.name: s for s in registered_suites() if getattr(s, "fetcher", None)}
 
@@ -227,7 +226,7 @@ def fetch_missing(subdir: str, root: Path | None = None) -> Path | None:
     """Fetch ``subdir`` into the user cache for a run that found it nowhere; returns the data
     directory that now holds it, or None where no suite that needs a data directory builds
     ``subdir``. Offline, or when the fetch fails, raises DataNotFound with one line."""
-    from pytest_prefalign.datadir import requires_data_dir
+    from pytest_prefalign.api import requires_data_dir
 
     root = root or default_root()
     suite = next((s for s in fetchable_suites().values()
@@ -305,7 +304,7 @@ def _parser(suites: dict[str, Any]) -> argparse.ArgumentParser:
 
 
 def _needs_folder(suite: Any) -> bool:
-    from pytest_prefalign.datadir import requires_data_dir
+    from pytest_prefalign.api import requires_data_dir
 
     return requires_data_dir(suite, {})
 
@@ -320,3 +319,19 @@ def _check(root: Path, suites: list[Any]) -> int:
             print(f"{suite.name}: {root / suite.source}: every file matches {MANIFEST}")
         bad = bad or bool(problems)
     return 1 if bad else 0
+
+
+def registered_suites() -> list[Any]:
+    """The suites registered through the ``prefalign`` entry points, by name, outside a pytest
+    run (the ``prefalign data`` commands); an entry point that fails to load is a warning."""
+    import pytest
+
+    from pytest_prefalign import hookspec
+    from pytest_prefalign.registry import load
+
+    manager = pytest.PytestPluginManager()
+    manager.add_hookspecs(hookspec)
+    found = load(manager)
+    for failure in found.failures:
+        print(f"warning: {failure}")
+    return [entry.obj for _, entry in sorted(found.suites.items())]

@@ -44,6 +44,31 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def memoised_sha256(path: Path) -> str:
+    """The file's sha256, remembered by (path, size, mtime) in ``<cache>/models/sha256.json``:
+    hashing a 100 MB file each load would cost more than loading the converted model."""
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo_path = cache_dir("models") / "sha256.json"
+    known = _read_memo(memo_path)
+    if key in known:
+        return known[key]
+    digest = file_sha256(path)
+    with locked(memo_path):
+        known = _read_memo(memo_path)
+        known[key] = digest
+        atomic_write_json(memo_path, known)
+    return digest
+
+
+def _read_memo(path: Path) -> dict[str, str]:
+    try:
+        data = read_json(path)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_prefalign import cache
+from pytest_prefalign import cache, versions
 from pytest_prefalign.api import Item, Pair, ProfileEntry
 
 
@@ -98,7 +98,7 @@ def version(package: Path) -> str:
         del sys.modules[name]
     import mypkg.main
 
-    return cache.code_version(mypkg.main.reward)
+    return versions.code_version(mypkg.main.reward)
 
 
 def test_code_version_ignores_comments_docstrings_and_layout(package: Path) -> None:
@@ -134,8 +134,8 @@ def test_code_version_includes_the_libraries_the_code_imports(
         package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (package / "helper.py").write_text("import numpy\n" + HELPER)
     first = version(package)
-    real = cache.library_versions
-    monkeypatch.setattr(cache, "library_versions", lambda *names: {
+    real = versions.library_versions
+    monkeypatch.setattr(versions, "library_versions", lambda *names: {
         n: ("0.0.1" if n == "numpy" else v) for n, v in real(*names).items()})
     assert version(package) != first
 
@@ -145,7 +145,7 @@ def test_code_version_of_a_project_module_follows_its_first_party_imports() -> N
     from pytest_prefalign.runtime.lm import LM
 
     captured = {}
-    real = cache.storage.content_key
+    real = versions.storage.content_key
 
     def spy(*parts):
         if parts and parts[0] == "code":
@@ -154,10 +154,10 @@ def test_code_version_of_a_project_module_follows_its_first_party_imports() -> N
         return real(*parts)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cache.storage, "content_key", spy)
-        cache.code_version(LoRe)
+        mp.setattr(versions.storage, "content_key", spy)
+        versions.code_version(LoRe)
         lore = captured.copy()
-        cache.code_version(LM)
+        versions.code_version(LM)
     assert {"prefalign_methods.rewards.lore", "prefalign_methods.rewards.bt_heads",
             "prefalign_methods.rewards.features"} <= set(lore["modules"])
     assert "pytest_prefalign.cache" not in lore["modules"]  # versioned by cache.SCHEMA
@@ -244,14 +244,14 @@ def test_active_disk_is_the_user_cache_unless_a_run_sets_one(
 def test_function_version_follows_one_function_only(package: Path) -> None:
     import mypkg.main
 
-    first = cache.function_version(mypkg.main.reward)
+    first = versions.function_version(mypkg.main.reward)
     (package / "helper.py").write_text(HELPER.replace("2 * x", "3 * x"))  # another function
     (package / "main.py").write_text(MAIN.replace("# the reward of x", "# a comment"))
     version(package)
-    assert cache.function_version(sys.modules["mypkg.main"].reward) == first
+    assert versions.function_version(sys.modules["mypkg.main"].reward) == first
     (package / "main.py").write_text(MAIN.replace("+ 1", "+ 2"))
     version(package)
-    assert cache.function_version(sys.modules["mypkg.main"].reward) != first
+    assert versions.function_version(sys.modules["mypkg.main"].reward) != first
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,8 +282,8 @@ def test_features_are_keyed_by_model_texts_and_code(tiny_lm, tmp_path: Path, cha
     elif change == "model":
         lm = build_tiny_lm(1)
     elif change == "code":
-        real = cache.code_version
-        monkeypatch.setattr(cache, "code_version", lambda obj: real(obj) + "-edited")
+        real = versions.code_version
+        monkeypatch.setattr(versions, "code_version", lambda obj: real(obj) + "-edited")
     assert hits(lm, texts) == [change == "nothing"]
 
 
@@ -315,6 +315,6 @@ def test_the_independent_judge_is_keyed_by_config_code_encoder_and_its_pairs(
     elif change == "config":
         config = dataclasses.replace(config, l2_user=0.5)
     elif change == "code":
-        real = cache.code_version
-        monkeypatch.setattr(cache, "code_version", lambda obj: real(obj) + "-edited")
+        real = versions.code_version
+        monkeypatch.setattr(versions, "code_version", lambda obj: real(obj) + "-edited")
     assert fit(pairs, config) is (change in ("nothing", "rejected"))

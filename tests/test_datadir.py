@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_prefalign import datadir
+from pytest_prefalign import datadir, fetch
 from pytest_prefalign.api import DataNotFound
 from pytest_prefalign.datadir import data_places, find_data_dir, ini_data_value, suite_folder
 
@@ -137,7 +137,7 @@ def test_data_command_lists_suites_and_places(tmp_path, monkeypatch, capsys):
     (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = data\n")
     give(tmp_path / "data")
     suites = [Suite("pref_lamp", "acl-anthology"), Suite("tldr", "openai/x", False)]
-    monkeypatch.setattr(datadir, "registered_suites", lambda: suites)
+    monkeypatch.setattr(fetch, "registered_suites", lambda: suites)
     assert datadir.data_main([]) == 0
     out = capsys.readouterr().out
     assert f"  data: {tmp_path / 'data' / 'acl-anthology'}" in out

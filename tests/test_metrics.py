@@ -1,4 +1,4 @@
-"""Known answers for the metrics of SPEC section 3, worked out by hand in the comments."""
+"""Known answers for the metrics of docs/metrics.md, worked out by hand in the comments."""
 
 from __future__ import annotations
 

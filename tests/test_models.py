@@ -300,7 +300,7 @@ def test_a_changed_gguf_is_hashed_again(fake_smol: tuple[Path, FakeConverter]) -
 def test_a_new_converter_or_library_version_converts_again(
         fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch,
         change: str) -> None:
-    from pytest_prefalign import cache
+    from pytest_prefalign import versions
 
     _, converter = fake_smol
     first = load_lm(SMOL, device="cpu")
@@ -311,12 +311,12 @@ def test_a_new_converter_or_library_version_converts_again(
     assert len(converter.calls) == 1
     clear_loaded()
     if change == "library":
-        real = cache.library_versions
-        monkeypatch.setattr(cache, "library_versions", lambda *names: {
+        real = versions.library_versions
+        monkeypatch.setattr(versions, "library_versions", lambda *names: {
             **real(*names), "transformers": "0.0.0"})
     else:
-        real_version = cache.function_version
-        monkeypatch.setattr(cache, "function_version", lambda fn: real_version(fn) + "-edited")
+        real_version = versions.function_version
+        monkeypatch.setattr(versions, "function_version", lambda fn: real_version(fn) + "-edited")
     again = load_lm(SMOL, device="cpu")
     assert len(converter.calls) == 2
     assert again.weights_fingerprint != first.weights_fingerprint

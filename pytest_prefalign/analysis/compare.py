@@ -22,7 +22,13 @@ from pytest_prefalign.analysis.stats import mcnemar_exact, paired_bootstrap
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 _THRESHOLD = re.compile(r"(?P<metric>[A-Za-z0-9_]+):(?P<number>\d+(?:\.\d*)?|\.\d+)(?P<unit>\S*)")
-FORM = "METRIC:Npp, e.g. policy_acc:2pp (METRIC one of " + ", ".join(catalogue.GATEABLE) + ")"
+
+
+def form() -> str:
+    """The accepted form of a threshold, for messages."""
+    return f"METRIC:Npp, e.g. policy_acc:2pp (METRIC one of {', '.join(catalogue.gateable())})"
+
+
 # a drop equal to the tolerance is not larger than it, whatever float subtraction says
 _EPS = 1e-9
 
@@ -60,10 +66,11 @@ def parse_threshold(text: str) -> Threshold:
     """
     match = _THRESHOLD.fullmatch(text.strip().replace(" ", ""))
     if not match:
-        raise argparse.ArgumentTypeError(f"invalid threshold {text!r}: expected {FORM}")
+        raise argparse.ArgumentTypeError(f"invalid threshold {text!r}: expected {form()}")
     metric, unit = match["metric"], match["unit"]
-    if metric not in catalogue.GATEABLE:
-        raise argparse.ArgumentTypeError(f"unknown metric {metric!r} in {text!r}: expected {FORM}")
+    if metric not in catalogue.gateable():
+        raise argparse.ArgumentTypeError(
+            f"unknown metric {metric!r} in {text!r}: expected {form()}")
     if unit != "pp":
         got = f"unit {unit!r}" if unit else "no unit"
         raise argparse.ArgumentTypeError(
@@ -77,7 +84,7 @@ def parse_thresholds(text: str) -> list[Threshold]:
     """A comma-separated list, ``policy_acc:2pp,rouge1:1pp``; each metric at most once."""
     parts = text.split(",")
     if any(not part.strip() for part in parts):
-        raise argparse.ArgumentTypeError(f"empty threshold in {text!r}: expected {FORM}[,...]")
+        raise argparse.ArgumentTypeError(f"empty threshold in {text!r}: expected {form()}[,...]")
     thresholds = [parse_threshold(part) for part in parts]
     check_unique(thresholds)
     return thresholds
@@ -223,7 +230,7 @@ def _shared_metrics(key: Key, old: CaseResult, new: CaseResult, gates: Mapping[s
     """Metrics with a value in both runs, with both values; a gated one in only one run is an
     error (the gate could not be checked)."""
     shared = []
-    for metric in catalogue.COMPARED:
+    for metric in catalogue.compared():
         before, after = _metric(old, metric.name), _metric(new, metric.name)
         if before is not None and after is not None:
             shared.append((metric, (before, after)))

@@ -1,4 +1,4 @@
-"""The metrics of SPEC section 3: ROUGE, pair outcomes, micro/macro accuracy, bootstrap intervals.
+"""The metrics of docs/metrics.md: ROUGE, pair outcomes, micro/macro accuracy, bootstrap intervals.
 
 Pure numpy (and ``rouge-score`` for ROUGE). Every interval is a *cluster* bootstrap over users:
 a user's pairs are not independent of each other (same user, same reward head), so resampling
@@ -127,8 +127,8 @@ def bootstrap_ci(
     """Percentile interval of a statistic of ``values`` when *users* are resampled with replacement.
 
     ``macro``: mean over drawn users of each user's mean. ``micro``: mean over all values of the
-    drawn users (a user drawn twice counts twice). ``mean`` is ``micro`` under the name SPEC uses
-    for ROUGE ("mean over items"). No values gives ``(nan, nan)``.
+    drawn users (a user drawn twice counts twice). ``mean`` is ``micro`` under the name
+    docs/metrics.md uses for ROUGE ("mean over items"). No values gives ``(nan, nan)``.
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")

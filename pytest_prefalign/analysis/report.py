@@ -184,13 +184,14 @@ def _meta(run: RunFile) -> str:
     return f'<p class="meta">{html.escape(" · ".join(str(p) for p in parts))}</p>'
 
 
-# the page shows the circular win rate beside the leaderboard's columns, marked as such
-EXTRA_COLUMNS = (dataclasses.replace(catalogue.BY_NAME["win_self"],
-                                     title="win, own RM (circular)"),)
+def _extra_columns() -> list[catalogue.Metric]:
+    """The page shows the circular win rate beside the leaderboard's columns, marked as such."""
+    return [dataclasses.replace(m, title="win, own RM (circular)") for m in catalogue.METRICS
+            if m.name == "win_self"]
 
 
 def _leaderboard(suite: str, size: str, rows: list[CaseResult]) -> str:
-    present = table.columns(rows, EXTRA_COLUMNS)
+    present = table.columns(rows, _extra_columns())
     body = [[rank, row.method, *(table.fmt(row, m) for m in present),
              f"{row.timings.get('total_s', 0):.1f}s"]
             for rank, row in enumerate(table.ordered(rows), 1)]

@@ -64,7 +64,7 @@ def ordered(rows: Sequence[CaseResult]) -> list[CaseResult]:
 def columns(rows: Sequence[CaseResult], extra: Sequence[catalogue.Metric] = ()
             ) -> list[catalogue.Metric]:
     """The leaderboard's metric columns that some row has, in catalogue order."""
-    return [m for m in (*catalogue.COLUMNS, *extra) if any(m.name in r.metrics for r in rows)]
+    return [m for m in (*catalogue.columns(), *extra) if any(m.name in r.metrics for r in rows)]
 
 
 def table(rows: Sequence[CaseResult]) -> str:

@@ -182,7 +182,7 @@ def check(result: CaseResult, floors: Sequence[tuple[str, float]]) -> list[str]:
     its range, or below a floor the user set (``(metric, value)`` pairs)."""
     problems = []
     for name, value in result.metrics.items():
-        metric = catalogue.BY_NAME.get(name)
+        metric = catalogue.find(name)
         if metric is None:
             problems.append(f"metric {name} is not in the catalogue")
         elif not (isinstance(value, float) and math.isfinite(value)) \

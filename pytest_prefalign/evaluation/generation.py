@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_prefalign import cache
+from pytest_prefalign import cache, versions
 from pytest_prefalign.analysis import metrics
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.registry import MethodName
@@ -48,10 +48,10 @@ def generation_key(ctx: CaseContext, method: MethodName, factory: Any,
     and the in-context examples) and the exact items and profiles."""
     data = ctx.data
     return cache.make_key(
-        "generations", method=str(method), decoder=cache.code_version(factory),
+        "generations", method=str(method), decoder=versions.code_version(factory),
         options=dataclasses.asdict(ctx.options), seed=ctx.seed, model=ctx.lm.fingerprint,
         reward=reward.digest if reward is not None else None,
-        suite=f"{data.suite}@{cache.code_version(ctx.suite)}",
+        suite=f"{data.suite}@{versions.code_version(ctx.suite)}",
         items=cache.records_fingerprint(data.items),
         profiles=cache.profiles_fingerprint(data.profiles))
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_prefalign import cache
+from pytest_prefalign import cache, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.guard import GuardedReward
@@ -66,12 +66,13 @@ def locate_data(run: RunContext, suite: Suite, options: dict[str, str]
                 ) -> tuple[Path | None, str | None]:
     """The suite's own data folder, or None (with the places searched) for a suite that can do
     without one; raises DataNotFound for a suite that needs one."""
-    from pytest_prefalign.datadir import find_data_dir, requires_data_dir
+    from pytest_prefalign.api import requires_data_dir
+    from pytest_prefalign.datadir import find_data_dir
 
     settings = run.settings
     try:
         root = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
-                             rootdir=settings.rootdir)
+                             rootdir=settings.rootdir, fetch=requires_data_dir(suite, options))
     except DataNotFound as exc:
         if requires_data_dir(suite, options):
             raise
@@ -118,5 +119,5 @@ def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pai
                ) -> cache.Key:
     """What a fitted reward method depends on."""
     return cache.make_key("rewards", method=reward.name, config=reward.fingerprint(),
-                          code=cache.code_version(factory), model=lm.fingerprint,
+                          code=versions.code_version(factory), model=lm.fingerprint,
                           train_pairs=cache.records_fingerprint(train_pairs))

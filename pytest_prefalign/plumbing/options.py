@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_prefalign import method_options
+from pytest_prefalign.analysis import catalogue
 
 DEFAULT_LIMIT = 2  # users; keeps the default main job (all methods) to minutes on 2 CPU cores
-METRICS = ("rouge1", "rougeL", "rm_acc", "rm_acc_micro", "policy_acc", "policy_acc_micro")
 
 
 def comma_list(text: str) -> list[str]:
@@ -42,9 +42,10 @@ class Floor:
     def parse(cls, text: str) -> Floor:
         metric, sep, raw = text.partition("=")
         metric = metric.strip()
-        if not sep or metric not in METRICS:
+        if not sep or metric not in catalogue.names():
             raise argparse.ArgumentTypeError(
-                f"{text!r}: expected METRIC=VALUE with METRIC one of {', '.join(METRICS)}")
+                f"{text!r}: expected METRIC=VALUE with METRIC one of "
+                f"{', '.join(catalogue.names())}")
         try:
             value = float(raw)
         except ValueError:

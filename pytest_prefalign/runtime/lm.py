@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_prefalign.cache import PROCESS, Lru, Slot, code_version
+from pytest_prefalign.cache import PROCESS, Lru, Slot
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
 from pytest_prefalign.runtime.decoding import (
     KV,
@@ -34,6 +34,7 @@ from pytest_prefalign.runtime.prefill import (
     pad,
 )
 from pytest_prefalign.storage import content_key
+from pytest_prefalign.versions import code_version
 
 __all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad"]
 

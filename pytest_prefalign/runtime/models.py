@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from pytest_prefalign import cache, storage
+from pytest_prefalign import cache, storage, versions
 from pytest_prefalign.runtime.lm import LM
 
 DEFAULT_MODELS: dict[str, str] = {
@@ -223,7 +223,7 @@ def _locate_gguf(name: str, entry: Embedded) -> tuple[str, Callable[[], Path]]:
     path = Path(list(found.submodule_search_locations)[0]) / SMOLLM2_GGUF
     if not path.is_file():
         raise _missing(entry, str(path))
-    return memoised_sha256(path), lambda: path
+    return storage.memoised_sha256(path), lambda: path
 
 
 def _gemma_gguf(entry: Embedded) -> tuple[str, Callable[[], Path]]:
@@ -244,8 +244,8 @@ def _gemma_gguf(entry: Embedded) -> tuple[str, Callable[[], Path]]:
 def conversion_key(digest: str) -> cache.Key:
     """What a converted folder depends on: the GGUF file (its sha256), the converter's code and
     the libraries that dequantize and write it."""
-    return cache.make_key("models", gguf=digest, converter=cache.function_version(convert_gguf),
-                          libraries=cache.library_versions("transformers", "gguf", "torch",
+    return cache.make_key("models", gguf=digest, converter=versions.function_version(convert_gguf),
+                          libraries=versions.library_versions("transformers", "gguf", "torch",
                                                            "safetensors"))
 
 
@@ -299,31 +299,6 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     plain.load_state_dict(loaded.state_dict())
     plain.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-
-
-def memoised_sha256(path: Path) -> str:
-    """The file's sha256, remembered by (path, size, mtime) in ``<cache>/models/sha256.json``:
-    hashing a 100 MB file each load would cost more than loading the converted model."""
-    stat = path.stat()
-    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    memo_path = storage.cache_dir("models") / "sha256.json"
-    known = _read_memo(memo_path)
-    if key in known:
-        return known[key]
-    digest = storage.file_sha256(path)
-    with storage.locked(memo_path):
-        known = _read_memo(memo_path)
-        known[key] = digest
-        storage.atomic_write_json(memo_path, known)
-    return digest
-
-
-def _read_memo(path: Path) -> dict[str, str]:
-    try:
-        data = storage.read_json(path)
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 # --- folders and hub ids -------------------------------------------------------------------
@@ -382,7 +357,7 @@ def _file_digest(path: Path) -> str:
     real = path.resolve()
     if real.parent.name == "blobs":  # huggingface_hub's cache layout
         return real.name
-    return memoised_sha256(real)
+    return storage.memoised_sha256(real)
 
 
 def _hub_fingerprint(repo_id: str, model: Any) -> str:

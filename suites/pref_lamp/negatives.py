@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefalign_suites.records import Problems, normalise_ws
-from pytest_prefalign import cache, storage
+from pytest_prefalign import cache, storage, versions
 from pytest_prefalign.api import Pair
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,7 +130,7 @@ def generated(
         reference=reference.fingerprint,
         max_new_tokens=max_new_tokens,
         batch_size=batch_size,
-        code=cache.code_version(cached_generations),
+        code=versions.code_version(cached_generations),
     )
     path = cache_dir / f"titles-{key.digest}.json"
     titles, generated_now = cached_generations(
