@@ -97,9 +97,12 @@ def main() -> None:
     if args.icl:
         sets["ICL"] = [icl_prompt(papers) for papers in authors]
     gen = {"k": args.k, "w": args.w, "max_new_tokens": args.tokens}
-    print(f"model: SmolLM2-135M-Instruct, fp32, {args.threads} threads "
-          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}); reward: {reward_kind}; "
-          f"k = {args.k}, w = {args.w}, {args.tokens} new tokens, greedy", flush=True)
+    print(
+        f"model: SmolLM2-135M-Instruct, fp32, {args.threads} threads "
+        f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}); reward: {reward_kind}; "
+        f"k = {args.k}, w = {args.w}, {args.tokens} new tokens, greedy",
+        flush=True,
+    )
 
     runs: dict[str, list[Run]] = {}
     for name, prompts in sets.items():
@@ -110,21 +113,32 @@ def main() -> None:
             ("per-candidate cache", args.per_candidate_prompts, per_candidate_cache_generate, {}),
         ]
         if name == "plain":
-            plan.append(("full recompute", args.full_recompute_prompts, full_recompute_generate,
-                         {"max_new_tokens": args.full_recompute_tokens or args.tokens}))
-        runs[name] = [timed(label, n, fn, lm, reward, users[:n], prompts[:n],
-                            **{**gen, **extra}) for label, n, fn, extra in plan if n > 0]
+            plan.append(
+                (
+                    "full recompute",
+                    args.full_recompute_prompts,
+                    full_recompute_generate,
+                    {"max_new_tokens": args.full_recompute_tokens or args.tokens},
+                )
+            )
+        runs[name] = [
+            timed(label, n, fn, lm, reward, users[:n], prompts[:n], **{**gen, **extra})
+            for label, n, fn, extra in plan
+            if n > 0
+        ]
     report(runs, lm)
 
 
-def timed(label: str, n: int, fn: Callable[..., list[list[int]]], *args: Any,
-          **kwargs: Any) -> Run:
+def timed(label: str, n: int, fn: Callable[..., list[list[int]]], *args: Any, **kwargs: Any) -> Run:
     args[0].prefills.clear()  # each strategy starts cold: no prompt prefill kept from before
     start = time.perf_counter()
     tokens = fn(*args, **kwargs)
     run = Run(label, n, tokens, time.perf_counter() - start)
-    print(f"  {label}: {run.generated} tokens in {run.seconds:.1f} s = {run.rate:.2f} tok/s "
-          f"(load average {os.getloadavg()[0]:.1f})", flush=True)
+    print(
+        f"  {label}: {run.generated} tokens in {run.seconds:.1f} s = {run.rate:.2f} tok/s "
+        f"(load average {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
     return run
 
 
@@ -137,21 +151,45 @@ def report(runs: dict[str, list[Run]], lm: Any) -> None:
         ours = group[0]
         for run in group:
             # a run with fewer new tokens must give the start of ours (greedy: a prefix)
-            agrees = all(t == o[:len(t)] for t, o in zip(run.tokens, ours.tokens, strict=False))
+            agrees = all(t == o[: len(t)] for t, o in zip(run.tokens, ours.tokens, strict=False))
             same = same and agrees
-            rows.append([name, run.strategy, run.prompts, run.generated, f"{run.seconds:.1f}",
-                         f"{run.rate:.2f}", f"{ours.rate / run.rate:.1f}x",
-                         "yes" if agrees else "no"])
+            rows.append(
+                [
+                    name,
+                    run.strategy,
+                    run.prompts,
+                    run.generated,
+                    f"{run.seconds:.1f}",
+                    f"{run.rate:.2f}",
+                    f"{ours.rate / run.rate:.1f}x",
+                    "yes" if agrees else "no",
+                ]
+            )
     print()
-    print(tabulate(rows, headers=["prompts", "strategy", "n", "tokens", "seconds", "tok/s",
-                                  "ours is", "same tokens"]))
+    print(
+        tabulate(
+            rows,
+            headers=[
+                "prompts",
+                "strategy",
+                "n",
+                "tokens",
+                "seconds",
+                "tok/s",
+                "ours is",
+                "same tokens",
+            ],
+        )
+    )
     print(f"\nexample output: {lm.tokenizer.decode(runs['plain'][0].tokens[0])!r}")
     plain = {run.strategy: run.rate for run in runs["plain"]}
     fast = plain["args (ours, batched)"]
     full = ratio(fast, plain.get("full recompute"))
     cand = ratio(fast, plain.get("per-candidate cache"))
-    print(f"args speedup vs full-recompute: {full}x, vs per-candidate-cache: {cand}x "
-          f"(same tokens: {'yes' if same else 'no'})")
+    print(
+        f"args speedup vs full-recompute: {full}x, vs per-candidate-cache: {cand}x "
+        f"(same tokens: {'yes' if same else 'no'})"
+    )
 
 
 def ratio(ours: float, other: float | None) -> str:
@@ -182,8 +220,14 @@ def read_authors(folder: Path, n: int) -> list[list[Paper]]:
     chosen = []
     for author in authors[:n]:
         own = [papers[i] for i in reversed(author["paper_ids"]) if i in papers]
-        chosen.append([Paper(author["user_id"], " ".join(p["abstract"].split()),
-                             " ".join(p["title"].split())) for p in own])
+        chosen.append(
+            [
+                Paper(
+                    author["user_id"], " ".join(p["abstract"].split()), " ".join(p["title"].split())
+                )
+                for p in own
+            ]
+        )
     return chosen
 
 
@@ -198,8 +242,9 @@ def icl_prompt(papers: Sequence[Paper]) -> str:
     from prefalign_suites.pref_lamp.suite import PrefLamp
     from pytest_prefalign.api import ProfileEntry
 
-    examples = [ProfileEntry(f"ex{i}", p.abstract, p.title)
-                for i, p in enumerate(papers[1:1 + EXAMPLES])]
+    examples = [
+        ProfileEntry(f"ex{i}", p.abstract, p.title) for i, p in enumerate(papers[1 : 1 + EXAMPLES])
+    ]
     return build(PrefLamp(), examples, plain_prompt(papers[0]))
 
 
@@ -215,9 +260,16 @@ def build_reward(lm: Any, authors: list[list[Paper]]) -> tuple[Any, str]:
     pairs = []
     for a, papers in enumerate(authors):
         others = authors[(a + 1) % len(authors)]
-        for j, paper in enumerate(papers[1 + EXAMPLES:3 + EXAMPLES]):
-            pairs.append(Pair(f"{a}-{j}", paper.user, plain_prompt(paper), paper.title,
-                              others[(j + 1) % len(others)].title))
+        for j, paper in enumerate(papers[1 + EXAMPLES : 3 + EXAMPLES]):
+            pairs.append(
+                Pair(
+                    f"{a}-{j}",
+                    paper.user,
+                    plain_prompt(paper),
+                    paper.title,
+                    others[(j + 1) % len(others)].title,
+                )
+            )
     reward = GlobalBT()
     with tempfile.TemporaryDirectory() as cache:
         reward.fit(lm, pairs, Path(cache))
@@ -232,32 +284,39 @@ class RandomHead:
 
     def __init__(self, hidden_size: int) -> None:
         gen = torch.Generator().manual_seed(0)
-        self.w = torch.randn(hidden_size, generator=gen) / hidden_size ** 0.5
+        self.w = torch.randn(hidden_size, generator=gen) / hidden_size**0.5
 
     def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.w.to(hidden.dtype)
 
-    def prefix_rewards(self, lm: Any, users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> list[np.ndarray]:
+    def prefix_rewards(
+        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         return [(h @ self.w).double().numpy() for h in lm.response_hidden(prompts, responses)]
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data",
-                        help="the folder holding acl-anthology/ (default: ../shared/data)")
+    parser.add_argument(
+        "--data", help="the folder holding acl-anthology/ (default: ../shared/data)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=8, help="prompts of each kind (ours)")
     parser.add_argument("--per-candidate-prompts", type=int, default=2)
     parser.add_argument("--full-recompute-prompts", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=20, help="new tokens per prompt")
-    parser.add_argument("--full-recompute-tokens", type=int, default=10,
-                        help="new tokens per prompt for full recompute, whose output must be "
-                             "the start of ours (0: --tokens)")
+    parser.add_argument(
+        "--full-recompute-tokens",
+        type=int,
+        default=10,
+        help="new tokens per prompt for full recompute, whose output must be "
+        "the start of ours (0: --tokens)",
+    )
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--w", type=float, default=1.0)
-    parser.add_argument("--no-icl", dest="icl", action="store_false",
-                        help="skip the ICL-length prompts")
+    parser.add_argument(
+        "--no-icl", dest="icl", action="store_false", help="skip the ICL-length prompts"
+    )
     return parser.parse_args()
 
 

@@ -66,9 +66,13 @@ def main() -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=None,
-                        help="the prepared data folder (default: $PREFALIGN_DATA, else "
-                             "../shared/data beside the repository)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="the prepared data folder (default: $PREFALIGN_DATA, else "
+        "../shared/data beside the repository)",
+    )
     parser.add_argument("--pairs", type=int, default=64, help="pairs scored (2 responses each)")
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per forward pass")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -85,8 +89,9 @@ def find_data(option: Path | None) -> Path:
     folder = option or Path(os.environ.get("PREFALIGN_DATA") or REPO.parent / "shared" / "data")
     papers = folder / "acl-anthology"
     if not papers.is_dir():
-        raise SystemExit(f"no acl-anthology/ folder in {folder}: pass --data DIR or set "
-                         "PREFALIGN_DATA")
+        raise SystemExit(
+            f"no acl-anthology/ folder in {folder}: pass --data DIR or set PREFALIGN_DATA"
+        )
     return papers
 
 
@@ -98,8 +103,7 @@ def workload(papers_dir: Path, n_pairs: int) -> Workload:
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 rec = json.loads(line)
-                title, abstract = " ".join(rec["title"].split()), " ".join(
-                    rec["abstract"].split())
+                title, abstract = " ".join(rec["title"].split()), " ".join(rec["abstract"].split())
                 if title and abstract:
                     papers.append((abstract, title))
                 if len(papers) > n_pairs:
@@ -152,8 +156,9 @@ def flops(lm, work: Workload) -> tuple[int, float, float]:
     for prompt, response in zip(work.prompts, work.responses, strict=True):
         n = len(lm.response_ids(response))
         tokens += n
-        counted += (2 * linear + 2 * head) * n \
-            + attention(n, prompt_len[prompt], width, len(layers))
+        counted += (2 * linear + 2 * head) * n + attention(
+            n, prompt_len[prompt], width, len(layers)
+        )
     return tokens, 2.0 * params * tokens, counted
 
 
@@ -164,28 +169,40 @@ def attention(n: int, start: int, width: int, n_layers: int) -> float:
     return 4.0 * width * keys * n_layers
 
 
-def report(lm, work: Workload, seconds: float, rates: tuple[float, float],
-           args: argparse.Namespace) -> None:
+def report(
+    lm, work: Workload, seconds: float, rates: tuple[float, float], args: argparse.Namespace
+) -> None:
     tokens, by_params, counted = flops(lm, work)
     ceiling = max(rates)
     params = sum(p.numel() for p in lm.model.parameters())
     load = os.getloadavg()
     rows = [
-        ("model", f"{lm.name} ({params / 1e6:.1f}M parameters, fp32, "
-                  f"{args.threads} threads)"),
-        ("workload", f"{args.pairs} pairs, {len(work.responses)} responses, "
-                     f"{len(set(work.prompts))} prompts, batch {args.batch_size}"),
+        ("model", f"{lm.name} ({params / 1e6:.1f}M parameters, fp32, {args.threads} threads)"),
+        (
+            "workload",
+            f"{args.pairs} pairs, {len(work.responses)} responses, "
+            f"{len(set(work.prompts))} prompts, batch {args.batch_size}",
+        ),
         ("tokens read", f"{tokens}"),
         ("scoring time", f"{seconds:.2f} s (best of {args.repeats})"),
         ("throughput", f"{tokens / seconds:.0f} tokens/s"),
-        ("matmul ceiling", f"{ceiling / 1e9:.1f} GFLOP/s (fp32 {args.matmul_size}^2 matmul; "
-                           f"{rates[0] / 1e9:.1f} before scoring, {rates[1] / 1e9:.1f} after)"),
+        (
+            "matmul ceiling",
+            f"{ceiling / 1e9:.1f} GFLOP/s (fp32 {args.matmul_size}^2 matmul; "
+            f"{rates[0] / 1e9:.1f} before scoring, {rates[1] / 1e9:.1f} after)",
+        ),
         ("FLOPs/token, 2 x params", f"{by_params / tokens / 1e6:.0f} M"),
         ("FLOPs/token, counted", f"{counted / tokens / 1e6:.0f} M"),
-        ("achieved, 2 x params", f"{by_params / seconds / 1e9:.1f} GFLOP/s = "
-                                 f"{by_params / seconds / ceiling:.0%} of the ceiling"),
-        ("achieved, counted", f"{counted / seconds / 1e9:.1f} GFLOP/s = "
-                              f"{counted / seconds / ceiling:.0%} of the ceiling"),
+        (
+            "achieved, 2 x params",
+            f"{by_params / seconds / 1e9:.1f} GFLOP/s = "
+            f"{by_params / seconds / ceiling:.0%} of the ceiling",
+        ),
+        (
+            "achieved, counted",
+            f"{counted / seconds / 1e9:.1f} GFLOP/s = "
+            f"{counted / seconds / ceiling:.0%} of the ceiling",
+        ),
         ("load average (1, 5, 15 min)", " ".join(f"{x:.2f}" for x in load)),
     ]
     width = max(len(k) for k, _ in rows)

@@ -106,8 +106,9 @@ class Suite(Protocol):
     def example(self, entry: ProfileEntry) -> str:
         """One profile entry shown as an in-context example."""
 
-    def load(self, data_dir: Path | None, *, limit: int | None,
-             options: dict[str, str]) -> SuiteData:
+    def load(
+        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+    ) -> SuiteData:
         """Read and validate the data; ``limit`` is a number of users. Pairs whose rejected side
         needs a model are made in ``build_pairs``."""
 
@@ -141,8 +142,9 @@ class RewardMethod:
         """Train (or load the cached parameters) on the training pairs."""
         raise NotImplementedError
 
-    def score(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-              responses: Sequence[str]) -> np.ndarray:
+    def score(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         """One reward per (user, prompt, response), shape ``(n,)``."""
         raise NotImplementedError
 
@@ -157,51 +159,54 @@ class PrefixRewards(Protocol):
     """``"prefix"``: ``r_u(x, y_<=t)`` for every token ``t`` of each response (the final
     ``eos_id`` included), one array per response; the last value equals ``score``."""
 
-    def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> list[np.ndarray]: ...
+    def prefix_rewards(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]: ...
 
 
 class HiddenRewards(Protocol):
     """``"hidden"``: the reward as a function of the base LM's final hidden state: rewards
     ``(N, ...)`` from states ``(N, ..., H)``, one user per leading row, on their device."""
 
-    def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor
-                           ) -> torch.Tensor: ...
+    def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor: ...
 
 
 class NextTokenLogprobs(Protocol):
     """``"next_token"``: an autoregressive RM (GenARM): ``log p_arm_u(. | x, y_<t)`` ``(T_y, V)``
     over the base model's vocabulary for each response position."""
 
-    def next_token_logprobs(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                            responses: Sequence[str]) -> list[np.ndarray]: ...
+    def next_token_logprobs(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]: ...
 
 
 class HiddenLogprobs(Protocol):
     """``"hidden_logprobs"``: the ARM as a head on the base LM's hidden states: ``log p_arm``
     ``(N, ..., V)`` from the states that predict the next token ``(N, ..., H)``."""
 
-    def logprobs_from_hidden(self, users: Sequence[str], hidden: torch.Tensor
-                             ) -> torch.Tensor: ...
+    def logprobs_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor: ...
 
 
-CAPABILITIES: dict[str, type] = {"prefix": PrefixRewards, "hidden": HiddenRewards,
-                                 "next_token": NextTokenLogprobs,
-                                 "hidden_logprobs": HiddenLogprobs}
+CAPABILITIES: dict[str, type] = {
+    "prefix": PrefixRewards,
+    "hidden": HiddenRewards,
+    "next_token": NextTokenLogprobs,
+    "hidden_logprobs": HiddenLogprobs,
+}
 
 
 @overload
-def capable(reward: RewardMethod | None, capability: Literal["prefix"]
-            ) -> PrefixRewards | None: ...
+def capable(reward: RewardMethod | None, capability: Literal["prefix"]) -> PrefixRewards | None: ...
 @overload
-def capable(reward: RewardMethod | None, capability: Literal["hidden"]
-            ) -> HiddenRewards | None: ...
+def capable(reward: RewardMethod | None, capability: Literal["hidden"]) -> HiddenRewards | None: ...
 @overload
-def capable(reward: RewardMethod | None, capability: Literal["next_token"]
-            ) -> NextTokenLogprobs | None: ...
+def capable(
+    reward: RewardMethod | None, capability: Literal["next_token"]
+) -> NextTokenLogprobs | None: ...
 @overload
-def capable(reward: RewardMethod | None, capability: Literal["hidden_logprobs"]
-            ) -> HiddenLogprobs | None: ...
+def capable(
+    reward: RewardMethod | None, capability: Literal["hidden_logprobs"]
+) -> HiddenLogprobs | None: ...
 def capable(reward: RewardMethod | None, capability: str) -> Any:
     """``reward`` as the type of ``capability`` (one of ``CAPABILITIES``) when it declares it,
     else None: how a decoder reaches what a reward method can do beyond ``score``."""
@@ -245,8 +250,13 @@ class Decoder:
         """One output text per item."""
         raise NotImplementedError
 
-    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
-               responses: Sequence[str]) -> np.ndarray:
+    def loglik(
+        self,
+        ctx: CaseContext,
+        users: Sequence[str],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> np.ndarray:
         """``S_u(y|x)``: the teacher-forced log-likelihood of each response under the decoder's
         guided next-token distribution (reduced by ``ctx.reduce``, sum or mean)."""
         raise NotImplementedError

@@ -147,8 +147,9 @@ class Key:
     digest: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "digest", storage.content_key(SCHEMA, self.kind,
-                                                               dict(self.inputs)))
+        object.__setattr__(
+            self, "digest", storage.content_key(SCHEMA, self.kind, dict(self.inputs))
+        )
 
     def summary(self) -> dict[str, Any]:
         """Each input as itself when short (a number, a name), else as a short hash of it, so
@@ -174,8 +175,7 @@ def _brief(value: Any) -> Any:
 def records_fingerprint(records: Iterable[Any]) -> str:
     """Every field of every record (dataclasses such as ``Pair``, ``Item``, ``ProfileEntry``),
     in order: the data a value was computed from."""
-    return storage.content_key([dataclasses.astuple(r) if _is_record(r) else r
-                                for r in records])
+    return storage.content_key([dataclasses.astuple(r) if _is_record(r) else r for r in records])
 
 
 def _is_record(value: Any) -> bool:
@@ -184,8 +184,9 @@ def _is_record(value: Any) -> bool:
 
 def profiles_fingerprint(profiles: Mapping[str, Iterable[Any]]) -> str:
     """Every user's profile entries, users in name order."""
-    return storage.content_key([(user, records_fingerprint(profiles[user]))
-                                for user in sorted(profiles)])
+    return storage.content_key(
+        [(user, records_fingerprint(profiles[user])) for user in sorted(profiles)]
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,12 +202,17 @@ class Use:
     hit: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"artifact": self.key.kind, "key": self.key.digest, "hit": self.hit,
-                "inputs": self.key.summary()}
+        return {
+            "artifact": self.key.kind,
+            "key": self.key.digest,
+            "hit": self.hit,
+            "inputs": self.key.summary(),
+        }
 
 
 _LEDGER: contextvars.ContextVar[list[Use] | None] = contextvars.ContextVar(
-    "prefalign_ledger", default=None)
+    "prefalign_ledger", default=None
+)
 
 
 @contextlib.contextmanager
@@ -254,17 +260,32 @@ class Disk:
     def path(self, key: Key, suffix: str = ".json") -> Path:
         return self.root / key.kind / f"{key.digest}{suffix}"
 
-    def json(self, key: Key, compute: Callable[[], T], *,
-             valid: Callable[[Any], bool] = lambda value: True) -> T:
+    def json(
+        self,
+        key: Key,
+        compute: Callable[[], T],
+        *,
+        valid: Callable[[Any], bool] = lambda value: True,
+    ) -> T:
         """The JSON value of ``key``, or ``compute()`` stored under it. A file that cannot be
         read, or whose value ``valid`` refuses, is computed again (it is only a cache)."""
         return self.load_or_compute(
-            key, compute, suffix=".json",
+            key,
+            compute,
+            suffix=".json",
             read=lambda path: _valid(storage.read_json(path), valid),
-            write=lambda path, value: storage.atomic_write_json(path, value))
+            write=lambda path, value: storage.atomic_write_json(path, value),
+        )
 
-    def load_or_compute(self, key: Key, compute: Callable[[], T], *, suffix: str,
-                        read: Callable[[Path], T], write: Callable[[Path, T], None]) -> T:
+    def load_or_compute(
+        self,
+        key: Key,
+        compute: Callable[[], T],
+        *,
+        suffix: str,
+        read: Callable[[Path], T],
+        write: Callable[[Path, T], None],
+    ) -> T:
         if not self.enabled:
             value = compute()
             note(key, hit=False)
@@ -311,7 +332,8 @@ def _valid(value: Any, valid: Callable[[Any], bool]) -> Any:
 
 
 _ACTIVE: contextvars.ContextVar[Disk | None] = contextvars.ContextVar(
-    "prefalign_disk", default=None)
+    "prefalign_disk", default=None
+)
 
 
 def active() -> Disk:

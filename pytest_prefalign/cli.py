@@ -1,9 +1,9 @@
 """The ``prefalign`` command: work on run files and data outside a pytest run.
 
-    prefalign report RUN.json --out DIR      an HTML page with leaderboards, tau and the plot
-    prefalign compare A.json B.json --fail policy_acc:2pp   exit 1 on a significant regression
-    prefalign data                            each suite, its source, licence and availability
-    prefalign data fetch [SUITE...] [--to DIR]   build the suites' data from their public sources
+prefalign report RUN.json --out DIR      an HTML page with leaderboards, tau and the plot
+prefalign compare A.json B.json --fail policy_acc:2pp   exit 1 on a significant regression
+prefalign data                            each suite, its source, licence and availability
+prefalign data fetch [SUITE...] [--to DIR]   build the suites' data from their public sources
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"prefalign: unknown command {name!r}; commands: {', '.join(COMMANDS)}",
-              file=sys.stderr)
+        print(
+            f"prefalign: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr
+        )
         return 2
     return command(name)(rest)
 
@@ -90,8 +91,9 @@ def _compare_parser() -> argparse.ArgumentParser:
         "--fail", action="append", type=compare.parse_thresholds, default=[], metavar="EXPR",
         help=f"gate, {compare.form()}; comma-separated or repeated",
     )  # fmt: skip
-    parser.add_argument("--alpha", type=compare.parse_alpha, default=0.05,
-                        help="significance level")
+    parser.add_argument(
+        "--alpha", type=compare.parse_alpha, default=0.05, help="significance level"
+    )
     return parser
 
 

@@ -85,12 +85,19 @@ class Progress:
     def say(self, text: str) -> None:
         print(f"[{self.label}] {text}", file=self.stream, flush=True)
 
-    def bar(self, items: Iterable[T], *, total: int | None = None, desc: str = "",
-            unit: str = "it") -> Iterator[T]:
+    def bar(
+        self, items: Iterable[T], *, total: int | None = None, desc: str = "", unit: str = "it"
+    ) -> Iterator[T]:
         from tqdm import tqdm
 
-        yield from tqdm(items, total=total, desc=f"[{self.label}] {desc}", unit=unit,
-                        file=self.stream, disable=not self.interactive)
+        yield from tqdm(
+            items,
+            total=total,
+            desc=f"[{self.label}] {desc}",
+            unit=unit,
+            file=self.stream,
+            disable=not self.interactive,
+        )
 
 
 # -- suites and their builders ---------------------------------------------------------------
@@ -139,8 +146,14 @@ def offline_reason(hosts: list[str]) -> str | None:
 # -- building one folder ---------------------------------------------------------------------
 
 
-def fetch_suite(suite: Any, root: Path, options: argparse.Namespace, *, force: bool = False,
-                progress: Progress | None = None) -> Path:
+def fetch_suite(
+    suite: Any,
+    root: Path,
+    options: argparse.Namespace,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> Path:
     """Build ``root / suite.source`` (once, under a lock) and return it. An existing folder is
     kept unless ``force``. Raises FetchError; nothing is left where the loaders look."""
     progress = progress or Progress(suite.name)
@@ -160,8 +173,10 @@ def fetch_suite(suite: Any, root: Path, options: argparse.Namespace, *, force: b
             shutil.rmtree(staging, ignore_errors=True)
             raise
     size = sum(f["bytes"] for f in manifest["files"].values())
-    progress.say(f"built {final}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, "
-                 f"{built.source} at {built.version}")
+    progress.say(
+        f"built {final}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, "
+        f"{built.source} at {built.version}"
+    )
     return final
 
 
@@ -180,8 +195,11 @@ def write_manifest(folder: Path, suite_name: str, built: Built) -> dict[str, Any
 
     files = {
         path.relative_to(folder).as_posix(): {
-            "sha256": storage.file_sha256(path), "bytes": path.stat().st_size}
-        for path in sorted(folder.rglob("*")) if path.is_file() and path.name != MANIFEST
+            "sha256": storage.file_sha256(path),
+            "bytes": path.stat().st_size,
+        }
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
     }
     manifest = {
         "suite": suite_name,
@@ -229,8 +247,10 @@ def fetch_missing(subdir: str, root: Path | None = None) -> Path | None:
     from pytest_prefalign.api import requires_data_dir
 
     root = root or default_root()
-    suite = next((s for s in fetchable_suites().values()
-                  if s.source == subdir and requires_data_dir(s, {})), None)
+    suite = next(
+        (s for s in fetchable_suites().values() if s.source == subdir and requires_data_dir(s, {})),
+        None,
+    )
     if suite is None:
         return None
     command = f"prefalign data fetch {suite.name}"
@@ -239,14 +259,16 @@ def fetch_missing(subdir: str, root: Path | None = None) -> Path | None:
     if reason:
         raise DataNotFound(
             f"data folder {subdir}/ not found and {reason}: run `{command}` once with a "
-            f"network (it builds {root / subdir}/), or pass --prefalign-data DIR")
+            f"network (it builds {root / subdir}/), or pass --prefalign-data DIR"
+        )
     progress = Progress(suite.name)
     progress.say(f"no data folder {subdir}/ found: fetching it into {root} (`{command}`)")
     try:
         fetch_suite(suite, root, options, progress=progress)
     except FetchError as exc:
-        raise DataNotFound(f"fetching {subdir}/ into {root} failed: {exc} "
-                           f"(`{command}` tries again)") from None
+        raise DataNotFound(
+            f"fetching {subdir}/ into {root} failed: {exc} (`{command}` tries again)"
+        ) from None
     return root
 
 
@@ -273,15 +295,22 @@ def fetch_main(argv: list[str]) -> int:
         reason = offline_reason(builder(suite).hosts(args))
         try:
             if reason:
-                raise FetchError(f"{reason}; a local source needs no network "
-                                 f"(see prefalign data fetch --help)")
+                raise FetchError(
+                    f"{reason}; a local source needs no network (see prefalign data fetch --help)"
+                )
             fetch_suite(suite, root, args, force=args.force, progress=progress)
         except FetchError as exc:
             print(f"prefalign data fetch: {name}: error: {exc}", file=sys.stderr)
             failed = True
     if not failed:
-        print(f"Data directory: {root}" + ("" if args.to else " (the user cache: found by "
-                                           "pytest --prefalign without further settings)"))
+        print(
+            f"Data directory: {root}"
+            + (
+                ""
+                if args.to
+                else " (the user cache: found by pytest --prefalign without further settings)"
+            )
+        )
     return 1 if failed else 0
 
 
@@ -290,14 +319,23 @@ def _parser(suites: dict[str, Any]) -> argparse.ArgumentParser:
         prog="prefalign data fetch",
         description="Build each SUITE's data folder from its public source, with a "
         "MANIFEST.json (source, version, date, licence, attribution, SHA-256 of every file). "
-        "Without SUITE: every suite that needs a data directory.")
-    parser.add_argument("suites", nargs="*", metavar="SUITE",
-                        help=f"suites to fetch, of: {', '.join(sorted(suites))}")
-    parser.add_argument("--to", metavar="DIR", help="data directory to build in "
-                        f"(default: {default_root()})")
+        "Without SUITE: every suite that needs a data directory.",
+    )
+    parser.add_argument(
+        "suites",
+        nargs="*",
+        metavar="SUITE",
+        help=f"suites to fetch, of: {', '.join(sorted(suites))}",
+    )
+    parser.add_argument(
+        "--to", metavar="DIR", help=f"data directory to build in (default: {default_root()})"
+    )
     parser.add_argument("--force", action="store_true", help="build folders that are there again")
-    parser.add_argument("--check", action="store_true",
-                        help="check the folders against their MANIFEST.json instead of fetching")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the folders against their MANIFEST.json instead of fetching",
+    )
     for name, suite in sorted(suites.items()):
         builder(suite).add_arguments(parser.add_argument_group(f"{name} ({suite.source}/)"))
     return parser

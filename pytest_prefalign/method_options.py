@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
 
 _ASSIGNMENT = re.compile(
-    r"^(?:(?P<target>[A-Za-z0-9_.-]+)\.)?(?P<field>[A-Za-z_]\w*)=(?P<value>.*)$")
+    r"^(?:(?P<target>[A-Za-z0-9_.-]+)\.)?(?P<field>[A-Za-z_]\w*)=(?P<value>.*)$"
+)
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -42,7 +43,8 @@ class Assignment:
         match = _ASSIGNMENT.match(text.strip().replace(" ", ""))
         if not match:
             raise argparse.ArgumentTypeError(
-                f"{text!r}: expected TARGET.FIELD=VALUE (e.g. args.k=5) or FIELD=VALUE")
+                f"{text!r}: expected TARGET.FIELD=VALUE (e.g. args.k=5) or FIELD=VALUE"
+            )
         return cls(match["target"], match["field"], match["value"])
 
     def __str__(self) -> str:
@@ -101,19 +103,21 @@ def resolve(given: Iterable[Assignment], registry: Registry) -> Resolved:
 
 def _apply(assignment: Assignment, registry: Registry, resolved: Resolved) -> None:
     if assignment.target is None:
-        targets = [name for name, entry in sorted(registry.decoders.items())
-                   if assignment.field in _fields(options_class(entry.obj))]
+        targets = [
+            name
+            for name, entry in sorted(registry.decoders.items())
+            if assignment.field in _fields(options_class(entry.obj))
+        ]
         if not targets:
-            raise ValueError(f"no decoder has an option {assignment.field!r}; "
-                             f"{_known(registry)}")
+            raise ValueError(f"no decoder has an option {assignment.field!r}; {_known(registry)}")
         for name in targets:
-            _set(resolved.decoders, name, options_class(registry.decoders[name].obj),
-                 assignment)
+            _set(resolved.decoders, name, options_class(registry.decoders[name].obj), assignment)
         return
     name = assignment.target
     decoder, reward = registry.decoders.get(name), registry.rewards.get(name)
-    if decoder is not None and (reward is None
-                                or assignment.field in _fields(options_class(decoder.obj))):
+    if decoder is not None and (
+        reward is None or assignment.field in _fields(options_class(decoder.obj))
+    ):
         _set(resolved.decoders, name, options_class(decoder.obj), assignment)
         return
     if reward is not None:
@@ -128,8 +132,10 @@ def _apply(assignment: Assignment, registry: Registry, resolved: Resolved) -> No
 def _set(table: dict[str, dict[str, Any]], name: str, cls: type, assignment: Assignment) -> None:
     fields = _fields(cls)
     if assignment.field not in fields:
-        raise ValueError(f"{name} has no option {assignment.field!r}; it has "
-                         f"{', '.join(sorted(fields)) or 'none'}")
+        raise ValueError(
+            f"{name} has no option {assignment.field!r}; it has "
+            f"{', '.join(sorted(fields)) or 'none'}"
+        )
     value = _convert(fields[assignment.field], assignment.value)
     table.setdefault(name, {})[assignment.field] = value
     _build(cls, table[name], name)

@@ -35,8 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "prefalign: a pytest-prefalign evaluation test")
     config.addinivalue_line(
-        "markers", "prefalign_tolerance(**metrics): per-test regression tolerance, "
-        "e.g. prefalign_tolerance(policy_acc='3pp')")
+        "markers",
+        "prefalign_tolerance(**metrics): per-test regression tolerance, "
+        "e.g. prefalign_tolerance(policy_acc='3pp')",
+    )
     if not config.getoption("prefalign", False):
         if gating.active(config):
             raise pytest.UsageError("--prefalign-save and --prefalign-compare need --prefalign")

@@ -104,17 +104,21 @@ class Registry:
         needs: frozenset[str] = getattr(decoder, "needs", frozenset())
         if method.reward is None:
             if needs:
-                raise ValueError(f"decoder {method.decoder!r} needs a reward method: "
-                                 f"write {method.decoder}[REWARD]")
+                raise ValueError(
+                    f"decoder {method.decoder!r} needs a reward method: "
+                    f"write {method.decoder}[REWARD]"
+                )
             return
         if not needs:
             raise ValueError(f"decoder {method.decoder!r} takes no reward method")
         reward = self.reward(method.reward).obj
         missing = set(needs) - {"score"} - set(getattr(reward, "capabilities", ()))
         if missing:
-            raise ValueError(f"{method}: decoder {method.decoder!r} needs the capability "
-                             f"{', '.join(sorted(missing))} that reward method {method.reward!r} "
-                             "does not declare")
+            raise ValueError(
+                f"{method}: decoder {method.decoder!r} needs the capability "
+                f"{', '.join(sorted(missing))} that reward method {method.reward!r} "
+                "does not declare"
+            )
 
     def default_methods(self) -> list[MethodName]:
         """Every decoder without a reward method; each reward method with the decoder it names
@@ -123,20 +127,25 @@ class Registry:
         names as ``default_reward``, else the first (by name) that it can take. So every
         registered method, reward or decoder, has at least one row."""
         plain = [MethodName(n, None) for n, e in self.decoders.items() if not e.obj.needs]
-        guided = sorted((e for e in self.decoders.values() if e.obj.needs),
-                        key=lambda e: (getattr(e.obj, "order", 100), e.name))
+        guided = sorted(
+            (e for e in self.decoders.values() if e.obj.needs),
+            key=lambda e: (getattr(e.obj, "order", 100), e.name),
+        )
         combos = []
         for reward, entry in self.rewards.items():
             # a reward method may name the decoder it is made for (arm: genarm)
             hint = getattr(entry.obj, "default_decoder", None)
-            combos += self._first_valid(MethodName(dec.name, reward)
-                                        for dec in sorted(guided, key=lambda e: e.name != hint))
+            combos += self._first_valid(
+                MethodName(dec.name, reward) for dec in sorted(guided, key=lambda e: e.name != hint)
+            )
         for dec in guided:
             if any(c.decoder == dec.name for c in combos):
                 continue
             hint = getattr(dec.obj, "default_reward", None)
-            combos += self._first_valid(MethodName(dec.name, reward) for reward in
-                                        sorted(self.rewards, key=lambda r: (r != hint, r)))
+            combos += self._first_valid(
+                MethodName(dec.name, reward)
+                for reward in sorted(self.rewards, key=lambda r: (r != hint, r))
+            )
 
         def order(m: MethodName) -> tuple[int, str]:
             return getattr(self.decoders[m.decoder].obj, "order", 100), m.reward or ""
@@ -175,6 +184,7 @@ def load(pluginmanager: pluggy.PluginManager) -> Registry:
             impl.function(registry=registry)
         except Exception as exc:
             last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            registry.failures.append(f"plugin {impl.plugin_name!r}: pytest_prefalign_register "
-                                     f"raised {last}")
+            registry.failures.append(
+                f"plugin {impl.plugin_name!r}: pytest_prefalign_register raised {last}"
+            )
     return registry

@@ -118,8 +118,14 @@ def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]
         is_package = path.name == "__init__.py"
         imported = tuple(sorted(set(_imports(tree, name, is_package))))
         stdlib = sys.stdlib_module_names
-        third_party = tuple(sorted({m.split(".")[0] for m in imported}
-                                   - set(stdlib) - set(FIRST_PARTY) - {name.split(".")[0]}))
+        third_party = tuple(
+            sorted(
+                {m.split(".")[0] for m in imported}
+                - set(stdlib)
+                - set(FIRST_PARTY)
+                - {name.split(".")[0]}
+            )
+        )
         trees[memo_key] = (storage.content_key(_dump(tree)), imported, third_party)
     return trees[memo_key]
 
@@ -129,10 +135,13 @@ def _dump(tree: ast.AST) -> str:
     laid out or documented."""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
-                and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value,
-                                                                           str):
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
@@ -148,7 +157,7 @@ def _imports(tree: ast.AST, name: str, is_package: bool) -> Iterator[str]:
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
-                parent = ".".join(parts[:len(parts) - node.level + 1])
+                parent = ".".join(parts[: len(parts) - node.level + 1])
                 base = f"{parent}.{base}" if base else parent
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
@@ -165,7 +174,8 @@ def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _versions(top_level: Iterable[str]) -> Iterator[tuple[str, str | None]]:

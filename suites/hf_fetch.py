@@ -21,25 +21,29 @@ from pytest_prefalign.fetch import Built, FetchError, Progress
 REVISION_RE = re.compile(r"@([0-9a-f]{40})")
 
 
-def build(ds: HubDataset, folder: Path, progress: Progress, *, licence: str,
-          attribution: str) -> Built:
+def build(
+    ds: HubDataset, folder: Path, progress: Progress, *, licence: str, attribution: str
+) -> Built:
     try:
         import datasets
     except ImportError:
         raise FetchError(f"{ds.dataset_id} needs the 'datasets' package") from None
-    progress.say(f"loading {ds.dataset_id} ({ds.config or 'default'}) through datasets "
-                 f"{datasets.__version__}")
+    progress.say(
+        f"loading {ds.dataset_id} ({ds.config or 'default'}) through datasets "
+        f"{datasets.__version__}"
+    )
     try:
         loaded = datasets.load_dataset(ds.dataset_id, ds.config)
     except (OSError, ValueError) as exc:  # offline, not found, a broken cache
-        raise FetchError(f"the datasets library failed on {ds.dataset_id}: "
-                         f"{type(exc).__name__}: {exc}") from None
+        raise FetchError(
+            f"the datasets library failed on {ds.dataset_id}: {type(exc).__name__}: {exc}"
+        ) from None
     counts = {}
     for split in loaded:
         counts[split] = write_split(loaded[split], split, folder / f"{split}.jsonl", progress)
     return Built(
         source=f"Hugging Face dataset {ds.dataset_id} ({ds.config or 'default'}), through "
-               f"datasets {datasets.__version__}",
+        f"datasets {datasets.__version__}",
         version=revision(loaded),
         licence=licence,
         attribution=attribution,

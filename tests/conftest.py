@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "slow: loads a real model (SmolLM2-135M); deselect with -m 'not slow'")
+        "markers", "slow: loads a real model (SmolLM2-135M); deselect with -m 'not slow'"
+    )
     import torch
 
     # One thread per test process: toy-sized matmuls gain nothing from a second thread, and on a

@@ -13,11 +13,16 @@ def figures(run: dict) -> dict:
     return {
         "metrics": {r["method"]: r["metrics"] for r in run["results"]},
         "items": sorted((r["method"], r["item_id"], r["output"]) for r in run["items"]),
-        "outcomes": sorted((r["method"], r["pair_id"], r["rm_correct"], r["policy_correct"])
-                           for r in run["pairs"]),
+        "outcomes": sorted(
+            (r["method"], r["pair_id"], r["rm_correct"], r["policy_correct"]) for r in run["pairs"]
+        ),
         # scores recomputed in other batches agree to float rounding, not to the last bit
-        "scores": {(r["method"], r["pair_id"], name): r[name]
-                   for r in run["pairs"] for name in SCORES if r[name] is not None},
+        "scores": {
+            (r["method"], r["pair_id"], name): r[name]
+            for r in run["pairs"]
+            for name in SCORES
+            if r[name] is not None
+        },
     }
 
 
@@ -26,5 +31,6 @@ def same_figures(a: dict, b: dict) -> bool:
     are recomputed in other batches, to float rounding."""
     fa, fb = figures(a), figures(b)
     scores = fa.pop("scores")
-    return fa == {k: v for k, v in fb.items() if k != "scores"} and \
-        fb["scores"] == pytest.approx(scores, rel=1e-5, abs=1e-5)
+    return fa == {k: v for k, v in fb.items() if k != "scores"} and fb["scores"] == pytest.approx(
+        scores, rel=1e-5, abs=1e-5
+    )

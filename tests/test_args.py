@@ -56,14 +56,18 @@ class HeadReward(RewardMethod):
         heads = heads.reshape(len(users), *([1] * (hidden.dim() - 2)), -1)
         return (hidden * heads).sum(-1)
 
-    def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> list[np.ndarray]:
+    def prefix_rewards(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         hidden = lm.response_hidden(prompts, responses)
-        return [self.reward_from_hidden([u], h[None])[0].double().numpy()
-                for u, h in zip(users, hidden, strict=True)]
+        return [
+            self.reward_from_hidden([u], h[None])[0].double().numpy()
+            for u, h in zip(users, hidden, strict=True)
+        ]
 
-    def score(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-              responses: Sequence[str]) -> np.ndarray:
+    def score(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         return np.array([v[-1] for v in self.prefix_rewards(lm, users, prompts, responses)])
 
 
@@ -93,16 +97,24 @@ def head(tiny_lm: LM) -> HeadReward:
     return HeadReward(tiny_lm.model.config.hidden_size)
 
 
-def context(lm: LM, reward: RewardMethod | None, tmp_path: Path, *, reduce: str = "sum",
-            **options: Any) -> CaseContext:
+def context(
+    lm: LM, reward: RewardMethod | None, tmp_path: Path, *, reduce: str = "sum", **options: Any
+) -> CaseContext:
     opts = ArgsOptions(**{"max_new_tokens": 10, "batch_size": 16, **options})
-    return CaseContext(lm=lm, suite=None, data=None, reward=reward,  # type: ignore[arg-type]
-                       options=opts, reduce=reduce)
+    return CaseContext(
+        lm=lm,
+        suite=None,
+        data=None,
+        reward=reward,  # type: ignore[arg-type]
+        options=opts,
+        reduce=reduce,
+    )
 
 
 def items(users: Sequence[str], prompts: Sequence[str]) -> list[Item]:
-    return [Item(f"i{n}", u, p, p, None)
-            for n, (u, p) in enumerate(zip(users, prompts, strict=True))]
+    return [
+        Item(f"i{n}", u, p, p, None) for n, (u, p) in enumerate(zip(users, prompts, strict=True))
+    ]
 
 
 # --- the shared rule --------------------------------------------------------------------------
@@ -129,8 +141,9 @@ def test_fast_path_gives_the_references_tokens(tiny_lm: LM, head: HeadReward) ->
     assert fast == args_generate(tiny_lm, head, USERS, PROMPTS, batch_size=3, **kwargs)
     assert fast == args_generate(tiny_lm, head, USERS, PROMPTS, batch_size=1, **kwargs)
     # the reward matters: guided tokens differ from greedy ones
-    greedy = args_generate(tiny_lm, head, USERS, PROMPTS, batch_size=4, k=10, w=0.0,
-                           max_new_tokens=8)
+    greedy = args_generate(
+        tiny_lm, head, USERS, PROMPTS, batch_size=4, k=10, w=0.0, max_new_tokens=8
+    )
     assert fast != greedy
     # and so does the user: the same prompt for another user
     other = args_generate(tiny_lm, head, ["zed"], PROMPTS[:1], **kwargs)
@@ -140,42 +153,57 @@ def test_fast_path_gives_the_references_tokens(tiny_lm: LM, head: HeadReward) ->
 def test_rows_that_finish_early_leave_the_batch(tiny_lm: LM, head: HeadReward) -> None:
     lengths = {}
     for n in range(1, 6):
-        tokens = args_generate(tiny_lm, head, USERS, PROMPTS, k=5, w=1.0, max_new_tokens=6,
-                               finished=lambda t, n=n: len(t) >= n or t[-1] in tiny_lm.stop_ids)
+        tokens = args_generate(
+            tiny_lm,
+            head,
+            USERS,
+            PROMPTS,
+            k=5,
+            w=1.0,
+            max_new_tokens=6,
+            finished=lambda t, n=n: len(t) >= n or t[-1] in tiny_lm.stop_ids,
+        )
         lengths[n] = [len(t) for t in tokens]
     assert lengths[3] == [min(3, n) for n in lengths[5]]
-    one_by_one = [args_generate(tiny_lm, head, [u], [p], k=5, w=1.0, max_new_tokens=6)[0]
-                  for u, p in zip(USERS, PROMPTS, strict=True)]
+    one_by_one = [
+        args_generate(tiny_lm, head, [u], [p], k=5, w=1.0, max_new_tokens=6)[0]
+        for u, p in zip(USERS, PROMPTS, strict=True)
+    ]
     assert args_generate(tiny_lm, head, USERS, PROMPTS, k=5, w=1.0, max_new_tokens=6) == one_by_one
 
 
-def test_w0_generates_what_the_base_model_does(tiny_lm: LM, head: HeadReward,
-                                               tmp_path: Path) -> None:
+def test_w0_generates_what_the_base_model_does(
+    tiny_lm: LM, head: HeadReward, tmp_path: Path
+) -> None:
     ctx = context(tiny_lm, head, tmp_path, w=0.0, max_new_tokens=12)
     texts = ArgsDecoder().generate(ctx, items(USERS, PROMPTS))
     assert texts == [t[0] for t in tiny_lm.generate(PROMPTS, max_new_tokens=12)]
-    guided = ArgsDecoder().generate(context(tiny_lm, head, tmp_path, max_new_tokens=12),
-                                    items(USERS, PROMPTS))
+    guided = ArgsDecoder().generate(
+        context(tiny_lm, head, tmp_path, max_new_tokens=12), items(USERS, PROMPTS)
+    )
     assert guided != texts
 
 
 # --- policy accuracy --------------------------------------------------------------------------
 
 
-def test_loglik_with_w0_over_the_whole_vocabulary_is_the_base_loglik(tiny_lm: LM,
-                                                                     head: HeadReward) -> None:
+def test_loglik_with_w0_over_the_whole_vocabulary_is_the_base_loglik(
+    tiny_lm: LM, head: HeadReward
+) -> None:
     responses = ["neural machine translation", "a", "We study the model of the paper"]
     prompts = PROMPTS[:3]
-    guided = args_token_logprobs(tiny_lm, head, USERS[:3], prompts, responses,
-                                 k=tiny_lm.model.config.vocab_size, w=0.0)
+    guided = args_token_logprobs(
+        tiny_lm, head, USERS[:3], prompts, responses, k=tiny_lm.model.config.vocab_size, w=0.0
+    )
     base = tiny_lm.response_logprobs(prompts, responses)
     for g, b in zip(guided, base, strict=True):
         assert g.shape == b.shape
         np.testing.assert_allclose(g, b, atol=1e-4)
 
 
-def hand_loglik(lm: LM, reward: HeadReward, user: str, prompt: str, response: str, k: int,
-                w: float) -> float:
+def hand_loglik(
+    lm: LM, reward: HeadReward, user: str, prompt: str, response: str, k: int, w: float
+) -> float:
     """S_u(y|x) from plain forward passes: one per step for the base logits, one per candidate
     for its reward, then a log-softmax over C_t."""
     seq, y = lm.prompt_ids(prompt), lm.response_ids(response)
@@ -194,21 +222,23 @@ def hand_loglik(lm: LM, reward: HeadReward, user: str, prompt: str, response: st
     return total
 
 
-def test_loglik_matches_a_hand_computation(tiny_lm: LM, head: HeadReward,
-                                           tmp_path: Path) -> None:
+def test_loglik_matches_a_hand_computation(tiny_lm: LM, head: HeadReward, tmp_path: Path) -> None:
     responses = ["the model", "an", "a"]
     assert all(len(tiny_lm.response_ids(r)) <= 4 for r in responses)
     users, prompts = USERS[:3], [PROMPTS[0], PROMPTS[0], PROMPTS[2]]
     ctx = context(tiny_lm, head, tmp_path, k=3, w=1.5)
     got = ArgsDecoder().loglik(ctx, users, prompts, responses)
-    want = [hand_loglik(tiny_lm, head, u, p, r, k=3, w=1.5)
-            for u, p, r in zip(users, prompts, responses, strict=True)]
+    want = [
+        hand_loglik(tiny_lm, head, u, p, r, k=3, w=1.5)
+        for u, p, r in zip(users, prompts, responses, strict=True)
+    ]
     np.testing.assert_allclose(got, want, atol=1e-4)
     # the reward moves the score away from the base log-likelihood
     base = [float(np.sum(lp)) for lp in tiny_lm.response_logprobs(prompts, responses)]
     assert np.abs(np.array(got) - base).max() > 0.1
-    mean = ArgsDecoder().loglik(context(tiny_lm, head, tmp_path, k=3, w=1.5,
-                                        reduce="mean"), users, prompts, responses)
+    mean = ArgsDecoder().loglik(
+        context(tiny_lm, head, tmp_path, k=3, w=1.5, reduce="mean"), users, prompts, responses
+    )
     lengths = [len(tiny_lm.response_ids(r)) for r in responses]
     np.testing.assert_allclose(mean, np.array(got) / lengths, atol=1e-5)
 
@@ -218,8 +248,10 @@ def test_loglik_does_not_depend_on_the_batch(tiny_lm: LM, head: HeadReward) -> N
     prompts = [PROMPTS[0], PROMPTS[0], PROMPTS[1], PROMPTS[3], PROMPTS[1]]
     responses = ["neural machine translation", "a title", "We propose", "x", "hello world"]
     whole = args_token_logprobs(tiny_lm, head, users, prompts, responses, k=10, w=1.0)
-    single = [args_token_logprobs(tiny_lm, head, [u], [p], [r], k=10, w=1.0, batch_size=1)[0]
-              for u, p, r in zip(users, prompts, responses, strict=True)]
+    single = [
+        args_token_logprobs(tiny_lm, head, [u], [p], [r], k=10, w=1.0, batch_size=1)[0]
+        for u, p, r in zip(users, prompts, responses, strict=True)
+    ]
     for a, b in zip(whole, single, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-4)
         assert np.all(a <= 0)
@@ -250,18 +282,21 @@ def word_lm() -> LM:
 def _whole_word(lm: LM, token: int) -> bool:
     piece = lm.tokenizer.convert_ids_to_tokens(token)
     text = lm.tokenizer.decode([token])
-    return (piece.startswith("\u0120") and piece[1:].isalpha()
-            and lm.tokenizer(text, add_special_tokens=False)["input_ids"] == [token])
+    return (
+        piece.startswith("\u0120")
+        and piece[1:].isalpha()
+        and lm.tokenizer(text, add_special_tokens=False)["input_ids"] == [token]
+    )
 
 
 def test_prefix_only_path_equals_the_fast_path(word_lm: LM) -> None:
     fast_rm = HeadReward(word_lm.model.config.hidden_size, scale=2.0)
     general_rm = PrefixOnly(fast_rm)
     fast = args_generate(word_lm, fast_rm, USERS, PROMPTS, k=6, w=1.0, max_new_tokens=6)
-    assert fast == args_generate(word_lm, general_rm, USERS, PROMPTS, k=6, w=1.0,
-                                 max_new_tokens=6)
-    assert fast == full_recompute_generate(word_lm, general_rm, USERS, PROMPTS, k=6, w=1.0,
-                                           max_new_tokens=6)
+    assert fast == args_generate(word_lm, general_rm, USERS, PROMPTS, k=6, w=1.0, max_new_tokens=6)
+    assert fast == full_recompute_generate(
+        word_lm, general_rm, USERS, PROMPTS, k=6, w=1.0, max_new_tokens=6
+    )
     assert fast != args_generate(word_lm, fast_rm, USERS, PROMPTS, k=6, w=0.0, max_new_tokens=6)
     responses = [" the model", " and the paper", " model"]
     a = args_token_logprobs(word_lm, fast_rm, USERS[:3], PROMPTS[:3], responses, k=6, w=1.0)
@@ -310,10 +345,14 @@ def test_real_model_fast_path_gives_the_original_strategy_tokens() -> None:
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
     rm = HeadReward(lm.model.config.hidden_size, scale=0.05)
-    prompts = ["Generate a title for the following abstract of a paper: We propose a method "
-               "that learns personal preferences from user feedback.", "Write a haiku."]
+    prompts = [
+        "Generate a title for the following abstract of a paper: We propose a method "
+        "that learns personal preferences from user feedback.",
+        "Write a haiku.",
+    ]
     fast = args_generate(lm, rm, ["ann", "bob"], prompts, k=10, w=1.0, max_new_tokens=8)
-    assert fast == per_candidate_cache_generate(lm, rm, ["ann", "bob"], prompts, k=10, w=1.0,
-                                                max_new_tokens=8)
+    assert fast == per_candidate_cache_generate(
+        lm, rm, ["ann", "bob"], prompts, k=10, w=1.0, max_new_tokens=8
+    )
     # the reward changes what is generated
     assert fast != args_generate(lm, rm, ["ann", "bob"], prompts, k=10, w=0.0, max_new_tokens=8)

@@ -9,13 +9,26 @@ import pytest
 import torch
 
 import prefalign_methods.rewards.arm as arm_module
+import prefalign_methods.rewards.arm_training as arm_training
 from prefalign_methods.rewards.arm import ARM, ARMConfig
 from pytest_prefalign.api import Pair
-from pytest_prefalign.runtime.lm import LM, predicting_hidden
+from pytest_prefalign.runtime.hidden import predicting_hidden
+from pytest_prefalign.runtime.lm import LM
 
-TOPICS = ["machine translation", "question answering", "summarization", "dialogue systems",
-          "parsing", "information extraction", "word embeddings", "sentiment analysis",
-          "knowledge graphs", "speech recognition", "tagging", "reasoning"]
+TOPICS = [
+    "machine translation",
+    "question answering",
+    "summarization",
+    "dialogue systems",
+    "parsing",
+    "information extraction",
+    "word embeddings",
+    "sentiment analysis",
+    "knowledge graphs",
+    "speech recognition",
+    "tagging",
+    "reasoning",
+]
 CONFIG = ARMConfig(rank=4, epochs=30, lr=1e-2)  # the tiny model needs larger steps
 
 
@@ -107,8 +120,10 @@ def test_training_is_deterministic_and_cached(tiny_lm, tmp_path, monkeypatch):
     assert second.trained and first.history == second.history
     for name, tensor in first._tensors().items():
         assert torch.equal(tensor, second._tensors()[name]), name
-    assert sorted(p.suffix for p in (tmp_path / "a").glob("arm-*")
-                  if p.suffix != ".lock") == [".json", ".safetensors"]
+    assert sorted(p.suffix for p in (tmp_path / "a").glob("arm-*") if p.suffix != ".lock") == [
+        ".json",
+        ".safetensors",
+    ]
 
     def no_training(*args, **kwargs):
         raise AssertionError("trained again instead of loading the cache")
@@ -119,8 +134,10 @@ def test_training_is_deterministic_and_cached(tiny_lm, tmp_path, monkeypatch):
     assert not loaded.trained and loaded.history == first.history
     prompts, responses = [p.prompt for p in TEST], [p.chosen for p in TEST]
     users = [p.user for p in TEST]
-    np.testing.assert_array_equal(loaded.score(tiny_lm, users, prompts, responses),
-                                  first.score(tiny_lm, users, prompts, responses))
+    np.testing.assert_array_equal(
+        loaded.score(tiny_lm, users, prompts, responses),
+        first.score(tiny_lm, users, prompts, responses),
+    )
     # another configuration or other pairs are another cache entry
     with pytest.raises(AssertionError, match="trained again"):
         ARM(ARMConfig(rank=4, epochs=3, beta=0.5)).fit(tiny_lm, TRAIN, tmp_path / "a")
@@ -129,8 +146,10 @@ def test_training_is_deterministic_and_cached(tiny_lm, tmp_path, monkeypatch):
 
 
 def test_training_without_the_logit_cache_gives_the_same_model(tiny_lm, tmp_path):
-    cached, streamed = ARM(ARMConfig(rank=4, epochs=2)), ARM(ARMConfig(rank=4, epochs=2,
-                                                                        logit_cache_mb=0))
+    cached, streamed = (
+        ARM(ARMConfig(rank=4, epochs=2)),
+        ARM(ARMConfig(rank=4, epochs=2, logit_cache_mb=0)),
+    )
     cached.fit(tiny_lm, TRAIN, tmp_path / "a")
     streamed.fit(tiny_lm, TRAIN, tmp_path / "b")
     for name, tensor in cached._tensors().items():
@@ -166,8 +185,10 @@ def test_genarm_with_the_arm(fitted, tiny_lm):
     scores = {}
     for label, reward in (("fast", fitted), ("general", general)):
         ctx = CaseContext(tiny_lm, None, data, reward, options)  # type: ignore[arg-type]
-        scores[label] = (decoder.loglik(ctx, users, prompts, [p.chosen for p in TEST]),
-                         decoder.loglik(ctx, users, prompts, [p.rejected for p in TEST]))
+        scores[label] = (
+            decoder.loglik(ctx, users, prompts, [p.chosen for p in TEST]),
+            decoder.loglik(ctx, users, prompts, [p.rejected for p in TEST]),
+        )
     np.testing.assert_allclose(scores["general"], scores["fast"], rtol=0, atol=1e-4)
     chosen, rejected = scores["fast"]
     assert np.mean(chosen > rejected) >= 0.75  # the guided policy prefers each user's choice
@@ -175,8 +196,8 @@ def test_genarm_with_the_arm(fitted, tiny_lm):
 
 def test_hidden_states_are_memoised_within_a_budget(tiny_lm, monkeypatch):
     from pytest_prefalign import cache
-    from pytest_prefalign.runtime import lm as lm_module
-    from pytest_prefalign.runtime.lm import HIDDEN
+    from pytest_prefalign.runtime import hidden as lm_module
+    from pytest_prefalign.runtime.hidden import HIDDEN
 
     prompts, responses = [p.prompt for p in TEST[:2]], ["Graph learning", "Speech"]
     first = predicting_hidden(tiny_lm, prompts, responses)
@@ -205,10 +226,10 @@ def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_
     anchored.fit(tiny_lm, TRAIN, tmp_path / "anchored")
     assert anchored.history[-1]["kl"] < 0.5 * arm.history[-1]["kl"]
     # margins() reports sum_t KL(p_arm || p_base) per response: check it against torch's
-    head = arm_module.output_head(tiny_lm)
-    data = arm_module.token_data(tiny_lm, TRAIN[:2], arm._users, head, arm.config)
+    head = arm_training.output_head(tiny_lm)
+    data = arm_training.token_data(tiny_lm, TRAIN[:2], arm._users, head, arm.config)
     with torch.no_grad():
-        _, kl = arm_module.margins(arm._adapter, data, head, torch.arange(2), 1.0)
+        _, kl = arm_training.margins(arm._adapter, data, head, torch.arange(2), 1.0)
     groups = data.chosen_rows[:2] + data.rejected_rows[:2]
     owners = [TRAIN[0].user, TRAIN[1].user] * 2
     per_row = [u for u, g in zip(owners, groups, strict=True) for _ in range(len(g))]
@@ -232,8 +253,14 @@ def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, ti
     assert MethodName("genarm", "arm") in registry.default_methods()
     registry.check_method(MethodName("args", "arm"))
     options = args.ArgsOptions(max_new_tokens=4, batch_size=8)
-    ctx = CaseContext(tiny_lm, None, SuiteData("toy", "test", profiles={}, items=[]),  # type: ignore[arg-type]
-                      fitted, options)
-    got = args.ArgsDecoder().loglik(ctx, [p.user for p in TEST[:2]], [p.prompt for p in TEST[:2]],
-                                    [p.chosen for p in TEST[:2]])
+    ctx = CaseContext(
+        tiny_lm,
+        None,
+        SuiteData("toy", "test", profiles={}, items=[]),  # type: ignore[arg-type]
+        fitted,
+        options,
+    )
+    got = args.ArgsDecoder().loglik(
+        ctx, [p.user for p in TEST[:2]], [p.prompt for p in TEST[:2]], [p.chosen for p in TEST[:2]]
+    )
     assert got.shape == (2,) and np.all(np.isfinite(got)) and np.all(got <= 0)

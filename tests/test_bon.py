@@ -10,11 +10,12 @@ from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
 
 SEED = 3
 OPTIONS = {"max_new_tokens": 5, "batch_size": 8}
-PROMPTS = ["Generate a title for: neural machine translation",
-           "Generate a title for: a dataset of dialogue",
-           "Generate a title for: reward models"]
-ITEMS = [Item(f"i{k}", user, p, p, None) for k, p in enumerate(PROMPTS)
-         for user in ("ann", "bob")]
+PROMPTS = [
+    "Generate a title for: neural machine translation",
+    "Generate a title for: a dataset of dialogue",
+    "Generate a title for: reward models",
+]
+ITEMS = [Item(f"i{k}", user, p, p, None) for k, p in enumerate(PROMPTS) for user in ("ann", "bob")]
 
 
 class LengthReward(RewardMethod):
@@ -39,13 +40,25 @@ class ConstantReward(LengthReward):
 
 def context(lm, reward, *, seed: int = SEED, reduce: str = "sum", **options) -> CaseContext:
     data = SuiteData("toy", "test", profiles={}, items=list(ITEMS))
-    return CaseContext(lm=lm, suite=None, data=data, reward=reward,  # type: ignore[arg-type]
-                       options=BoNOptions(**{**OPTIONS, **options}), seed=seed, reduce=reduce)
+    return CaseContext(
+        lm=lm,
+        suite=None,
+        data=data,
+        reward=reward,  # type: ignore[arg-type]
+        options=BoNOptions(**{**OPTIONS, **options}),
+        seed=seed,
+        reduce=reduce,
+    )
 
 
 def samples(lm, n: int, seed: int = SEED) -> list[list[str]]:
-    return lm.generate([it.prompt for it in ITEMS], max_new_tokens=OPTIONS["max_new_tokens"],
-                       sample=True, num_samples=n, seed=seed)
+    return lm.generate(
+        [it.prompt for it in ITEMS],
+        max_new_tokens=OPTIONS["max_new_tokens"],
+        sample=True,
+        num_samples=n,
+        seed=seed,
+    )
 
 
 def test_one_sample_is_kept_as_is(tiny_lm):
@@ -59,8 +72,10 @@ def test_keeps_the_sample_with_the_highest_reward_per_user(tiny_lm):
     drawn = samples(tiny_lm, 6)
     assert all(len({len(s) for s in per_item}) > 1 for per_item in drawn)  # a real choice
     # max and min return the first of equal candidates, as bon must
-    assert out == [max(s, key=len) if it.user == "ann" else min(s, key=len)
-                   for it, s in zip(ITEMS, drawn, strict=True)]
+    assert out == [
+        max(s, key=len) if it.user == "ann" else min(s, key=len)
+        for it, s in zip(ITEMS, drawn, strict=True)
+    ]
     assert out != [s[0] for s in drawn]
     # every sample was scored for its own user and task prompt
     assert len(reward.calls) == 6 * len(ITEMS)
@@ -92,8 +107,9 @@ def test_loglik_is_base_loglik_plus_reward_over_beta(tiny_lm, reduce, beta):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize(("option", "value"), [("n", 0), ("beta", 0.0), ("temperature", -1.0),
-                                               ("beta", float("inf"))])
+@pytest.mark.parametrize(
+    ("option", "value"), [("n", 0), ("beta", 0.0), ("temperature", -1.0), ("beta", float("inf"))]
+)
 def test_bad_options_are_refused(option, value):
     with pytest.raises(ValueError, match=f"{option} must be"):
         BoNOptions(**{option: value})
@@ -105,8 +121,9 @@ def test_a_second_bon_row_reuses_the_samples(tiny_lm, monkeypatch):
     BestOfNDecoder().generate(first, ITEMS)
     calls = []
     real = type(tiny_lm).generate
-    monkeypatch.setattr(type(tiny_lm), "generate",
-                        lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    monkeypatch.setattr(
+        type(tiny_lm), "generate", lambda self, *a, **k: calls.append(a) or real(self, *a, **k)
+    )
     second = context(tiny_lm, ConstantReward(), n=4)
     second.shared = first.shared  # the same (suite, size)
     assert BestOfNDecoder().generate(second, ITEMS) == alone

@@ -13,12 +13,10 @@ from pytest_prefalign.api import Item, Pair, ProfileEntry
 
 
 def test_a_key_changes_with_each_input_and_with_its_kind() -> None:
-    inputs = {"model": "m1", "data": "d1", "options": {"k": 10, "w": 1.0}, "seed": 0,
-              "code": "c1"}
+    inputs = {"model": "m1", "data": "d1", "options": {"k": 10, "w": 1.0}, "seed": 0, "code": "c1"}
     base = cache.make_key("generations", **inputs)
     assert cache.make_key("generations", **inputs).digest == base.digest
-    changed = {"model": "m2", "data": "d2", "options": {"k": 10, "w": 1.5}, "seed": 1,
-               "code": "c2"}
+    changed = {"model": "m2", "data": "d2", "options": {"k": 10, "w": 1.5}, "seed": 1, "code": "c2"}
     for name, value in changed.items():
         assert cache.make_key("generations", **{**inputs, name: value}).digest != base.digest, name
     assert cache.make_key("rewards", **inputs).digest != base.digest
@@ -36,11 +34,14 @@ def test_a_key_summary_shows_short_inputs_and_hashes_long_ones() -> None:
     assert other.summary()["text"] == summary["text"]
 
 
-@pytest.mark.parametrize("record", [
-    Pair("p1", "ann", "prompt", "chosen", "rejected"),
-    Item("i1", "ann", "input", "prompt", "reference"),
-    ProfileEntry("d1", "input", "output"),
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        Pair("p1", "ann", "prompt", "chosen", "rejected"),
+        Item("i1", "ann", "input", "prompt", "reference"),
+        ProfileEntry("d1", "input", "output"),
+    ],
+)
 def test_records_fingerprint_changes_with_every_field(record) -> None:
     import dataclasses
 
@@ -54,10 +55,12 @@ def test_records_fingerprint_changes_with_every_field(record) -> None:
 def test_profiles_fingerprint_ignores_dict_order_only() -> None:
     a = [ProfileEntry("d1", "x", "y")]
     b = [ProfileEntry("d2", "x", "z")]
-    assert cache.profiles_fingerprint({"ann": a, "bob": b}) == \
-        cache.profiles_fingerprint({"bob": b, "ann": a})
-    assert cache.profiles_fingerprint({"ann": a, "bob": b}) != \
-        cache.profiles_fingerprint({"ann": b, "bob": a})
+    assert cache.profiles_fingerprint({"ann": a, "bob": b}) == cache.profiles_fingerprint(
+        {"bob": b, "ann": a}
+    )
+    assert cache.profiles_fingerprint({"ann": a, "bob": b}) != cache.profiles_fingerprint(
+        {"ann": b, "bob": a}
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,10 +106,16 @@ def version(package: Path) -> str:
 
 def test_code_version_ignores_comments_docstrings_and_layout(package: Path) -> None:
     first = version(package)
-    (package / "main.py").write_text(MAIN.replace("# the reward of x", "# another comment")
-                                     .replace('"""A module', '"""The module'))
-    (package / "helper.py").write_text(HELPER.replace('"""Doubles."""', '"""Twice x."""')
-                                       .replace("return 2 * x", "return 2*x  # spaces"))
+    (package / "main.py").write_text(
+        MAIN.replace("# the reward of x", "# another comment").replace(
+            '"""A module', '"""The module'
+        )
+    )
+    (package / "helper.py").write_text(
+        HELPER.replace('"""Doubles."""', '"""Twice x."""').replace(
+            "return 2 * x", "return 2*x  # spaces"
+        )
+    )
     assert version(package) == first
 
 
@@ -120,9 +129,12 @@ def test_code_version_changes_with_the_code_and_with_what_it_imports(package: Pa
 
 
 def test_code_version_leaves_out_type_checking_imports(package: Path) -> None:
-    typed = MAIN.replace("from mypkg import helper\n", "from typing import TYPE_CHECKING\n"
-                         "from mypkg import helper\nif TYPE_CHECKING:\n    from mypkg import "
-                         "unused\n")
+    typed = MAIN.replace(
+        "from mypkg import helper\n",
+        "from typing import TYPE_CHECKING\n"
+        "from mypkg import helper\nif TYPE_CHECKING:\n    from mypkg import "
+        "unused\n",
+    )
     (package / "main.py").write_text(typed)
     (package / "unused.py").write_text("X = 1\n")
     first = version(package)
@@ -131,12 +143,16 @@ def test_code_version_leaves_out_type_checking_imports(package: Path) -> None:
 
 
 def test_code_version_includes_the_libraries_the_code_imports(
-        package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (package / "helper.py").write_text("import numpy\n" + HELPER)
     first = version(package)
     real = versions.library_versions
-    monkeypatch.setattr(versions, "library_versions", lambda *names: {
-        n: ("0.0.1" if n == "numpy" else v) for n, v in real(*names).items()})
+    monkeypatch.setattr(
+        versions,
+        "library_versions",
+        lambda *names: {n: ("0.0.1" if n == "numpy" else v) for n, v in real(*names).items()},
+    )
     assert version(package) != first
 
 
@@ -158,12 +174,16 @@ def test_code_version_of_a_project_module_follows_its_first_party_imports() -> N
         versions.code_version(LoRe)
         lore = captured.copy()
         versions.code_version(LM)
-    assert {"prefalign_methods.rewards.lore", "prefalign_methods.rewards.bt_heads",
-            "prefalign_methods.rewards.features"} <= set(lore["modules"])
+    assert {
+        "prefalign_methods.rewards.lore",
+        "prefalign_methods.rewards.bt_heads",
+        "prefalign_methods.rewards.features",
+    } <= set(lore["modules"])
     assert "pytest_prefalign.cache" not in lore["modules"]  # versioned by cache.SCHEMA
     assert "torch" in lore["libraries"]
-    assert {"pytest_prefalign.runtime.lm", "pytest_prefalign.runtime.prefill"} <= \
-        set(captured["modules"])
+    assert {"pytest_prefalign.runtime.lm", "pytest_prefalign.runtime.prefill"} <= set(
+        captured["modules"]
+    )
     assert {"torch", "transformers"} <= set(captured["libraries"])
 
 
@@ -182,8 +202,12 @@ def test_disk_computes_once_then_hits_and_notes_both(tmp_path: Path) -> None:
     assert first == again == ["a", "b"] and calls == [1]
     assert [(u.key.digest, u.hit) for u in uses] == [(key.digest, False), (key.digest, True)]
     assert disk.path(key).is_file()
-    assert uses[0].to_json() == {"artifact": "generations", "key": key.digest, "hit": False,
-                                 "inputs": {"model": "m", "items": "i"}}
+    assert uses[0].to_json() == {
+        "artifact": "generations",
+        "key": key.digest,
+        "hit": False,
+        "inputs": {"model": "m", "items": "i"},
+    }
 
 
 def test_disk_disabled_computes_every_time_and_writes_nothing(tmp_path: Path) -> None:
@@ -232,7 +256,8 @@ def test_recording_is_per_block_and_unique_keeps_first_uses() -> None:
 
 
 def test_active_disk_is_the_user_cache_unless_a_run_sets_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "user"))
     assert cache.active().root == tmp_path / "user" and cache.active().enabled
     run = cache.Disk(tmp_path / "run", enabled=False)
@@ -262,8 +287,9 @@ def test_function_version_follows_one_function_only(package: Path) -> None:
 
 
 @pytest.mark.parametrize("change", ["nothing", "text", "model", "code"])
-def test_features_are_keyed_by_model_texts_and_code(tiny_lm, tmp_path: Path, change: str,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_features_are_keyed_by_model_texts_and_code(
+    tiny_lm, tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from prefalign_methods.rewards import features
     from pytest_prefalign.runtime.tiny import build_tiny_lm
 
@@ -290,15 +316,18 @@ def test_features_are_keyed_by_model_texts_and_code(tiny_lm, tmp_path: Path, cha
 @pytest.mark.slow  # loads the MiniLM encoder
 @pytest.mark.parametrize("change", ["nothing", "rejected", "chosen", "config", "code"])
 def test_the_independent_judge_is_keyed_by_config_code_encoder_and_its_pairs(
-        tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import dataclasses
 
     from prefalign_methods.rewards import judge
 
     pytest.importorskip(judge.ENCODER_PACKAGE)
-    pairs = [Pair(f"{u}/{i}", u, f"Write a title for: {t}", t.title(), "Other")
-             for u, topic in (("ann", ["cats", "kittens"]), ("bob", ["dogs", "puppies"]))
-             for i, t in enumerate(topic)]
+    pairs = [
+        Pair(f"{u}/{i}", u, f"Write a title for: {t}", t.title(), "Other")
+        for u, topic in (("ann", ["cats", "kittens"]), ("bob", ["dogs", "puppies"]))
+        for i, t in enumerate(topic)
+    ]
 
     def fit(pairs, config=judge.CONFIG):
         with cache.using(cache.Disk(tmp_path)), cache.recording() as uses:

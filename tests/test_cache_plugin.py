@@ -81,21 +81,37 @@ def pytest_prefalign_register(registry):
     registry.add_reward("my_rm", MyRM)
 '''
 
-CATS = ["cats sleep in the sun", "a kitten plays with yarn", "cats purr at night",
-        "the cat and the mouse"]
-DOGS = ["dogs bark at the mailman", "a puppy fetches a ball", "dogs run in the park",
-        "the dog and the bone"]
+CATS = [
+    "cats sleep in the sun",
+    "a kitten plays with yarn",
+    "cats purr at night",
+    "the cat and the mouse",
+]
+DOGS = [
+    "dogs bark at the mailman",
+    "a puppy fetches a ball",
+    "dogs run in the park",
+    "the dog and the bone",
+]
 RECORDS = [
-    {"user": "ann",
-     "profile": [[t, t.title()] for t in CATS],
-     "train": [[t, t.title(), d.title()] for t, d in zip(CATS, DOGS, strict=True)],
-     "tests": [["a cat on a mat", "Cat On A Mat", "Dogs Run"],
-               ["cats and milk", "Milk For Cats", "A Bone"]]},
-    {"user": "bob",
-     "profile": [[d, d.title()] for d in DOGS],
-     "train": [[d, d.title(), t.title()] for t, d in zip(CATS, DOGS, strict=True)],
-     "tests": [["a dog in a park", "Dog In The Park", "Cats Nap"],
-               ["dogs and sticks", "Sticks For Dogs", "Yarn Balls"]]},
+    {
+        "user": "ann",
+        "profile": [[t, t.title()] for t in CATS],
+        "train": [[t, t.title(), d.title()] for t, d in zip(CATS, DOGS, strict=True)],
+        "tests": [
+            ["a cat on a mat", "Cat On A Mat", "Dogs Run"],
+            ["cats and milk", "Milk For Cats", "A Bone"],
+        ],
+    },
+    {
+        "user": "bob",
+        "profile": [[d, d.title()] for d in DOGS],
+        "train": [[d, d.title(), t.title()] for t, d in zip(CATS, DOGS, strict=True)],
+        "tests": [
+            ["a dog in a park", "Dog In The Park", "Cats Nap"],
+            ["dogs and sticks", "Sticks For Dogs", "Yarn Balls"],
+        ],
+    },
 ]
 
 
@@ -130,22 +146,35 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 
 
 def write_ini(pytester: pytest.Pytester, model_line: str) -> None:
-    pytester.makeini(textwrap.dedent(f"""
+    pytester.makeini(
+        textwrap.dedent(f"""
         [pytest]
         prefalign_models = {model_line}
         prefalign_sizes = tiny
         prefalign_data = data
-    """))
+    """)
+    )
 
 
-def run(pytester: pytest.Pytester, methods: str, *args: str, out: str = "run.json"
-        ) -> dict[str, Any]:
+def run(
+    pytester: pytest.Pytester, methods: str, *args: str, out: str = "run.json"
+) -> dict[str, Any]:
     from pytest_prefalign.runtime.models import clear_loaded
 
     clear_loaded()  # each run loads its model afresh, as a new process would
-    result = pytester.runpytest_inprocess("--prefalign", "toy", "-p", "no:cacheprovider",
-                                          "-p", "my_rm", "--prefalign-methods", methods,
-                                          "--prefalign-json", out, *args)
+    result = pytester.runpytest_inprocess(
+        "--prefalign",
+        "toy",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "my_rm",
+        "--prefalign-methods",
+        methods,
+        "--prefalign-json",
+        out,
+        *args,
+    )
     assert result.ret == 0, result.stdout.str()
     return json.loads((pytester.path / out).read_text())
 
@@ -179,8 +208,15 @@ def test_an_unchanged_rerun_hits_every_cached_value_with_the_same_figures(projec
     assert uses(again) and misses(again) == set()
     assert same_figures(again, first)
     # the same keys both times
-    keys = [{(u["artifact"], u["key"]) for r in f["results"] for u in r["cache"]
-             if u["artifact"] != "features"} for f in (first, again)]
+    keys = [
+        {
+            (u["artifact"], u["key"])
+            for r in f["results"]
+            for u in r["cache"]
+            if u["artifact"] != "features"
+        }
+        for f in (first, again)
+    ]
     assert keys[0] == keys[1]
 
 
@@ -197,26 +233,51 @@ def reward_guided_misses(method: str, reward: str) -> set[tuple[str, str, str]]:
 
 SCENARIOS = {
     # (methods, what changes, what must be recomputed; everything else must hit)
-    "data": ("base,icl,args[global_bt]", edit_training_pair,
-             reward_guided_misses("args[global_bt]", "global_bt")),
-    "suite option": ("base,icl,args[global_bt]",
-                     lambda p: p.path.joinpath("toy", "suite.toml").write_text(
-                         '[suite]\nname = "toy"\n[options]\nrejected = "fixed"\n') and [],
-                     reward_guided_misses("args[global_bt]", "global_bt")),
-    "reward option": ("args[global_bt],genarm[arm]",
-                      lambda p: ["--prefalign-option", "global_bt.l2=0.5"],
-                      reward_guided_misses("args[global_bt]", "global_bt")),
-    "decoder option": ("args[global_bt],genarm[arm]",
-                       lambda p: ["--prefalign-option", "args.k=3"],
-                       {("args[global_bt]", "generations", "args[global_bt]")}),
-    "seed": ("base,icl,args[global_bt]", lambda p: ["--prefalign-seed", "7"],
-             {("base", "generations", "base"), ("icl", "generations", "icl"),
-              ("args[global_bt]", "generations", "args[global_bt]"),
-              ("args[global_bt]", "generations", "base")}),
-    "code": ("args[global_bt],args[my_rm]",
-             lambda p: p.path.joinpath("my_rm.py").write_text(
-                 MY_RM.replace("/ self._std", "/ (2 * self._std)")) and [],
-             reward_guided_misses("args[my_rm]", "my_rm")),
+    "data": (
+        "base,icl,args[global_bt]",
+        edit_training_pair,
+        reward_guided_misses("args[global_bt]", "global_bt"),
+    ),
+    "suite option": (
+        "base,icl,args[global_bt]",
+        lambda p: (
+            p.path.joinpath("toy", "suite.toml").write_text(
+                '[suite]\nname = "toy"\n[options]\nrejected = "fixed"\n'
+            )
+            and []
+        ),
+        reward_guided_misses("args[global_bt]", "global_bt"),
+    ),
+    "reward option": (
+        "args[global_bt],genarm[arm]",
+        lambda p: ["--prefalign-option", "global_bt.l2=0.5"],
+        reward_guided_misses("args[global_bt]", "global_bt"),
+    ),
+    "decoder option": (
+        "args[global_bt],genarm[arm]",
+        lambda p: ["--prefalign-option", "args.k=3"],
+        {("args[global_bt]", "generations", "args[global_bt]")},
+    ),
+    "seed": (
+        "base,icl,args[global_bt]",
+        lambda p: ["--prefalign-seed", "7"],
+        {
+            ("base", "generations", "base"),
+            ("icl", "generations", "icl"),
+            ("args[global_bt]", "generations", "args[global_bt]"),
+            ("args[global_bt]", "generations", "base"),
+        },
+    ),
+    "code": (
+        "args[global_bt],args[my_rm]",
+        lambda p: (
+            p.path.joinpath("my_rm.py").write_text(
+                MY_RM.replace("/ self._std", "/ (2 * self._std)")
+            )
+            and []
+        ),
+        reward_guided_misses("args[my_rm]", "my_rm"),
+    ),
 }
 
 
@@ -233,17 +294,21 @@ def test_each_input_changed_alone_recomputes_exactly_what_depends_on_it(project,
 def test_the_summary_says_how_much_came_from_the_cache(project):
     args = ("--prefalign", "toy", "-p", "no:cacheprovider", "--prefalign-methods", "base,icl")
     project.runpytest_inprocess(*args).stdout.fnmatch_lines(
-        ["cache: 0 of 2 values reused, 2 computed (each keyed by *"])
+        ["cache: 0 of 2 values reused, 2 computed (each keyed by *"]
+    )
     project.runpytest_inprocess(*args).stdout.fnmatch_lines(
-        ["cache: 2 of 2 values reused, 0 computed *"])
+        ["cache: 2 of 2 values reused, 0 computed *"]
+    )
     project.runpytest_inprocess(*args, "--prefalign-no-cache").stdout.fnmatch_lines(
-        ["cache: off (--prefalign-no-cache), 2 values computed"])
+        ["cache: off (--prefalign-no-cache), 2 values computed"]
+    )
 
 
 def test_a_comment_in_a_plugin_changes_nothing(project):
     first = run(project, "args[my_rm]", out="first.json")
     project.path.joinpath("my_rm.py").write_text(
-        MY_RM.replace("# the code that the code-version scenario edits", "# reworded"))
+        MY_RM.replace("# the code that the code-version scenario edits", "# reworded")
+    )
     second = run(project, "args[my_rm]", out="second.json")
     assert misses(second) == set() and same_figures(second, first)
 
@@ -260,9 +325,11 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
     build_tiny_lm(1).model.save_pretrained(folder)  # same architecture, other weights
     second = run(project, "base,args[global_bt]", out="second.json")
     assert misses(second) == {
-        ("base", "generations", "base"), ("args[global_bt]", "generations", "base"),
+        ("base", "generations", "base"),
+        ("args[global_bt]", "generations", "base"),
         ("args[global_bt]", "generations", "args[global_bt]"),
-        ("args[global_bt]", "rewards", "global_bt")}
+        ("args[global_bt]", "rewards", "global_bt"),
+    }
     assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
 
 
@@ -281,8 +348,9 @@ def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):
     assert set(generations) == {"args[global_bt]", "base"}  # base's for the win rates
     own = generations["args[global_bt]"]
     assert own["inputs"]["reward"] == reward["key"]  # the fitted reward's key, data included
-    assert {"decoder", "options", "seed", "model", "suite", "items", "profiles"} <= \
-        set(own["inputs"])
+    assert {"decoder", "options", "seed", "model", "suite", "items", "profiles"} <= set(
+        own["inputs"]
+    )
     assert all(len(u["key"]) == 16 and u["hit"] is False for u in row["cache"])
     assert by_kind["features"] and by_kind["judges"]
 
@@ -291,10 +359,19 @@ def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):
 def test_cached_reruns_equal_no_cache_runs_for_two_suite_options(project):
     def fresh(options: str, *args: str, out: str) -> dict[str, Any]:
         project.path.joinpath("toy", "suite.toml").write_text(
-            f'[suite]\nname = "toy"\n[options]\nrejected = "{options}"\n')
+            f'[suite]\nname = "toy"\n[options]\nrejected = "{options}"\n'
+        )
         result = project.runpytest_subprocess(
-            "--prefalign", "toy", "-p", "no:cacheprovider", "--prefalign-methods",
-            "base,icl,args[global_bt],bon[per_user_bt]", "--prefalign-json", out, *args)
+            "--prefalign",
+            "toy",
+            "-p",
+            "no:cacheprovider",
+            "--prefalign-methods",
+            "base,icl,args[global_bt],bon[per_user_bt]",
+            "--prefalign-json",
+            out,
+            *args,
+        )
         assert result.ret == 0, result.stdout.str()
         return json.loads((project.path / out).read_text())
 

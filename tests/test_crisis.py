@@ -16,18 +16,39 @@ from pytest_prefalign.runs.records import CaseResult, RunFile
 USERS = [f"u{i}" for i in range(10)]
 
 
-def row(method: str, *, rm: float | None = None, policy: float | None = None,
-        rouge1: float | None = None, suite: str = "s", size: str = "135m",
-        per_user: dict[str, dict[str, float]] | None = None, **extra: Any) -> CaseResult:
+def row(
+    method: str,
+    *,
+    rm: float | None = None,
+    policy: float | None = None,
+    rouge1: float | None = None,
+    suite: str = "s",
+    size: str = "135m",
+    per_user: dict[str, dict[str, float]] | None = None,
+    **extra: Any,
+) -> CaseResult:
     """A result; every user's figure equals the method's figure unless ``per_user`` says."""
     decoder, _, reward = method.partition("[")
-    values = {k: v for k, v in (("rm_acc", rm), ("policy_acc", policy), ("rouge1", rouge1))
-              if v is not None}
+    values = {
+        k: v
+        for k, v in (("rm_acc", rm), ("policy_acc", policy), ("rouge1", rouge1))
+        if v is not None
+    }
     users = per_user or {k: dict.fromkeys(USERS, v) for k, v in values.items()}
-    return CaseResult(suite=suite, size=size, method=method, decoder=decoder,
-                      reward=reward.rstrip("]") or None, n_users=len(USERS), n_items=10,
-                      n_pairs=20, metrics={**values, **extra.pop("metrics", {})},
-                      per_user=users, timings={"total_s": 1.0}, **extra)
+    return CaseResult(
+        suite=suite,
+        size=size,
+        method=method,
+        decoder=decoder,
+        reward=reward.rstrip("]") or None,
+        n_users=len(USERS),
+        n_items=10,
+        n_pairs=20,
+        metrics={**values, **extra.pop("metrics", {})},
+        per_user=users,
+        timings={"total_s": 1.0},
+        **extra,
+    )
 
 
 def summary_lines(results: list[CaseResult]) -> list[str]:
@@ -44,8 +65,12 @@ def summary_lines(results: list[CaseResult]) -> list[str]:
 # policy_acc a .5  b .6  c .4  d .6
 # pairs: ab C, ac D, ad C, bc tie in x, bd tie in y, cd C  ->  C = 3, D = 1
 # tau-b = (C - D) / sqrt((n0 - n1)(n0 - n2)) = 2 / sqrt((6 - 1)(6 - 1)) = 0.4
-TIED = [row("args[a]", rm=0.6, policy=0.5), row("args[b]", rm=0.7, policy=0.6),
-        row("args[c]", rm=0.7, policy=0.4), row("args[d]", rm=0.8, policy=0.6)]
+TIED = [
+    row("args[a]", rm=0.6, policy=0.5),
+    row("args[b]", rm=0.7, policy=0.6),
+    row("args[c]", rm=0.7, policy=0.4),
+    row("args[d]", rm=0.8, policy=0.6),
+]
 
 
 def test_tau_b_with_ties_by_hand() -> None:
@@ -53,7 +78,7 @@ def test_tau_b_with_ties_by_hand() -> None:
     assert (entry["suite"], entry["size"], entry["decoder"]) == ("s", "135m", "args")
     assert (entry["x"], entry["y"]) == ("rm_acc", "policy_acc")
     assert entry["tau"] == pytest.approx(0.4)
-    expected_p = sps.kendalltau([.6, .7, .7, .8], [.5, .6, .4, .6], variant="b").pvalue
+    expected_p = sps.kendalltau([0.6, 0.7, 0.7, 0.8], [0.5, 0.6, 0.4, 0.6], variant="b").pvalue
     assert entry["p_value"] == pytest.approx(expected_p)
     assert entry["n_methods"] == 4
     assert entry["methods"] == ["args[a]", "args[b]", "args[c]", "args[d]"]
@@ -76,17 +101,20 @@ def test_five_methods_no_warning_and_perfect_ranking() -> None:
 
 
 def test_too_few_methods_give_no_tau_and_say_why() -> None:
-    (entry,) = crisis.tau_entries([row("args[a]", rm=0.6, policy=0.5),
-                                   row("args[b]", rm=0.7, policy=0.6)])
+    (entry,) = crisis.tau_entries(
+        [row("args[a]", rm=0.6, policy=0.5), row("args[b]", rm=0.7, policy=0.6)]
+    )
     assert entry["tau"] is None and entry["p_value"] is None and entry["ci"] is None
     assert entry["n_methods"] == 2
     assert "fewer than 3 methods" in entry["warning"]
 
 
 def test_methods_without_reward_are_left_out_and_rouge_gets_its_own_entry() -> None:
-    rows = [row("base", policy=0.9, rouge1=0.5), row("icl", policy=0.1, rouge1=0.1),
-            *(row(f"bon[r{i}]", rm=0.5 + i / 10, policy=0.5, rouge1=0.3 - i / 10)
-              for i in range(3))]
+    rows = [
+        row("base", policy=0.9, rouge1=0.5),
+        row("icl", policy=0.1, rouge1=0.1),
+        *(row(f"bon[r{i}]", rm=0.5 + i / 10, policy=0.5, rouge1=0.3 - i / 10) for i in range(3)),
+    ]
     entries = {e["y"]: e for e in crisis.tau_entries(rows)}
     assert entries["rouge1"]["methods"] == ["bon[r0]", "bon[r1]", "bon[r2]"]
     assert entries["rouge1"]["tau"] == pytest.approx(-1.0)
@@ -102,7 +130,8 @@ def test_pooled_entry_over_decoders() -> None:
     assert pooled["n_methods"] == 5
     assert "pooled over decoders" in pooled["warning"]
     assert pooled["tau"] == pytest.approx(
-        sps.kendalltau([.6, .7, .7, .8, .9], [.5, .6, .4, .6, .3], variant="b").statistic)
+        sps.kendalltau([0.6, 0.7, 0.7, 0.8, 0.9], [0.5, 0.6, 0.4, 0.6, 0.3], variant="b").statistic
+    )
 
 
 def test_tau_interval_from_per_user_figures() -> None:
@@ -111,9 +140,11 @@ def test_tau_interval_from_per_user_figures() -> None:
     def per(xs: tuple[float, float], ys: tuple[float, float]) -> dict[str, dict[str, float]]:
         return {"rm_acc": {"u0": xs[0], "u1": xs[1]}, "policy_acc": {"u0": ys[0], "u1": ys[1]}}
 
-    rows = [row("args[a]", rm=0.4, policy=0.5, per_user=per((0.2, 0.6), (0.2, 0.8))),
-            row("args[b]", rm=0.55, policy=0.55, per_user=per((0.4, 0.7), (0.4, 0.7))),
-            row("args[c]", rm=0.7, policy=0.6, per_user=per((0.6, 0.8), (0.6, 0.6)))]
+    rows = [
+        row("args[a]", rm=0.4, policy=0.5, per_user=per((0.2, 0.6), (0.2, 0.8))),
+        row("args[b]", rm=0.55, policy=0.55, per_user=per((0.4, 0.7), (0.4, 0.7))),
+        row("args[c]", rm=0.7, policy=0.6, per_user=per((0.6, 0.8), (0.6, 0.6))),
+    ]
     (entry,) = crisis.tau_entries(rows)
     assert entry["tau"] == pytest.approx(1.0)
     assert entry["ci"] == pytest.approx([-1.0, 1.0])
@@ -125,28 +156,39 @@ def test_tau_interval_from_per_user_figures() -> None:
 
 
 def test_inversion_found_with_both_figures() -> None:
-    rows = [row("args[good_rm]", rm=0.8, policy=0.5), row("args[bad_rm]", rm=0.6, policy=0.7),
-            row("args[mid]", rm=0.7, policy=0.6)]
+    rows = [
+        row("args[good_rm]", rm=0.8, policy=0.5),
+        row("args[bad_rm]", rm=0.6, policy=0.7),
+        row("args[mid]", rm=0.7, policy=0.6),
+    ]
     found = [e for e in crisis.inversion_entries(rows) if e["y"] == "policy_acc"]
     pairs = {(e["a"], e["b"]): e for e in found}
-    assert set(pairs) == {("args[good_rm]", "args[bad_rm]"), ("args[good_rm]", "args[mid]"),
-                          ("args[mid]", "args[bad_rm]")}
+    assert set(pairs) == {
+        ("args[good_rm]", "args[bad_rm]"),
+        ("args[good_rm]", "args[mid]"),
+        ("args[mid]", "args[bad_rm]"),
+    }
     e = pairs[("args[good_rm]", "args[bad_rm]")]
     assert (e["x_a"], e["x_b"], e["y_a"], e["y_b"]) == (0.8, 0.6, 0.5, 0.7)
     assert found[0]["a"] == "args[good_rm]" and found[0]["b"] == "args[bad_rm]"  # clearest first
 
 
 def test_no_inversion_when_orders_agree_or_tie() -> None:
-    rows = [row("args[a]", rm=0.8, policy=0.7, rouge1=0.3),
-            row("args[b]", rm=0.6, policy=0.5, rouge1=0.3),  # rouge tie: not an inversion
-            row("args[c]", rm=0.6, policy=0.9)]  # rm tie with b: not an inversion with b
+    rows = [
+        row("args[a]", rm=0.8, policy=0.7, rouge1=0.3),
+        row("args[b]", rm=0.6, policy=0.5, rouge1=0.3),  # rouge tie: not an inversion
+        row("args[c]", rm=0.6, policy=0.9),
+    ]  # rm tie with b: not an inversion with b
     found = crisis.inversion_entries(rows)
     assert [(e["a"], e["b"], e["y"]) for e in found] == [("args[a]", "args[c]", "policy_acc")]
 
 
 def test_pooled_inversions_list_only_cross_decoder_pairs() -> None:
-    rows = [row("args[a]", rm=0.8, policy=0.5), row("args[b]", rm=0.6, policy=0.7),
-            row("bon[c]", rm=0.7, policy=0.9)]
+    rows = [
+        row("args[a]", rm=0.8, policy=0.5),
+        row("args[b]", rm=0.6, policy=0.7),
+        row("bon[c]", rm=0.7, policy=0.9),
+    ]
     found = {(e["decoder"], e["a"], e["b"]) for e in crisis.inversion_entries(rows)}
     # bon[c] is above args[b] on both figures: no inversion there
     assert found == {("args", "args[a]", "args[b]"), ("*", "args[a]", "bon[c]")}
@@ -158,10 +200,17 @@ def test_pooled_inversions_list_only_cross_decoder_pairs() -> None:
 
 
 def test_self_judged_method_flagged_circular_with_gap() -> None:
-    rows = [row("base", policy=0.5, rouge1=0.30),
-            row("args[lore]", rm=0.7, policy=0.55, rouge1=0.25,
-                metrics={"win_self": 1.0, "win_independent": 0.4},
-                judge={"n": 10, "independent": "minilm-bt"})]
+    rows = [
+        row("base", policy=0.5, rouge1=0.30),
+        row(
+            "args[lore]",
+            rm=0.7,
+            policy=0.55,
+            rouge1=0.25,
+            metrics={"win_self": 1.0, "win_independent": 0.4},
+            judge={"n": 10, "independent": "minilm-bt"},
+        ),
+    ]
     (entry,) = crisis.circular_entries(rows)
     assert entry["gap"] == pytest.approx(0.6)
     assert entry["rouge1_vs_base"] == pytest.approx(-0.05)
@@ -169,17 +218,27 @@ def test_self_judged_method_flagged_circular_with_gap() -> None:
     table_row = next(line for line in lines if "args[lore]" in line and "circular" in line)
     assert "1.000 (circular)" in table_row and "0.400" in table_row and "+0.600" in table_row
     assert "minilm-bt" in table_row
-    assert ("! args[lore] (s · 135m): wins 100% over base under its own RM but its ROUGE-1 is "
-            "0.050 below base's") in lines
+    assert (
+        "! args[lore] (s · 135m): wins 100% over base under its own RM but its ROUGE-1 is "
+        "0.050 below base's"
+    ) in lines
 
 
 def test_missing_independent_judge_shows_its_reason() -> None:
-    rows = [row("args[lore]", rm=0.7, policy=0.55, metrics={"win_self": 0.7},
-                judge={"n": 10, "reason": "the encoder package is missing"})]
+    rows = [
+        row(
+            "args[lore]",
+            rm=0.7,
+            policy=0.55,
+            metrics={"win_self": 0.7},
+            judge={"n": 10, "reason": "the encoder package is missing"},
+        )
+    ]
     (entry,) = crisis.circular_entries(rows)
     assert entry["win_independent"] is None and entry["gap"] is None
-    assert ("  no independent judge for args[lore]: the encoder package is missing"
-            in summary_lines(rows))
+    assert "  no independent judge for args[lore]: the encoder package is missing" in summary_lines(
+        rows
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,9 +248,13 @@ def test_missing_independent_judge_shows_its_reason() -> None:
 
 def test_tail_mean_by_hand() -> None:
     assert crisis.tail_mean([0.9, 0.1, 0.5, 0.7, 0.3, 0.6, 0.8, 0.4, 0.2, 1.0]) == (
-        pytest.approx(0.1), 1)  # 10 users: the worst 1
+        pytest.approx(0.1),
+        1,
+    )  # 10 users: the worst 1
     assert crisis.tail_mean([0.9, 0.1, 0.5, 0.7, 0.3, 0.6, 0.8, 0.4, 0.2, 1.0, 0.0]) == (
-        pytest.approx(0.05), 2)  # 11 users: ceil(1.1) = 2
+        pytest.approx(0.05),
+        2,
+    )  # 11 users: ceil(1.1) = 2
 
 
 def _policy(values: list[float]) -> dict[str, dict[str, float]]:
@@ -201,12 +264,16 @@ def _policy(values: list[float]) -> dict[str, dict[str, float]]:
 def test_close_means_with_different_worst_decile_flagged() -> None:
     even = [0.5] * 10
     skewed = [5 / 9] * 9 + [0.0]  # mean 0.5, worst user 0
-    rows = [row("args[a]", rm=0.6, policy=0.5, per_user=_policy(even)),
-            row("args[b]", rm=0.7, policy=0.5, per_user=_policy(skewed)),
-            row("args[c]", rm=0.8, policy=0.5, per_user=_policy(even))]
+    rows = [
+        row("args[a]", rm=0.6, policy=0.5, per_user=_policy(even)),
+        row("args[b]", rm=0.7, policy=0.5, per_user=_policy(skewed)),
+        row("args[c]", rm=0.8, policy=0.5, per_user=_policy(even)),
+    ]
     flags = crisis.spread(rows)["flags"]
     assert [(f["kind"], f["a"], f["b"]) for f in flags] == [
-        ("close_means", "args[b]", "args[a]"), ("close_means", "args[b]", "args[c]")]
+        ("close_means", "args[b]", "args[a]"),
+        ("close_means", "args[b]", "args[c]"),
+    ]
     assert flags[0]["tail_a"] == pytest.approx(0.0) and flags[0]["tail_b"] == pytest.approx(0.5)
     assert "worst 1 of 10 users" in flags[0]["text"]
 
@@ -214,8 +281,10 @@ def test_close_means_with_different_worst_decile_flagged() -> None:
 def test_gain_on_mean_with_loss_on_worst_decile_against_base() -> None:
     base = [0.4] * 10
     method = [0.6] * 9 + [0.2]  # mean 0.56 > 0.4, worst 0.2 <= 0.4 - 0.1
-    rows = [row("base", policy=0.4, per_user=_policy(base)),
-            row("args[a]", rm=0.6, policy=0.56, per_user=_policy(method))]
+    rows = [
+        row("base", policy=0.4, per_user=_policy(base)),
+        row("args[a]", rm=0.6, policy=0.56, per_user=_policy(method)),
+    ]
     (flag,) = crisis.spread(rows)["flags"]
     assert (flag["kind"], flag["a"], flag["b"]) == ("mean_only_gain", "args[a]", "base")
     assert "hurts the worst-served users" in flag["text"]
@@ -224,12 +293,13 @@ def test_gain_on_mean_with_loss_on_worst_decile_against_base() -> None:
 def test_spread_not_flagged_with_too_few_users() -> None:
     few = {"policy_acc": {"u0": 0.5, "u1": 0.5, "u2": 0.5, "u3": 0.5}}
     skewed = {"policy_acc": {"u0": 2 / 3, "u1": 2 / 3, "u2": 2 / 3, "u3": 0.0}}
-    rows = [row("args[a]", rm=0.6, policy=0.5, per_user=few),
-            row("args[b]", rm=0.7, policy=0.5, per_user=skewed)]
+    rows = [
+        row("args[a]", rm=0.6, policy=0.5, per_user=few),
+        row("args[b]", rm=0.7, policy=0.5, per_user=skewed),
+    ]
     result = crisis.spread(rows)
     assert result["flags"] == []
-    assert {r["method"]: r["tail_mean"] for r in result["rows"]} == {"args[a]": 0.5,
-                                                                     "args[b]": 0.0}
+    assert {r["method"]: r["tail_mean"] for r in result["rows"]} == {"args[a]": 0.5, "args[b]": 0.0}
 
 
 # --------------------------------------------------------------------------------------------

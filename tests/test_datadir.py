@@ -29,8 +29,9 @@ def give(place: Path, subdir: str = "acl-anthology") -> None:
 
 
 def look(places: dict[str, Path], subdir: str = "acl-anthology") -> Path:
-    return find_data_dir(subdir, option=str(places["option"]), ini="ini",
-                         rootdir=places["ini"].parent)
+    return find_data_dir(
+        subdir, option=str(places["option"]), ini="ini", rootdir=places["ini"].parent
+    )
 
 
 def test_option_comes_first(places):
@@ -69,8 +70,12 @@ def test_unset_places_are_none_and_order_is_fixed(tmp_path, monkeypatch):
     monkeypatch.delenv("PREFALIGN_DATA", raising=False)
     monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "c"))
     listed = data_places(option=None, ini=None, rootdir=None)
-    assert [p.label for p in listed] == ["--prefalign-data", "ini prefalign_data",
-                                         "$PREFALIGN_DATA", "user cache"]
+    assert [p.label for p in listed] == [
+        "--prefalign-data",
+        "ini prefalign_data",
+        "$PREFALIGN_DATA",
+        "user cache",
+    ]
     assert [p.path for p in listed] == [None, None, None, tmp_path / "c" / "data"]
 
 
@@ -78,8 +83,13 @@ def test_not_found_names_the_subdir_every_place_and_the_remedy(places):
     (places["option"] / "acl-anthology.zip").write_text("not a folder")
     missing_ini = places["ini"].parent / "nowhere"
     with pytest.raises(DataNotFound) as err:
-        find_data_dir("acl-anthology", option=str(places["option"]), ini="nowhere",
-                      rootdir=places["ini"].parent, fetch=False)
+        find_data_dir(
+            "acl-anthology",
+            option=str(places["option"]),
+            ini="nowhere",
+            rootdir=places["ini"].parent,
+            fetch=False,
+        )
     lines = str(err.value).splitlines()
     assert "acl-anthology/" in lines[0]
     assert lines[1] == f"  1. --prefalign-data: {places['option']} (no acl-anthology/ in it)"
@@ -92,9 +102,12 @@ def test_not_found_names_the_subdir_every_place_and_the_remedy(places):
 def test_not_found_says_which_places_are_not_set(tmp_path, monkeypatch):
     monkeypatch.delenv("PREFALIGN_DATA", raising=False)
     monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path))
-    with pytest.raises(DataNotFound, match=r"(?s)--prefalign-data: not set.*"
-                                           r"ini prefalign_data: not set.*"
-                                           r"\$PREFALIGN_DATA: not set"):
+    with pytest.raises(
+        DataNotFound,
+        match=r"(?s)--prefalign-data: not set.*"
+        r"ini prefalign_data: not set.*"
+        r"\$PREFALIGN_DATA: not set",
+    ):
         find_data_dir("polis", fetch=False)
 
 
@@ -116,7 +129,8 @@ def test_ini_value_comes_from_the_first_pytest_config_file_upwards(tmp_path):
     (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = ../shared\n")
     assert ini_data_value(deep) == ("../shared", tmp_path / "setup.cfg")
     (tmp_path / "a" / "pyproject.toml").write_text(
-        '[tool.pytest.ini_options]\nprefalign_data = "here"\n')
+        '[tool.pytest.ini_options]\nprefalign_data = "here"\n'
+    )
     assert ini_data_value(deep) == ("here", tmp_path / "a" / "pyproject.toml")
     (deep / "pytest.ini").write_text("[pytest]\n")  # a config file without the value wins
     assert ini_data_value(deep) == (None, deep / "pytest.ini")

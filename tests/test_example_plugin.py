@@ -20,7 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "prefalign-example-
 
 # Like the toy suite of tests/test_plugin.py, with training pairs: each user's profile titles
 # (chosen) against a title of another length (rejected). Ann writes short titles, Bob long ones.
-TOY_SUITE = '''
+TOY_SUITE = """
 import json
 from pathlib import Path
 
@@ -60,15 +60,23 @@ class Toy:
 
 def pytest_prefalign_register(registry):
     registry.add_suite(Toy())
-'''
+"""
 
 SHORT, LONG = "Cats", "A very long title about cats and dogs and more"
 RECORDS = [
-    {"user": "ann", "profile": [["cats sleep", "Sleepy cats", LONG], ["cats purr", "Purr", LONG]],
-     "tests": [["a cat on a mat", "Mat cat", LONG], ["cats and milk", "Milk", LONG]]},
-    {"user": "bob", "profile": [["dogs bark", "Dogs that bark loudly at night in the park", SHORT],
-                                ["dogs fetch", "How dogs learn to fetch sticks and balls", SHORT]],
-     "tests": [["a dog in a park", "A dog in the park on a sunny day in May", SHORT]]},
+    {
+        "user": "ann",
+        "profile": [["cats sleep", "Sleepy cats", LONG], ["cats purr", "Purr", LONG]],
+        "tests": [["a cat on a mat", "Mat cat", LONG], ["cats and milk", "Milk", LONG]],
+    },
+    {
+        "user": "bob",
+        "profile": [
+            ["dogs bark", "Dogs that bark loudly at night in the park", SHORT],
+            ["dogs fetch", "How dogs learn to fetch sticks and balls", SHORT],
+        ],
+        "tests": [["a dog in a park", "A dog in the park on a sunny day in May", SHORT]],
+    },
 ]
 
 
@@ -81,10 +89,24 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = work / "src"
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     target = work / "site"
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps",
-                          "--no-build-isolation", "--no-index", "--disable-pip-version-check",
-                          "--quiet", "--target", str(target), str(source)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     return target
 
@@ -105,23 +127,27 @@ def test_entry_point_registers_length_prior(installed: Path):
         entry = reg.reward("length_prior")
         print(entry.origin, entry.builtin, sorted(entry.obj.capabilities), reg.failures)
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=with_path(installed),
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=with_path(installed), capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["prefalign_example_rm", "False", "[]", "[]"]
 
 
 @pytest.mark.slow  # a pytest subprocess imports torch and samples 8 titles per item
-def test_length_prior_runs_as_bon(installed: Path, pytester: pytest.Pytester,
-                                  monkeypatch: pytest.MonkeyPatch):
+def test_length_prior_runs_as_bon(
+    installed: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
     conftest = TOY_SUITE
     pytester.makeconftest(conftest)
-    pytester.makeini(textwrap.dedent("""
+    pytester.makeini(
+        textwrap.dedent("""
         [pytest]
         prefalign_models = tiny = tiny
         prefalign_sizes = tiny
         prefalign_data = data
-    """))
+    """)
+    )
     data = pytester.mkdir("data").joinpath("toy")
     data.mkdir()
     data.joinpath("records.json").write_text(json.dumps(RECORDS))
@@ -129,9 +155,17 @@ def test_length_prior_runs_as_bon(installed: Path, pytester: pytest.Pytester,
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # toy-sized matmuls: see tests/conftest.py
     monkeypatch.setenv("PYTHONPATH", with_path(installed)["PYTHONPATH"])
-    result = pytester.runpytest_subprocess("--prefalign", "toy", "-v", "-p", "no:cacheprovider",
-                                           "--prefalign-methods", "bon[length_prior]",
-                                           "--prefalign-json", "out.json")
+    result = pytester.runpytest_subprocess(
+        "--prefalign",
+        "toy",
+        "-v",
+        "-p",
+        "no:cacheprovider",
+        "--prefalign-methods",
+        "bon[length_prior]",
+        "--prefalign-json",
+        "out.json",
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*toy?bon?length_prior?-tiny? PASSED*"])
     (row,) = json.loads((pytester.path / "out.json").read_text())["results"]

@@ -25,8 +25,10 @@ from pytest_prefalign import fetch
 from pytest_prefalign.api import DataNotFound
 from pytest_prefalign.datadir import find_data_dir
 
-SHARED_POLIS = Path(os.environ.get("PREFALIGN_DATA") or Path(__file__).parents[1].parent
-                    / "shared" / "data") / "polis"
+SHARED_POLIS = (
+    Path(os.environ.get("PREFALIGN_DATA") or Path(__file__).parents[1].parent / "shared" / "data")
+    / "polis"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +42,14 @@ def caches(tmp_path, monkeypatch):
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_prefalign.cli", "data", *args],
-                          capture_output=True, text=True, cwd=cwd, env=os.environ.copy(),
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_prefalign.cli", "data", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=os.environ.copy(),
+        timeout=300,
+    )
 
 
 # -- a tiny ACL Anthology data/ folder ------------------------------------------------------------
@@ -66,8 +73,9 @@ def tiny_anthology(data: Path) -> Path:
     papers from 2016 on; Bob Minor too few; 2015 papers and too-short abstracts do not count."""
     (data / "xml").mkdir(parents=True)
     (data / "json").mkdir()
-    (data / "xml" / "schema.rnc").write_bytes(pkgutil.get_data("acl_anthology", "data/schema.rnc")
-                                              or b"")
+    (data / "xml" / "schema.rnc").write_bytes(
+        pkgutil.get_data("acl_anthology", "data/schema.rnc") or b""
+    )
     (data / "json" / "people.json").write_text(json.dumps(PEOPLE), encoding="utf-8")
     edinburgh = xml_author("Wei", "Zhang", "wei-zhang-edinburgh")
     tsinghua = xml_author("Wei", "Zhang", "wei-zhang-tsinghua")
@@ -85,7 +93,8 @@ def tiny_anthology(data: Path) -> Path:
         body = "\n".join(
             f'    <paper id="{n}"><title>{escape(title)}</title>{"".join(authors)}'
             f"<abstract>{escape(abstract)}</abstract><bibkey>tiny-{year}-{n}</bibkey></paper>"
-            for n, (title, authors, abstract) in enumerate(papers, 1))
+            for n, (title, authors, abstract) in enumerate(papers, 1)
+        )
         (data / "xml" / f"{year}.tiny.xml").write_text(
             f"""<?xml version='1.0' encoding='UTF-8'?>
 <collection id="{year}.tiny">
@@ -100,7 +109,9 @@ def tiny_anthology(data: Path) -> Path:
 {body}
   </volume>
 </collection>
-""", encoding="utf-8")
+""",
+            encoding="utf-8",
+        )
     return data
 
 
@@ -114,14 +125,16 @@ def read_authors(folder: Path) -> dict[str, dict]:
 
 
 def read_papers(folder: Path) -> list[dict]:
-    return [json.loads(line) for f in sorted(folder.glob("papers-*.jsonl"))
-            for line in f.read_text(encoding="utf-8").splitlines()]
+    return [
+        json.loads(line)
+        for f in sorted(folder.glob("papers-*.jsonl"))
+        for line in f.read_text(encoding="utf-8").splitlines()
+    ]
 
 
 def test_pref_lamp_from_a_local_anthology_folder(anthology_data, tmp_path):
     out = tmp_path / "data"
-    done = run_cli("fetch", "pref_lamp", "--to", str(out), "--anthology-data",
-                   str(anthology_data))
+    done = run_cli("fetch", "pref_lamp", "--to", str(out), "--anthology-data", str(anthology_data))
     assert done.returncode == 0, done.stderr
     folder = out / "acl-anthology"
     authors = read_authors(folder)
@@ -140,8 +153,12 @@ def test_pref_lamp_from_a_local_anthology_folder(anthology_data, tmp_path):
 
 def test_manifest_lists_every_file_with_its_hash(anthology_data, tmp_path):
     out = tmp_path / "data"
-    assert run_cli("fetch", "pref_lamp", "--to", str(out), "--anthology-data",
-                   str(anthology_data)).returncode == 0
+    assert (
+        run_cli(
+            "fetch", "pref_lamp", "--to", str(out), "--anthology-data", str(anthology_data)
+        ).returncode
+        == 0
+    )
     folder = out / "acl-anthology"
     manifest = json.loads((folder / "MANIFEST.json").read_text())
     assert set(manifest["files"]) == {"authors.json", "papers-00.jsonl"}
@@ -161,11 +178,14 @@ def test_manifest_lists_every_file_with_its_hash(anthology_data, tmp_path):
 
 def test_the_built_folder_is_what_the_suite_reads(anthology_data, tmp_path):
     out = tmp_path / "data"
-    assert run_cli("fetch", "pref_lamp", "--to", str(out), "--anthology-data",
-                   str(anthology_data)).returncode == 0
+    assert (
+        run_cli(
+            "fetch", "pref_lamp", "--to", str(out), "--anthology-data", str(anthology_data)
+        ).returncode
+        == 0
+    )
     data = PrefLamp().load(out, limit=None, options={"negatives": "other_author"})
-    assert set(data.users) == {"acl:jane-doe", "acl:wei-zhang-edinburgh",
-                               "acl:wei-zhang-tsinghua"}
+    assert set(data.users) == {"acl:jane-doe", "acl:wei-zhang-edinburgh", "acl:wei-zhang-tsinghua"}
     assert data.items and data.train_pairs and data.test_pairs
     assert not data.dropped
 
@@ -183,16 +203,21 @@ def test_an_existing_folder_is_kept_unless_forced(anthology_data, tmp_path):
 
 
 def test_not_an_anthology_folder_is_an_error_naming_it(tmp_path):
-    done = run_cli("fetch", "pref_lamp", "--to", str(tmp_path / "data"), "--anthology-data",
-                   str(tmp_path))
+    done = run_cli(
+        "fetch", "pref_lamp", "--to", str(tmp_path / "data"), "--anthology-data", str(tmp_path)
+    )
     assert done.returncode == 1
     assert f"{tmp_path}: not the Anthology's data/ folder" in done.stderr
     assert not (tmp_path / "data" / "acl-anthology").exists()
 
 
 def git(where: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(where), "-c", "user.name=t", "-c", "user.email=t@t",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(where), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def test_pref_lamp_fetches_a_pinned_revision_through_git(tmp_path, monkeypatch):
@@ -207,8 +232,16 @@ def test_pref_lamp_fetches_a_pinned_revision_through_git(tmp_path, monkeypatch):
     (repo / "data" / "xml" / "2022.tiny.xml").unlink()  # a later commit drops a year
     git(repo, "commit", "--quiet", "-am", "later")
     out = tmp_path / "data"
-    args = ("fetch", "pref_lamp", "--to", str(out), "--anthology-repository", f"file://{repo}",
-            "--anthology-revision", pinned)
+    args = (
+        "fetch",
+        "pref_lamp",
+        "--to",
+        str(out),
+        "--anthology-repository",
+        f"file://{repo}",
+        "--anthology-revision",
+        pinned,
+    )
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "acl-anthology" / "MANIFEST.json").read_text())
@@ -218,8 +251,16 @@ def test_pref_lamp_fetches_a_pinned_revision_through_git(tmp_path, monkeypatch):
     assert (clone / "data" / "xml").is_dir() and not (clone / "README.md").exists()
     done = run_cli(*args, "--force")  # the clone is reused
     assert "already in" in done.stderr and done.returncode == 0
-    done = run_cli("fetch", "pref_lamp", "--to", str(tmp_path / "newest"),
-                   "--anthology-repository", f"file://{repo}", "--anthology-revision", "latest")
+    done = run_cli(
+        "fetch",
+        "pref_lamp",
+        "--to",
+        str(tmp_path / "newest"),
+        "--anthology-repository",
+        f"file://{repo}",
+        "--anthology-revision",
+        "latest",
+    )
     assert done.returncode == 0, done.stderr
     newest = json.loads((tmp_path / "newest" / "acl-anthology" / "MANIFEST.json").read_text())
     assert newest["version"] == git(repo, "rev-parse", "HEAD") != pinned
@@ -240,14 +281,23 @@ def polis_mirror(root: Path) -> dict[str, str]:
         (folder / "summary.csv").write_text(f"topic,Topic {name}\nconversation-id,{name}\n")
         (folder / "comments.csv").write_text(
             "timestamp,datetime,comment-id,author-id,agrees,disagrees,moderated,comment-body\n"
-            + "".join(f"1,d,{row}\n" for row in comments))
-        votes = [f"{t},d,{c},{v},{1 if (v + c) % 2 else -1}" for t, (v, c) in
-                 enumerate((v, c) for v in range(1, 8) for c in (1, 2, 3) if c <= len(comments))]
-        (folder / "votes.csv").write_text("timestamp,datetime,comment-id,voter-id,vote\n"
-                                          + "".join(f"{row}\n" for row in votes))
+            + "".join(f"1,d,{row}\n" for row in comments)
+        )
+        votes = [
+            f"{t},d,{c},{v},{1 if (v + c) % 2 else -1}"
+            for t, (v, c) in enumerate(
+                (v, c) for v in range(1, 8) for c in (1, 2, 3) if c <= len(comments)
+            )
+        ]
+        (folder / "votes.csv").write_text(
+            "timestamp,datetime,comment-id,voter-id,vote\n" + "".join(f"{row}\n" for row in votes)
+        )
     (root / "README.md").write_text("Polis open data, CC BY 4.0\n")
-    return {f.relative_to(root).as_posix(): fetch.storage.file_sha256(f)
-            for f in sorted(root.rglob("*")) if f.is_file()}
+    return {
+        f.relative_to(root).as_posix(): fetch.storage.file_sha256(f)
+        for f in sorted(root.rglob("*"))
+        if f.is_file()
+    }
 
 
 def test_polis_downloads_every_file_against_its_pinned_hash(tmp_path, monkeypatch):
@@ -257,7 +307,11 @@ def test_polis_downloads_every_file_against_its_pinned_hash(tmp_path, monkeypatc
     assert fetch.fetch_main(["polis", "--to", str(out), "--polis-url", f"file://{mirror}/"]) == 0
     folder = out / "polis"
     assert sorted(p.name for p in folder.iterdir()) == [
-        "MANIFEST.json", "README.upstream.md", "alpha", "beta"]
+        "MANIFEST.json",
+        "README.upstream.md",
+        "alpha",
+        "beta",
+    ]
     assert not fetch.check_manifest(folder)
     manifest = json.loads((folder / "MANIFEST.json").read_text())
     assert manifest["version"] == polis_fetch.COMMIT and manifest["licence"] == "CC BY 4.0"
@@ -268,8 +322,9 @@ def test_polis_downloads_every_file_against_its_pinned_hash(tmp_path, monkeypatc
     assert (downloads / "alpha" / "votes.csv").is_file()  # kept: a second fetch resumes
 
 
-def test_a_download_with_the_wrong_hash_is_refused_and_nothing_is_left(tmp_path, monkeypatch,
-                                                                        capsys):
+def test_a_download_with_the_wrong_hash_is_refused_and_nothing_is_left(
+    tmp_path, monkeypatch, capsys
+):
     mirror = tmp_path / "openData"
     monkeypatch.setattr(polis_fetch, "FILES", polis_mirror(mirror))
     (mirror / "beta" / "votes.csv").write_text("timestamp,datetime,comment-id,voter-id,vote\n")
@@ -317,8 +372,11 @@ def test_offline_a_missing_folder_fails_at_once_in_one_line(monkeypatch, variabl
 def test_a_host_that_does_not_resolve_counts_as_offline(monkeypatch):
     monkeypatch.delenv("PREFALIGN_OFFLINE")
     monkeypatch.setattr(fetch.socket, "getaddrinfo", _no_dns)
-    with pytest.raises(DataNotFound, match=r"offline \(raw.githubusercontent.com does not "
-                                           r"resolve\): run `prefalign data fetch polis`"):
+    with pytest.raises(
+        DataNotFound,
+        match=r"offline \(raw.githubusercontent.com does not "
+        r"resolve\): run `prefalign data fetch polis`",
+    ):
         find_data_dir("polis")
 
 
@@ -326,12 +384,17 @@ def _no_dns(host, port):
     raise OSError("Name or service not known")
 
 
-def test_online_a_missing_folder_is_fetched_into_the_user_cache(anthology_data, tmp_path,
-                                                                monkeypatch, capsys):
+def test_online_a_missing_folder_is_fetched_into_the_user_cache(
+    anthology_data, tmp_path, monkeypatch, capsys
+):
     monkeypatch.delenv("PREFALIGN_OFFLINE")
-    local = argparse.Namespace(anthology_data=str(anthology_data), anthology_revision="x",
-                               anthology_repository="file:///nowhere", anthology_authors=200,
-                               anthology_seed=5)
+    local = argparse.Namespace(
+        anthology_data=str(anthology_data),
+        anthology_revision="x",
+        anthology_repository="file:///nowhere",
+        anthology_authors=200,
+        anthology_seed=5,
+    )
     monkeypatch.setattr(fetch, "default_options", lambda suite: local)
     found = find_data_dir("acl-anthology", option=str(tmp_path / "nowhere"))
     assert found == tmp_path / "cache" / "data"
@@ -348,8 +411,9 @@ def _must_not_run(*args, **kwargs):
 def test_suites_that_do_without_a_data_directory_are_not_fetched_by_a_run(monkeypatch):
     monkeypatch.delenv("PREFALIGN_OFFLINE")
     monkeypatch.setattr(fetch, "fetch_suite", _must_not_run)
-    with pytest.raises(DataNotFound, match="(?s)openai/summarize_from_feedback/ not found; "
-                                           "looked in:.*user cache"):
+    with pytest.raises(
+        DataNotFound, match="(?s)openai/summarize_from_feedback/ not found; looked in:.*user cache"
+    ):
         find_data_dir("openai/summarize_from_feedback")
     with pytest.raises(DataNotFound, match="looked in:"):
         find_data_dir("acl-anthology", fetch=False)
@@ -380,9 +444,19 @@ def build(folder, options, progress):
 def test_concurrent_fetches_build_once(tmp_path):
     BUILDS.clear()
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(fetch.fetch_suite(
-        SlowSuite(), tmp_path, argparse.Namespace(), progress=fetch.Progress("t", _Null()))))
-        for _ in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(
+                fetch.fetch_suite(
+                    SlowSuite(),
+                    tmp_path,
+                    argparse.Namespace(),
+                    progress=fetch.Progress("t", _Null()),
+                )
+            )
+        )
+        for _ in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -398,8 +472,9 @@ def test_an_interrupted_build_leaves_nothing_where_the_loaders_look(tmp_path, mo
 
     monkeypatch.setattr(sys.modules[__name__], "build", broken)
     with pytest.raises(KeyboardInterrupt):
-        fetch.fetch_suite(SlowSuite(), tmp_path, argparse.Namespace(),
-                          progress=fetch.Progress("t", _Null()))
+        fetch.fetch_suite(
+            SlowSuite(), tmp_path, argparse.Namespace(), progress=fetch.Progress("t", _Null())
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["slow-data.lock"]
 
 
@@ -421,9 +496,12 @@ def test_tldr_is_written_as_a_local_copy_the_suite_reads(tmp_path, monkeypatch):
     from prefalign_suites.tldr.suite import Tldr
 
     records = tldr_records()
-    splits = {"train": [r for r in records if r["split"] == "train"],
-              "validation": [{k: v for k, v in r.items() if k != "split"}
-                             for r in records if r["split"] != "train"]}
+    splits = {
+        "train": [r for r in records if r["split"] == "train"],
+        "validation": [
+            {k: v for k, v in r.items() if k != "split"} for r in records if r["split"] != "train"
+        ],
+    }
     loaded = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
     asked = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: asked.append(a) or loaded)
@@ -432,7 +510,10 @@ def test_tldr_is_written_as_a_local_copy_the_suite_reads(tmp_path, monkeypatch):
     assert asked == [("openai/summarize_from_feedback", "comparisons")]
     folder = out / "openai" / "summarize_from_feedback"
     assert sorted(p.name for p in folder.iterdir()) == [
-        "MANIFEST.json", "train.jsonl", "validation.jsonl"]
+        "MANIFEST.json",
+        "train.jsonl",
+        "validation.jsonl",
+    ]
     first = json.loads((folder / "validation.jsonl").read_text().splitlines()[0])
     assert first["split"] == "validation"  # a record without one gets its split's name
     data = Tldr().load(out, limit=None, options={"users": "all"})
@@ -456,5 +537,7 @@ def test_an_unknown_suite_is_a_usage_error_listing_the_fetchable_ones(capsys):
     with pytest.raises(SystemExit) as exit_:
         fetch.fetch_main(["nosuch"])
     assert exit_.value.code == 2
-    assert ("no fetchable suite 'nosuch'; fetchable: polis, pref_lamp, prism, tldr"
-            in capsys.readouterr().err)
+    assert (
+        "no fetchable suite 'nosuch'; fetchable: polis, pref_lamp, prism, tldr"
+        in capsys.readouterr().err
+    )

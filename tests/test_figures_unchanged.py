@@ -17,16 +17,21 @@ RECORDED = Path(__file__).parent / "data" / "figures_main_job_tiny.json"
 
 
 @pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")
-def test_main_job_figures_are_unchanged(pytester: pytest.Pytester,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_job_figures_are_unchanged(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makeini(f"[pytest]\nprefalign_models = 135m = tiny\nprefalign_data = {DATA}\n")
     pytester.mkdir("suites")
-    shutil.copytree(ROOT / "suites" / "pref_lamp", pytester.path / "suites" / "pref_lamp",
-                    ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    shutil.copytree(
+        ROOT / "suites" / "pref_lamp",
+        pytester.path / "suites" / "pref_lamp",
+        ignore=shutil.ignore_patterns("*.py", "__pycache__"),
+    )
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    result = pytester.runpytest_subprocess("--prefalign", "suites/pref_lamp", "-p",
-                                           "no:cacheprovider", "--prefalign-json", "run.json")
+    result = pytester.runpytest_subprocess(
+        "--prefalign", "suites/pref_lamp", "-p", "no:cacheprovider", "--prefalign-json", "run.json"
+    )
     result.assert_outcomes(passed=10)
     run = json.loads((pytester.path / "run.json").read_text())
     recorded = json.loads(RECORDED.read_text())
@@ -43,8 +48,17 @@ def test_main_job_figures_are_unchanged(pytester: pytest.Pytester,
                 assert row[field][metric] == pytest.approx(values, abs=1e-9), (method, metric)
     outputs = sorted([r["method"], r["item_id"], r["output"]] for r in run["items"])
     assert outputs == recorded["outputs"]
-    pairs = sorted([r["method"], r["pair_id"], r["rm_chosen"], r["rm_rejected"],
-                    r["policy_chosen"], r["policy_rejected"]] for r in run["pairs"])
+    pairs = sorted(
+        [
+            r["method"],
+            r["pair_id"],
+            r["rm_chosen"],
+            r["rm_rejected"],
+            r["policy_chosen"],
+            r["policy_rejected"],
+        ]
+        for r in run["pairs"]
+    )
     assert [p[:2] for p in pairs] == [p[:2] for p in recorded["pairs"]]
     got = [v for p in pairs for v in p[2:] if v is not None]
     want = [v for p in recorded["pairs"] for v in p[2:] if v is not None]

@@ -15,13 +15,14 @@ from prefalign_methods.decoders.genarm import GenARMDecoder, GenARMOptions
 from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
 
 OPTIONS = {"max_new_tokens": 6, "batch_size": 3}
-PROMPTS = ["Generate a title for: neural machine translation with attention",
-           "Generate a title for: a dataset of dialogue",
-           "Generate a title for: reward models",
-           "Generate a title for: parsing and tagging",
-           "Generate a title for: speech"]
-ITEMS = [Item(f"i{k}", user, p, p, None) for k, p in enumerate(PROMPTS)
-         for user in ("ann", "bob")]
+PROMPTS = [
+    "Generate a title for: neural machine translation with attention",
+    "Generate a title for: a dataset of dialogue",
+    "Generate a title for: reward models",
+    "Generate a title for: parsing and tagging",
+    "Generate a title for: speech",
+]
+ITEMS = [Item(f"i{k}", user, p, p, None) for k, p in enumerate(PROMPTS) for user in ("ann", "bob")]
 
 
 class TableARM(RewardMethod):
@@ -33,8 +34,7 @@ class TableARM(RewardMethod):
 
     def __init__(self, lm, bonus: dict[str, dict[int, float]] | None = None) -> None:
         gen = torch.Generator().manual_seed(1)
-        self.M = torch.randn(lm.model.config.hidden_size, lm.model.config.vocab_size,
-                             generator=gen)
+        self.M = torch.randn(lm.model.config.hidden_size, lm.model.config.vocab_size, generator=gen)
         self.bonus = bonus or {}
 
     def fingerprint(self) -> str:
@@ -58,13 +58,17 @@ class TableARM(RewardMethod):
         out = []
         for u, p, r in zip(users, prompts, responses, strict=True):
             h, _, n_prompt = plain_forward(lm, p, r)
-            out.append(self.table([u], h[None, n_prompt - 1:-1])[0].numpy())
+            out.append(self.table([u], h[None, n_prompt - 1 : -1])[0].numpy())
         return out
 
     def score(self, lm, users, prompts, responses) -> np.ndarray:
         rows = self.next_token_logprobs(lm, users, prompts, responses)
-        return np.array([float(r[np.arange(len(r)), lm.response_ids(y)].sum())
-                         for r, y in zip(rows, responses, strict=True)])
+        return np.array(
+            [
+                float(r[np.arange(len(r)), lm.response_ids(y)].sum())
+                for r, y in zip(rows, responses, strict=True)
+            ]
+        )
 
 
 class TextOnlyARM(TableARM):
@@ -88,9 +92,15 @@ def plain_forward(lm, prompt: str, response: str) -> tuple[torch.Tensor, torch.T
 
 def context(lm, reward, *, seed: int = 0, reduce: str = "sum", **options) -> CaseContext:
     data = SuiteData("toy", "test", profiles={}, items=list(ITEMS))
-    return CaseContext(lm=lm, suite=None, data=data, reward=reward,  # type: ignore[arg-type]
-                       options=GenARMOptions(**{**OPTIONS, **options}), seed=seed,
-                       reduce=reduce)
+    return CaseContext(
+        lm=lm,
+        suite=None,
+        data=data,
+        reward=reward,  # type: ignore[arg-type]
+        options=GenARMOptions(**{**OPTIONS, **options}),
+        seed=seed,
+        reduce=reduce,
+    )
 
 
 def test_alpha_zero_generates_what_base_generates(tiny_lm):
@@ -112,13 +122,13 @@ def test_the_arm_term_steers_generation_per_user(tiny_lm):
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_alpha_zero_loglik_is_the_base_loglik(tiny_lm, reduce):
-    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 5.0}}), alpha=0.0,
-                  reduce=reduce)
+    ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 5.0}}), alpha=0.0, reduce=reduce)
     users, prompts = ["ann", "bob", "ann"], PROMPTS[:3]
     responses = ["Attention for translation", "A dialogue dataset", ""]
     got = GenARMDecoder().loglik(ctx, users, prompts, responses)
-    np.testing.assert_allclose(got, BaseDecoder().loglik(ctx, users, prompts, responses),
-                               rtol=0, atol=1e-4)
+    np.testing.assert_allclose(
+        got, BaseDecoder().loglik(ctx, users, prompts, responses), rtol=0, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
@@ -131,8 +141,9 @@ def test_loglik_matches_a_hand_computation(tiny_lm, reduce):
     total = []
     for t, y in enumerate(target):
         pos = n_prompt - 1 + t  # the position whose output predicts y_t
-        arm_lp = torch.log_softmax(hidden[pos] @ arm.M + torch.eye(512)[278] * 3.0
-                                   - torch.eye(512)[302] * 2.0, dim=-1)
+        arm_lp = torch.log_softmax(
+            hidden[pos] @ arm.M + torch.eye(512)[278] * 3.0 - torch.eye(512)[302] * 2.0, dim=-1
+        )
         guided = logits[pos] + alpha * arm_lp
         total.append(float(torch.log_softmax(guided, dim=-1)[y]))
     expected = np.sum(total) if reduce == "sum" else np.mean(total)
@@ -148,9 +159,12 @@ def test_general_path_matches_fast_path(tiny_lm):
     decoder = GenARMDecoder()
     users, prompts = ["ann", "bob", "ann"], PROMPTS[2:5]
     responses = ["Reward models for parsing", "speech and the model", "x"]
-    np.testing.assert_allclose(decoder.loglik(general, users, prompts, responses),
-                               decoder.loglik(fast, users, prompts, responses),
-                               rtol=0, atol=1e-4)
+    np.testing.assert_allclose(
+        decoder.loglik(general, users, prompts, responses),
+        decoder.loglik(fast, users, prompts, responses),
+        rtol=0,
+        atol=1e-4,
+    )
     # generation: the general path reads the text so far, so the test keeps to tokens whose
     # text re-tokenizes to them (whole words); which of them wins varies by step and user
     words = {tok: 30.0 for tok in (278, 302, 307, 324, 372)}
@@ -178,11 +192,11 @@ def test_sampling_is_seeded_and_uses_the_guided_distribution(tiny_lm):
 def test_sampling_temperature_is_divided_by_one_plus_alpha(tiny_lm, monkeypatch):
     seen = []
     real = genarm_module.guided_generate
-    monkeypatch.setattr(genarm_module, "guided_generate",
-                        lambda *a: seen.append(a[6]) or real(*a))
+    monkeypatch.setattr(genarm_module, "guided_generate", lambda *a: seen.append(a[6]) or real(*a))
     reward = TableARM(tiny_lm, {"ann": {278: 5.0}})
-    GenARMDecoder().generate(context(tiny_lm, reward, sample=True, temperature=1.5, alpha=2.0),
-                             ITEMS[:1])
+    GenARMDecoder().generate(
+        context(tiny_lm, reward, sample=True, temperature=1.5, alpha=2.0), ITEMS[:1]
+    )
     GenARMDecoder().generate(context(tiny_lm, reward, alpha=2.0), ITEMS[:1])
     assert seen == [pytest.approx(0.5), None]  # T / (1 + alpha); greedy by default
 
@@ -210,13 +224,18 @@ def test_real_model_with_a_trained_arm(tmp_path):
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
     task = "Generate a title for the following abstract of a paper: "
-    abstracts = ["We present a neural model that translates speech into text in many languages.",
-                 "We release a corpus of annotated dialogues and baselines for dialogue act "
-                 "tagging."]
-    pairs = [Pair(f"p{k}{u}", u, task + a, chosen, rejected)
-             for k, a in enumerate(abstracts)
-             for u, chosen, rejected in (("ann", "Speech Translation at Scale", "A Study"),
-                                         ("bob", "A Study", "Speech Translation at Scale"))]
+    abstracts = [
+        "We present a neural model that translates speech into text in many languages.",
+        "We release a corpus of annotated dialogues and baselines for dialogue act tagging.",
+    ]
+    pairs = [
+        Pair(f"p{k}{u}", u, task + a, chosen, rejected)
+        for k, a in enumerate(abstracts)
+        for u, chosen, rejected in (
+            ("ann", "Speech Translation at Scale", "A Study"),
+            ("bob", "A Study", "Speech Translation at Scale"),
+        )
+    ]
     arm = ARM(ARMConfig(epochs=3))
     arm.fit(lm, pairs, tmp_path)
     items = [Item(p.pair_id, p.user, p.prompt, p.prompt, None) for p in pairs[:2]]
@@ -227,7 +246,9 @@ def test_real_model_with_a_trained_arm(tmp_path):
     np.testing.assert_allclose(
         GenARMDecoder().loglik(context(lm, general, alpha=1.0), users, prompts, responses),
         GenARMDecoder().loglik(context(lm, arm, alpha=1.0), users, prompts, responses),
-        rtol=0, atol=1e-3)
+        rtol=0,
+        atol=1e-3,
+    )
 
 
 class TextOnly(RewardMethod):

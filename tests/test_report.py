@@ -22,32 +22,58 @@ def has_cell(page: str, text: str) -> bool:
     return re.search(rf"<td>\s*{re.escape(text)}\s*</td>", page) is not None
 
 
-def row(method: str, suite: str = "pref_lamp", size: str = "135m", **metrics: float
-        ) -> dict[str, Any]:
+def row(
+    method: str, suite: str = "pref_lamp", size: str = "135m", **metrics: float
+) -> dict[str, Any]:
     decoder, _, reward = method.partition("[")
-    return {"suite": suite, "size": size, "method": method, "decoder": decoder,
-            "reward": reward.rstrip("]") or None, "n_users": 4, "n_items": 8, "n_pairs": 8,
-            "metrics": metrics, "ci": {k: [v - 0.1, v + 0.1] for k, v in metrics.items()},
-            "per_user": {k: {"u0": v, "u1": v} for k, v in metrics.items()},
-            "timings": {"total_s": 2.5}, "model": {"name": "SmolLM2-135M"},
-            "data": {"source": "acl-anthology", "provenance": {
-                "attribution": "ACL Anthology, https://aclanthology.org, CC BY 4.0"}}}
+    return {
+        "suite": suite,
+        "size": size,
+        "method": method,
+        "decoder": decoder,
+        "reward": reward.rstrip("]") or None,
+        "n_users": 4,
+        "n_items": 8,
+        "n_pairs": 8,
+        "metrics": metrics,
+        "ci": {k: [v - 0.1, v + 0.1] for k, v in metrics.items()},
+        "per_user": {k: {"u0": v, "u1": v} for k, v in metrics.items()},
+        "timings": {"total_s": 2.5},
+        "model": {"name": "SmolLM2-135M"},
+        "data": {
+            "source": "acl-anthology",
+            "provenance": {"attribution": "ACL Anthology, https://aclanthology.org, CC BY 4.0"},
+        },
+    }
 
 
 RESULTS = [
     row("base", rouge1=0.30, rougeL=0.28, policy_acc=0.50),
     row("icl_rag", rouge1=0.34, rougeL=0.31, policy_acc=0.60),
-    row("args[lore]", rouge1=0.26, rougeL=0.25, policy_acc=0.55, rm_acc=0.80, win_self=1.0,
-        win_independent=0.25),
+    row(
+        "args[lore]",
+        rouge1=0.26,
+        rougeL=0.25,
+        policy_acc=0.55,
+        rm_acc=0.80,
+        win_self=1.0,
+        win_independent=0.25,
+    ),
     row("args[per_user_bt]", rouge1=0.29, rougeL=0.27, policy_acc=0.65, rm_acc=0.60),
     row("args[global_bt]", rouge1=0.28, rougeL=0.26, policy_acc=0.60, rm_acc=0.70),
     row("bon[pal]", suite="polis", policy_acc=0.52, rm_acc=0.66),
     row("bon[vpl]", suite="polis", policy_acc=0.58, rm_acc=0.61),
 ]
-RUN = {"version": 1, "created": "2025-01-01T00:00:00+00:00", "commit": "abc123",
-       "config": {"sizes": ["135m"], "limit": 4, "reduce": "sum", "seed": 0},
-       "models": {"135m": {"name": "SmolLM2-135M"}}, "results": RESULTS, "pairs": [],
-       "items": []}
+RUN = {
+    "version": 1,
+    "created": "2025-01-01T00:00:00+00:00",
+    "commit": "abc123",
+    "config": {"sizes": ["135m"], "limit": 4, "reduce": "sum", "seed": 0},
+    "models": {"135m": {"name": "SmolLM2-135M"}},
+    "results": RESULTS,
+    "pairs": [],
+    "items": [],
+}
 
 
 def analysed(data: dict[str, Any]) -> RunFile:
@@ -80,20 +106,27 @@ def test_plot_has_one_labelled_point_per_reward_method() -> None:
     pytest.importorskip("matplotlib")
     png, drawn = report.render_plot(report.scatter_points(analysed(RUN).results))
     assert png.startswith(PNG_SIGNATURE)
-    assert sorted(drawn) == sorted([
-        ("pref_lamp · 135m", "args[lore]", 0.80, 0.55),
-        ("pref_lamp · 135m", "args[per_user_bt]", 0.60, 0.65),
-        ("pref_lamp · 135m", "args[global_bt]", 0.70, 0.60),
-        ("polis · 135m", "bon[pal]", 0.66, 0.52),
-        ("polis · 135m", "bon[vpl]", 0.61, 0.58),
-    ])
+    assert sorted(drawn) == sorted(
+        [
+            ("pref_lamp · 135m", "args[lore]", 0.80, 0.55),
+            ("pref_lamp · 135m", "args[per_user_bt]", 0.60, 0.65),
+            ("pref_lamp · 135m", "args[global_bt]", 0.70, 0.60),
+            ("polis · 135m", "bon[pal]", 0.66, 0.52),
+            ("polis · 135m", "bon[vpl]", 0.61, 0.58),
+        ]
+    )
 
 
 def test_labels_of_methods_with_the_same_rm_accuracy_do_not_overlap() -> None:
     # four methods at RM accuracy 0.95 (as in a real limit-10 run), policy 0.354 to 0.389
-    pts = [("args[per_user_bt]", 0.95, 0.354), ("args[lore]", 0.95, 0.363),
-           ("args[global_bt]", 0.95, 0.380), ("bon[per_user_bt]", 0.95, 0.389),
-           ("genarm[arm]", 0.73, 0.599), ("args[pal]", 0.96, 0.616)]
+    pts = [
+        ("args[per_user_bt]", 0.95, 0.354),
+        ("args[lore]", 0.95, 0.363),
+        ("args[global_bt]", 0.95, 0.380),
+        ("bon[per_user_bt]", 0.95, 0.389),
+        ("genarm[arm]", 0.73, 0.599),
+        ("args[pal]", 0.96, 0.616),
+    ]
     span = 0.64
     heights = report.label_places(pts, span)
     stacked = sorted(heights[:4])
@@ -106,8 +139,9 @@ def test_labels_of_methods_with_the_same_rm_accuracy_do_not_overlap() -> None:
     assert sorted((t[1], t[2], t[3]) for t in drawn) == sorted(pts)  # still at their points
 
 
-def test_page_without_matplotlib_says_how_to_get_the_plot(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_page_without_matplotlib_says_how_to_get_the_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
@@ -131,15 +165,19 @@ def test_report_main_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "wrote" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "no such file"),
-    ("{not json", "not a readable JSON file"),
-    ('{"version": 1, "results": [{"suite": "s", "size": "m"}]}', "results[0]: field 'method'"),
-    ('{"results": []}', "not a version 1 run file"),
-    ("[1, 2]", "expected a JSON object"),
-])
-def test_report_main_bad_run_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          content: str | None, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ("{not json", "not a readable JSON file"),
+        ('{"version": 1, "results": [{"suite": "s", "size": "m"}]}', "results[0]: field 'method'"),
+        ('{"results": []}', "not a version 1 run file"),
+        ("[1, 2]", "expected a JSON object"),
+    ],
+)
+def test_report_main_bad_run_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
     run_file = tmp_path / "run.json"
     if content is not None:
         run_file.write_text(content)
@@ -148,8 +186,9 @@ def test_report_main_bad_run_file_exits_2(tmp_path: Path, capsys: pytest.Capture
     assert not (tmp_path / "rep").exists()
 
 
-def test_report_main_out_is_a_file_exits_2(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_main_out_is_a_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_file = tmp_path / "run.json"
     run_file.write_text(json.dumps(analysed(RUN).to_json()))
     (tmp_path / "taken").write_text("")

@@ -24,13 +24,16 @@ from pytest_prefalign.api import Pair
 
 METHODS = [GlobalBT, PerUserBT, LoRe, VPL, PAL]
 PERSONAL = [PerUserBT, LoRe, VPL, PAL]
-WORDS = ("model learning neural translation language data text speech graph corpus evaluation "
-         "analysis parsing retrieval dialogue summarization").split()
+WORDS = (
+    "model learning neural translation language data text speech graph corpus evaluation "
+    "analysis parsing retrieval dialogue summarization"
+).split()
 CATS, DOGS = " for cats", " with dogs"
 
 
-def make_pairs(n: int, users: list[str], seed: int, dog_people: frozenset[str] = frozenset()
-               ) -> list[Pair]:
+def make_pairs(
+    n: int, users: list[str], seed: int, dog_people: frozenset[str] = frozenset()
+) -> list[Pair]:
     """``n`` pairs, users in turn: the same random title stem, ending CATS (chosen) or DOGS,
     swapped for the users in ``dog_people``."""
     rng = random.Random(seed)
@@ -92,11 +95,15 @@ def test_learns_a_shared_preference(cls, fitted, tiny_lm, shared_data):
 
 def test_methods_are_different_models(fitted, tiny_lm, shared_data):
     _, test = shared_data
-    scores = {name: m.score(tiny_lm, [p.user for p in test], [p.prompt for p in test],
-                            [p.chosen for p in test]) for name, m in fitted.items()}
+    scores = {
+        name: m.score(
+            tiny_lm, [p.user for p in test], [p.prompt for p in test], [p.chosen for p in test]
+        )
+        for name, m in fitted.items()
+    }
     names = sorted(scores)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not np.allclose(scores[a], scores[b]), (a, b)
 
 
@@ -133,8 +140,9 @@ def test_per_user_heads_differ_and_unknown_user_gets_the_global_head(tiny_lm, tm
 def test_unknown_user_gets_a_finite_score(cls, fitted, tiny_lm, shared_data):
     _, test = shared_data
     method = fitted[cls.name]
-    scores = method.score(tiny_lm, ["nobody"] * len(test), [p.prompt for p in test],
-                          [p.chosen for p in test])
+    scores = method.score(
+        tiny_lm, ["nobody"] * len(test), [p.prompt for p in test], [p.chosen for p in test]
+    )
     assert scores.shape == (len(test),) and np.all(np.isfinite(scores))
 
 
@@ -145,8 +153,9 @@ def test_two_fits_give_identical_scores(cls, tiny_lm, shared_data, fitted, tmp_p
     again.fit(tiny_lm, train, tmp_path)  # another cache folder: trains again
     assert again.trained
     args = ([p.user for p in test], [p.prompt for p in test], [p.rejected for p in test])
-    np.testing.assert_array_equal(again.score(tiny_lm, *args),
-                                  fitted[cls.name].score(tiny_lm, *args))
+    np.testing.assert_array_equal(
+        again.score(tiny_lm, *args), fitted[cls.name].score(tiny_lm, *args)
+    )
 
 
 def test_second_fit_loads_from_the_cache(tiny_lm, shared_data, tmp_path):
@@ -176,14 +185,18 @@ def test_second_fit_loads_from_the_cache(tiny_lm, shared_data, tmp_path):
 def test_prefix_rewards_end_with_score(cls, fitted, tiny_lm, shared_data):
     _, test = shared_data
     pairs = test[:6]
-    args = ([p.user for p in pairs] + ["nobody"], [p.prompt for p in pairs] + ["Hi"],
-            [p.chosen for p in pairs] + ["Hello there"])
+    args = (
+        [p.user for p in pairs] + ["nobody"],
+        [p.prompt for p in pairs] + ["Hi"],
+        [p.chosen for p in pairs] + ["Hello there"],
+    )
     method = fitted[cls.name]
     prefix = method.prefix_rewards(tiny_lm, *args)
     lengths = [len(tiny_lm.response_ids(r)) for r in args[2]]
     assert [len(r) for r in prefix] == lengths
-    np.testing.assert_allclose([r[-1] for r in prefix], method.score(tiny_lm, *args),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        [r[-1] for r in prefix], method.score(tiny_lm, *args), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("cls", METHODS, ids=lambda c: c.name)
@@ -203,8 +216,9 @@ def test_reward_from_hidden_matches_prefix_rewards(cls, fitted, tiny_lm, shared_
     block = torch.stack([h[:3] for h in hidden])  # (4, 3, H)
     rows = method.reward_from_hidden(users, block)
     assert rows.shape == (4, 3)
-    np.testing.assert_allclose(rows.numpy(), np.stack([p[:3] for p in prefix]),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        rows.numpy(), np.stack([p[:3] for p in prefix]), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_reward_from_hidden_checks_its_input(fitted):
@@ -247,8 +261,9 @@ def test_features_are_memoised_and_cached_on_disk(tiny_lm, tmp_path, monkeypatch
     assert torch.equal(features.response_features(tiny_lm, prompts, texts), first)
     assert calls == [2]  # from the memo
     features.clear_memo()
-    assert torch.equal(features.response_features(tiny_lm, prompts, texts, cache_dir=tmp_path),
-                       first)
+    assert torch.equal(
+        features.response_features(tiny_lm, prompts, texts, cache_dir=tmp_path), first
+    )
     assert calls == [2]  # from the safetensors file
     # the whole-response feature is the last row of response_hidden
     last = forward(prompts[:1], texts[:1])[0][-1]
@@ -256,8 +271,9 @@ def test_features_are_memoised_and_cached_on_disk(tiny_lm, tmp_path, monkeypatch
 
 
 USER_CACHE = os.environ.get("PREFALIGN_CACHE")  # before the autouse fixture redirects it
-REAL_DATA = Path(os.environ.get("PREFALIGN_DATA")
-                 or Path(__file__).resolve().parents[2] / "shared" / "data")
+REAL_DATA = Path(
+    os.environ.get("PREFALIGN_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 
 
 @pytest.mark.slow
@@ -278,13 +294,17 @@ def test_real_model_on_pref_lamp_gives_five_different_models(tmp_path, monkeypat
         else:
             env.setenv("PREFALIGN_CACHE", USER_CACHE)
         lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
-    data = PrefLamp().load(REAL_DATA, limit=2, options={"negatives": "other_author",
-                                                        "max_train_pairs": "4"})
+    data = PrefLamp().load(
+        REAL_DATA, limit=2, options={"negatives": "other_author", "max_train_pairs": "4"}
+    )
     assert len(data.train_pairs) == 8 and len(data.test_pairs) >= 6
     test = data.test_pairs[:6]  # the 135M on one thread reads ~150 tokens/s: keep it short
     # both sides in one call: each prompt is prefilled once
-    args = ([p.user for p in test] * 2, [p.prompt for p in test] * 2,
-            [p.chosen for p in test] + [p.rejected for p in test])
+    args = (
+        [p.user for p in test] * 2,
+        [p.prompt for p in test] * 2,
+        [p.chosen for p in test] + [p.rejected for p in test],
+    )
     margins = {}
     for cls in METHODS:
         method = cls()
@@ -292,8 +312,8 @@ def test_real_model_on_pref_lamp_gives_five_different_models(tmp_path, monkeypat
         assert method.info["train_accuracy"] >= 0.9  # 576 dimensions, 8 pairs
         scores = method.score(lm, *args)
         assert np.all(np.isfinite(scores))
-        margins[cls.name] = scores[:len(test)] - scores[len(test):]
+        margins[cls.name] = scores[: len(test)] - scores[len(test) :]
     names = sorted(margins)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not np.allclose(margins[a], margins[b], rtol=1e-3), (a, b)

@@ -32,8 +32,10 @@ def offline(tmp_path_factory, monkeypatch):
 
 def jsonl(path: Path, records: list) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records),
-                    encoding="utf-8")
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -42,14 +44,23 @@ def jsonl(path: Path, records: list) -> Path:
 
 def comparison(worker: str, split: str, post: int, choice: int = 0, **over) -> dict:
     """One comparison as OpenAI publishes it (and as the datasets features name it)."""
-    record = {"info": {"id": f"t3_{post}", "post": f"Post number {post}  text.",
-                       "title": f"Title {post}", "subreddit": "relationships"},
-              "summaries": [{"text": f"Summary A of {post} by {worker}", "policy": "ref",
-                             "note": None},
-                            {"text": f"Summary B of {post} by {worker}", "policy": "sup",
-                             "note": None}],
-              "choice": choice, "worker": worker, "batch": "batch3", "split": split,
-              "extra": {"confidence": 7}}
+    record = {
+        "info": {
+            "id": f"t3_{post}",
+            "post": f"Post number {post}  text.",
+            "title": f"Title {post}",
+            "subreddit": "relationships",
+        },
+        "summaries": [
+            {"text": f"Summary A of {post} by {worker}", "policy": "ref", "note": None},
+            {"text": f"Summary B of {post} by {worker}", "policy": "sup", "note": None},
+        ],
+        "choice": choice,
+        "worker": worker,
+        "batch": "batch3",
+        "split": split,
+        "extra": {"confidence": 7},
+    }
     record.update(over)
     return record
 
@@ -85,8 +96,10 @@ def test_tldr_pairs_follow_the_choice_and_the_splits(tmp_path):
     assert [p.pair_id for p in w1] == [f"tldr:w1/batch3.json:{n}" for n in range(1, 6)]
     assert [p.chosen for p in w1][:2] == ["Summary A of 0 by w1", "Summary B of 1 by w1"]
     assert [p.rejected for p in w1][:2] == ["Summary B of 0 by w1", "Summary A of 1 by w1"]
-    assert w1[0].prompt == (f"{INSTRUCTION}SUBREDDIT: r/relationships\nTITLE: Title 0\n"
-                            "POST: Post number 0 text.\n\nTL;DR:")
+    assert w1[0].prompt == (
+        f"{INSTRUCTION}SUBREDDIT: r/relationships\nTITLE: Title 0\n"
+        "POST: Post number 0 text.\n\nTL;DR:"
+    )
     assert sum(p.user == "tldr:w1" for p in data.test_pairs) == 3  # all validation pairs
     assert [e.output for e in data.profiles["tldr:w1"]] == [p.chosen for p in w1]
     items = [i for i in data.items if i.user == "tldr:w1"]
@@ -96,8 +109,14 @@ def test_tldr_pairs_follow_the_choice_and_the_splits(tmp_path):
 
 def test_tldr_caps_and_limit(tmp_path):
     path = jsonl(tmp_path / "batch3.json", tldr_records())
-    data = load_tldr(path, users="all", max_train_pairs="3", max_train_pairs_unseen="2",
-                     max_test_pairs="1", items_per_user="1")
+    data = load_tldr(
+        path,
+        users="all",
+        max_train_pairs="3",
+        max_train_pairs_unseen="2",
+        max_test_pairs="1",
+        items_per_user="1",
+    )
     counts = {u: sum(p.user == u for p in data.train_pairs) for u in data.users}
     seen = set(load_tldr(path).users)
     assert counts == {u: 3 if u in seen else 2 for u in data.users}
@@ -109,49 +128,62 @@ def test_tldr_caps_and_limit(tmp_path):
 
 def test_tldr_bad_records_are_dropped_and_named(tmp_path):
     info = tldr_records()[0]["info"]
-    bad = [comparison("w1", "train", 1, choice=2),
-           comparison("w1", "train", 2, summaries=[{"text": "only one"}]),
-           comparison("", "train", 3),
-           comparison("w1", "test", 4),
-           comparison("w1", "train", 5, info={"id": "cnn1", "article": "News.", "post": None}),
-           comparison("w1", "train", 6, info={**info, "post": 7}),
-           comparison("w1", "train", 8, summaries=[{"text": "same"}, {"text": " same "}]),
-           "{broken"]
+    bad = [
+        comparison("w1", "train", 1, choice=2),
+        comparison("w1", "train", 2, summaries=[{"text": "only one"}]),
+        comparison("", "train", 3),
+        comparison("w1", "test", 4),
+        comparison("w1", "train", 5, info={"id": "cnn1", "article": "News.", "post": None}),
+        comparison("w1", "train", 6, info={**info, "post": 7}),
+        comparison("w1", "train", 8, summaries=[{"text": "same"}, {"text": " same "}]),
+        "{broken",
+    ]
     path = jsonl(tmp_path / "batch3.json", tldr_records() + bad)
     data = load_tldr(path)
     errors, n = data.provenance["data_errors"], len(tldr_records())
     assert f"{path}: record {n + 1}: field 'choice': expected one of [0, 1], got 2" in errors
     assert f"{path}: record {n + 2}: field 'summaries': expected 2 summaries, got 1" in errors
     assert f"{path}: record {n + 3}: field 'worker': empty" in errors
-    assert f"{path}: record {n + 4}: field 'split': expected one of train, valid1, valid2, " \
-           "validation, got 'test'" in errors
+    assert (
+        f"{path}: record {n + 4}: field 'split': expected one of train, valid1, valid2, "
+        "validation, got 'test'" in errors
+    )
     assert f"{path}: record {n + 6}: field 'info.post': expected a string, got int" in errors
-    assert any(e.startswith(f"{path}: record {n + 8}: field '(whole record)': not valid JSON")
-               for e in errors)
-    assert data.dropped == {"record:bad_comparison": 5, "record:not_a_reddit_post": 1,
-                            "pair:identical_summaries": 1, "record:unreadable": 1,
-                            "user:not_in_both_splits": 1}
+    assert any(
+        e.startswith(f"{path}: record {n + 8}: field '(whole record)': not valid JSON")
+        for e in errors
+    )
+    assert data.dropped == {
+        "record:bad_comparison": 5,
+        "record:not_a_reddit_post": 1,
+        "pair:identical_summaries": 1,
+        "record:unreadable": 1,
+        "user:not_in_both_splits": 1,
+    }
 
 
 def test_tldr_from_a_local_copy_in_the_data_directory(tmp_path):
-    jsonl(tmp_path / "openai" / "summarize_from_feedback" / "comparisons" / "batch3.json",
-          tldr_records())
+    jsonl(
+        tmp_path / "openai" / "summarize_from_feedback" / "comparisons" / "batch3.json",
+        tldr_records(),
+    )
     data = tldr.Tldr().load(tmp_path, limit=None, options={})
     assert len(data.users) == 2
     assert data.source == str(tmp_path / "openai" / "summarize_from_feedback")
     # the plugin may pass the dataset's own folder
-    own = tldr.Tldr().load(tmp_path / "openai" / "summarize_from_feedback", limit=None,
-                           options={})
+    own = tldr.Tldr().load(tmp_path / "openai" / "summarize_from_feedback", limit=None, options={})
     assert own.train_pairs == data.train_pairs
 
 
 def test_tldr_through_the_datasets_library(tmp_path, offline, monkeypatch):
     datasets = pytest.importorskip("datasets")
     records = tldr_records()
-    loaded = datasets.DatasetDict({
-        "train": datasets.Dataset.from_list([r for r in records if r["split"] == "train"]),
-        "validation": datasets.Dataset.from_list([r for r in records if r["split"] != "train"]),
-    })
+    loaded = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list([r for r in records if r["split"] == "train"]),
+            "validation": datasets.Dataset.from_list([r for r in records if r["split"] != "train"]),
+        }
+    )
     asked = []
 
     def load_dataset(name, config):
@@ -189,8 +221,10 @@ def test_offline_without_data_fails_fast_and_names_every_place(offline):
 def test_offline_with_a_data_directory_names_the_folder_looked_for(tmp_path):
     with pytest.raises(DataNotFound) as err:
         prism.Prism().load(tmp_path, limit=2, options={})
-    assert f"data directory: {tmp_path / 'HannahRoseKirk' / 'prism-alignment'} (no such " \
-           "directory)" in str(err.value)
+    assert (
+        f"data directory: {tmp_path / 'HannahRoseKirk' / 'prism-alignment'} (no such "
+        "directory)" in str(err.value)
+    )
     assert "dataset HannahRoseKirk/prism-alignment (config conversations)" in str(err.value)
 
 
@@ -206,26 +240,64 @@ def conversation(cid: str, user: str, turns: list) -> dict:
     """A conversation as PRISM publishes it: ``turns`` = [(message, [(score, text, chosen)])]."""
     history = []
     for t, (message, responses) in enumerate(turns):
-        history.append({"turn": t, "role": "user", "content": message, "within_turn_id": None,
-                        "model_name": None, "model_provider": None, "score": None,
-                        "if_chosen": None})
-        history += [{"turn": t, "role": "model", "content": text, "within_turn_id": k,
-                     "model_name": "m", "model_provider": "p", "score": score,
-                     "if_chosen": chosen} for k, (score, text, chosen) in enumerate(responses)]
-    return {"conversation_id": cid, "user_id": user, "conversation_type": "unguided",
-            "conversation_turns": len(turns), "opening_prompt": turns[0][0],
-            "conversation_history": history, "open_feedback": ""}
+        history.append(
+            {
+                "turn": t,
+                "role": "user",
+                "content": message,
+                "within_turn_id": None,
+                "model_name": None,
+                "model_provider": None,
+                "score": None,
+                "if_chosen": None,
+            }
+        )
+        history += [
+            {
+                "turn": t,
+                "role": "model",
+                "content": text,
+                "within_turn_id": k,
+                "model_name": "m",
+                "model_provider": "p",
+                "score": score,
+                "if_chosen": chosen,
+            }
+            for k, (score, text, chosen) in enumerate(responses)
+        ]
+    return {
+        "conversation_id": cid,
+        "user_id": user,
+        "conversation_type": "unguided",
+        "conversation_turns": len(turns),
+        "opening_prompt": turns[0][0],
+        "conversation_history": history,
+        "open_feedback": "",
+    }
 
 
 def prism_records() -> list:
     records = []
     for n in range(6):
-        records.append(conversation(f"c{n}", "user1", [
-            (f"Question {n}?", [(90, f"Best {n}", True), (40, f"Weak {n}", False),
-                                (40, f"Weak too {n}", False), (70, f"Good {n}", False)]),
-            (f"Follow-up {n}?", [(60, f"Tie A {n}", True), (60, f"Tie B {n}", False)]),
-            (f"Third {n}?", [(20, f"Low {n}", False), (80, f"High {n}", True)]),
-        ]))
+        records.append(
+            conversation(
+                f"c{n}",
+                "user1",
+                [
+                    (
+                        f"Question {n}?",
+                        [
+                            (90, f"Best {n}", True),
+                            (40, f"Weak {n}", False),
+                            (40, f"Weak too {n}", False),
+                            (70, f"Good {n}", False),
+                        ],
+                    ),
+                    (f"Follow-up {n}?", [(60, f"Tie A {n}", True), (60, f"Tie B {n}", False)]),
+                    (f"Third {n}?", [(20, f"Low {n}", False), (80, f"High {n}", True)]),
+                ],
+            )
+        )
     records.append(conversation("d0", "user2", [("Hi?", [(50, "a", True), (10, "b", False)])]))
     return records
 
@@ -244,25 +316,32 @@ def test_prism_chosen_is_the_highest_rated_response_and_the_others_rejected(tmp_
         ("prism:user1/c0/t0/m1", "Best 0", "Weak 0"),
         ("prism:user1/c0/t0/m2", "Best 0", "Weak too 0"),
         ("prism:user1/c0/t0/m3", "Best 0", "Good 0"),
-        ("prism:user1/c0/t2/m0", "High 0", "Low 0")]
+        ("prism:user1/c0/t2/m0", "High 0", "Low 0"),
+    ]
     assert pairs[0].prompt == "Question 0?"
     # the dialogue so far, continuing with the response the participant chose
-    assert pairs[3].prompt == ("User: Question 0?\n\nAssistant: Best 0\n\nUser: Follow-up 0?\n\n"
-                               "Assistant: Tie A 0\n\nUser: Third 0?")
+    assert pairs[3].prompt == (
+        "User: Question 0?\n\nAssistant: Best 0\n\nUser: Follow-up 0?\n\n"
+        "Assistant: Tie A 0\n\nUser: Third 0?"
+    )
     turn_only = load_prism(tmp_path / "conversations.jsonl", context="turn")
-    assert {p.prompt for p in turn_only.test_pairs} <= {f"{w} {n}?" for n in range(6)
-                                                        for w in ("Question", "Third")}
+    assert {p.prompt for p in turn_only.test_pairs} <= {
+        f"{w} {n}?" for n in range(6) for w in ("Question", "Third")
+    }
 
 
 def test_prism_splits_conversations_half_and_half(tmp_path):
     data = load_prism(jsonl(tmp_path / "conversations.jsonl", prism_records()))
-    conv = {kind: {p.pair_id.split("/")[1] for p in pairs}
-            for kind, pairs in (("train", data.train_pairs), ("test", data.test_pairs))}
+    conv = {
+        kind: {p.pair_id.split("/")[1] for p in pairs}
+        for kind, pairs in (("train", data.train_pairs), ("test", data.test_pairs))
+    }
     assert len(conv["train"]) == len(conv["test"]) == 3
     assert conv["train"] | conv["test"] == {f"c{n}" for n in range(6)}
     # the profile: the rated turns (t0 and t2) of the training conversations, in file order
     assert [e.doc_id for e in data.profiles["prism:user1"]] == [
-        f"{c}/t{t}" for c in sorted(conv["train"], key=lambda c: int(c[1:])) for t in (0, 2)]
+        f"{c}/t{t}" for c in sorted(conv["train"], key=lambda c: int(c[1:])) for t in (0, 2)
+    ]
     assert {i.item_id.split("/")[1] for i in data.items} <= conv["test"]
     assert len(data.items) == 5 and all(i.reference is None for i in data.items)
     profile = data.profiles["prism:user1"][0]
@@ -270,30 +349,41 @@ def test_prism_splits_conversations_half_and_half(tmp_path):
 
 
 def test_prism_bad_records_and_turns_are_dropped_and_named(tmp_path):
-    broken = conversation("c9", "user1", [("Q?", [(90, "A", True), (40, "B", False)]),
-                                          ("Q2?", [(90, "C", True), (40, "D", False)])])
+    broken = conversation(
+        "c9",
+        "user1",
+        [("Q?", [(90, "A", True), (40, "B", False)]), ("Q2?", [(90, "C", True), (40, "D", False)])],
+    )
     broken["conversation_history"][4]["score"] = None  # turn 1, first response
-    records = [*prism_records(), broken, {**prism_records()[0]},
-               {"conversation_id": "c8", "user_id": "user1", "conversation_history": "none"}]
+    records = [
+        *prism_records(),
+        broken,
+        {**prism_records()[0]},
+        {"conversation_id": "c8", "user_id": "user1", "conversation_history": "none"},
+    ]
     path = jsonl(tmp_path / "conversations.jsonl", records)
     data = load_prism(path)
     errors = data.provenance["data_errors"]
     assert f"{path}: record 8: field 'conversation_history[4].score': missing" in errors
-    assert f"{path}: record 9: field 'conversation_id': 'c0' also at record 1; every copy is " \
-           "dropped" in errors
+    assert (
+        f"{path}: record 9: field 'conversation_id': 'c0' also at record 1; every copy is "
+        "dropped" in errors
+    )
     assert "/c0/" not in " ".join(p.pair_id for p in data.train_pairs + data.test_pairs)
     assert f"{path}: record 10: field 'conversation_history': expected a list, got str" in errors
     assert data.dropped["record:bad_turn"] == 1
     # c9 keeps its first turn (turns after a broken one lose their context and are not used)
     assert [p.pair_id for p in data.train_pairs + data.test_pairs if "/c9/" in p.pair_id] == [
-        "prism:user1/c9/t0/m1"]
+        "prism:user1/c9/t0/m1"
+    ]
 
 
 def test_prism_through_the_datasets_library(monkeypatch):
     datasets = pytest.importorskip("datasets")
     table = datasets.Dataset.from_list(prism_records())  # nulls and mixed rows, as on the hub
-    monkeypatch.setattr(datasets, "load_dataset",
-                        lambda name, config: datasets.DatasetDict({"train": table}))
+    monkeypatch.setattr(
+        datasets, "load_dataset", lambda name, config: datasets.DatasetDict({"train": table})
+    )
     cache_paths(prism.suite.DATASET)[1].mkdir(parents=True)
     data = prism.Prism().load(None, limit=None, options={})
     assert data.users == ["prism:user1"] and len(data.train_pairs + data.test_pairs) == 24
@@ -313,7 +403,8 @@ def test_hf_suites_register_without_needing_a_data_directory():
     prism.pytest_prefalign_register(registry)
     assert [(s.name, s.source, s.requires_data_dir) for s in registry.suites] == [
         ("tldr", "openai/summarize_from_feedback", False),
-        ("prism", "HannahRoseKirk/prism-alignment", False)]
+        ("prism", "HannahRoseKirk/prism-alignment", False),
+    ]
 
 
 def test_unknown_option_is_named(tmp_path):

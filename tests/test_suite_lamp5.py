@@ -25,17 +25,35 @@ def entry(pid: str, words: str) -> dict:
 
 
 QUESTIONS = [
-    {"id": "100", "input": PREFIX + "We parse  trees.",
-     "profile": [entry("1", "grammars"), entry("2", "parsers"), entry("3", "treebanks"),
-                 {"id": "4", "title": "Shared", "abstract": "We tag words."}]},
-    {"id": "101", "input": PREFIX + "We tag words.",
-     "profile": [entry("5", "speech"), entry("6", "noise"), entry("7", "signals")]},
-    {"id": "102", "input": PREFIX + "We translate.",
-     "profile": [entry("8", "alignment"), entry("9", "decoding"), entry("10", "beams")]},
+    {
+        "id": "100",
+        "input": PREFIX + "We parse  trees.",
+        "profile": [
+            entry("1", "grammars"),
+            entry("2", "parsers"),
+            entry("3", "treebanks"),
+            {"id": "4", "title": "Shared", "abstract": "We tag words."},
+        ],
+    },
+    {
+        "id": "101",
+        "input": PREFIX + "We tag words.",
+        "profile": [entry("5", "speech"), entry("6", "noise"), entry("7", "signals")],
+    },
+    {
+        "id": "102",
+        "input": PREFIX + "We translate.",
+        "profile": [entry("8", "alignment"), entry("9", "decoding"), entry("10", "beams")],
+    },
 ]
-GOLDS = {"task": "LaMP_5", "golds": [{"id": "100", "output": "Parsing Trees"},
-                                     {"id": "101", "output": "Tagging Words"},
-                                     {"id": "102", "output": "Translating"}]}
+GOLDS = {
+    "task": "LaMP_5",
+    "golds": [
+        {"id": "100", "output": "Parsing Trees"},
+        {"id": "101", "output": "Tagging Words"},
+        {"id": "102", "output": "Translating"},
+    ],
+}
 
 
 def write(folder: Path, questions=QUESTIONS, golds=GOLDS, split: str = "dev") -> Path:
@@ -55,7 +73,8 @@ def test_each_question_is_a_user_with_its_profile_and_one_test_item(tmp_path):
     assert data.users == ["lamp5:100", "lamp5:101", "lamp5:102"]
     first = [i for i in data.items if i.user == "lamp5:100"]
     assert [(i.item_id, i.input, i.reference) for i in first] == [
-        ("lamp5:100/100", "We parse trees.", "Parsing Trees")]
+        ("lamp5:100/100", "We parse trees.", "Parsing Trees")
+    ]
     assert first[0].prompt == PREFIX + "We parse trees."
     assert [e.doc_id for e in data.profiles["lamp5:101"]] == ["5", "6", "7"]
     assert data.source == str(tmp_path / "lamp5" / "dev_questions.json")
@@ -76,8 +95,13 @@ def test_training_pairs_come_from_profiles_and_test_pairs_from_questions(tmp_pat
     PrefLamp().build_pairs(data, FakeReference(), tmp_path / "cache")
     assert [p.pair_id for p in data.test_pairs] == ["lamp5:100/100", "lamp5:101/101"]
     assert [p.pair_id for p in data.train_pairs] == [
-        "lamp5:100/1", "lamp5:100/2", "lamp5:100/3", "lamp5:101/5", "lamp5:101/6",
-        "lamp5:101/7"]
+        "lamp5:100/1",
+        "lamp5:100/2",
+        "lamp5:100/3",
+        "lamp5:101/5",
+        "lamp5:101/6",
+        "lamp5:101/7",
+    ]
     pair = data.train_pairs[0]
     assert (pair.chosen, pair.prompt) == ("Title 1", PREFIX + "Abstract about grammars.")
     assert pair.rejected.startswith("Zero-shot title")
@@ -106,24 +130,33 @@ def test_bad_records_are_dropped_and_named(tmp_path):
     data = load(folder)
     qfile, ofile = folder / "dev_questions.json", folder / "dev_outputs.json"
     errors = data.provenance["data_errors"]
-    assert f"{qfile}: record 1: field 'input': expected it to start with {PREFIX.strip()!r}" \
-        in errors
+    assert (
+        f"{qfile}: record 1: field 'input': expected it to start with {PREFIX.strip()!r}" in errors
+    )
     assert f"{qfile}: record 2: field 'id': no gold output for '201' in the outputs file" in errors
     assert f"{qfile}: record 4: field 'profile[3].title': expected a string, got int" in errors
     assert f"{qfile}: record 5: field 'id': expected a non-empty string or an integer" in errors
     assert f"{ofile}: record 3: field 'output': empty" in errors
-    assert any(e.startswith(f"{qfile}: record 4: field 'id': '102' also at record 3")
-               for e in errors)
-    assert data.dropped == {"record:bad_question": 2, "record:question_without_gold": 1,
-                            "record:bad_profile_entry": 1, "record:duplicate_question_id": 2,
-                            "record:bad_gold": 1}
+    assert any(
+        e.startswith(f"{qfile}: record 4: field 'id': '102' also at record 3") for e in errors
+    )
+    assert data.dropped == {
+        "record:bad_question": 2,
+        "record:question_without_gold": 1,
+        "record:bad_profile_entry": 1,
+        "record:duplicate_question_id": 2,
+        "record:bad_gold": 1,
+    }
     assert data.users == ["lamp5:100"]
 
 
 def test_wrong_task_is_fatal(tmp_path):
     folder = write(tmp_path / "lamp5", golds={"task": "LaMP_4", "golds": []})
-    with pytest.raises(DataError, match=r"dev_outputs.json: record 1: field 'task': expected "
-                                        r"LaMP_5, got 'LaMP_4'"):
+    with pytest.raises(
+        DataError,
+        match=r"dev_outputs.json: record 1: field 'task': expected "
+        r"LaMP_5, got 'LaMP_4'",
+    ):
         load(folder)
 
 

@@ -76,12 +76,18 @@ def test_real_generation_items_are_kept_out_of_profile_and_pairs():
     assert data.items, "the chosen users should include statement authors"
     for item in data.items:
         texts = {e.input for e in data.profiles[item.user]}
-        texts |= {t for p in data.train_pairs + data.test_pairs if p.user == item.user
-                  for t in (p.chosen, p.rejected)}
+        texts |= {
+            t
+            for p in data.train_pairs + data.test_pairs
+            if p.user == item.user
+            for t in (p.chosen, p.rejected)
+        }
         assert item.reference not in texts
         assert item.prompt == f"Write a statement you agree with about: {item.input}"
-    assert {e.output for entries in data.profiles.values() for e in entries} == {"agree",
-                                                                                 "disagree"}
+    assert {e.output for entries in data.profiles.values() for e in entries} == {
+        "agree",
+        "disagree",
+    }
 
 
 def test_real_load_is_deterministic():
@@ -102,25 +108,52 @@ def test_real_voter_count_matches_the_data_readme():
 
 # -- tiny files -----------------------------------------------------------------------------------
 
-COMMENTS = ["timestamp,datetime,comment-id,author-id,agrees,disagrees,moderated,comment-body",
-            '1,d,0,0,0,0,1,"Statement zero"', "2,d,1,0,0,0,1,Statement one",
-            "3,d,2,5,0,0,0,Statement two by voter five", "4,d,3,0,0,0,-1,Moderated out",
-            "5,d,4,0,0,0,1,Statement four", '6,d,5,0,0,0,1,"Statement five, quoted"',
-            "7,d,6,7,0,0,1,Statement six by voter seven", "8,d,7,x,0,0,1,Bad author"]
-VOTES = ["timestamp,datetime,comment-id,voter-id,vote",
-         # voter 5 wrote statement 2; changes 4 from agree to disagree; votes on moderated 3
-         "10,d,0,5,1", "11,d,1,5,1", "12,d,2,5,1", "13,d,3,5,1", "14,d,4,5,1", "15,d,5,5,-1",
-         "16,d,6,5,-1", "30,d,4,5,-1",
-         # voter 7: two disagrees only
-         "10,d,0,7,1", "11,d,1,7,1", "12,d,2,7,1", "13,d,4,7,-1", "14,d,5,7,-1", "15,d,6,7,0",
-         # voter 8: eligible, wrote nothing
-         "20,d,0,8,1", "21,d,1,8,1", "22,d,2,8,1", "23,d,4,8,-1", "24,d,5,8,-1", "25,d,6,8,-1",
-         # bad rows
-         "26,d,6,9,2", "27,d,99,9,1", "28,d,7,9,1"]
+COMMENTS = [
+    "timestamp,datetime,comment-id,author-id,agrees,disagrees,moderated,comment-body",
+    '1,d,0,0,0,0,1,"Statement zero"',
+    "2,d,1,0,0,0,1,Statement one",
+    "3,d,2,5,0,0,0,Statement two by voter five",
+    "4,d,3,0,0,0,-1,Moderated out",
+    "5,d,4,0,0,0,1,Statement four",
+    '6,d,5,0,0,0,1,"Statement five, quoted"',
+    "7,d,6,7,0,0,1,Statement six by voter seven",
+    "8,d,7,x,0,0,1,Bad author",
+]
+VOTES = [
+    "timestamp,datetime,comment-id,voter-id,vote",
+    # voter 5 wrote statement 2; changes 4 from agree to disagree; votes on moderated 3
+    "10,d,0,5,1",
+    "11,d,1,5,1",
+    "12,d,2,5,1",
+    "13,d,3,5,1",
+    "14,d,4,5,1",
+    "15,d,5,5,-1",
+    "16,d,6,5,-1",
+    "30,d,4,5,-1",
+    # voter 7: two disagrees only
+    "10,d,0,7,1",
+    "11,d,1,7,1",
+    "12,d,2,7,1",
+    "13,d,4,7,-1",
+    "14,d,5,7,-1",
+    "15,d,6,7,0",
+    # voter 8: eligible, wrote nothing
+    "20,d,0,8,1",
+    "21,d,1,8,1",
+    "22,d,2,8,1",
+    "23,d,4,8,-1",
+    "24,d,5,8,-1",
+    "25,d,6,8,-1",
+    # bad rows
+    "26,d,6,9,2",
+    "27,d,99,9,1",
+    "28,d,7,9,1",
+]
 
 
-def conversation(root: Path, name: str, topic: str | None = "Parks in town",
-                 comments=COMMENTS, votes=VOTES) -> None:
+def conversation(
+    root: Path, name: str, topic: str | None = "Parks in town", comments=COMMENTS, votes=VOTES
+) -> None:
     folder = root / "polis" / name
     folder.mkdir(parents=True)
     summary = [f"topic,{topic}"] if topic is not None else []
@@ -142,8 +175,11 @@ def test_tiny_conversation_rules_pairs_profile_and_item(tmp_path):
     profile = [(e.doc_id, e.output) for e in data.profiles["town:5"]]
     assert profile == [("town:5", "disagree"), ("town:6", "disagree")]  # not 0, 1, 4, nor 2
     (item,) = data.items
-    assert (item.item_id, item.reference, item.input) == ("town:5/2", "Statement two by voter "
-                                                          "five", "Parks in town")
+    assert (item.item_id, item.reference, item.input) == (
+        "town:5/2",
+        "Statement two by voter five",
+        "Parks in town",
+    )
     pair = data.test_pairs[0]
     assert (pair.chosen, pair.rejected) == ("Statement zero", "Statement four")
 
@@ -156,8 +192,12 @@ def test_tiny_conversation_bad_records_are_named(tmp_path):
     assert f"{comments}: record 9: field 'author-id': expected an integer, got 'x'" in errors
     assert f"{votes}: record 22: field 'vote': expected one of [-1, 0, 1], got 2" in errors
     assert f"{votes}: record 23: field 'comment-id': 99 is not in comments.csv" in errors
-    assert data.dropped == {"record:bad_comment": 1, "record:bad_vote": 2,
-                            "record:moderated_out": 1, "user:too_few_agrees_or_disagrees": 1}
+    assert data.dropped == {
+        "record:bad_comment": 1,
+        "record:bad_vote": 2,
+        "record:moderated_out": 1,
+        "user:too_few_agrees_or_disagrees": 1,
+    }
     # the vote on the broken comment 7 (line 24) is dropped with it, without an error of its own
     assert data.provenance["votes"] == {"votes_on_dropped_statements": 2, "votes_superseded": 1}
 
@@ -171,8 +211,10 @@ def test_a_broken_conversation_is_dropped_and_the_limit_spreads_over_the_rest(tm
     assert data.users == ["lake:5", "town:5"]
     assert data.dropped["conversation:unreadable"] == 1
     river = tmp_path / "polis" / "river" / "summary.csv"
-    assert f"{river}: record -: field 'topic': missing (no row 'topic,...')" in \
-        data.provenance["data_errors"]
+    assert (
+        f"{river}: record -: field 'topic': missing (no row 'topic,...')"
+        in data.provenance["data_errors"]
+    )
     only = load(tmp_path, conversations="lake")
     assert {u.split(":")[0] for u in only.users} == {"lake"}
 

@@ -52,8 +52,14 @@ def real_data() -> Path:
 
 
 def paper(aid: str, title: str, abstract: str, authors: list[str], year: int = 2019) -> dict:
-    return {"anthology_id": aid, "year": year, "venue": "V", "title": title,
-            "abstract": abstract, "authors": [{"name": a, "id": None} for a in authors]}
+    return {
+        "anthology_id": aid,
+        "year": year,
+        "venue": "V",
+        "title": title,
+        "abstract": abstract,
+        "authors": [{"name": a, "id": None} for a in authors],
+    }
 
 
 def write(root: Path, authors: list[dict], lines: list[str | bytes]) -> Path:
@@ -65,8 +71,9 @@ def write(root: Path, authors: list[dict], lines: list[str | bytes]) -> Path:
     return root
 
 
-def corpus(root: Path, users: dict[str, list[tuple[str, str, list[str]]]],
-           extra: list[dict] = ()) -> Path:
+def corpus(
+    root: Path, users: dict[str, list[tuple[str, str, list[str]]]], extra: list[dict] = ()
+) -> Path:
     """Authors ``name -> [(paper id, abstract words, authors)]`` oldest first; titles are
     ``Title of <id>``."""
     papers: dict[str, dict] = {}
@@ -75,8 +82,10 @@ def corpus(root: Path, users: dict[str, list[tuple[str, str, list[str]]]],
             papers[aid] = paper(aid, f"Title of {aid}", words, names)
     for p in extra:
         papers[p["anthology_id"]] = p
-    authors = [{"user_id": f"acl:{name}", "author": name, "paper_ids": [a for a, _, _ in listed]}
-               for name, listed in users.items()]
+    authors = [
+        {"user_id": f"acl:{name}", "author": name, "paper_ids": [a for a, _, _ in listed]}
+        for name, listed in users.items()
+    ]
     return write(root, authors, [json.dumps(p) for p in papers.values()])
 
 
@@ -134,20 +143,31 @@ def test_leak_rule_on_real_data_keeps_test_papers_out_of_every_profile():
 
 def test_a_co_authors_test_paper_leaves_the_other_profile(tmp_path):
     shared = ("S", "a shared paper", ["Ann", "Bob"])
-    root = corpus(tmp_path, {"Ann": [*own("Ann", "a1", "a2", "a3", "a4", "a5"), shared],
-                             "Bob": [shared, *own("Bob", "b1", "b2", "b3", "b4", "b5")]})
+    root = corpus(
+        tmp_path,
+        {
+            "Ann": [*own("Ann", "a1", "a2", "a3", "a4", "a5"), shared],
+            "Bob": [shared, *own("Bob", "b1", "b2", "b3", "b4", "b5")],
+        },
+    )
     data = load(root)
     # Ann: 6 papers -> 1.8 -> 2 test items (a5, S); Bob: 6 -> b4, b5; S was Bob's oldest paper
-    assert [i.item_id for i in data.items] == ["acl:Ann/a5", "acl:Ann/S", "acl:Bob/b4",
-                                               "acl:Bob/b5"]
+    assert [i.item_id for i in data.items] == [
+        "acl:Ann/a5",
+        "acl:Ann/S",
+        "acl:Bob/b4",
+        "acl:Bob/b5",
+    ]
     assert [e.doc_id for e in data.profiles["acl:Bob"]] == ["b1", "b2", "b3"]
     assert data.provenance["leak_rule_removed_profile_papers"] == 1
 
 
 def test_a_dropped_users_test_paper_returns_to_the_other_profiles(tmp_path):
     q = ("Q", "a shared paper", ["Eve", "Fay"])
-    root = corpus(tmp_path, {"Eve": [*own("Eve", "e1", "e2"), q],
-                             "Fay": [q, *own("Fay", "f1", "f2", "f3", "f4")]})
+    root = corpus(
+        tmp_path,
+        {"Eve": [*own("Eve", "e1", "e2"), q], "Fay": [q, *own("Fay", "f1", "f2", "f3", "f4")]},
+    )
     data = load(root)
     # Eve: 3 papers -> 1 test (Q), profile e1, e2: below min_profile 3, dropped; Q is then no
     # test item of the run, so Fay (tests f3, f4) keeps Q in her profile
@@ -162,33 +182,56 @@ def test_bad_records_are_dropped_and_reported_with_file_line_and_field(tmp_path)
     str_year = paper("x2", "A title", "An abstract", ["Ann"], year="2019")  # type: ignore[arg-type]
     no_names = {**paper("x3", "A title", "An abstract", []), "authors": [{"id": 3}]}
     dup = paper("p0", "Another title", "Another abstract", ["Bob"])
-    lines = [*map(json.dumps, good), json.dumps(no_title), b'{"anthology_id": "\xff"}',
-             "{not json", json.dumps(str_year), json.dumps(no_names), json.dumps(dup), "[1, 2]"]
-    authors = [{"user_id": "acl:Ann", "author": "Ann",
-                "paper_ids": ["p0", "p1", "p2", "p3", "p4", "nope", "p1", 7]},
-               {"user_id": "acl:Bob", "author": "Bob", "paper_ids": "p0"},
-               {"user_id": "acl:Cy", "author": "Cy", "paper_ids": ["p1"]},
-               {"user_id": "acl:Cy", "author": "Cy", "paper_ids": ["p2"]}]
+    lines = [
+        *map(json.dumps, good),
+        json.dumps(no_title),
+        b'{"anthology_id": "\xff"}',
+        "{not json",
+        json.dumps(str_year),
+        json.dumps(no_names),
+        json.dumps(dup),
+        "[1, 2]",
+    ]
+    authors = [
+        {
+            "user_id": "acl:Ann",
+            "author": "Ann",
+            "paper_ids": ["p0", "p1", "p2", "p3", "p4", "nope", "p1", 7],
+        },
+        {"user_id": "acl:Bob", "author": "Bob", "paper_ids": "p0"},
+        {"user_id": "acl:Cy", "author": "Cy", "paper_ids": ["p1"]},
+        {"user_id": "acl:Cy", "author": "Cy", "paper_ids": ["p2"]},
+    ]
     data = load(write(tmp_path, authors, lines))
     papers = tmp_path / "acl-anthology" / "papers-00.jsonl"
     people = tmp_path / "acl-anthology" / "authors.json"
     errors = data.provenance["data_errors"]
     assert f"{papers}: record 6: field 'title': empty" in errors
-    assert f"{papers}: record 7: field '(whole record)': not valid UTF-8 (byte 18 of the line)" \
+    assert (
+        f"{papers}: record 7: field '(whole record)': not valid UTF-8 (byte 18 of the line)"
         in errors
-    assert any(e.startswith(f"{papers}: record 8: field '(whole record)': not valid JSON")
-               for e in errors)
+    )
+    assert any(
+        e.startswith(f"{papers}: record 8: field '(whole record)': not valid JSON") for e in errors
+    )
     assert f"{papers}: record 9: field 'year': expected an integer, got str" in errors
     assert f"{papers}: record 10: field 'authors[0].name': missing" in errors
-    assert any(e.startswith(f"{papers}: record 11: field 'anthology_id': 'p0' also at")
-               for e in errors)
-    assert f"{people}: record 0: field 'paper_ids[5]': unknown paper id 'nope' (no valid " \
-           "record in papers-*.jsonl)" in errors
+    assert any(
+        e.startswith(f"{papers}: record 11: field 'anthology_id': 'p0' also at") for e in errors
+    )
+    assert (
+        f"{people}: record 0: field 'paper_ids[5]': unknown paper id 'nope' (no valid "
+        "record in papers-*.jsonl)" in errors
+    )
     assert f"{people}: record 0: field 'paper_ids[6]': 'p1' repeats" in errors
     assert f"{people}: record 1: field 'paper_ids': expected a list, got str" in errors
     assert data.dropped == {
-        "record:bad_paper": 6, "record:duplicate_paper_id": 2, "record:bad_paper_id": 4,
-        "record:bad_author": 1, "record:duplicate_user_id": 2}
+        "record:bad_paper": 6,
+        "record:duplicate_paper_id": 2,
+        "record:bad_paper_id": 4,
+        "record:bad_author": 1,
+        "record:duplicate_user_id": 2,
+    }
     # p0 was duplicated, so Ann keeps p1..p4: 4 papers, 1 test item, profile p1, p2, p3
     assert data.users == ["acl:Ann"]
     assert [e.doc_id for e in data.profiles["acl:Ann"]] == ["p1", "p2", "p3"]
@@ -207,8 +250,11 @@ def test_unreadable_authors_file_is_fatal_and_named(tmp_path):
 def test_missing_folder_and_unknown_option(tmp_path):
     with pytest.raises(DataNotFound, match="acl-anthology"):
         load(tmp_path)
-    with pytest.raises(DataError, match=r"suite.toml: record \[options\]: field 'negative': "
-                                        r"unknown option; known: .*negatives"):
+    with pytest.raises(
+        DataError,
+        match=r"suite.toml: record \[options\]: field 'negative': "
+        r"unknown option; known: .*negatives",
+    ):
         load(real_data(), limit=1, negative="generated")
     with pytest.raises(DataError, match="field 'test_share': expected a number between 0 and 1"):
         load(real_data(), limit=1, test_share="1.5")
@@ -229,8 +275,15 @@ def test_generated_negatives_are_cached_per_reference(tmp_path):
     item, pair = data.items[0], data.test_pairs[0]
     assert (pair.pair_id, pair.prompt, pair.chosen) == (item.item_id, item.prompt, item.reference)
     assert pair.rejected == f"Zero-shot {item.input.split()[0]}"  # cleaned of label and quotes
-    assert data.provenance | {"negatives": "generated", "reference_model": "fake-reference",
-                              "reference_fingerprint": "fake-1"} == data.provenance
+    assert (
+        data.provenance
+        | {
+            "negatives": "generated",
+            "reference_model": "fake-reference",
+            "reference_fingerprint": "fake-1",
+        }
+        == data.provenance
+    )
     cache = json.loads(Path(data.provenance["negatives_cache"]).read_text())
     assert cache["reference_fingerprint"] == "fake-1" and len(cache["titles"]) == len(ref.prompts)
     again = load(real_data(), limit=2)
@@ -242,10 +295,10 @@ def test_generated_negatives_are_cached_per_reference(tmp_path):
     assert len(other.prompts) == len(ref.prompts)  # another reference model: generated anew
 
 
-@pytest.mark.parametrize("change", ["nothing", "title_tokens", "batch_size", "reference",
-                                    "code", "papers"])
-def test_generated_negatives_are_keyed_by_everything_they_depend_on(tmp_path, change,
-                                                                    monkeypatch):
+@pytest.mark.parametrize(
+    "change", ["nothing", "title_tokens", "batch_size", "reference", "code", "papers"]
+)
+def test_generated_negatives_are_keyed_by_everything_they_depend_on(tmp_path, change, monkeypatch):
     from pytest_prefalign import cache, versions
 
     def build(ref, limit=2, **options):
@@ -296,29 +349,40 @@ def test_a_negative_equal_to_the_real_title_is_skipped_and_counted(tmp_path):
     assert data.dropped == {"pair:negative_equals_real": 1}
 
 
-@pytest.mark.parametrize(("raw", "title"), [
-    ('Title: "Graph Parsing"\nMore', "Graph Parsing"),
-    ("\n\n**Title:** Neural  Nets\n", "Neural Nets"),
-    ("'Quoted'", "Quoted"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("raw", "title"),
+    [
+        ('Title: "Graph Parsing"\nMore', "Graph Parsing"),
+        ("\n\n**Title:** Neural  Nets\n", "Neural Nets"),
+        ("'Quoted'", "Quoted"),
+        ("", ""),
+    ],
+)
 def test_clean_title(raw, title):
     assert clean_title(raw) == title
 
 
 def test_other_author_negative_is_the_nearest_paper_by_nobody_involved(tmp_path):
     words = "kangaroo wombat platypus echidna"
-    users = {"Ann": [("a1", "parsing trees with grammars", ["Ann"]),
-                     ("a2", "parsing graphs with grammars", ["Ann"]),
-                     ("a3", "tagging words with grammars", ["Ann"]),
-                     ("a4", f"{words} marsupial habitats", ["Ann"])],
-             "Bob": [("b1", "speech signals and noise", ["Bob"]),
-                     ("b2", "speech signals and music", ["Bob"]),
-                     ("b3", "speech recognition of noise", ["Bob"]),
-                     ("W", f"{words} koala habitats", ["Bob"])]}
-    extra = [paper("Y", "Shares an author", f"{words} marsupial habitats", ["Ann", "Yan"]),
-             paper("Z", "The nearest other", f"{words} dingo", ["Zed"]),
-             paper("F", "Far away", "compilers and registers", ["Fox"])]
+    users = {
+        "Ann": [
+            ("a1", "parsing trees with grammars", ["Ann"]),
+            ("a2", "parsing graphs with grammars", ["Ann"]),
+            ("a3", "tagging words with grammars", ["Ann"]),
+            ("a4", f"{words} marsupial habitats", ["Ann"]),
+        ],
+        "Bob": [
+            ("b1", "speech signals and noise", ["Bob"]),
+            ("b2", "speech signals and music", ["Bob"]),
+            ("b3", "speech recognition of noise", ["Bob"]),
+            ("W", f"{words} koala habitats", ["Bob"]),
+        ],
+    }
+    extra = [
+        paper("Y", "Shares an author", f"{words} marsupial habitats", ["Ann", "Yan"]),
+        paper("Z", "The nearest other", f"{words} dingo", ["Zed"]),
+        paper("F", "Far away", "compilers and registers", ["Fox"]),
+    ]
     data = load(corpus(tmp_path, users, extra), negatives="other_author")
     rejected = {p.pair_id: p.rejected for p in data.test_pairs}
     # Y is closer but shares Ann; W is closer but is Bob's test item: Z is the nearest allowed
@@ -358,9 +422,11 @@ def test_suite_toml_names_its_suite(name):
 
 
 def test_suite_modules_import_without_heavy_packages():
-    code = ("import sys; import prefalign_suites.pref_lamp, prefalign_suites.polis, "
-            "prefalign_suites.tldr, prefalign_suites.prism; "
-            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy', 'bm25s') "
-            "if m in sys.modules))")
+    code = (
+        "import sys; import prefalign_suites.pref_lamp, prefalign_suites.polis, "
+        "prefalign_suites.tldr, prefalign_suites.prism; "
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'numpy', 'bm25s') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

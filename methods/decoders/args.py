@@ -76,20 +76,40 @@ class ArgsDecoder(Decoder):
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         opts, lm = ctx.options, ctx.lm
-        tokens = args_generate(lm, require_reward(ctx), [it.user for it in items],
-                               [it.prompt for it in items], k=opts.k, w=opts.w,
-                               max_new_tokens=opts.max_new_tokens,
-                               batch_size=opts.batch_size, finished=lm.finished)
+        tokens = args_generate(
+            lm,
+            require_reward(ctx),
+            [it.user for it in items],
+            [it.prompt for it in items],
+            k=opts.k,
+            w=opts.w,
+            max_new_tokens=opts.max_new_tokens,
+            batch_size=opts.batch_size,
+            finished=lm.finished,
+        )
         return [clean_text(lm.decode_response(t)) for t in tokens]
 
-    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
-               responses: Sequence[str]) -> np.ndarray:
+    def loglik(
+        self,
+        ctx: CaseContext,
+        users: Sequence[str],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> np.ndarray:
         opts = ctx.options
         # the model's passes are the same for every hidden-state reward head of this
         # (suite, size): kept in the case's shared state, each head only applies itself
-        per_token = args_token_logprobs(ctx.lm, require_reward(ctx), users, prompts, responses,
-                                        k=opts.k, w=opts.w, batch_size=opts.batch_size,
-                                        memo=ctx.shared[PASSES])
+        per_token = args_token_logprobs(
+            ctx.lm,
+            require_reward(ctx),
+            users,
+            prompts,
+            responses,
+            k=opts.k,
+            w=opts.w,
+            batch_size=opts.batch_size,
+            memo=ctx.shared[PASSES],
+        )
         return reduce_logprobs(per_token, ctx.reduce)
 
 
@@ -99,8 +119,10 @@ def require_reward(ctx: CaseContext) -> RewardMethod:
     if reward is None:
         raise ValueError("the args decoder needs a reward method, e.g. args[global_bt]")
     if not {"prefix", "hidden"} & set(reward.capabilities):
-        raise ValueError(f"the args decoder needs prefix rewards, and reward method "
-                         f"{reward.name!r} declares neither 'prefix' nor 'hidden'")
+        raise ValueError(
+            f"the args decoder needs prefix rewards, and reward method "
+            f"{reward.name!r} declares neither 'prefix' nor 'hidden'"
+        )
     return reward
 
 
@@ -109,9 +131,18 @@ def require_reward(ctx: CaseContext) -> RewardMethod:
 # -------------------------------------------------------------------------------------------
 
 
-def args_generate(lm: LM, reward: RewardMethod, users: Sequence[str], prompts: Sequence[str], *,
-                  k: int = 10, w: float = 1.0, max_new_tokens: int = 24, batch_size: int = 16,
-                  finished: Finished | None = None) -> list[list[int]]:
+def args_generate(
+    lm: LM,
+    reward: RewardMethod,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    *,
+    k: int = 10,
+    w: float = 1.0,
+    max_new_tokens: int = 24,
+    batch_size: int = 16,
+    finished: Finished | None = None,
+) -> list[list[int]]:
     """ARGS token ids for each (user, prompt), stop token included where one was reached.
 
     ``finished`` defaults to stopping at a stop id; rows that finish leave the batch.
@@ -128,10 +159,12 @@ def args_generate(lm: LM, reward: RewardMethod, users: Sequence[str], prompts: S
     out: dict[tuple[str, str], list[int]] = {}
     for batch in chunks(sorted(range(len(unique)), key=lambda i: -len(encoded[i])), batch_size):
         batch_users = [unique[i][0] for i in batch]
-        rule = (HiddenRule(lm, reward, batch_users, k, w) if fast else
-                PrefixRule(lm, reward, batch_users, [unique[i][1] for i in batch], k, w))
-        tokens = decode(KV.start(lm, [encoded[i] for i in batch]), rule, max_new_tokens,
-                        finished)
+        rule = (
+            HiddenRule(lm, reward, batch_users, k, w)
+            if fast
+            else PrefixRule(lm, reward, batch_users, [unique[i][1] for i in batch], k, w)
+        )
+        tokens = decode(KV.start(lm, [encoded[i] for i in batch]), rule, max_new_tokens, finished)
         out.update(zip((unique[i] for i in batch), tokens, strict=True))
     return [list(out[(u, p)]) for u, p in zip(users, prompts, strict=True)]
 
@@ -141,8 +174,7 @@ class HiddenRule:
     (``KV.candidates``); their hidden states give their rewards, and the winner's hidden state,
     kept in the cache as the row's next token, gives the next step's logits."""
 
-    def __init__(self, lm: LM, reward: RewardMethod, users: list[str], k: int,
-                 w: float) -> None:
+    def __init__(self, lm: LM, reward: RewardMethod, users: list[str], k: int, w: float) -> None:
         self.lm, self.reward, self.users, self.k, self.w = lm, reward, users, k, w
 
     def choose(self, step: Step) -> Choice:
@@ -158,8 +190,9 @@ class PrefixRule:
     """The general path: the candidates' rewards come from ``prefix_rewards`` over their texts,
     batched over candidates; the winner is then run as the next token."""
 
-    def __init__(self, lm: LM, reward: RewardMethod, users: list[str], prompts: list[str],
-                 k: int, w: float) -> None:
+    def __init__(
+        self, lm: LM, reward: RewardMethod, users: list[str], prompts: list[str], k: int, w: float
+    ) -> None:
         self.lm, self.reward, self.k, self.w = lm, reward, k, w
         self.users, self.prompts = users, prompts
 
@@ -167,10 +200,16 @@ class PrefixRule:
         logits = self.lm.logits_from_hidden(step.hidden)
         cands = top_candidates(logits, self.k)
         rows, k = step.active, cands.shape[1]
-        seqs = [step.tokens[r] + [c] for r, row in zip(rows, cands.tolist(), strict=True)
-                for c in row]
-        values = text_rewards(self.lm, self.reward, [self.users[r] for r in rows for _ in range(k)],
-                              [self.prompts[r] for r in rows for _ in range(k)], seqs)
+        seqs = [
+            step.tokens[r] + [c] for r, row in zip(rows, cands.tolist(), strict=True) for c in row
+        ]
+        values = text_rewards(
+            self.lm,
+            self.reward,
+            [self.users[r] for r in rows for _ in range(k)],
+            [self.prompts[r] for r in rows for _ in range(k)],
+            seqs,
+        )
         rewards = torch.tensor(values, dtype=torch.float32, device=cands.device).view(-1, k)
         win = pick(logits.gather(1, cands) + self.w * rewards)
         return Choice(cands.gather(1, win[:, None])[:, 0].tolist())

@@ -20,8 +20,15 @@ from pytest_prefalign.runtime.decoding import Finished
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.runtime.lm import LM
 
-__all__ = ["Finished", "eos_finished", "hidden_rewards", "pick", "text_rewards",
-           "top_candidates", "uses_hidden"]
+__all__ = [
+    "Finished",
+    "eos_finished",
+    "hidden_rewards",
+    "pick",
+    "text_rewards",
+    "top_candidates",
+    "uses_hidden",
+]
 
 
 def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -56,8 +63,9 @@ def uses_hidden(lm: LM, reward: RewardMethod) -> bool:
     return "hidden" in reward.capabilities and lm.full_attention
 
 
-def hidden_rewards(reward: RewardMethod, users: Sequence[str], hidden: torch.Tensor
-                   ) -> torch.Tensor:
+def hidden_rewards(
+    reward: RewardMethod, users: Sequence[str], hidden: torch.Tensor
+) -> torch.Tensor:
     """``reward_from_hidden`` as float32 on the hidden states' device."""
     head = capable(reward, "hidden")
     if head is None:
@@ -65,8 +73,13 @@ def hidden_rewards(reward: RewardMethod, users: Sequence[str], hidden: torch.Ten
     return head.reward_from_hidden(list(users), hidden).to(hidden.device, torch.float32)
 
 
-def text_rewards(lm: LM, reward: RewardMethod, users: Sequence[str], prompts: Sequence[str],
-                 seqs: Sequence[Sequence[int]]) -> np.ndarray:
+def text_rewards(
+    lm: LM,
+    reward: RewardMethod,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    seqs: Sequence[Sequence[int]],
+) -> np.ndarray:
     """``r_u(x, seq)`` after the last token of each token sequence, from ``prefix_rewards``.
 
     The interface takes texts, so each sequence is decoded and the reward method tokenizes it
@@ -83,5 +96,9 @@ def text_rewards(lm: LM, reward: RewardMethod, users: Sequence[str], prompts: Se
         texts.append(lm.tokenizer.decode(list(seq[:-1] if done else seq)))
         complete.append(done)
     values = prefix.prefix_rewards(lm, list(users), list(prompts), texts)
-    return np.array([float(v[-1] if done or len(v) < 2 else v[-2])
-                     for v, done in zip(values, complete, strict=True)])
+    return np.array(
+        [
+            float(v[-1] if done or len(v) < 2 else v[-2])
+            for v, done in zip(values, complete, strict=True)
+        ]
+    )

@@ -76,18 +76,38 @@ PASSES_BUDGET_MB = 1024  # ARGS passes kept per (suite, size), in CPU memory
 
 def passes_memo() -> Lru[Any, ForcedTokens]:
     """A memo of ``ForcedTokens`` with its byte budget."""
-    return Lru(PASSES_BUDGET_MB * 2**20, lambda t: sum(x.numel() * x.element_size() for x in (
-        t.targets, t.cands, t.cand_logits, t.true_logits, t.cand_hidden, t.true_hidden)))
+    return Lru(
+        PASSES_BUDGET_MB * 2**20,
+        lambda t: sum(
+            x.numel() * x.element_size()
+            for x in (
+                t.targets,
+                t.cands,
+                t.cand_logits,
+                t.true_logits,
+                t.cand_hidden,
+                t.true_hidden,
+            )
+        ),
+    )
 
 
 # the model's passes of the policy score under ARGS, by (prompt, response, k), per (suite, size)
 PASSES = Slot("ARGS passes", passes_memo)
 
 
-def args_token_logprobs(lm: LM, reward: RewardMethod, users: Sequence[str],
-                        prompts: Sequence[str], responses: Sequence[str], *, k: int = 10,
-                        w: float = 1.0, batch_size: int = 16,
-                        memo: Lru[Any, ForcedTokens] | None = None) -> list[np.ndarray]:
+def args_token_logprobs(
+    lm: LM,
+    reward: RewardMethod,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    *,
+    k: int = 10,
+    w: float = 1.0,
+    batch_size: int = 16,
+    memo: Lru[Any, ForcedTokens] | None = None,
+) -> list[np.ndarray]:
     """``log p_ARGS(y_t | x, y_<t)`` over ``C_t`` for every response token (the final
     ``eos_id`` included), float64, one array per (user, prompt, response).
 
@@ -95,33 +115,47 @@ def args_token_logprobs(lm: LM, reward: RewardMethod, users: Sequence[str],
     kept in ``memo`` (one per LM, e.g. per (suite, size)) by (prompt, response, k), and another
     head scoring the same responses only applies itself to them."""
     if not len(users) == len(prompts) == len(responses):
-        raise ValueError(f"{len(users)} users, {len(prompts)} prompts, {len(responses)} "
-                         f"responses: expected as many of each")
+        raise ValueError(
+            f"{len(users)} users, {len(prompts)} prompts, {len(responses)} "
+            f"responses: expected as many of each"
+        )
     if batch_size < 1 or k < 1:
         raise ValueError("k and batch_size must be >= 1")
     if uses_hidden(lm, reward):
-        tokens = forced_tokens(lm, prompts, responses, k, batch_size,
-                               passes_memo() if memo is None else memo)
+        tokens = forced_tokens(
+            lm, prompts, responses, k, batch_size, passes_memo() if memo is None else memo
+        )
         return guided_from_tokens(reward, users, tokens, w, batch_size)
     # pairs that share a prompt share its prefill, so they go in the same batch
     order = sorted(range(len(prompts)), key=lambda n: (-len(prompts[n]), prompts[n]))
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
     for batch in chunks(order, batch_size):
         with torch.inference_mode():
-            forced = teacher_force(lm, [prompts[n] for n in batch],
-                                   [responses[n] for n in batch])
+            forced = teacher_force(lm, [prompts[n] for n in batch], [responses[n] for n in batch])
             cands = top_candidates(forced.logits.flatten(0, 1), k).view(*forced.targets.shape, -1)
             rewards, true = candidate_rewards_text(
-                lm, reward, [users[n] for n in batch], [prompts[n] for n in batch],
-                [responses[n] for n in batch], forced, cands)
+                lm,
+                reward,
+                [users[n] for n in batch],
+                [prompts[n] for n in batch],
+                [responses[n] for n in batch],
+                forced,
+                cands,
+            )
             logp = guided_logprobs(forced, cands, rewards, true, w)
         for n, row, length in zip(batch, logp, forced.lengths, strict=True):
             results[n] = row[:length].double().cpu().numpy()
     return results
 
 
-def forced_tokens(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: int,
-                  batch_size: int, memo: Lru[Any, ForcedTokens]) -> list[ForcedTokens]:
+def forced_tokens(
+    lm: LM,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    k: int,
+    batch_size: int,
+    memo: Lru[Any, ForcedTokens],
+) -> list[ForcedTokens]:
     """``ForcedTokens`` of each (prompt, response), from ``memo`` or from two passes per batch
     (the plain one and the candidates' one), which are then kept in ``memo`` as its budget
     allows."""
@@ -131,8 +165,9 @@ def forced_tokens(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: i
         if (kept := memo.get(key)) is not None:
             found[key] = kept
     # pairs that share a prompt share its prefill, so they go in the same batch
-    missing = sorted({key for key in keys if key not in found},
-                     key=lambda key: (-len(key[0]), key[0], key[1]))
+    missing = sorted(
+        {key for key in keys if key not in found}, key=lambda key: (-len(key[0]), key[0], key[1])
+    )
     for batch in chunks(missing, batch_size):
         with torch.inference_mode():
             forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
@@ -142,33 +177,58 @@ def forced_tokens(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: i
             cand_logits = forced.logits.gather(-1, cands)
         # kept on the CPU (on a GPU they would hold device memory for the whole session)
         for b, (key, n) in enumerate(zip(batch, forced.lengths, strict=True)):
-            found[key] = ForcedTokens(*(t[b, :n].cpu().clone() for t in (
-                forced.targets, cands, cand_logits, true_logits, hidden, forced.hidden)))
+            found[key] = ForcedTokens(
+                *(
+                    t[b, :n].cpu().clone()
+                    for t in (
+                        forced.targets,
+                        cands,
+                        cand_logits,
+                        true_logits,
+                        hidden,
+                        forced.hidden,
+                    )
+                )
+            )
             memo.put(key, found[key])
     return [found[key] for key in keys]
 
 
-def guided_from_tokens(reward: RewardMethod, users: Sequence[str], tokens: list[ForcedTokens],
-                       w: float, batch_size: int) -> list[np.ndarray]:
+def guided_from_tokens(
+    reward: RewardMethod,
+    users: Sequence[str],
+    tokens: list[ForcedTokens],
+    w: float,
+    batch_size: int,
+) -> list[np.ndarray]:
     """The guided log-probabilities of each ``y_t`` over ``C_t`` under this reward head, a
     batch of responses at a time (padded to the longest; the padding is cut off after)."""
     out: list[np.ndarray] = []
     for start in range(0, len(tokens), batch_size):
-        chunk = tokens[start:start + batch_size]
-        who = list(users[start:start + batch_size])
+        chunk = tokens[start : start + batch_size]
+        who = list(users[start : start + batch_size])
 
         def stacked(field: str, chunk: list[ForcedTokens] = chunk) -> torch.Tensor:
-            return torch.nn.utils.rnn.pad_sequence([getattr(t, field) for t in chunk],
-                                                   batch_first=True)
+            return torch.nn.utils.rnn.pad_sequence(
+                [getattr(t, field) for t in chunk], batch_first=True
+            )
 
         with torch.inference_mode():
             # hidden_rewards returns on the device of the states, here the CPU
             rewards = hidden_rewards(reward, who, stacked("cand_hidden"))
             true = hidden_rewards(reward, who, stacked("true_hidden"))
-            logp = _guided(stacked("true_logits"), stacked("cand_logits"), stacked("cands"),
-                           stacked("targets"), rewards, true, w)
-        out += [row[:len(t.targets)].double().cpu().numpy()
-                for row, t in zip(logp, chunk, strict=True)]
+            logp = _guided(
+                stacked("true_logits"),
+                stacked("cand_logits"),
+                stacked("cands"),
+                stacked("targets"),
+                rewards,
+                true,
+                w,
+            )
+        out += [
+            row[: len(t.targets)].double().cpu().numpy() for row, t in zip(logp, chunk, strict=True)
+        ]
     return out
 
 
@@ -185,8 +245,15 @@ def teacher_force(lm: LM, prompts: list[str], responses: list[str]) -> ForcedBat
     hidden = kv.extend(answers)  # (B, T, H): row t has read y_t
     # y_0 is predicted at the prompt's last token, y_t at y_{t-1}
     predicting = torch.cat([last[:, None], hidden[:, :-1]], dim=1)
-    return ForcedBatch(lm.logits_from_hidden(predicting), ids, [len(a) for a in answers], kv,
-                       prompt_width, positions, hidden)
+    return ForcedBatch(
+        lm.logits_from_hidden(predicting),
+        ids,
+        [len(a) for a in answers],
+        kv,
+        prompt_width,
+        positions,
+        hidden,
+    )
 
 
 def candidate_hidden(forced: ForcedBatch, cands: torch.Tensor) -> torch.Tensor:
@@ -195,31 +262,40 @@ def candidate_hidden(forced: ForcedBatch, cands: torch.Tensor) -> torch.Tensor:
     prompt and ``y_<t`` only."""
     steps, k = cands.shape[1:]
     per_pass = max(1, QUERY_BLOCK // k)  # steps per pass: bounds the mask and attention sizes
-    values = [_candidate_pass(forced, cands[:, start:start + per_pass], start)
-              for start in range(0, steps, per_pass)]
+    values = [
+        _candidate_pass(forced, cands[:, start : start + per_pass], start)
+        for start in range(0, steps, per_pass)
+    ]
     return torch.cat(values, dim=1)
 
 
-def _candidate_pass(forced: ForcedBatch, cands: torch.Tensor, start: int
-                    ) -> torch.Tensor:
+def _candidate_pass(forced: ForcedBatch, cands: torch.Tensor, start: int) -> torch.Tensor:
     """Hidden states ``(B, n, k, H)`` after the candidates of steps ``start .. start + n``;
     their cache entries are cropped afterwards, so every pass sees the same cache."""
     rows, steps, k = cands.shape
     mask = forced.kv.mask
     device = cands.device
     # query (t, j) sees cached columns before y_t's column, where the row has real tokens
-    before = torch.arange(mask.shape[1], device=device) < forced.prompt_width + start + \
-        torch.arange(steps, device=device)[:, None]  # (n, width)
+    before = (
+        torch.arange(mask.shape[1], device=device)
+        < forced.prompt_width + start + torch.arange(steps, device=device)[:, None]
+    )  # (n, width)
     sees = (before[None] & mask.bool()[:, None, :]).repeat_interleave(k, dim=1)
-    positions = forced.positions[:, start:start + steps].repeat_interleave(k, dim=1)
+    positions = forced.positions[:, start : start + steps].repeat_interleave(k, dim=1)
     hidden = forced.kv.queries(cands.flatten(1), positions, sees)
     forced.kv.drop_queries()
     return hidden.view(rows, steps, k, -1)
 
 
-def candidate_rewards_text(lm: LM, reward: RewardMethod, users: list[str], prompts: list[str],
-                           responses: list[str], forced: ForcedBatch, cands: torch.Tensor
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+def candidate_rewards_text(
+    lm: LM,
+    reward: RewardMethod,
+    users: list[str],
+    prompts: list[str],
+    responses: list[str],
+    forced: ForcedBatch,
+    cands: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The general path: candidates' rewards from ``prefix_rewards`` over their texts, the true
     tokens' from ``prefix_rewards`` over the responses themselves (exact, same tokens)."""
     rows, steps, k = cands.shape
@@ -246,17 +322,31 @@ def candidate_rewards_text(lm: LM, reward: RewardMethod, users: list[str], promp
     return values.to(cands.device), true.to(cands.device)
 
 
-def guided_logprobs(forced: ForcedBatch, cands: torch.Tensor, rewards: torch.Tensor,
-                    true: torch.Tensor, w: float) -> torch.Tensor:
+def guided_logprobs(
+    forced: ForcedBatch, cands: torch.Tensor, rewards: torch.Tensor, true: torch.Tensor, w: float
+) -> torch.Tensor:
     """``(B, T)`` log-softmax over ``C_t`` = top-k plus ``y_t`` of the true token's score."""
     targets = forced.targets
-    return _guided(forced.logits.gather(-1, targets[..., None])[..., 0],
-                   forced.logits.gather(-1, cands), cands, targets, rewards, true, w)
+    return _guided(
+        forced.logits.gather(-1, targets[..., None])[..., 0],
+        forced.logits.gather(-1, cands),
+        cands,
+        targets,
+        rewards,
+        true,
+        w,
+    )
 
 
-def _guided(true_logits: torch.Tensor, cand_logits: torch.Tensor, cands: torch.Tensor,
-            targets: torch.Tensor, rewards: torch.Tensor, true: torch.Tensor, w: float
-            ) -> torch.Tensor:
+def _guided(
+    true_logits: torch.Tensor,
+    cand_logits: torch.Tensor,
+    cands: torch.Tensor,
+    targets: torch.Tensor,
+    rewards: torch.Tensor,
+    true: torch.Tensor,
+    w: float,
+) -> torch.Tensor:
     """``logit + w * reward`` of ``y_t`` log-softmaxed over ``C_t``. The true token's score
     comes from the plain pass; where it is also among the top-k, that copy is left out so that
     ``C_t`` holds it once."""
@@ -265,5 +355,3 @@ def _guided(true_logits: torch.Tensor, cand_logits: torch.Tensor, cands: torch.T
     cand_score = cand_score.masked_fill(cands == targets[..., None], float("-inf"))
     total = torch.logsumexp(torch.cat([cand_score, true_score[..., None]], dim=-1), dim=-1)
     return true_score - total
-
-

@@ -34,26 +34,34 @@ class BaseDecoder(Decoder):
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         shown = self.prompts(ctx, [it.user for it in items], [it.prompt for it in items])
-        texts = ctx.lm.generate(shown, max_new_tokens=ctx.options.max_new_tokens,
-                                batch_size=ctx.options.batch_size)
+        texts = ctx.lm.generate(
+            shown, max_new_tokens=ctx.options.max_new_tokens, batch_size=ctx.options.batch_size
+        )
         return [samples[0] for samples in texts]
 
-    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
-               responses: Sequence[str]) -> np.ndarray:
+    def loglik(
+        self,
+        ctx: CaseContext,
+        users: Sequence[str],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> np.ndarray:
         shown = self.prompts(ctx, users, prompts)
         per_token = base_logprobs(ctx, shown, responses)
         return reduce_logprobs(per_token, ctx.reduce)
 
 
-def base_logprobs(ctx: CaseContext, prompts: Sequence[str], responses: Sequence[str]
-                  ) -> list[np.ndarray]:
+def base_logprobs(
+    ctx: CaseContext, prompts: Sequence[str], responses: Sequence[str]
+) -> list[np.ndarray]:
     """``log pi_base(y_t | prompt, y_<t)`` per response token, memoised per (suite, size)."""
     memo = ctx.shared[BASE_LOGPROBS]
     wanted = zip(prompts, responses, strict=True)
     missing = sorted({(p, r) for p, r in wanted if (p, r) not in memo})
     if missing:
-        values = ctx.lm.response_logprobs([p for p, _ in missing], [r for _, r in missing],
-                                          batch_size=ctx.options.batch_size)
+        values = ctx.lm.response_logprobs(
+            [p for p, _ in missing], [r for _, r in missing], batch_size=ctx.options.batch_size
+        )
         memo.update(zip(missing, values, strict=True))
     return [memo[(p, r)] for p, r in zip(prompts, responses, strict=True)]
 

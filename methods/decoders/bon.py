@@ -60,17 +60,25 @@ class BestOfNDecoder(BaseDecoder):
         samples = base_samples(ctx, self.prompts(ctx, users, prompts), n)
         flat_users = [u for u in users for _ in range(n)]
         flat_prompts = [p for p in prompts for _ in range(n)]  # the reward reads the task
-        scores = np.asarray(reward.score(ctx.lm, flat_users, flat_prompts,
-                                         [s for per_item in samples for s in per_item]),
-                            dtype=np.float64).reshape(len(items), n)
+        scores = np.asarray(
+            reward.score(
+                ctx.lm, flat_users, flat_prompts, [s for per_item in samples for s in per_item]
+            ),
+            dtype=np.float64,
+        ).reshape(len(items), n)
         if not np.all(np.isfinite(scores)):
             raise ValueError(f"bon: reward method {reward.name!r} gave a non-finite score")
         # np.argmax returns the first maximum: ties keep the earlier sample
         best = scores.argmax(axis=1)
         return [per_item[int(k)] for per_item, k in zip(samples, best, strict=True)]
 
-    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
-               responses: Sequence[str]) -> np.ndarray:
+    def loglik(
+        self,
+        ctx: CaseContext,
+        users: Sequence[str],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> np.ndarray:
         reward, beta = _reward(ctx), ctx.options.beta
         shown = self.prompts(ctx, users, prompts)
         base = reduce_logprobs(base_logprobs(ctx, shown, responses), ctx.reduce)
@@ -87,9 +95,15 @@ def base_samples(ctx: CaseContext, shown: Sequence[str], n: int) -> list[list[st
     memo = ctx.shared[SAMPLES]
     missing = list(dict.fromkeys(p for p in shown if (p, *settings) not in memo))
     if missing:
-        drawn = ctx.lm.generate(missing, max_new_tokens=opts.max_new_tokens,
-                                batch_size=opts.batch_size, sample=True,
-                                temperature=opts.temperature, num_samples=n, seed=ctx.seed)
+        drawn = ctx.lm.generate(
+            missing,
+            max_new_tokens=opts.max_new_tokens,
+            batch_size=opts.batch_size,
+            sample=True,
+            temperature=opts.temperature,
+            num_samples=n,
+            seed=ctx.seed,
+        )
         memo.update(((p, *settings), d) for p, d in zip(missing, drawn, strict=True))
     return [list(memo[(p, *settings)]) for p in shown]
 

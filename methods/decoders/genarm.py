@@ -52,7 +52,8 @@ from pytest_prefalign.runtime.decoding import (
     greedy,
     multinomial_choice,
 )
-from pytest_prefalign.runtime.lm import clean_text, predicting_hidden
+from pytest_prefalign.runtime.hidden import predicting_hidden
+from pytest_prefalign.runtime.lm import clean_text
 from pytest_prefalign.storage import content_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,20 +100,41 @@ class GenARMDecoder(BaseDecoder):
         texts: dict[tuple[str, str], str] = {}
         batch_size = ctx.options.batch_size
         for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
+            batch = order[start : start + batch_size]
             keys = [unique[i] for i in batch]
             seeds = [_seed(ctx.seed, u, p) for u, p in keys]
-            tokens = guided_generate(ctx.lm, step, keys, [encoded[i] for i in batch], alpha,
-                                     ctx.options.max_new_tokens, temperature, seeds)
-            texts.update(zip(keys, (clean_text(ctx.lm.decode_response(t)) for t in tokens),
-                             strict=True))
+            tokens = guided_generate(
+                ctx.lm,
+                step,
+                keys,
+                [encoded[i] for i in batch],
+                alpha,
+                ctx.options.max_new_tokens,
+                temperature,
+                seeds,
+            )
+            texts.update(
+                zip(keys, (clean_text(ctx.lm.decode_response(t)) for t in tokens), strict=True)
+            )
         return [texts[key] for key in zip(users, shown, strict=True)]
 
-    def loglik(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str],
-               responses: Sequence[str]) -> np.ndarray:
+    def loglik(
+        self,
+        ctx: CaseContext,
+        users: Sequence[str],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> np.ndarray:
         shown = self.prompts(ctx, users, prompts)
-        per_token = guided_logprobs(ctx.lm, _reward(ctx), ctx.options.alpha, users, shown,
-                                    responses, batch_size=ctx.options.batch_size)
+        per_token = guided_logprobs(
+            ctx.lm,
+            _reward(ctx),
+            ctx.options.alpha,
+            users,
+            shown,
+            responses,
+            batch_size=ctx.options.batch_size,
+        )
         return reduce_logprobs(per_token, ctx.reduce)
 
 
@@ -125,8 +147,9 @@ def _reward(ctx: CaseContext) -> RewardMethod:
     reward = ctx.reward
     if reward is None or "next_token" not in reward.capabilities:
         name = getattr(reward, "name", None)
-        raise ValueError(f"genarm needs an autoregressive reward method (capability "
-                         f"'next_token'), got {name!r}")
+        raise ValueError(
+            f"genarm needs an autoregressive reward method (capability 'next_token'), got {name!r}"
+        )
     return reward
 
 
@@ -139,26 +162,37 @@ def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
     """The fast path where the reward reads the base hidden states, else the general one."""
     head = capable(reward, "hidden_logprobs")
     if head is not None:
-        def from_hidden(users: list[str], prompts: list[str], tokens: list[list[int]],
-                        hidden: torch.Tensor, head: HiddenLogprobs = head) -> torch.Tensor:
+
+        def from_hidden(
+            users: list[str],
+            prompts: list[str],
+            tokens: list[list[int]],
+            hidden: torch.Tensor,
+            head: HiddenLogprobs = head,
+        ) -> torch.Tensor:
             return head.logprobs_from_hidden(users, hidden).float()
+
         return from_hidden
     arm = _next_token(reward)
 
-    def from_text(users: list[str], prompts: list[str], tokens: list[list[int]],
-                  hidden: torch.Tensor) -> torch.Tensor:
+    def from_text(
+        users: list[str], prompts: list[str], tokens: list[list[int]], hidden: torch.Tensor
+    ) -> torch.Tensor:
         # the row that predicts the token after ``text`` is the one before its appended eos
         texts = [lm.tokenizer.decode(t, skip_special_tokens=False) for t in tokens]
         rows = arm.next_token_logprobs(lm, users, prompts, texts)
         return torch.stack([torch.as_tensor(np.asarray(r)[-1]) for r in rows]).float()
+
     return from_text
 
 
 def _next_token(reward: RewardMethod) -> NextTokenLogprobs:
     arm = capable(reward, "next_token")
     if arm is None:
-        raise ValueError(f"genarm needs an autoregressive reward method (capability "
-                         f"'next_token'), got {reward.name!r}")
+        raise ValueError(
+            f"genarm needs an autoregressive reward method (capability "
+            f"'next_token'), got {reward.name!r}"
+        )
     return arm
 
 
@@ -171,8 +205,15 @@ class GuidedRule:
     """GenARM's rule: ``logits_base + alpha * log p_arm`` over the whole vocabulary, greedy or
     sampled at ``temperature`` with each row's own generator."""
 
-    def __init__(self, lm: LM, step: ArmStep, keys: list[tuple[str, str]], alpha: float,
-                 temperature: float | None, seeds: list[int]) -> None:
+    def __init__(
+        self,
+        lm: LM,
+        step: ArmStep,
+        keys: list[tuple[str, str]],
+        alpha: float,
+        temperature: float | None,
+        seeds: list[int],
+    ) -> None:
         self.lm, self.arm, self.alpha, self.temperature = lm, step, alpha, temperature
         self.users, self.prompts = [u for u, _ in keys], [p for _, p in keys]
         self.gens = [generator(s) for s in seeds] if temperature else None
@@ -182,18 +223,30 @@ class GuidedRule:
         guided = self.lm.logits_from_hidden(hidden)
         if self.alpha:
             rows = step.active
-            arm = self.arm([self.users[r] for r in rows], [self.prompts[r] for r in rows],
-                           [step.tokens[r] for r in rows], hidden)
+            arm = self.arm(
+                [self.users[r] for r in rows],
+                [self.prompts[r] for r in rows],
+                [step.tokens[r] for r in rows],
+                hidden,
+            )
             guided = guided + self.alpha * arm.to(guided.device)
         if self.gens is None or self.temperature is None:
             return Choice(greedy(guided))
-        return Choice(multinomial_choice(guided, self.temperature,
-                                         [self.gens[r] for r in step.active]))
+        return Choice(
+            multinomial_choice(guided, self.temperature, [self.gens[r] for r in step.active])
+        )
 
 
-def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
-                    prompt_seqs: list[list[int]], alpha: float, max_new_tokens: int,
-                    temperature: float | None, seeds: list[int]) -> list[list[int]]:
+def guided_generate(
+    lm: LM,
+    step: ArmStep,
+    keys: list[tuple[str, str]],
+    prompt_seqs: list[list[int]],
+    alpha: float,
+    max_new_tokens: int,
+    temperature: float | None,
+    seeds: list[int],
+) -> list[list[int]]:
     """Token ids generated for each (user, prompt) of a batch; finished rows leave it. The
     base model runs on its KV cache, one new token per row and step (``decoding.decode``);
     the ARM's term comes from ``step``."""
@@ -206,25 +259,41 @@ def guided_generate(lm: LM, step: ArmStep, keys: list[tuple[str, str]],
 # -------------------------------------------------------------------------------------------
 
 
-def guided_logprobs(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[str],
-                    prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 16
-                    ) -> list[np.ndarray]:
+def guided_logprobs(
+    lm: LM,
+    reward: RewardMethod,
+    alpha: float,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    *,
+    batch_size: int = 16,
+) -> list[np.ndarray]:
     """``log guided(y_t | x, y_<t)`` per response token (eos included), float64. Pairs go
     ``batch_size`` at a time, so that at most that many ``(T_y, V)`` ARM tables are held."""
     if not len(users) == len(prompts) == len(responses):
-        raise ValueError(f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
-                         "responses: expected one of each")
+        raise ValueError(
+            f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
+            "responses: expected one of each"
+        )
     out: list[np.ndarray] = []
     for start in range(0, len(users), batch_size):
         part = slice(start, start + batch_size)
-        out += _guided_batch(lm, reward, alpha, users[part], prompts[part], responses[part],
-                             batch_size)
+        out += _guided_batch(
+            lm, reward, alpha, users[part], prompts[part], responses[part], batch_size
+        )
     return out
 
 
-def _guided_batch(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[str],
-                  prompts: Sequence[str], responses: Sequence[str], batch_size: int
-                  ) -> list[np.ndarray]:
+def _guided_batch(
+    lm: LM,
+    reward: RewardMethod,
+    alpha: float,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    batch_size: int,
+) -> list[np.ndarray]:
     hidden = predicting_hidden(lm, prompts, responses, batch_size=batch_size)
     targets = [torch.tensor(lm.response_ids(r)) for r in responses]
     arm: list[torch.Tensor | None] = [None] * len(users)  # None: read from the hidden states
@@ -233,19 +302,30 @@ def _guided_batch(lm: LM, reward: RewardMethod, alpha: float, users: Sequence[st
         arm = [torch.as_tensor(np.asarray(a)).float() for a in tables]
         for a, t, r in zip(arm, targets, responses, strict=True):
             if a is not None and a.shape[0] != t.shape[0]:
-                raise ValueError(f"genarm: next_token_logprobs gave {a.shape[0]} rows for a "
-                                 f"response of {t.shape[0]} tokens ({r!r})")
-    return [_one(lm, reward, alpha, u, h, t, a)
-            for u, h, t, a in zip(users, hidden, targets, arm, strict=True)]
+                raise ValueError(
+                    f"genarm: next_token_logprobs gave {a.shape[0]} rows for a "
+                    f"response of {t.shape[0]} tokens ({r!r})"
+                )
+    return [
+        _one(lm, reward, alpha, u, h, t, a)
+        for u, h, t, a in zip(users, hidden, targets, arm, strict=True)
+    ]
 
 
 @torch.inference_mode()
-def _one(lm: LM, reward: RewardMethod, alpha: float, user: str, hidden: torch.Tensor,
-         target: torch.Tensor, arm: torch.Tensor | None) -> np.ndarray:
+def _one(
+    lm: LM,
+    reward: RewardMethod,
+    alpha: float,
+    user: str,
+    hidden: torch.Tensor,
+    target: torch.Tensor,
+    arm: torch.Tensor | None,
+) -> np.ndarray:
     """One response's guided token log-probabilities from its predicting states ``(T, H)``."""
     out = []
     for i in range(0, hidden.shape[0], ROWS_PER_CHUNK):
-        h = hidden[i:i + ROWS_PER_CHUNK].to(lm.device)
+        h = hidden[i : i + ROWS_PER_CHUNK].to(lm.device)
         guided = lm.logits_from_hidden(h)
         if alpha:
             head = capable(reward, "hidden_logprobs")
@@ -254,10 +334,10 @@ def _one(lm: LM, reward: RewardMethod, alpha: float, user: str, hidden: torch.Te
             elif arm is None:
                 raise ValueError("genarm: no log-probabilities of the ARM for this response")
             else:
-                part = arm[i:i + ROWS_PER_CHUNK]
+                part = arm[i : i + ROWS_PER_CHUNK]
             guided = guided + alpha * part.to(guided.device).float()
         logp = torch.log_softmax(guided, dim=-1)
-        out.append(logp.gather(-1, target[i:i + ROWS_PER_CHUNK, None].to(logp.device))[:, 0])
+        out.append(logp.gather(-1, target[i : i + ROWS_PER_CHUNK, None].to(logp.device))[:, 0])
     return torch.cat(out).double().cpu().numpy()
 
 

@@ -48,8 +48,10 @@ class ICLDecoder(BaseDecoder):
     Options = ICLOptions
 
     def prompts(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]) -> list[str]:
-        return [icl_prompt(ctx.suite, self.examples(ctx, u, p), p)
-                for u, p in zip(users, prompts, strict=True)]
+        return [
+            icl_prompt(ctx.suite, self.examples(ctx, u, p), p)
+            for u, p in zip(users, prompts, strict=True)
+        ]
 
     def examples(self, ctx: CaseContext, user: str, prompt: str) -> list[ProfileEntry]:
         profile = ctx.data.profiles.get(user, [])
@@ -83,8 +85,7 @@ class RAGDecoder(ICLDecoder):
             import bm25s
 
             retriever = bm25s.BM25()
-            corpus = bm25s.tokenize([e.input for e in profile], stopwords="en",
-                                    show_progress=False)
+            corpus = bm25s.tokenize([e.input for e in profile], stopwords="en", show_progress=False)
             retriever.index(corpus, show_progress=False)
             indexes[user] = retriever
         return indexes[user]

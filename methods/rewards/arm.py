@@ -30,9 +30,8 @@ O(tokens x V x H).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,72 +41,23 @@ import torch.nn.functional as F
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from prefalign_methods.rewards.arm_training import (
+    ROWS_PER_CHUNK,
+    Adapter,
+    ARMConfig,
+    check_config,
+    output_head,
+    token_data,
+    train,
+)
 from prefalign_methods.rewards.bt_heads import load_or_train
 from pytest_prefalign import storage
 from pytest_prefalign.api import Pair, RewardMethod
-from pytest_prefalign.runtime.lm import predicting_hidden
+from pytest_prefalign.runtime.hidden import predicting_hidden
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
     from pytest_prefalign.runtime.lm import LM
-
-ROWS_PER_CHUNK = 256  # token rows per (rows, V) logits block when scoring: bounds the memory
-
-
-@dataclass(frozen=True)
-class ARMConfig:
-    rank: int = 8  # r: width of the adapter between the hidden state and the output head
-    beta: float = 1.0  # reward scale: r_u = beta * sum_t log p_arm(y_t); the loss's inverse
-    # temperature. 1 keeps log p_arm on the scale GenARM's alpha mixes with the base logits
-    epochs: int = 8  # passes over the training pairs (on Pref-LaMP the loss is ~0 by the 5th)
-    batch_pairs: int = 16  # pairs per AdamW step
-    lr: float = 3e-3  # AdamW learning rate (1e-3 needs twice the epochs; 1e-2 oscillates)
-    kl: float = 0.1  # weight of sum_t KL(p_arm || p_base) per response, added to the loss:
-    # keeps the ARM inside the base LM's support (without it, the cheapest way to make the base
-    # model's own titles unlikely is to move their mass onto junk tokens, which guidance then
-    # writes)
-    user_l2: float = 1.0  # prior strength on each user's (s_u, z_u): lambda * ||.||^2 / pairs
-    weight_decay: float = 1e-4  # AdamW decay of the shared A and B
-    seed: int = 0  # initialisation of A and the order of the pairs
-    logit_cache_mb: int = 1024  # keep the training tokens' base logits in memory up to this
-
-
-@dataclass
-class TokenData:
-    """The training pairs as token rows: ``hidden`` ``(N, H)`` (the states that predict each
-    token), ``target`` ``(N,)``, and for pair ``p`` the row indices of its chosen and its
-    rejected response; ``user`` ``(P,)`` the pair's user index."""
-
-    hidden: torch.Tensor
-    target: torch.Tensor
-    chosen_rows: list[torch.Tensor]
-    rejected_rows: list[torch.Tensor]
-    user: torch.Tensor
-    base_logits: torch.Tensor | None  # ``(N, V)``, or None when it would not fit the budget
-    base_lse: torch.Tensor  # ``(N,)`` logsumexp of each row's base logits
-
-
-class Adapter(torch.nn.Module):
-    """The ARM's trainable part; users are indexed ``0..U-1`` and ``U`` means unknown."""
-
-    def __init__(self, hidden_size: int, rank: int, n_users: int,
-                 generator: torch.Generator) -> None:
-        super().__init__()
-        init = torch.randn((rank, hidden_size), generator=generator) / math.sqrt(hidden_size)
-        self.A = torch.nn.Parameter(init)
-        self.B = torch.nn.Parameter(torch.zeros((hidden_size, rank)))
-        self.user_scale = torch.nn.Parameter(torch.zeros((n_users, rank)))
-        self.user_shift = torch.nn.Parameter(torch.zeros((n_users, rank)))
-
-    def codes(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """``v_u(h)`` ``(N, M, r)`` for user indices ``(N,)`` and states ``(N, M, H)``."""
-        zero = torch.zeros_like(self.user_scale[:1])  # the unknown user's row
-        scale = torch.cat([self.user_scale, zero])[user][:, None]
-        shift = torch.cat([self.user_shift, zero])[user][:, None]
-        return (h @ self.A.T) * (1 + scale) + shift
-
-    def penalty(self) -> torch.Tensor:
-        return self.user_scale.square().sum() + self.user_shift.square().sum()
 
 
 class ARM(RewardMethod):
@@ -118,14 +68,13 @@ class ARM(RewardMethod):
     default_decoder = "genarm"  # the decoder an autoregressive RM is made for
     # "prefix" too (cumulative token rewards), so that args[arm] can run; the default method
     # list still pairs arm with genarm, through default_decoder
-    capabilities: ClassVar[frozenset[str]] = frozenset({"next_token", "hidden_logprobs",
-                                                        "prefix"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"next_token", "hidden_logprobs", "prefix"})
     version: ClassVar[int] = 2  # bump when a code change changes what training produces
     Config: ClassVar[type[ARMConfig]] = ARMConfig  # set with --prefalign-option arm.FIELD=VALUE
 
     def __init__(self, config: ARMConfig | None = None) -> None:
         self.config = config if config is not None else ARMConfig()
-        _check_config(self.config)
+        check_config(self.config)
         self.trained = False  # True when the last ``fit`` trained, False when it loaded
         self.info: dict[str, Any] = {}
         self._users: dict[str, int] = {}
@@ -144,17 +93,26 @@ class ARM(RewardMethod):
 
     def fit(self, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
         if not pairs:
-            raise ValueError("arm: no training pairs; this reward method is trained on the "
-                             "suite's training pairs")
+            raise ValueError(
+                "arm: no training pairs; this reward method is trained on the "
+                "suite's training pairs"
+            )
         self._head = output_head(lm)
         self._lm_fingerprint = lm.fingerprint
         load_or_train(self, lm, pairs, cache_dir)
 
     def _save(self, tensors_path: Path, meta_path: Path, lm: LM) -> None:
         storage.atomic_write_bytes(tensors_path, save_tensors(self._tensors()))
-        storage.atomic_write_json(meta_path, {
-            "method": self.name, "fingerprint": self.fingerprint(),
-            "config": asdict(self.config), "lm": lm.fingerprint, **self.info})
+        storage.atomic_write_json(
+            meta_path,
+            {
+                "method": self.name,
+                "fingerprint": self.fingerprint(),
+                "config": asdict(self.config),
+                "lm": lm.fingerprint,
+                **self.info,
+            },
+        )
 
     def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
         names = sorted({p.user for p in pairs})
@@ -163,9 +121,13 @@ class ARM(RewardMethod):
         generator = torch.Generator().manual_seed(self.config.seed)
         self._adapter = Adapter(data.hidden.shape[1], self.config.rank, len(names), generator)
         history = train(self._adapter, data, self._head_weights(), self.config, generator)
-        self.info = {"users": names, "hidden_size": int(data.hidden.shape[1]),
-                     "n_pairs": len(pairs), "n_tokens": int(data.target.shape[0]),
-                     "history": history}
+        self.info = {
+            "users": names,
+            "hidden_size": int(data.hidden.shape[1]),
+            "n_pairs": len(pairs),
+            "n_tokens": int(data.target.shape[0]),
+            "history": history,
+        }
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         adapter = self._require_adapter()
@@ -176,30 +138,37 @@ class ARM(RewardMethod):
         names = list(self.info["users"])
         self._users = {u: i for i, u in enumerate(names)}
         generator = torch.Generator().manual_seed(self.config.seed)
-        self._adapter = Adapter(int(self.info["hidden_size"]), self.config.rank, len(names),
-                                generator)
+        self._adapter = Adapter(
+            int(self.info["hidden_size"]), self.config.rank, len(names), generator
+        )
         self._adapter.load_state_dict(load_tensors(tensors_path.read_bytes()), strict=True)
 
     # -- rewards ------------------------------------------------------------------------------
 
-    def score(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-              responses: Sequence[str]) -> np.ndarray:
+    def score(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         """``beta * sum_t log p_arm(y_t | x, y_<t)`` over the response tokens (eos included)."""
-        return np.array([float(r.sum()) for r in self._token_rewards(lm, users, prompts,
-                                                                     responses)])
+        return np.array(
+            [float(r.sum()) for r in self._token_rewards(lm, users, prompts, responses)]
+        )
 
-    def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> list[np.ndarray]:
+    def prefix_rewards(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         """``r_u(x, y_<=t)``: cumulative sums of the token rewards; the last equals ``score``."""
         return [np.cumsum(r) for r in self._token_rewards(lm, users, prompts, responses)]
 
-    def next_token_logprobs(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                            responses: Sequence[str]) -> list[np.ndarray]:
+    def next_token_logprobs(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         """``log p_arm(. | x, y_<t)`` ``(T_y, V)`` float32 for each response position."""
         self._check_call(lm, users, prompts, responses)
         hidden = predicting_hidden(lm, prompts, responses)
-        return [self.logprobs_from_hidden([u], h[None])[0].cpu().numpy()
-                for u, h in zip(users, hidden, strict=True)]
+        return [
+            self.logprobs_from_hidden([u], h[None])[0].cpu().numpy()
+            for u, h in zip(users, hidden, strict=True)
+        ]
 
     @torch.no_grad()
     def logprobs_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
@@ -207,15 +176,20 @@ class ARM(RewardMethod):
         base LM, one user per leading row; on ``hidden``'s device."""
         adapter = self._require_adapter()
         if hidden.dim() < 2 or hidden.shape[0] != len(users):
-            raise ValueError(f"arm: expected hidden states (N, ..., H) with N = {len(users)} "
-                             f"users, got shape {tuple(hidden.shape)}")
+            raise ValueError(
+                f"arm: expected hidden states (N, ..., H) with N = {len(users)} "
+                f"users, got shape {tuple(hidden.shape)}"
+            )
         if hidden.shape[-1] != adapter.A.shape[1]:
-            raise ValueError(f"arm: hidden size {hidden.shape[-1]} but the ARM was trained on "
-                             f"{adapter.A.shape[1]} (another model?)")
+            raise ValueError(
+                f"arm: hidden size {hidden.shape[-1]} but the ARM was trained on "
+                f"{adapter.A.shape[1]} (another model?)"
+            )
         device = hidden.device
         adapter = adapter.to(device)
-        user = torch.tensor([self._users.get(u, len(self._users)) for u in users],
-                            dtype=torch.long, device=device)
+        user = torch.tensor(
+            [self._users.get(u, len(self._users)) for u in users], dtype=torch.long, device=device
+        )
         flat = hidden.reshape(hidden.shape[0], -1, hidden.shape[-1]).float()
         weight, bias = self._head_weights()
         weight, bias = weight.to(device), bias.to(device) if bias is not None else None
@@ -223,8 +197,9 @@ class ARM(RewardMethod):
         logprobs = torch.log_softmax(F.linear(shifted, weight, bias), dim=-1)
         return logprobs.reshape(*hidden.shape[:-1], -1)
 
-    def _token_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> list[np.ndarray]:
+    def _token_rewards(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         """``beta * log p_arm(y_t | x, y_<t)`` per response token, float64."""
         self._check_call(lm, users, prompts, responses)
         hidden = predicting_hidden(lm, prompts, responses)
@@ -232,28 +207,38 @@ class ARM(RewardMethod):
         rows = torch.cat(hidden) if hidden else torch.zeros((0, 1))
         row_users = [u for u, h in zip(users, hidden, strict=True) for _ in range(h.shape[0])]
         target = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
-        picked = torch.cat([self._gathered(row_users[i:i + ROWS_PER_CHUNK],
-                                           rows[i:i + ROWS_PER_CHUNK],
-                                           target[i:i + ROWS_PER_CHUNK])
-                            for i in range(0, len(row_users), ROWS_PER_CHUNK)] or
-                           [torch.zeros(0, dtype=torch.float64)])
+        picked = torch.cat(
+            [
+                self._gathered(
+                    row_users[i : i + ROWS_PER_CHUNK],
+                    rows[i : i + ROWS_PER_CHUNK],
+                    target[i : i + ROWS_PER_CHUNK],
+                )
+                for i in range(0, len(row_users), ROWS_PER_CHUNK)
+            ]
+            or [torch.zeros(0, dtype=torch.float64)]
+        )
         rewards = (self.config.beta * picked).numpy()
         return list(np.split(rewards, np.cumsum([len(t) for t in targets])[:-1]))
 
-    def _gathered(self, users: list[str], rows: torch.Tensor, target: torch.Tensor
-                  ) -> torch.Tensor:
+    def _gathered(self, users: list[str], rows: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         logprobs = self.logprobs_from_hidden(users, rows)
         return logprobs.gather(-1, target.to(rows.device)[:, None])[:, 0].double().cpu()
 
-    def _check_call(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                    responses: Sequence[str]) -> None:
+    def _check_call(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> None:
         self._require_adapter()
         if lm.fingerprint != self._lm_fingerprint:
-            raise ValueError(f"arm: fitted on model {self._lm_fingerprint}, asked to score "
-                             f"with {lm.fingerprint}; fit it on this model first")
+            raise ValueError(
+                f"arm: fitted on model {self._lm_fingerprint}, asked to score "
+                f"with {lm.fingerprint}; fit it on this model first"
+            )
         if not len(users) == len(prompts) == len(responses):
-            raise ValueError(f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
-                             "responses: expected one of each per reward")
+            raise ValueError(
+                f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
+                "responses: expected one of each per reward"
+            )
 
     def _require_adapter(self) -> Adapter:
         if self._adapter is None:
@@ -264,118 +249,6 @@ class ARM(RewardMethod):
         if self._head is None:
             raise RuntimeError("arm: call fit() before asking for rewards")
         return self._head
-
-
-# -------------------------------------------------------------------------------------------
-# Hidden states and training
-# -------------------------------------------------------------------------------------------
-
-
-def output_head(lm: LM) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The base LM's output head as float32 ``(W (V, H), b (V,) or None)``, detached."""
-    head = lm.model.get_output_embeddings()
-    if not isinstance(head, torch.nn.Linear):
-        raise ValueError(f"arm: the model's output head is a {type(head).__name__}, not a "
-                         "linear layer; this ARM reads hidden states through it")
-    bias = head.bias.detach().float() if head.bias is not None else None
-    return head.weight.detach().float(), bias
-
-
-def token_data(lm: LM, pairs: Sequence[Pair], users: dict[str, int],
-               head: tuple[torch.Tensor, torch.Tensor | None], config: ARMConfig) -> TokenData:
-    """The training pairs' token rows; responses are laid out chosen, rejected, pair by pair."""
-    prompts = [p.prompt for p in pairs for _ in range(2)]
-    responses = [r for p in pairs for r in (p.chosen, p.rejected)]
-    hidden = predicting_hidden(lm, prompts, responses)
-    target = torch.tensor([t for r in responses for t in lm.response_ids(r)], dtype=torch.long)
-    starts = np.concatenate([[0], np.cumsum([h.shape[0] for h in hidden])])
-    rows = [torch.arange(int(starts[i]), int(starts[i + 1])) for i in range(len(hidden))]
-    flat = torch.cat(hidden)
-    weight, bias = head
-    fits = flat.shape[0] * weight.shape[0] * 4 <= config.logit_cache_mb * 2**20
-    base = _base_logits(flat, weight, bias) if fits else None
-    lse = torch.cat([torch.logsumexp(_base_logits(flat[i:i + ROWS_PER_CHUNK], weight, bias)
-                                     if base is None else base[i:i + ROWS_PER_CHUNK], dim=-1)
-                     for i in range(0, flat.shape[0], ROWS_PER_CHUNK)])
-    return TokenData(flat, target, rows[0::2], rows[1::2],
-                     torch.tensor([users[p.user] for p in pairs], dtype=torch.long), base, lse)
-
-
-@torch.no_grad()
-def _base_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-                 ) -> torch.Tensor:
-    return torch.cat([F.linear(hidden[i:i + ROWS_PER_CHUNK], weight, bias)
-                      for i in range(0, hidden.shape[0], ROWS_PER_CHUNK)])
-
-
-def train(adapter: Adapter, data: TokenData, head: tuple[torch.Tensor, torch.Tensor | None],
-          config: ARMConfig, generator: torch.Generator) -> list[dict[str, float]]:
-    """AdamW on the GenARM loss plus the KL anchor and the users' L2 prior; the pair order of
-    each epoch comes from ``generator``, so a seed gives the same parameters. Returns, per
-    epoch, the mean pairwise loss and accuracy (``margin > 0``) of the training pairs as each
-    step saw them (before its update; a full extra pass would cost a third of the training),
-    and the mean KL(p_arm || p_base) per response."""
-    shared = [adapter.A, adapter.B]
-    personal = [adapter.user_scale, adapter.user_shift]
-    optimiser = torch.optim.AdamW([{"params": shared, "weight_decay": config.weight_decay},
-                                   {"params": personal, "weight_decay": 0.0}], lr=config.lr)
-    n_pairs = len(data.chosen_rows)
-    history = []
-    for _ in range(config.epochs):
-        order = torch.randperm(n_pairs, generator=generator)
-        seen, kls = [], []
-        for start in range(0, n_pairs, config.batch_pairs):
-            batch = order[start:start + config.batch_pairs]
-            optimiser.zero_grad()
-            margin, kl = margins(adapter, data, head, batch, config.beta)
-            loss = -F.logsigmoid(margin).mean() + config.kl * kl
-            (loss + config.user_l2 * adapter.penalty() / n_pairs).backward()
-            optimiser.step()
-            seen.append(margin.detach())
-            kls.append(float(kl.detach()) * len(batch))
-        epoch = torch.cat(seen)
-        history.append({"loss": float(-F.logsigmoid(epoch).mean()),
-                        "accuracy": float((epoch > 0).double().mean()),
-                        "kl": sum(kls) / n_pairs})
-    return history
-
-
-def margins(adapter: Adapter, data: TokenData, head: tuple[torch.Tensor, torch.Tensor | None],
-            batch: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``beta * (sum log p_arm(y_w) - sum log p_arm(y_l))`` of the pairs in ``batch``, and the
-    mean over their responses of ``sum_t KL(p_arm || p_base)``."""
-    index = batch.tolist()
-    groups = [data.chosen_rows[p] for p in index] + [data.rejected_rows[p] for p in index]
-    rows = torch.cat(groups)
-    owner = torch.repeat_interleave(torch.arange(len(groups)),
-                                    torch.tensor([len(g) for g in groups]))
-    user = data.user[batch].repeat(2)[owner]
-    weight, bias = head
-    if data.base_logits is not None:
-        base = data.base_logits[rows]
-    else:
-        base = _base_logits(data.hidden[rows], weight, bias)
-    # W (h + B v) + b = (W h + b) + v (W B)^T: the gradient never multiplies by the (V, H) W
-    codes = adapter.codes(user, data.hidden[rows][:, None])[:, 0]
-    shift = codes @ (weight @ adapter.B).T
-    logits = base + shift
-    lse = torch.logsumexp(logits, dim=-1)
-    token = logits.gather(-1, data.target[rows][:, None])[:, 0] - lse
-    sums = torch.zeros(len(groups)).index_add(0, owner, token)
-    # KL(p_arm || p_base) = E_arm[log p_arm - log p_base] = E_arm[shift] - lse + lse_base
-    kl = (torch.softmax(logits, dim=-1) * shift).sum(-1) - lse + data.base_lse[rows]
-    return beta * (sums[:len(index)] - sums[len(index):]), kl.sum() / len(groups)
-
-
-def _check_config(config: ARMConfig) -> None:
-    positive = {"rank": config.rank, "epochs": config.epochs, "batch_pairs": config.batch_pairs,
-                "beta": config.beta, "lr": config.lr}
-    for name, value in positive.items():
-        if not value > 0:
-            raise ValueError(f"arm: {name} must be > 0, got {value}")
-    for name in ("kl", "user_l2", "weight_decay", "logit_cache_mb"):
-        if getattr(config, name) < 0:
-            raise ValueError(f"arm: {name} must be >= 0, got {getattr(config, name)}")
 
 
 def pytest_prefalign_register(registry: Registry) -> None:

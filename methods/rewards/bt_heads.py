@@ -99,8 +99,9 @@ def shared_penalty(data: TrainPairs, per_user: torch.Tensor) -> torch.Tensor:
     return (data.share * per_user).sum()
 
 
-def init_normal(shape: tuple[int, ...], scale: float, generator: torch.Generator
-                ) -> torch.nn.Parameter:
+def init_normal(
+    shape: tuple[int, ...], scale: float, generator: torch.Generator
+) -> torch.nn.Parameter:
     return torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=DTYPE) * scale)
 
 
@@ -113,9 +114,15 @@ def train(heads: Heads, data: TrainPairs, max_iter: int) -> float:
     """Full-batch L-BFGS with a strong-Wolfe line search: no sampling, so the same data and
     initialisation give the same parameters. Returns the final objective."""
     params = [p for p in heads.parameters() if p.requires_grad]
-    optimiser = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, history_size=20,
-                                  tolerance_grad=1e-8, tolerance_change=1e-12,
-                                  line_search_fn="strong_wolfe")
+    optimiser = torch.optim.LBFGS(
+        params,
+        lr=1.0,
+        max_iter=max_iter,
+        history_size=20,
+        tolerance_grad=1e-8,
+        tolerance_change=1e-12,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure() -> torch.Tensor:
         optimiser.zero_grad()
@@ -130,8 +137,7 @@ def train(heads: Heads, data: TrainPairs, max_iter: int) -> float:
 
 def pairs_fingerprint(pairs: Sequence[Pair]) -> str:
     """The training data's part of the cache key: every field of every pair, in order."""
-    return storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen, p.rejected)
-                                for p in pairs])
+    return storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen, p.rejected) for p in pairs])
 
 
 class HeadRewardMethod(RewardMethod):
@@ -166,42 +172,61 @@ class HeadRewardMethod(RewardMethod):
 
     def fit(self, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
         if not pairs:
-            raise ValueError(f"{self.name}: no training pairs; this reward method is trained on "
-                             "the suite's training pairs")
+            raise ValueError(
+                f"{self.name}: no training pairs; this reward method is trained on "
+                "the suite's training pairs"
+            )
         load_or_train(self, lm, pairs, cache_dir)
 
     def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
         # one request with both sides of each pair next to each other, so that the LM prefills
         # each prompt once for the two responses
-        both = response_features(lm, [p.prompt for p in pairs for _ in range(2)],
-                                 [r for p in pairs for r in (p.chosen, p.rejected)]).to(DTYPE)
+        both = response_features(
+            lm,
+            [p.prompt for p in pairs for _ in range(2)],
+            [r for p in pairs for r in (p.chosen, p.rejected)],
+        ).to(DTYPE)
         chosen, rejected = both[0::2], both[1::2]
         self._mean, self._std = standardiser(torch.cat([chosen, rejected]))
         names = sorted({p.user for p in pairs})
         self._users = {u: i for i, u in enumerate(names)}
         user = torch.tensor([self._users[p.user] for p in pairs], dtype=torch.long)
         counts = torch.bincount(user, minlength=len(names)).to(DTYPE)
-        data = TrainPairs(self._standardise(chosen), self._standardise(rejected), user,
-                          counts / counts.sum())
+        data = TrainPairs(
+            self._standardise(chosen), self._standardise(rejected), user, counts / counts.sum()
+        )
         generator = torch.Generator().manual_seed(self.config.seed)
         self._heads = self.build(len(names), chosen.shape[1], generator)
         self._heads.prepare(data)
         loss = train(self._heads, data, self.config.max_iter)
         with torch.no_grad():
             accuracy = float((self._heads.margins(data) > 0).to(DTYPE).mean())
-        self.info = {"users": names, "dim": int(chosen.shape[1]), "n_pairs": len(pairs),
-                     "train_loss": loss, "train_accuracy": accuracy}
+        self.info = {
+            "users": names,
+            "dim": int(chosen.shape[1]),
+            "n_pairs": len(pairs),
+            "train_loss": loss,
+            "train_accuracy": accuracy,
+        }
 
     def _save(self, tensors_path: Path, meta_path: Path, lm: LM) -> None:
         if self._heads is None:
             raise RuntimeError(f"{self.name}: nothing trained to save")
-        tensors = {f"heads.{k}": v.detach().contiguous()
-                   for k, v in self._heads.state_dict().items()}
+        tensors = {
+            f"heads.{k}": v.detach().contiguous() for k, v in self._heads.state_dict().items()
+        }
         tensors.update({"feature_mean": self._mean, "feature_std": self._std})
         storage.atomic_write_bytes(tensors_path, save_tensors(tensors))
-        storage.atomic_write_json(meta_path, {
-            "method": self.name, "fingerprint": self.fingerprint(),
-            "config": asdict(self.config), "lm": lm.fingerprint, **self.info})
+        storage.atomic_write_json(
+            meta_path,
+            {
+                "method": self.name,
+                "fingerprint": self.fingerprint(),
+                "config": asdict(self.config),
+                "lm": lm.fingerprint,
+                **self.info,
+            },
+        )
 
     def _load(self, tensors_path: Path, meta_path: Path) -> None:
         self.info = storage.read_json(meta_path)
@@ -211,34 +236,38 @@ class HeadRewardMethod(RewardMethod):
         self._mean, self._std = tensors["feature_mean"], tensors["feature_std"]
         generator = torch.Generator().manual_seed(self.config.seed)
         self._heads = self.build(len(names), int(self.info["dim"]), generator)
-        state = {k.removeprefix("heads."): v for k, v in tensors.items()
-                 if k.startswith("heads.")}
+        state = {k.removeprefix("heads."): v for k, v in tensors.items() if k.startswith("heads.")}
         self._heads.load_state_dict(state, strict=True)
 
     # -- rewards ------------------------------------------------------------------------------
 
-    def score(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-              responses: Sequence[str]) -> np.ndarray:
+    def score(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         self._check_lengths(users, prompts, responses)
         feats = response_features(lm, prompts, responses)
         return self._rewards(users, feats).cpu().numpy()
 
-    def prefix_rewards(self, lm: LM, users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> list[np.ndarray]:
+    def prefix_rewards(
+        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         """``r_u(x, y_<=t)`` for every response token ``t`` (the final ``eos_id`` included, so
         the last value is ``score``), from one teacher-forced pass."""
         self._check_lengths(users, prompts, responses)
         hidden = lm.response_hidden(prompts, responses)
         remember(lm, prompts, responses, hidden)
-        return [self._rewards([u], h[None])[0].cpu().numpy()
-                for u, h in zip(users, hidden, strict=True)]
+        return [
+            self._rewards([u], h[None])[0].cpu().numpy() for u, h in zip(users, hidden, strict=True)
+        ]
 
     def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
         """Rewards ``(N, ...)`` from final-layer hidden states ``(N, ..., H)``, one user per
         leading row, in ``hidden``'s dtype and on its device."""
         if hidden.dim() < 2 or hidden.shape[0] != len(users):
-            raise ValueError(f"{self.name}: expected hidden states (N, ..., H) with N = "
-                             f"{len(users)} users, got shape {tuple(hidden.shape)}")
+            raise ValueError(
+                f"{self.name}: expected hidden states (N, ..., H) with N = "
+                f"{len(users)} users, got shape {tuple(hidden.shape)}"
+            )
         return self._rewards(users, hidden).to(hidden.dtype)
 
     @torch.no_grad()
@@ -247,23 +276,29 @@ class HeadRewardMethod(RewardMethod):
         if self._heads is None:
             raise RuntimeError(f"{self.name}: call fit() before asking for rewards")
         if hidden.shape[-1] != self._mean.shape[0]:
-            raise ValueError(f"{self.name}: hidden size {hidden.shape[-1]} but the heads were "
-                             f"trained on {self._mean.shape[0]} (another model?)")
+            raise ValueError(
+                f"{self.name}: hidden size {hidden.shape[-1]} but the heads were "
+                f"trained on {self._mean.shape[0]} (another model?)"
+            )
         device = hidden.device
         heads = self._heads.to(device)
-        user = torch.tensor([self._users.get(u, UNKNOWN) for u in users], dtype=torch.long,
-                            device=device)
+        user = torch.tensor(
+            [self._users.get(u, UNKNOWN) for u in users], dtype=torch.long, device=device
+        )
         return heads(user, self._standardise(hidden.to(device=device, dtype=DTYPE)))
 
     def _standardise(self, h: torch.Tensor) -> torch.Tensor:
         return (h - self._mean.to(h.device)) / self._std.to(h.device)
 
     @staticmethod
-    def _check_lengths(users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> None:
+    def _check_lengths(
+        users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> None:
         if not len(users) == len(prompts) == len(responses):
-            raise ValueError(f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
-                             "responses: expected one of each per reward")
+            raise ValueError(
+                f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
+                "responses: expected one of each per reward"
+            )
 
 
 def standardiser(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,8 +316,12 @@ def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -
     and save them, under a lock that pytest-xdist workers share. ``method`` provides
     ``_load(tensors_path, meta_path)``, ``_train(lm, pairs)`` and ``_save(tensors_path,
     meta_path, lm)``; afterwards ``method.trained`` says which happened."""
-    key = storage.content_key(method.fingerprint(), versions.code_version(type(method)),
-                              lm.fingerprint, pairs_fingerprint(pairs))
+    key = storage.content_key(
+        method.fingerprint(),
+        versions.code_version(type(method)),
+        lm.fingerprint,
+        pairs_fingerprint(pairs),
+    )
     tensors_path = Path(cache_dir) / f"{method.name}-{key}.safetensors"
     meta_path = tensors_path.with_suffix(".json")
     with storage.locked(meta_path):

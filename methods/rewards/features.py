@@ -36,12 +36,19 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 # one (H,) float32 tensor per (model fingerprint, prompt, response), most recently used kept
-FEATURES = cache.Slot("whole-response features",
-                      lambda: cache.Lru[Key, torch.Tensor](MEMO_BUDGET_MB * 2**20, _nbytes))
+FEATURES = cache.Slot(
+    "whole-response features", lambda: cache.Lru[Key, torch.Tensor](MEMO_BUDGET_MB * 2**20, _nbytes)
+)
 
 
-def response_features(lm: LM, prompts: Sequence[str], responses: Sequence[str], *,
-                      batch_size: int = 16, cache_dir: Path | None = None) -> torch.Tensor:
+def response_features(
+    lm: LM,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    *,
+    batch_size: int = 16,
+    cache_dir: Path | None = None,
+) -> torch.Tensor:
     """``(N, H)`` float32: the final hidden state after each response's ``eos_id``.
 
     Texts seen before (in this process, or in the disk cache on an earlier run: ``cache_dir``,
@@ -54,8 +61,7 @@ def response_features(lm: LM, prompts: Sequence[str], responses: Sequence[str], 
     found = {k: v for k in dict.fromkeys(keys) if (v := memo.get(k)) is not None}
     missing = [k for k in dict.fromkeys(keys) if k not in found]
     if missing:
-        for key, value in zip(missing, _compute(lm, missing, batch_size, cache_dir),
-                              strict=True):
+        for key, value in zip(missing, _compute(lm, missing, batch_size, cache_dir), strict=True):
             found[key] = value
             memo.put(key, value)
     if not keys:
@@ -63,8 +69,9 @@ def response_features(lm: LM, prompts: Sequence[str], responses: Sequence[str], 
     return torch.stack([found[k] for k in keys])
 
 
-def remember(lm: LM, prompts: Sequence[str], responses: Sequence[str],
-             hidden: Sequence[torch.Tensor]) -> None:
+def remember(
+    lm: LM, prompts: Sequence[str], responses: Sequence[str], hidden: Sequence[torch.Tensor]
+) -> None:
     """Keep the last rows of ``response_hidden`` output computed elsewhere (prefix rewards), so
     that scoring the same texts later needs no forward pass."""
     memo = cache.PROCESS[FEATURES]
@@ -79,16 +86,18 @@ def clear_memo() -> None:
     cache.PROCESS[FEATURES].clear()
 
 
-def _compute(lm: LM, keys: list[Key], batch_size: int, cache_dir: Path | None
-             ) -> list[torch.Tensor]:
+def _compute(
+    lm: LM, keys: list[Key], batch_size: int, cache_dir: Path | None
+) -> list[torch.Tensor]:
     """Features of ``keys``, chunk by chunk, so that an interrupted run keeps what it did."""
     disk = cache.Disk(cache_dir) if cache_dir is not None else cache.active()
     rows: list[torch.Tensor] = []
     for start in range(0, len(keys), CHUNK):
-        chunk = keys[start:start + CHUNK]
+        chunk = keys[start : start + CHUNK]
         # the model's fingerprint is in every text's key
-        key = cache.make_key("features", code=versions.code_version(_forward),
-                             texts=storage.content_key(chunk))
+        key = cache.make_key(
+            "features", code=versions.code_version(_forward), texts=storage.content_key(chunk)
+        )
 
         def compute(chunk: list[Key] = chunk) -> list[torch.Tensor]:
             return _forward(lm, chunk, batch_size)
@@ -99,8 +108,7 @@ def _compute(lm: LM, keys: list[Key], batch_size: int, cache_dir: Path | None
                 raise ValueError("cached features of another size")
             return list(stacked)
 
-        rows += disk.load_or_compute(key, compute, suffix=".safetensors", read=read,
-                                     write=_write)
+        rows += disk.load_or_compute(key, compute, suffix=".safetensors", read=read, write=_write)
     return rows
 
 
@@ -109,8 +117,7 @@ def _write(path: Path, rows: Iterable[torch.Tensor]) -> None:
 
 
 def _forward(lm: LM, keys: list[Key], batch_size: int) -> list[torch.Tensor]:
-    hidden = lm.response_hidden([k[1] for k in keys], [k[2] for k in keys],
-                                batch_size=batch_size)
+    hidden = lm.response_hidden([k[1] for k in keys], [k[2] for k in keys], batch_size=batch_size)
     # clone: a row view would keep the whole (T, H) tensor alive in the memo
     return [h[-1].float().clone() for h in hidden]
 

@@ -78,9 +78,14 @@ class Encoder:
         vectors: dict[str, np.ndarray] = {}
         size = self.config.batch_size
         for start in range(0, len(unique), size):
-            batch = unique[start:start + size]
-            enc = self.tokenizer(batch, padding=True, truncation=True,
-                                 max_length=self.config.max_length, return_tensors="pt")
+            batch = unique[start : start + size]
+            enc = self.tokenizer(
+                batch,
+                padding=True,
+                truncation=True,
+                max_length=self.config.max_length,
+                return_tensors="pt",
+            )
             with torch.inference_mode():
                 hidden = self.model(**enc).last_hidden_state
             mask = enc["attention_mask"][..., None].to(hidden.dtype)
@@ -95,8 +100,9 @@ def encoder_folder() -> Path:
     """The model folder inside the encoder package, found without importing the package."""
     spec = importlib.util.find_spec(ENCODER_PACKAGE)
     if spec is None or spec.origin is None:
-        raise JudgeUnavailable(f"the independent judge needs the {ENCODER_NAME} encoder: "
-                               f"{INSTALL_HINT}")
+        raise JudgeUnavailable(
+            f"the independent judge needs the {ENCODER_NAME} encoder: {INSTALL_HINT}"
+        )
     folder = Path(spec.origin).parent / "model"
     if not (folder / "config.json").is_file():
         raise JudgeUnavailable(f"{folder}: no config.json; reinstall with {INSTALL_HINT}")
@@ -127,8 +133,11 @@ def _load_encoder(folder: Path, config: JudgeConfig) -> Encoder:
         raise JudgeUnavailable(f"could not load {folder}: {exc}") from None
     weights = folder / "model.safetensors"
     fingerprint = storage.content_key(
-        ENCODER_NAME, storage.file_sha256(weights) if weights.is_file() else None,
-        (folder / "config.json").read_text(), _text_or_none(folder / "tokenizer.json"))
+        ENCODER_NAME,
+        storage.file_sha256(weights) if weights.is_file() else None,
+        (folder / "config.json").read_text(),
+        _text_or_none(folder / "tokenizer.json"),
+    )
     return Encoder(model, tokenizer, fingerprint, config)
 
 
@@ -156,11 +165,14 @@ class IndependentJudge:
 
     @property
     def description(self) -> str:
-        return (f"{ENCODER_NAME} + Bradley-Terry, per user, other-user negatives "
-                f"({self.n_pairs} pairs, {len(self.user_heads)} users)")
+        return (
+            f"{ENCODER_NAME} + Bradley-Terry, per user, other-user negatives "
+            f"({self.n_pairs} pairs, {len(self.user_heads)} users)"
+        )
 
-    def score(self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-              ) -> np.ndarray:
+    def score(
+        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         e_x, e_y = self.encoder.encode(prompts), self.encoder.encode(responses)
         dim = e_y.shape[1]
         offsets = np.stack([self.user_heads.get(u, np.zeros(dim)) for u in users])
@@ -197,13 +209,18 @@ def fit_judge(pairs: Sequence[Pair], config: JudgeConfig = CONFIG) -> Independen
     load it from the active disk cache (``cache.active``)."""
     kept = training_positives(pairs, config.pairs_per_user)
     if len({p.user for p in kept}) < 2:
-        raise JudgeUnavailable("the independent judge needs training pairs from at least 2 users "
-                               "(its negatives are other users' texts)")
+        raise JudgeUnavailable(
+            "the independent judge needs training pairs from at least 2 users "
+            "(its negatives are other users' texts)"
+        )
     encoder = load_encoder(config)
-    key = cache.make_key("judges", config=asdict(config), code=versions.code_version(fit_judge),
-                         encoder=encoder.fingerprint,
-                         pairs=storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen)
-                                                    for p in kept]))
+    key = cache.make_key(
+        "judges",
+        config=asdict(config),
+        code=versions.code_version(fit_judge),
+        encoder=encoder.fingerprint,
+        pairs=storage.content_key([(p.pair_id, p.user, p.prompt, p.chosen) for p in kept]),
+    )
 
     def train() -> IndependentJudge:
         triples = other_user_negatives(kept, encoder)
@@ -212,8 +229,9 @@ def fit_judge(pairs: Sequence[Pair], config: JudgeConfig = CONFIG) -> Independen
         shared, heads = train_bradley_terry(triples, encoder, config)
         return IndependentJudge(encoder, shared, heads, len(triples))
 
-    return cache.active().load_or_compute(key, train, suffix=".safetensors",
-                                          read=lambda path: _load(path, encoder), write=_save)
+    return cache.active().load_or_compute(
+        key, train, suffix=".safetensors", read=lambda path: _load(path, encoder), write=_save
+    )
 
 
 def training_positives(pairs: Sequence[Pair], per_user: int) -> list[Pair]:
@@ -232,8 +250,9 @@ def training_positives(pairs: Sequence[Pair], per_user: int) -> list[Pair]:
     return kept
 
 
-def other_user_negatives(pairs: Sequence[Pair], encoder: Encoder
-                         ) -> list[tuple[str, str, str, str]]:
+def other_user_negatives(
+    pairs: Sequence[Pair], encoder: Encoder
+) -> list[tuple[str, str, str, str]]:
     """``(user, prompt, own text, other text)``: for each pair, the preferred text of another
     user for the most similar prompt (cosine of prompt vectors), never a text this user itself
     preferred anywhere (co-authors share papers). Ties are broken by a hash, not by order."""
@@ -249,8 +268,9 @@ def other_user_negatives(pairs: Sequence[Pair], encoder: Encoder
     triples = []
     for p in pairs:
         for q in np.argsort(-similarity[index[p.prompt]], kind="stable"):
-            options = [t for u, t in texts_at[int(q)]
-                       if u != p.user and _norm(t) not in own[p.user]]
+            options = [
+                t for u, t in texts_at[int(q)] if u != p.user and _norm(t) not in own[p.user]
+            ]
             if options:
                 other = min(options, key=lambda t: storage.content_key(p.pair_id, t))
                 triples.append((p.user, p.prompt, p.chosen, other))
@@ -262,8 +282,9 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def train_bradley_terry(triples: Sequence[tuple[str, str, str, str]], encoder: Encoder,
-                        config: JudgeConfig) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def train_bradley_terry(
+    triples: Sequence[tuple[str, str, str, str]], encoder: Encoder, config: JudgeConfig
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Minimise ``mean softplus(-(r_u(x, own) - r_u(x, other)))`` plus ridge terms, by L-BFGS
     over the shared head and every user's offset at once (a small convex problem)."""
     from scipy.optimize import minimize
@@ -278,21 +299,23 @@ def train_bradley_terry(triples: Sequence[tuple[str, str, str, str]], encoder: E
     n, dim = d_e.shape
 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        w, v = theta[:2 * dim], theta[2 * dim:].reshape(len(users), dim)
+        w, v = theta[: 2 * dim], theta[2 * dim :].reshape(len(users), dim)
         margin = d_phi @ w + (d_e * v[row]).sum(1)
         value = np.logaddexp(0.0, -margin).mean()
         slope = -0.5 * (1.0 - np.tanh(margin / 2.0)) / n  # d mean softplus(-m) / dm
         grad_v = np.zeros_like(v)
         np.add.at(grad_v, row, slope[:, None] * d_e)
         value += 0.5 * config.l2_shared * w @ w + 0.5 * config.l2_user * (v * v).sum()
-        grad = np.concatenate([d_phi.T @ slope + config.l2_shared * w,
-                               (grad_v + config.l2_user * v).ravel()])
+        grad = np.concatenate(
+            [d_phi.T @ slope + config.l2_shared * w, (grad_v + config.l2_user * v).ravel()]
+        )
         return float(value), grad
 
     theta0 = np.zeros(2 * dim + len(users) * dim)
-    found = minimize(loss, theta0, jac=True, method="L-BFGS-B",
-                     options={"maxiter": config.max_iter})
-    w, v = found.x[:2 * dim], found.x[2 * dim:].reshape(len(users), dim)
+    found = minimize(
+        loss, theta0, jac=True, method="L-BFGS-B", options={"maxiter": config.max_iter}
+    )
+    w, v = found.x[: 2 * dim], found.x[2 * dim :].reshape(len(users), dim)
     return w, {u: v[i] for i, u in enumerate(users)}
 
 
@@ -302,9 +325,14 @@ def _save(path: Path, judge: IndependentJudge) -> None:
     users = sorted(judge.user_heads)
     dim = judge.shared.shape[0] // 2
     heads = np.stack([judge.user_heads[u] for u in users]) if users else np.zeros((0, dim))
-    blob = save({"shared": judge.shared, "user_heads": heads},
-                metadata={"users": json.dumps(users), "n_pairs": str(judge.n_pairs),
-                          "encoder": judge.encoder.fingerprint})
+    blob = save(
+        {"shared": judge.shared, "user_heads": heads},
+        metadata={
+            "users": json.dumps(users),
+            "n_pairs": str(judge.n_pairs),
+            "encoder": judge.encoder.fingerprint,
+        },
+    )
     storage.atomic_write_bytes(path, blob)
 
 
@@ -315,5 +343,6 @@ def _load(path: Path, encoder: Encoder) -> IndependentJudge:
         meta = fh.metadata()
         shared, heads = fh.get_tensor("shared"), fh.get_tensor("user_heads")
     users = json.loads(meta["users"])
-    return IndependentJudge(encoder, shared, {u: heads[i] for i, u in enumerate(users)},
-                            int(meta["n_pairs"]))
+    return IndependentJudge(
+        encoder, shared, {u: heads[i] for i, u in enumerate(users)}, int(meta["n_pairs"])
+    )

@@ -38,8 +38,9 @@ class LoReConfig:
 
 
 class LowRankHeads(Heads):
-    def __init__(self, n_users: int, dim: int, config: LoReConfig,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self, n_users: int, dim: int, config: LoReConfig, generator: torch.Generator
+    ) -> None:
         super().__init__()
         self.config = config
         self.basis = init_normal((config.rank, dim), 1 / math.sqrt(dim), generator)
@@ -50,8 +51,9 @@ class LowRankHeads(Heads):
         return dot(a @ self.basis, h)
 
     def penalty(self, data: TrainPairs) -> torch.Tensor:
-        return self.config.l2 * self.basis.square().sum() + \
-            self.config.l2_user * shared_penalty(data, self.weights.square().sum(-1))
+        return self.config.l2 * self.basis.square().sum() + self.config.l2_user * shared_penalty(
+            data, self.weights.square().sum(-1)
+        )
 
 
 class LoRe(HeadRewardMethod):

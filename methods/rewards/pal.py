@@ -42,8 +42,9 @@ class PALConfig:
 
 
 class IdealPoints(Heads):
-    def __init__(self, n_users: int, dim: int, config: PALConfig,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self, n_users: int, dim: int, config: PALConfig, generator: torch.Generator
+    ) -> None:
         super().__init__()
         self.config = config
         self.project = init_normal((config.dim, dim), 1 / math.sqrt(dim), generator)
@@ -62,9 +63,11 @@ class IdealPoints(Heads):
         return -(f - per_row(ideal, f)).square().sum(-1)
 
     def penalty(self, data: TrainPairs) -> torch.Tensor:
-        return self.config.l2 * self.project.square().sum() + \
-            self.config.l2_prototypes * self.prototypes.square().sum() + \
-            self.config.l2_user * shared_penalty(data, self.logits.square().sum(-1))
+        return (
+            self.config.l2 * self.project.square().sum()
+            + self.config.l2_prototypes * self.prototypes.square().sum()
+            + self.config.l2_user * shared_penalty(data, self.logits.square().sum(-1))
+        )
 
 
 class PAL(HeadRewardMethod):

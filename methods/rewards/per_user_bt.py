@@ -49,8 +49,9 @@ class PerUserHeads(Heads):
 
     def penalty(self, data: TrainPairs) -> torch.Tensor:
         per_user = self.delta.square().sum(-1)
-        return self.config.l2 * self.w.square().sum() + \
-            self.config.l2_user * shared_penalty(data, per_user)
+        return self.config.l2 * self.w.square().sum() + self.config.l2_user * shared_penalty(
+            data, per_user
+        )
 
 
 class PerUserBT(HeadRewardMethod):

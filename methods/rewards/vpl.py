@@ -44,8 +44,9 @@ class VPLConfig:
 
 
 class LatentHead(Heads):
-    def __init__(self, n_users: int, dim: int, config: VPLConfig,
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self, n_users: int, dim: int, config: VPLConfig, generator: torch.Generator
+    ) -> None:
         super().__init__()
         self.config = config
         self.w = torch.nn.Parameter(torch.zeros(dim, dtype=DTYPE))
@@ -59,8 +60,11 @@ class LatentHead(Heads):
         return torch.tanh(context @ self.encoder.T)
 
     def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        z = user_rows(self.latent(self.context), user,
-                      torch.zeros(self.config.latent, dtype=h.dtype, device=h.device))
+        z = user_rows(
+            self.latent(self.context),
+            user,
+            torch.zeros(self.config.latent, dtype=h.dtype, device=h.device),
+        )
         return dot(self.w + z @ self.mix.T, h)
 
     def margins(self, data: TrainPairs) -> torch.Tensor:
@@ -74,8 +78,7 @@ class LatentHead(Heads):
     def prepare(self, data: TrainPairs) -> None:
         diff = data.chosen - data.rejected
         in_context = context_mask(data.user, self.config.context_pairs)
-        sums = torch.zeros_like(self.context).index_add_(0, data.user[in_context],
-                                                         diff[in_context])
+        sums = torch.zeros_like(self.context).index_add_(0, data.user[in_context], diff[in_context])
         counts = torch.bincount(data.user[in_context], minlength=self.context.shape[0])
         counts = counts.to(DTYPE)[:, None]
         self.context.copy_(sums / counts.clamp(min=1))

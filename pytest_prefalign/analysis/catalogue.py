@@ -46,8 +46,15 @@ METRICS: tuple[Metric, ...] = (
     Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
     Metric("rm_acc_micro", "pair", "rm_correct", "micro", interval=False, needs_reward=True),
     # judged by the independent RM, never the method's own: the leaderboard's win column
-    Metric("win_independent", "item", "win_independent", "micro", "win vs base",
-           compared=False, needs_reward=True),
+    Metric(
+        "win_independent",
+        "item",
+        "win_independent",
+        "micro",
+        "win vs base",
+        compared=False,
+        needs_reward=True,
+    ),
     Metric("win_self", "item", "win_self", "micro", compared=False, needs_reward=True),
 )
 

@@ -70,7 +70,8 @@ def parse_threshold(text: str) -> Threshold:
     metric, unit = match["metric"], match["unit"]
     if metric not in catalogue.gateable():
         raise argparse.ArgumentTypeError(
-            f"unknown metric {metric!r} in {text!r}: expected {form()}")
+            f"unknown metric {metric!r} in {text!r}: expected {form()}"
+        )
     if unit != "pp":
         got = f"unit {unit!r}" if unit else "no unit"
         raise argparse.ArgumentTypeError(
@@ -207,15 +208,20 @@ def compare_runs(
     comparisons = []
     for key in keys:
         before, after = old[key], new[key]
-        _check_same_ids(key, "pair", _by_id(before.pairs, "pair_id"),
-                        _by_id(after.pairs, "pair_id"))
-        _check_same_ids(key, "item", _by_id(before.items, "item_id"),
-                        _by_id(after.items, "item_id"))
+        _check_same_ids(
+            key, "pair", _by_id(before.pairs, "pair_id"), _by_id(after.pairs, "pair_id")
+        )
+        _check_same_ids(
+            key, "item", _by_id(before.items, "item_id"), _by_id(after.items, "item_id")
+        )
         gates = {t.metric: t for t in thresholds}
         gates.update({t.metric: t for t in (overrides or {}).get(key, ())})
         for metric, values in _shared_metrics(key, before, after, gates):
-            comparisons.append(_compare(key, metric, values, before, after, gates.get(metric.name),
-                                        alpha, n_boot, seed))
+            comparisons.append(
+                _compare(
+                    key, metric, values, before, after, gates.get(metric.name), alpha, n_boot, seed
+                )
+            )
     return comparisons
 
 
@@ -225,8 +231,9 @@ def unmatched(baseline: RunFile, current: RunFile) -> tuple[list[Key], list[Key]
     return sorted(old - new), sorted(new - old)
 
 
-def _shared_metrics(key: Key, old: CaseResult, new: CaseResult, gates: Mapping[str, Threshold]
-                    ) -> list[tuple[catalogue.Metric, tuple[float, float]]]:
+def _shared_metrics(
+    key: Key, old: CaseResult, new: CaseResult, gates: Mapping[str, Threshold]
+) -> list[tuple[catalogue.Metric, tuple[float, float]]]:
     """Metrics with a value in both runs, with both values; a gated one in only one run is an
     error (the gate could not be checked)."""
     shared = []
@@ -240,14 +247,25 @@ def _shared_metrics(key: Key, old: CaseResult, new: CaseResult, gates: Mapping[s
     return shared
 
 
-def _compare(key: Key, metric: catalogue.Metric, values: tuple[float, float], old: CaseResult,
-             new: CaseResult, threshold: Threshold | None, alpha: float, n_boot: int, seed: int
-             ) -> Comparison:
+def _compare(
+    key: Key,
+    metric: catalogue.Metric,
+    values: tuple[float, float],
+    old: CaseResult,
+    new: CaseResult,
+    threshold: Threshold | None,
+    alpha: float,
+    n_boot: int,
+    seed: int,
+) -> Comparison:
     """One Comparison: figures from the results, interval and p-value from the paired records."""
     old_value, new_value = values
     section, id_field = ("pairs", "pair_id") if metric.level == "pair" else ("items", "item_id")
-    users, before, after = _paired_values(_by_id(getattr(old, section), id_field),
-                                          _by_id(getattr(new, section), id_field), metric.field)
+    users, before, after = _paired_values(
+        _by_id(getattr(old, section), id_field),
+        _by_id(getattr(new, section), id_field),
+        metric.field,
+    )
     ci, p_value, note = (math.nan, math.nan), math.nan, ""
     if users:
         weights = _counts(users) if metric.pooling == "micro" else None

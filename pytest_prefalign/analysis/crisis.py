@@ -44,8 +44,7 @@ Row = dict[str, Any]  # an entry of the analysis, as the run file stores it
 # --------------------------------------------------------------------------------------------
 
 
-def reward_groups(results: Iterable[CaseResult]
-                  ) -> dict[tuple[str, str, str], list[CaseResult]]:
+def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:
     """Rows of reward-guided methods with an RM accuracy, by (suite, size, decoder).
 
     A (suite, size) whose reward methods run under more than one decoder also gets a pooled
@@ -101,8 +100,9 @@ def tau_entries(results: Iterable[CaseResult], *, n_boot: int = N_BOOT, seed: in
     return entries
 
 
-def _tau_entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int,
-               seed: int) -> Row:
+def _tau_entry(
+    suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int, seed: int
+) -> Row:
     tau = stats.kendall([r.metrics[X_METRIC] for r in rows], [r.metrics[y] for r in rows])
     ci = _tau_interval(rows, y, n_boot, seed) if math.isfinite(tau.tau) else None
     # an undefined tau says why; a defined one may still be unable to reach significance
@@ -110,9 +110,16 @@ def _tau_entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResul
     if decoder == POOLED:
         warnings.append("pooled over decoders")
     return {
-        "suite": suite, "size": size, "decoder": decoder, "x": X_METRIC, "y": y,
-        "tau": _or_none(tau.tau), "p_value": _or_none(tau.p_value), "ci": ci,
-        "n_methods": tau.n, "methods": [r.method for r in rows],
+        "suite": suite,
+        "size": size,
+        "decoder": decoder,
+        "x": X_METRIC,
+        "y": y,
+        "tau": _or_none(tau.tau),
+        "p_value": _or_none(tau.p_value),
+        "ci": ci,
+        "n_methods": tau.n,
+        "methods": [r.method for r in rows],
         "warning": "; ".join(w for w in warnings if w) or None,
     }
 
@@ -160,16 +167,37 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
         for y in Y_METRICS:
             kept = _with_both(rows, y)
             dec = {r.method: r.decoder for r in kept}
-            found = stats.inversions([r.method for r in kept], [r.metrics[X_METRIC] for r in kept],
-                                     [r.metrics[y] for r in kept])
+            found = stats.inversions(
+                [r.method for r in kept],
+                [r.metrics[X_METRIC] for r in kept],
+                [r.metrics[y] for r in kept],
+            )
             for inv in found:
                 if decoder == POOLED and dec[inv.a] == dec[inv.b]:
                     continue
-                entries.append({"suite": suite, "size": size, "decoder": decoder,
-                                "x": X_METRIC, "y": y, "a": inv.a, "b": inv.b,
-                                "x_a": inv.x_a, "x_b": inv.x_b, "y_a": inv.y_a, "y_b": inv.y_b})
-    return sorted(entries, key=lambda e: (*_group_order((e["suite"], e["size"], e["decoder"])),
-                                          e["y"], -disagreement(e)))
+                entries.append(
+                    {
+                        "suite": suite,
+                        "size": size,
+                        "decoder": decoder,
+                        "x": X_METRIC,
+                        "y": y,
+                        "a": inv.a,
+                        "b": inv.b,
+                        "x_a": inv.x_a,
+                        "x_b": inv.x_b,
+                        "y_a": inv.y_a,
+                        "y_b": inv.y_b,
+                    }
+                )
+    return sorted(
+        entries,
+        key=lambda e: (
+            *_group_order((e["suite"], e["size"], e["decoder"])),
+            e["y"],
+            -disagreement(e),
+        ),
+    )
 
 
 def disagreement(entry: Row) -> float:
@@ -203,15 +231,20 @@ def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
         base_row = base.get((row.suite, row.size))
         base_r1 = base_row.metrics.get("rouge1") if base_row is not None else None
         r1 = row.metrics.get("rouge1")
-        entries.append({
-            "suite": row.suite, "size": row.size, "method": row.method,
-            "win_self": float(win_self), "win_independent": indep,
-            "gap": float(win_self) - indep if indep is not None else None,
-            "n": judge.get("n", row.n_items),
-            "judge_independent": judge.get("independent"),
-            "reason": judge.get("reason"),
-            "rouge1_vs_base": r1 - base_r1 if _finite(r1) and _finite(base_r1) else None,
-        })
+        entries.append(
+            {
+                "suite": row.suite,
+                "size": row.size,
+                "method": row.method,
+                "win_self": float(win_self),
+                "win_independent": indep,
+                "gap": float(win_self) - indep if indep is not None else None,
+                "n": judge.get("n", row.n_items),
+                "judge_independent": judge.get("independent"),
+                "reason": judge.get("reason"),
+                "rouge1_vs_base": r1 - base_r1 if _finite(r1) and _finite(base_r1) else None,
+            }
+        )
     return entries
 
 
@@ -261,33 +294,57 @@ def _spread_rows(results: Iterable[CaseResult]) -> list[Row]:
                 continue
             values = [float(v) for v in per_user.values()]
             tail, k = tail_mean(values)
-            rows.append({"suite": res.suite, "size": res.size, "metric": metric,
-                         "method": res.method, "base": res.decoder == "base" and not res.reward,
-                         "n_users": len(values),
-                         "user_mean": float(np.mean(values)), "tail_mean": tail,
-                         "tail_users": k})
+            rows.append(
+                {
+                    "suite": res.suite,
+                    "size": res.size,
+                    "metric": metric,
+                    "method": res.method,
+                    "base": res.decoder == "base" and not res.reward,
+                    "n_users": len(values),
+                    "user_mean": float(np.mean(values)),
+                    "tail_mean": tail,
+                    "tail_users": k,
+                }
+            )
     return rows
 
 
 def _flag(kind: str, a: Row, b: Row, text: str) -> Row:
-    return {"suite": a["suite"], "size": a["size"], "metric": a["metric"], "kind": kind,
-            "a": a["method"], "b": b["method"], "mean_a": a["user_mean"],
-            "mean_b": b["user_mean"], "tail_a": a["tail_mean"], "tail_b": b["tail_mean"],
-            "tail_users_a": a["tail_users"], "n_users_a": a["n_users"],
-            "tail_users_b": b["tail_users"], "n_users_b": b["n_users"], "text": text}
+    return {
+        "suite": a["suite"],
+        "size": a["size"],
+        "metric": a["metric"],
+        "kind": kind,
+        "a": a["method"],
+        "b": b["method"],
+        "mean_a": a["user_mean"],
+        "mean_b": b["user_mean"],
+        "tail_a": a["tail_mean"],
+        "tail_b": b["tail_mean"],
+        "tail_users_a": a["tail_users"],
+        "n_users_a": a["n_users"],
+        "tail_users_b": b["tail_users"],
+        "n_users_b": b["n_users"],
+        "text": text,
+    }
 
 
 def _close_means_flags(group: list[Row]) -> list[Row]:
     flags = []
     for i, a in enumerate(group):
-        for b in group[i + 1:]:
-            if (abs(a["user_mean"] - b["user_mean"]) <= CLOSE
-                    and abs(a["tail_mean"] - b["tail_mean"]) >= APART):
+        for b in group[i + 1 :]:
+            if (
+                abs(a["user_mean"] - b["user_mean"]) <= CLOSE
+                and abs(a["tail_mean"] - b["tail_mean"]) >= APART
+            ):
                 lo, hi = (a, b) if a["tail_mean"] < b["tail_mean"] else (b, a)
-                text = (f"{lo['metric']}: {lo['method']} and {hi['method']} have close user means "
-                        f"({lo['user_mean']:.3f} vs {hi['user_mean']:.3f}) but different worst "
-                        f"deciles ({lo['tail_mean']:.3f} vs {hi['tail_mean']:.3f}; "
-                        f"{_tail_words(lo)})")
+                text = (
+                    f"{lo['metric']}: {lo['method']} and {hi['method']} have close user means "
+                    f"({lo['user_mean']:.3f} vs {hi['user_mean']:.3f}) but different worst "
+                    f"deciles ({lo['tail_mean']:.3f} vs {hi['tail_mean']:.3f}; "
+                    f"{_tail_words(lo)})"
+                )
                 flags.append(_flag("close_means", lo, hi, text))
     return flags
 
@@ -298,12 +355,17 @@ def _mean_only_gain_flags(group: list[Row]) -> list[Row]:
         return []
     flags = []
     for row in group:
-        if (row is not base and row["user_mean"] > base["user_mean"]
-                and row["tail_mean"] <= base["tail_mean"] - APART):
-            text = (f"{row['metric']}: {row['method']} beats base on the user mean "
-                    f"({row['user_mean']:.3f} vs {base['user_mean']:.3f}) but its worst decile is "
-                    f"lower ({row['tail_mean']:.3f} vs {base['tail_mean']:.3f}; "
-                    f"{_tail_words(row)}): it helps on average and hurts the worst-served users")
+        if (
+            row is not base
+            and row["user_mean"] > base["user_mean"]
+            and row["tail_mean"] <= base["tail_mean"] - APART
+        ):
+            text = (
+                f"{row['metric']}: {row['method']} beats base on the user mean "
+                f"({row['user_mean']:.3f} vs {base['user_mean']:.3f}) but its worst decile is "
+                f"lower ({row['tail_mean']:.3f} vs {base['tail_mean']:.3f}; "
+                f"{_tail_words(row)}): it helps on average and hurts the worst-served users"
+            )
             flags.append(_flag("mean_only_gain", row, base, text))
     return flags
 
@@ -321,6 +383,8 @@ def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, list[Ro
     """``(tau, crisis)`` as the run file stores them: the tau entries, and the inversions,
     circular-evaluation entries and per-user spread flags."""
     results = list(results)
-    return tau_entries(results), {"inversions": inversion_entries(results),
-                                  "circular": circular_entries(results),
-                                  "spread": spread(results)["flags"]}
+    return tau_entries(results), {
+        "inversions": inversion_entries(results),
+        "circular": circular_entries(results),
+        "spread": spread(results)["flags"],
+    }

@@ -182,8 +182,9 @@ def percentile_interval(stats: np.ndarray, level: float) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 
 
-def _check_same_length(a_name: str, a: Sequence[Any] | np.ndarray, b_name: str,
-                       b: Sequence[Any] | np.ndarray) -> None:
+def _check_same_length(
+    a_name: str, a: Sequence[Any] | np.ndarray, b_name: str, b: Sequence[Any] | np.ndarray
+) -> None:
     if len(a) != len(b):
         raise ValueError(f"{a_name} has {len(a)} entries but {b_name} has {len(b)}")
 

@@ -79,8 +79,12 @@ def render_plot(points: dict[tuple[str, str], list[Point]]) -> tuple[bytes, list
         _panel(fig.add_subplot(rows, cols, k + 1), f"{suite} · {size}", pts)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
-    drawn = [(ax.get_title(), t.get_text(), float(t.xy[0]), float(t.xy[1]))
-             for ax in fig.axes for t in ax.texts if isinstance(t, Annotation)]
+    drawn = [
+        (ax.get_title(), t.get_text(), float(t.xy[0]), float(t.xy[1]))
+        for ax in fig.axes
+        for t in ax.texts
+        if isinstance(t, Annotation)
+    ]
     return buffer.getvalue(), drawn
 
 
@@ -96,12 +100,22 @@ def _panel(ax: Any, title: str, pts: list[Point]) -> None:
     places = label_places(pts, span)
     for (name, x, y), label_y in zip(pts, places, strict=True):
         moved = abs(label_y - y) > 1e-12
-        ax.annotate(name, (x, y), xytext=(x + span * 0.012, label_y + span * 0.008),
-                    textcoords="data", fontsize=8,
-                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "#888"} if moved else None)
+        ax.annotate(
+            name,
+            (x, y),
+            xytext=(x + span * 0.012, label_y + span * 0.008),
+            textcoords="data",
+            fontsize=8,
+            arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "#888"} if moved else None,
+        )
     top = max([hi, *(y + LABEL_GAP * span for y in places)])
-    ax.set(xlim=(lo, hi), ylim=(lo, top), xlabel="RM accuracy (macro)",
-           ylabel="policy accuracy (macro)", title=title)
+    ax.set(
+        xlim=(lo, hi),
+        ylim=(lo, top),
+        xlabel="RM accuracy (macro)",
+        ylabel="policy accuracy (macro)",
+        title=title,
+    )
 
 
 LABEL_GAP = 0.04  # least vertical distance between two labels, as a share of the axis span
@@ -153,26 +167,37 @@ def _plot_section(points: dict[tuple[str, str], list[Point]], out_dir: Path) -> 
         return f'<p class="note">{html.escape(PLOT_HINT)}</p>'
     storage.atomic_write_bytes(out_dir / PLOT, png)
     data = base64.b64encode(png).decode("ascii")
-    return (f'<img alt="RM accuracy against policy accuracy, one point per method" '
-            f'src="data:image/png;base64,{data}">'
-            f'<p class="note">Also written as {PLOT}. Points above the dashed line: the policy '
-            "ranks pairs better than its RM does.</p>")
+    return (
+        f'<img alt="RM accuracy against policy accuracy, one point per method" '
+        f'src="data:image/png;base64,{data}">'
+        f'<p class="note">Also written as {PLOT}. Points above the dashed line: the policy '
+        "ranks pairs better than its RM does.</p>"
+    )
 
 
 def render_page(run: RunFile, plot_html: str) -> str:
     """The page, from the run's results and the analysis stored with them."""
     body = [f"<h1>pytest-prefalign report</h1>{_meta(run)}", "<h2>Leaderboards</h2>"]
     body += [_leaderboard(suite, size, rows) for (suite, size), rows in table.by_suite(run.results)]
-    body += ["<h2>Does RM accuracy pick the method that generates best?</h2>",
-             _tau_section(run.tau),
-             "<h2>Ranking inversions</h2>", _inversion_section(run.crisis.get("inversions", [])),
-             "<h2>Circular evaluation</h2>", _circular_section(run.crisis.get("circular", [])),
-             "<h2>Per-user spread</h2>", _spread_section(run.crisis.get("spread", [])),
-             "<h2>RM accuracy against policy accuracy</h2>", plot_html,
-             "<h2>Data</h2>", _data_section(run.results)]
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>pytest-prefalign report</title><style>{CSS}</style></head>"
-            f"<body>{''.join(body)}</body></html>\n")
+    body += [
+        "<h2>Does RM accuracy pick the method that generates best?</h2>",
+        _tau_section(run.tau),
+        "<h2>Ranking inversions</h2>",
+        _inversion_section(run.crisis.get("inversions", [])),
+        "<h2>Circular evaluation</h2>",
+        _circular_section(run.crisis.get("circular", [])),
+        "<h2>Per-user spread</h2>",
+        _spread_section(run.crisis.get("spread", [])),
+        "<h2>RM accuracy against policy accuracy</h2>",
+        plot_html,
+        "<h2>Data</h2>",
+        _data_section(run.results),
+    ]
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>pytest-prefalign report</title><style>{CSS}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
 
 
 def _meta(run: RunFile) -> str:
@@ -186,21 +211,31 @@ def _meta(run: RunFile) -> str:
 
 def _extra_columns() -> list[catalogue.Metric]:
     """The page shows the circular win rate beside the leaderboard's columns, marked as such."""
-    return [dataclasses.replace(m, title="win, own RM (circular)") for m in catalogue.METRICS
-            if m.name == "win_self"]
+    return [
+        dataclasses.replace(m, title="win, own RM (circular)")
+        for m in catalogue.METRICS
+        if m.name == "win_self"
+    ]
 
 
 def _leaderboard(suite: str, size: str, rows: list[CaseResult]) -> str:
     present = table.columns(rows, _extra_columns())
-    body = [[rank, row.method, *(table.fmt(row, m) for m in present),
-             f"{row.timings.get('total_s', 0):.1f}s"]
-            for rank, row in enumerate(table.ordered(rows), 1)]
+    body = [
+        [
+            rank,
+            row.method,
+            *(table.fmt(row, m) for m in present),
+            f"{row.timings.get('total_s', 0):.1f}s",
+        ]
+        for rank, row in enumerate(table.ordered(rows), 1)
+    ]
     headers = ["#", "method", *(m.title for m in present), "time"]
     first, second = table.header(suite, size, rows)
     key = table.sort_key(rows)
-    return (f"<h3>{html.escape(first)}</h3><p class=\"meta\">{html.escape(second.strip())}; "
-            f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>"
-            + _html_table(body, headers))
+    return (
+        f'<h3>{html.escape(first)}</h3><p class="meta">{html.escape(second.strip())}; '
+        f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>" + _html_table(body, headers)
+    )
 
 
 def _html_table(body: list[list[Any]], headers: list[str]) -> str:
@@ -211,10 +246,12 @@ def _html_table(body: list[list[Any]], headers: list[str]) -> str:
 def _tau_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">No reward methods in this run.</p>'
-    return (table.tau_table(entries, tablefmt="html")
-            + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
-            'decoder (decoder * pools every decoder of the suite and size). The interval resamples '
-            "users. With fewer than 5 methods no tau can be significant at 5%.</p>")
+    return (
+        table.tau_table(entries, tablefmt="html")
+        + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
+        "decoder (decoder * pools every decoder of the suite and size). The interval resamples "
+        "users. With fewer than 5 methods no tau can be significant at 5%.</p>"
+    )
 
 
 def _inversion_section(entries: list[dict[str, Any]]) -> str:
@@ -227,18 +264,23 @@ def _circular_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">No win rates in this run.</p>'
     text = table.circular_table(entries, tablefmt="html")
-    notes = [line for line in table.circular_lines(entries)
-             if line.startswith(("!", "  no independent"))]
+    notes = [
+        line for line in table.circular_lines(entries) if line.startswith(("!", "  no independent"))
+    ]
     return text + "".join(f'<p class="warn">{html.escape(n.strip())}</p>' for n in notes)
 
 
 def _spread_section(flags: list[dict[str, Any]]) -> str:
     if not flags:
-        return (f'<p class="note">Nothing flagged (rule: means within {crisis.CLOSE:g} but worst '
-                f"deciles {crisis.APART:g} apart, or a gain over base on the mean with a loss of "
-                f"{crisis.APART:g} on the worst decile; at least {crisis.MIN_USERS} users).</p>")
-    items = "".join(f"<li>{html.escape(f['suite'])} · {html.escape(f['size'])}: "
-                    f"{html.escape(f['text'])}</li>" for f in flags)
+        return (
+            f'<p class="note">Nothing flagged (rule: means within {crisis.CLOSE:g} but worst '
+            f"deciles {crisis.APART:g} apart, or a gain over base on the mean with a loss of "
+            f"{crisis.APART:g} on the worst decile; at least {crisis.MIN_USERS} users).</p>"
+        )
+    items = "".join(
+        f"<li>{html.escape(f['suite'])} · {html.escape(f['size'])}: {html.escape(f['text'])}</li>"
+        for f in flags
+    )
     return f"<ul>{items}</ul>"
 
 
@@ -266,8 +308,9 @@ def _finite(value: Any) -> TypeGuard[float]:
 
 def report_main(argv: Sequence[str]) -> int:
     """``prefalign report RUN.json --out DIR``: 0 when written, 2 on a bad path or file."""
-    parser = argparse.ArgumentParser(prog="prefalign report",
-                                     description="Write the HTML report of a run file.")
+    parser = argparse.ArgumentParser(
+        prog="prefalign report", description="Write the HTML report of a run file."
+    )
     parser.add_argument("run", metavar="RUN.json", help="a run file (.prefalign/runs/*.json)")
     parser.add_argument("--out", metavar="DIR", required=True, help="folder for report.html")
     try:

@@ -61,16 +61,19 @@ def ordered(rows: Sequence[CaseResult]) -> list[CaseResult]:
     return sorted(rows, key=lambda r: -r.metrics.get(key, float("-inf")))
 
 
-def columns(rows: Sequence[CaseResult], extra: Sequence[catalogue.Metric] = ()
-            ) -> list[catalogue.Metric]:
+def columns(
+    rows: Sequence[CaseResult], extra: Sequence[catalogue.Metric] = ()
+) -> list[catalogue.Metric]:
     """The leaderboard's metric columns that some row has, in catalogue order."""
     return [m for m in (*catalogue.columns(), *extra) if any(m.name in r.metrics for r in rows)]
 
 
 def table(rows: Sequence[CaseResult]) -> str:
     present = columns(rows)
-    body = [[rank, row.method, *(fmt(row, m) for m in present),
-             f"{row.timings.get('total_s', 0):.1f}s"] for rank, row in enumerate(ordered(rows), 1)]
+    body = [
+        [rank, row.method, *(fmt(row, m) for m in present), f"{row.timings.get('total_s', 0):.1f}s"]
+        for rank, row in enumerate(ordered(rows), 1)
+    ]
     headers = ["#", "method", *(m.title for m in present), "time"]
     return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
 
@@ -116,8 +119,11 @@ def summary_lines(run: RunFile) -> list[str]:
     taus, circular = run.tau, run.crisis.get("circular", [])
     if not taus and not circular:
         return []
-    lines = ["", "Does RM accuracy pick the method that generates best? Kendall's tau-b across "
-             "reward methods (95% CI: users resampled)"]
+    lines = [
+        "",
+        "Does RM accuracy pick the method that generates best? Kendall's tau-b across "
+        "reward methods (95% CI: users resampled)",
+    ]
     lines += tau_table(taus).splitlines()
     lines += inversion_lines(run.crisis.get("inversions", []))
     lines += circular_lines(circular)
@@ -138,33 +144,61 @@ def _where(entry: Row) -> str:
 
 
 def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    body = [[_where(e), e["decoder"], f"{e['x']} ~ {e['y']}", e["n_methods"],
-             _num(e["tau"], "+.3f"), _num(e["p_value"]), _ci(e["ci"]), e["warning"] or ""]
-            for e in entries]
+    body = [
+        [
+            _where(e),
+            e["decoder"],
+            f"{e['x']} ~ {e['y']}",
+            e["n_methods"],
+            _num(e["tau"], "+.3f"),
+            _num(e["p_value"]),
+            _ci(e["ci"]),
+            e["warning"] or "",
+        ]
+        for e in entries
+    ]
     headers = ["suite · size", "decoder", "x ~ y", "methods", "tau", "p", "95% CI", "warning"]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 
 def inversion_lines(entries: list[Row]) -> list[str]:
     if not entries:
-        return ["", "No ranking inversions: RM accuracy orders the methods as the other figures "
-                "do (or too few methods to compare)."]
-    lines = ["", f"Ranking inversions ({len(entries)}): A is above B by RM accuracy, below B by "
-             "the other figure"]
+        return [
+            "",
+            "No ranking inversions: RM accuracy orders the methods as the other figures "
+            "do (or too few methods to compare).",
+        ]
+    lines = [
+        "",
+        f"Ranking inversions ({len(entries)}): A is above B by RM accuracy, below B by "
+        "the other figure",
+    ]
     # the clearest ones (largest smaller gap), shown in the order of their groups
-    clearest = sorted(range(len(entries)),
-                      key=lambda i: -crisis.disagreement(entries[i]))[:MAX_LISTED]
+    clearest = sorted(range(len(entries)), key=lambda i: -crisis.disagreement(entries[i]))[
+        :MAX_LISTED
+    ]
     lines += inversion_table([entries[i] for i in sorted(clearest)]).splitlines()
     if len(entries) > MAX_LISTED:
-        lines.append(f"... and {len(entries) - MAX_LISTED} less clear ones (all in the run "
-                     "file and the report)")
+        lines.append(
+            f"... and {len(entries) - MAX_LISTED} less clear ones (all in the run "
+            "file and the report)"
+        )
     return lines
 
 
 def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    body = [[_where(e), e["decoder"], e["y"], e["a"], e["b"],
-             f"{e['x_a']:.3f} > {e['x_b']:.3f}", f"{e['y_a']:.3f} < {e['y_b']:.3f}"]
-            for e in entries]
+    body = [
+        [
+            _where(e),
+            e["decoder"],
+            e["y"],
+            e["a"],
+            e["b"],
+            f"{e['x_a']:.3f} > {e['x_b']:.3f}",
+            f"{e['y_a']:.3f} < {e['y_b']:.3f}",
+        ]
+        for e in entries
+    ]
     headers = ["suite · size", "decoder", "y", "A", "B", "RM acc A > B", "y A < B"]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
@@ -172,25 +206,46 @@ def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
 def circular_lines(entries: list[Row]) -> list[str]:
     if not entries:
         return []
-    lines = ["", "Circular evaluation: win rate over base judged by the method's own RM "
-             "(circular) and by an independent RM"]
+    lines = [
+        "",
+        "Circular evaluation: win rate over base judged by the method's own RM "
+        "(circular) and by an independent RM",
+    ]
     lines += circular_table(entries).splitlines()
     for e in entries:
         if e["win_self"] > 0.5 and e["rouge1_vs_base"] is not None and e["rouge1_vs_base"] < 0:
-            lines.append(f"! {e['method']} ({_where(e)}): wins {e['win_self']:.0%} over base "
-                         f"under its own RM but its ROUGE-1 is {-e['rouge1_vs_base']:.3f} below "
-                         "base's")
+            lines.append(
+                f"! {e['method']} ({_where(e)}): wins {e['win_self']:.0%} over base "
+                f"under its own RM but its ROUGE-1 is {-e['rouge1_vs_base']:.3f} below "
+                "base's"
+            )
         if e["reason"] and e["win_independent"] is None:
             lines.append(f"  no independent judge for {e['method']}: {e['reason']}")
     return lines
 
 
 def circular_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    body = [[_where(e), e["method"], f"{e['win_self']:.3f} (circular)",
-             _num(e["win_independent"]), _num(e["gap"], "+.3f"), e["n"] if e["n"] else "-",
-             e["judge_independent"] or "-"] for e in entries]
-    headers = ["suite · size", "method", "win, own RM", "win, independent", "gap", "items",
-               "independent judge"]
+    body = [
+        [
+            _where(e),
+            e["method"],
+            f"{e['win_self']:.3f} (circular)",
+            _num(e["win_independent"]),
+            _num(e["gap"], "+.3f"),
+            e["n"] if e["n"] else "-",
+            e["judge_independent"] or "-",
+        ]
+        for e in entries
+    ]
+    headers = [
+        "suite · size",
+        "method",
+        "win, own RM",
+        "win, independent",
+        "gap",
+        "items",
+        "independent judge",
+    ]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 

@@ -58,16 +58,21 @@ class Evaluator:
         return self.groups.setdefault(case.group, cache.Scope(f"{case.suite}·{case.size}"))
 
     def suite(self, case: Case) -> prepare.SuiteState:
-        return _kept(self.memory[SUITES], (case.suite, case.options),
-                     lambda: prepare.load_suite(self.context, case.suite, dict(case.options)))
+        return _kept(
+            self.memory[SUITES],
+            (case.suite, case.options),
+            lambda: prepare.load_suite(self.context, case.suite, dict(case.options)),
+        )
 
-    def reward(self, case: Case, state: prepare.SuiteState, lm: Any
-               ) -> prepare.FittedReward | None:
+    def reward(self, case: Case, state: prepare.SuiteState, lm: Any) -> prepare.FittedReward | None:
         name = case.method.reward
         if name is None:
             return None
-        return _kept(self.group(case)[REWARDS], name,
-                     lambda: prepare.fit_reward(self.context, name, state, lm))
+        return _kept(
+            self.group(case)[REWARDS],
+            name,
+            lambda: prepare.fit_reward(self.context, name, state, lm),
+        )
 
     def _run(self, case: Case, uses: list[cache.Use]) -> CaseResult:
         started = time.perf_counter()
@@ -76,57 +81,87 @@ class Evaluator:
         fitted = self.reward(case, state, lm)
         factory = self.registry.decoder(case.method.decoder).obj
         decoder: Decoder = factory()
-        ctx = CaseContext(lm=lm, suite=state.suite, data=state.data,
-                          reward=fitted.reward if fitted else None,
-                          options=self.method_options.decoder_options(case.method.decoder,
-                                                                      factory),
-                          seed=self.settings.seed, reduce=self.settings.reduce,
-                          shared=self.group(case))
+        ctx = CaseContext(
+            lm=lm,
+            suite=state.suite,
+            data=state.data,
+            reward=fitted.reward if fitted else None,
+            options=self.method_options.decoder_options(case.method.decoder, factory),
+            seed=self.settings.seed,
+            reduce=self.settings.reduce,
+            shared=self.group(case),
+        )
         timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
         key = {"suite": case.suite, "method": str(case.method), "size": case.size}
         items, judge = self._items(case, ctx, fitted, key, timings)
         records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
         timings["total_s"] = time.perf_counter() - started
         values, ci, per_user = figures({"pair": records, "item": items})
-        used = cache.unique([*lm.cache_uses, *state.uses, *(fitted.uses if fitted else []),
-                             *uses])
+        used = cache.unique([*lm.cache_uses, *state.uses, *(fitted.uses if fitted else []), *uses])
         return CaseResult(
-            suite=case.suite, method=str(case.method), size=case.size,
-            decoder=case.method.decoder, reward=case.method.reward,
-            n_users=len({r["user"] for r in (*items, *records)}), n_items=len(items),
-            n_pairs=len(records), metrics=values, ci=ci, per_user=per_user, judge=judge,
+            suite=case.suite,
+            method=str(case.method),
+            size=case.size,
+            decoder=case.method.decoder,
+            reward=case.method.reward,
+            n_users=len({r["user"] for r in (*items, *records)}),
+            n_items=len(items),
+            n_pairs=len(records),
+            metrics=values,
+            ci=ci,
+            per_user=per_user,
+            judge=judge,
             timings={k: round(v, 3) for k, v in timings.items()},
             model={"name": lm.name, "fingerprint": lm.fingerprint},
-            data={"source": state.data.source, "dropped": state.data.dropped,
-                  "provenance": state.data.provenance},
-            options=_asdict(ctx.options), cache=[u.to_json() for u in used],
-            pairs=records, items=items)
+            data={
+                "source": state.data.source,
+                "dropped": state.data.dropped,
+                "provenance": state.data.provenance,
+            },
+            options=_asdict(ctx.options),
+            cache=[u.to_json() for u in used],
+            pairs=records,
+            items=items,
+        )
 
-    def _items(self, case: Case, ctx: CaseContext, fitted: prepare.FittedReward | None,
-               key: dict[str, str], timings: dict[str, float]
-               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def _items(
+        self,
+        case: Case,
+        ctx: CaseContext,
+        fitted: prepare.FittedReward | None,
+        key: dict[str, str],
+        timings: dict[str, float],
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The item records (outputs, ROUGE, and win outcomes for reward-guided methods) and
         what the judges were."""
         if not ctx.data.items:
             return [], {}
         t0 = time.perf_counter()
-        outputs = generation.cached_generate(self.context, ctx, case.method,
-                                             fitted.key if fitted else None)
+        outputs = generation.cached_generate(
+            self.context, ctx, case.method, fitted.key if fitted else None
+        )
         timings["generate_s"] = time.perf_counter() - t0
         items = generation.item_records(ctx, outputs, key)
         if ctx.reward is None:
             return items, {}
         t0 = time.perf_counter()
-        won = wins.win_rates(ctx, ctx.data.items, outputs,
-                             generation.base_outputs(self.context, ctx))
+        won = wins.win_rates(
+            ctx, ctx.data.items, outputs, generation.base_outputs(self.context, ctx)
+        )
         timings["judge_s"] = time.perf_counter() - t0
-        for field, outcomes in (("win_self", won["outcomes_self"]),
-                                ("win_independent", won["outcomes_independent"])):
+        for field, outcomes in (
+            ("win_self", won["outcomes_self"]),
+            ("win_independent", won["outcomes_independent"]),
+        ):
             if outcomes is not None:
                 for record, value in zip(items, outcomes, strict=True):
                     record[field] = float(value)
-        judge = {"n": won["n"], "self": won["judge_self"],
-                 "independent": won["judge_independent"], "reason": won["reason_independent"]}
+        judge = {
+            "n": won["n"],
+            "self": won["judge_self"],
+            "independent": won["judge_independent"],
+            "reason": won["reason_independent"],
+        }
         return items, judge
 
 
@@ -154,22 +189,27 @@ def _asdict(options: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def figures(records: dict[str, Sequence[dict[str, Any]]]
-            ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, dict[str, float]]]:
+def figures(
+    records: dict[str, Sequence[dict[str, Any]]],
+) -> tuple[dict[str, float], dict[str, list[float]], dict[str, dict[str, float]]]:
     """``(metrics, ci, per_user)``: each catalogue metric whose record field has observations,
     pooled over users (macro) or over observations (micro), with a 95% bootstrap interval over
     users and each user's mean where the catalogue asks for them."""
     values, ci, per_user = {}, {}, {}
     for metric in catalogue.METRICS:
-        observed = [(r[metric.field], r["user"]) for r in records.get(metric.level, ())
-                    if r.get(metric.field) is not None]
+        observed = [
+            (r[metric.field], r["user"])
+            for r in records.get(metric.level, ())
+            if r.get(metric.field) is not None
+        ]
         if not observed:
             continue
         outcomes = np.asarray([v for v, _ in observed], dtype=np.float64)
         users = [u for _, u in observed]
         means = metrics.per_user_mean(outcomes, users)
-        values[metric.name] = float(np.mean(list(means.values())) if metric.pooling == "macro"
-                                    else outcomes.mean())
+        values[metric.name] = float(
+            np.mean(list(means.values())) if metric.pooling == "macro" else outcomes.mean()
+        )
         if metric.interval:
             low, high = metrics.bootstrap_ci(outcomes, users, statistic=metric.pooling, seed=0)
             ci[metric.name] = [float(low), float(high)]
@@ -185,10 +225,13 @@ def check(result: CaseResult, floors: Sequence[tuple[str, float]]) -> list[str]:
         metric = catalogue.find(name)
         if metric is None:
             problems.append(f"metric {name} is not in the catalogue")
-        elif not (isinstance(value, float) and math.isfinite(value)) \
-                or not metric.low <= value <= metric.high:
-            problems.append(f"metric {name} = {value!r} is not a number in "
-                            f"[{metric.low:g}, {metric.high:g}]")
+        elif (
+            not (isinstance(value, float) and math.isfinite(value))
+            or not metric.low <= value <= metric.high
+        ):
+            problems.append(
+                f"metric {name} = {value!r} is not a number in [{metric.low:g}, {metric.high:g}]"
+            )
     for name, floor in floors:
         got = result.metrics.get(name)
         if got is not None and got < floor:

@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 OUTPUTS = cache.Slot("outputs by method", dict[str, tuple[list[str], cache.Use]])
 
 
-def cached_generate(run: RunContext, ctx: CaseContext, method: MethodName,
-                    reward: cache.Key | None) -> list[str]:
+def cached_generate(
+    run: RunContext, ctx: CaseContext, method: MethodName, reward: cache.Key | None
+) -> list[str]:
     """The method's outputs for the suite's items, from the cache or generated (and kept in
     the (suite, size)'s shared state: the win rates compare with base's)."""
     memo = ctx.shared[OUTPUTS]
@@ -33,34 +34,44 @@ def cached_generate(run: RunContext, ctx: CaseContext, method: MethodName,
         items = ctx.data.items
         with cache.recording() as uses:
             outputs = run.disk.json(
-                key, lambda: checked_outputs(factory().generate(ctx, items), method, len(items)),
-                valid=lambda cached: isinstance(cached, list) and len(cached) == len(items))
+                key,
+                lambda: checked_outputs(factory().generate(ctx, items), method, len(items)),
+                valid=lambda cached: isinstance(cached, list) and len(cached) == len(items),
+            )
         memo[str(method)] = outputs, uses[-1]
     outputs, use = memo[str(method)]
     cache.note(use.key, use.hit)  # listed by every test that uses them, as they were got
     return outputs
 
 
-def generation_key(ctx: CaseContext, method: MethodName, factory: Any,
-                   reward: cache.Key | None) -> cache.Key:
+def generation_key(
+    ctx: CaseContext, method: MethodName, factory: Any, reward: cache.Key | None
+) -> cache.Key:
     """What generations depend on: the decoder's code, options and seed, the model, the fitted
     reward method's key (its training data included), the suite's code (it writes the prompts
     and the in-context examples) and the exact items and profiles."""
     data = ctx.data
     return cache.make_key(
-        "generations", method=str(method), decoder=versions.code_version(factory),
-        options=dataclasses.asdict(ctx.options), seed=ctx.seed, model=ctx.lm.fingerprint,
+        "generations",
+        method=str(method),
+        decoder=versions.code_version(factory),
+        options=dataclasses.asdict(ctx.options),
+        seed=ctx.seed,
+        model=ctx.lm.fingerprint,
         reward=reward.digest if reward is not None else None,
         suite=f"{data.suite}@{versions.code_version(ctx.suite)}",
         items=cache.records_fingerprint(data.items),
-        profiles=cache.profiles_fingerprint(data.profiles))
+        profiles=cache.profiles_fingerprint(data.profiles),
+    )
 
 
 def checked_outputs(outputs: Any, method: MethodName, n: int) -> list[str]:
     outputs = list(outputs)
     if len(outputs) != n or not all(isinstance(o, str) for o in outputs):
-        raise PrefalignError(f"decoder {method.decoder!r} returned {len(outputs)} outputs "
-                             f"for {n} items (expected one string per item)")
+        raise PrefalignError(
+            f"decoder {method.decoder!r} returned {len(outputs)} outputs "
+            f"for {n} items (expected one string per item)"
+        )
     return outputs
 
 
@@ -68,12 +79,12 @@ def base_outputs(run: RunContext, ctx: CaseContext) -> list[str]:
     """The ``base`` decoder's outputs for this (suite, size), generated with base's options."""
     factory = run.registry.decoder("base").obj
     options = run.method_options.decoder_options("base", factory)
-    return cached_generate(run, dataclasses.replace(ctx, reward=None, options=options),
-                           MethodName("base", None), None)
+    return cached_generate(
+        run, dataclasses.replace(ctx, reward=None, options=options), MethodName("base", None), None
+    )
 
 
-def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]
-                 ) -> list[dict[str, Any]]:
+def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]) -> list[dict[str, Any]]:
     """One record per item: the output, the user's own text and ROUGE-1 / ROUGE-L against it
     (None where the suite has no reference)."""
     items = ctx.data.items
@@ -81,11 +92,21 @@ def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]
     r1 = np.full(len(items), np.nan)
     rl = np.full(len(items), np.nan)
     if with_ref:
-        r1[with_ref], rl[with_ref] = metrics.rouge([outputs[i] for i in with_ref],
-                                                   [items[i].reference or "" for i in with_ref])
-    return [{**key, "item_id": it.item_id, "user": it.user, "output": outputs[i],
-             "reference": it.reference, "rouge1": number(r1[i]), "rougeL": number(rl[i])}
-            for i, it in enumerate(items)]
+        r1[with_ref], rl[with_ref] = metrics.rouge(
+            [outputs[i] for i in with_ref], [items[i].reference or "" for i in with_ref]
+        )
+    return [
+        {
+            **key,
+            "item_id": it.item_id,
+            "user": it.user,
+            "output": outputs[i],
+            "reference": it.reference,
+            "rouge1": number(r1[i]),
+            "rougeL": number(rl[i]),
+        }
+        for i, it in enumerate(items)
+    ]
 
 
 def number(value: float) -> float | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign.plumbing.collect import PrefalignError
+from pytest_prefalign.errors import PrefalignError
 
 
 class GuardedReward:
@@ -31,24 +31,28 @@ class GuardedReward:
         except PrefalignError:
             raise
         except Exception as exc:
-            raise PrefalignError(f"reward method {self._name!r} raised in {method}: "
-                                 f"{type(exc).__name__}: {exc}") from None
+            raise PrefalignError(
+                f"reward method {self._name!r} raised in {method}: {type(exc).__name__}: {exc}"
+            ) from None
 
-    def score(self, lm: Any, users: Sequence[str], prompts: Sequence[str],
-              responses: Sequence[str]) -> np.ndarray:
+    def score(
+        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         out = self._call("score", lm, users, prompts, responses)
         return finite_array(out, len(responses), f"reward method {self._name!r} score", users)
 
-    def prefix_rewards(self, lm: Any, users: Sequence[str], prompts: Sequence[str],
-                       responses: Sequence[str]) -> list[np.ndarray]:
+    def prefix_rewards(
+        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         out = list(self._call("prefix_rewards", lm, users, prompts, responses))
         what = f"reward method {self._name!r} prefix_rewards"
         if len(out) != len(responses):
             raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(responses)}")
         return [finite_array(a, None, what, [users[i]]) for i, a in enumerate(out)]
 
-    def next_token_logprobs(self, lm: Any, users: Sequence[str], prompts: Sequence[str],
-                            responses: Sequence[str]) -> list[np.ndarray]:
+    def next_token_logprobs(
+        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> list[np.ndarray]:
         out = list(self._call("next_token_logprobs", lm, users, prompts, responses))
         what = f"reward method {self._name!r} next_token_logprobs"
         if len(out) != len(responses):
@@ -61,8 +65,9 @@ class GuardedReward:
         out = self._call("reward_from_hidden", users, hidden)
         what = f"reward method {self._name!r} reward_from_hidden"
         if tuple(out.shape) != tuple(hidden.shape[:-1]):
-            raise PrefalignError(f"{what} returned shape {tuple(out.shape)}, expected "
-                                 f"{tuple(hidden.shape[:-1])}")
+            raise PrefalignError(
+                f"{what} returned shape {tuple(out.shape)}, expected {tuple(hidden.shape[:-1])}"
+            )
         if not bool(out.isfinite().all()):
             raise PrefalignError(f"{what} returned non-finite rewards")
         return out
@@ -70,8 +75,7 @@ class GuardedReward:
     def logprobs_from_hidden(self, users: Sequence[str], hidden: Any) -> Any:
         out = self._call("logprobs_from_hidden", users, hidden)
         if bool(out.isnan().any()):
-            raise PrefalignError(f"reward method {self._name!r} logprobs_from_hidden "
-                                 "returned NaN")
+            raise PrefalignError(f"reward method {self._name!r} logprobs_from_hidden returned NaN")
         return out
 
 
@@ -87,12 +91,13 @@ def finite_array(values: Any, n: int | None, what: str, users: Sequence[str]) ->
     if bad.size:
         i = int(bad[0])
         user = users[i] if i < len(users) else users[0]
-        raise PrefalignError(f"{what} returned {arr[i]} at index {i} (user {user!r}; "
-                             f"{bad.size} non-finite of {arr.shape[0]})")
+        raise PrefalignError(
+            f"{what} returned {arr[i]} at index {i} (user {user!r}; "
+            f"{bad.size} non-finite of {arr.shape[0]})"
+        )
     return arr
 
 
 def no_nan(array: np.ndarray, what: str) -> None:
     if np.isnan(array).any():
         raise PrefalignError(f"{what} returned NaN")
-

@@ -16,8 +16,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import CaseContext, Decoder, Pair
 
 
-def pair_records(ctx: CaseContext, decoder: Decoder, name: str, key: dict[str, str],
-                 timings: dict[str, float]) -> list[dict[str, Any]]:
+def pair_records(
+    ctx: CaseContext, decoder: Decoder, name: str, key: dict[str, str], timings: dict[str, float]
+) -> list[dict[str, Any]]:
     """One record per test pair: the reward method's scores of both sides and whether it
     prefers the chosen one (``rm_correct``; None without a reward method), and the same for the
     decoder's policy score ``S_u(y|x)`` (``policy_correct``). Ties count 1/2."""
@@ -32,19 +33,35 @@ def pair_records(ctx: CaseContext, decoder: Decoder, name: str, key: dict[str, s
         rm = reward_scores(ctx, pairs)
         timings["rm_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    chosen = checked(decoder.loglik(ctx, users, prompts, [p.chosen for p in pairs]),
-                     len(pairs), f"decoder {name!r} loglik (chosen)", pairs)
-    rejected = checked(decoder.loglik(ctx, users, prompts, [p.rejected for p in pairs]),
-                       len(pairs), f"decoder {name!r} loglik (rejected)", pairs)
+    chosen = checked(
+        decoder.loglik(ctx, users, prompts, [p.chosen for p in pairs]),
+        len(pairs),
+        f"decoder {name!r} loglik (chosen)",
+        pairs,
+    )
+    rejected = checked(
+        decoder.loglik(ctx, users, prompts, [p.rejected for p in pairs]),
+        len(pairs),
+        f"decoder {name!r} loglik (rejected)",
+        pairs,
+    )
     timings["policy_s"] = time.perf_counter() - t0
     policy = metrics.pair_outcomes(chosen, rejected)
     rm_out = metrics.pair_outcomes(*rm) if rm is not None else None
-    return [{**key, "pair_id": p.pair_id, "user": p.user,
-             "rm_chosen": number(rm[0][i]) if rm else None,
-             "rm_rejected": number(rm[1][i]) if rm else None,
-             "rm_correct": number(rm_out[i]) if rm_out is not None else None,
-             "policy_chosen": number(chosen[i]), "policy_rejected": number(rejected[i]),
-             "policy_correct": number(policy[i])} for i, p in enumerate(pairs)]
+    return [
+        {
+            **key,
+            "pair_id": p.pair_id,
+            "user": p.user,
+            "rm_chosen": number(rm[0][i]) if rm else None,
+            "rm_rejected": number(rm[1][i]) if rm else None,
+            "rm_correct": number(rm_out[i]) if rm_out is not None else None,
+            "policy_chosen": number(chosen[i]),
+            "policy_rejected": number(rejected[i]),
+            "policy_correct": number(policy[i]),
+        }
+        for i, p in enumerate(pairs)
+    ]
 
 
 def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
@@ -53,8 +70,12 @@ def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.n
     n = len(pairs)
     if ctx.reward is None:
         raise PrefalignError("RM accuracy needs a reward method")
-    scores = ctx.reward.score(ctx.lm, [p.user for p in pairs] * 2, [p.prompt for p in pairs] * 2,
-                              [p.chosen for p in pairs] + [p.rejected for p in pairs])
+    scores = ctx.reward.score(
+        ctx.lm,
+        [p.user for p in pairs] * 2,
+        [p.prompt for p in pairs] * 2,
+        [p.chosen for p in pairs] + [p.rejected for p in pairs],
+    )
     return scores[:n], scores[n:]
 
 
@@ -69,6 +90,7 @@ def checked(values: Any, n: int, what: str, pairs: list[Pair]) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         i = int(bad[0])
-        raise PrefalignError(f"{what} returned {arr[i]} for pair {pairs[i].pair_id!r} "
-                             f"({bad.size} non-finite of {n})")
+        raise PrefalignError(
+            f"{what} returned {arr[i]} for pair {pairs[i].pair_id!r} ({bad.size} non-finite of {n})"
+        )
     return arr

@@ -62,8 +62,9 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
     return SuiteState(suite, data, data_dir, uses)
 
 
-def locate_data(run: RunContext, suite: Suite, options: dict[str, str]
-                ) -> tuple[Path | None, str | None]:
+def locate_data(
+    run: RunContext, suite: Suite, options: dict[str, str]
+) -> tuple[Path | None, str | None]:
     """The suite's own data folder, or None (with the places searched) for a suite that can do
     without one; raises DataNotFound for a suite that needs one."""
     from pytest_prefalign.api import requires_data_dir
@@ -71,8 +72,13 @@ def locate_data(run: RunContext, suite: Suite, options: dict[str, str]
 
     settings = run.settings
     try:
-        root = find_data_dir(suite.source, option=settings.data, ini=settings.data_ini,
-                             rootdir=settings.rootdir, fetch=requires_data_dir(suite, options))
+        root = find_data_dir(
+            suite.source,
+            option=settings.data,
+            ini=settings.data_ini,
+            rootdir=settings.rootdir,
+            fetch=requires_data_dir(suite, options),
+        )
     except DataNotFound as exc:
         if requires_data_dir(suite, options):
             raise
@@ -106,8 +112,9 @@ def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedR
             folder, had_files = run.disk.folder(key, name)
             reward.fit(lm, state.data.train_pairs, folder)
         except Exception as exc:
-            raise PrefalignError(f"reward method {name!r} failed in fit: "
-                                 f"{type(exc).__name__}: {exc}") from None
+            raise PrefalignError(
+                f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}"
+            ) from None
     # a method that says whether it trained is believed; else files it found mean it loaded
     trained = getattr(reward, "trained", None)
     hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
@@ -115,9 +122,13 @@ def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedR
     return FittedReward(cast(RewardMethod, GuardedReward(reward, name)), key, uses)
 
 
-def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pair]
-               ) -> cache.Key:
+def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pair]) -> cache.Key:
     """What a fitted reward method depends on."""
-    return cache.make_key("rewards", method=reward.name, config=reward.fingerprint(),
-                          code=versions.code_version(factory), model=lm.fingerprint,
-                          train_pairs=cache.records_fingerprint(train_pairs))
+    return cache.make_key(
+        "rewards",
+        method=reward.name,
+        config=reward.fingerprint(),
+        code=versions.code_version(factory),
+        model=lm.fingerprint,
+        train_pairs=cache.records_fingerprint(train_pairs),
+    )

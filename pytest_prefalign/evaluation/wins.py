@@ -21,8 +21,9 @@ from pytest_prefalign.analysis import metrics
 from pytest_prefalign.api import CaseContext, Item, RewardMethod
 
 
-def win_rates(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
-              base_outputs: Sequence[str]) -> dict[str, Any]:
+def win_rates(
+    ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str], base_outputs: Sequence[str]
+) -> dict[str, Any]:
     """Share of items where each judge scores the method's output above base's (ties 1/2).
 
     Returns ``win_self``, ``win_independent`` (``None`` with ``reason_independent`` when that
@@ -34,11 +35,15 @@ def win_rates(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
     same = [a == b for a, b in zip(outputs, base_outputs, strict=True)]
     raw = reward.score(ctx.lm, users * 2, prompts * 2, [*outputs, *base_outputs])
     self_scores = _finite_scores(raw, 2 * len(items), f"reward method {reward.name!r}")
-    won_self = outcomes(self_scores[:len(items)], self_scores[len(items):], same)
+    won_self = outcomes(self_scores[: len(items)], self_scores[len(items) :], same)
     result: dict[str, Any] = {
-        "n": len(items), "judge_self": reward.name,
-        "win_self": float(won_self.mean()), "outcomes_self": won_self.tolist(),
-        "win_independent": None, "outcomes_independent": None, "reason_independent": None,
+        "n": len(items),
+        "judge_self": reward.name,
+        "win_self": float(won_self.mean()),
+        "outcomes_self": won_self.tolist(),
+        "win_independent": None,
+        "outcomes_independent": None,
+        "reason_independent": None,
     }
     try:
         judge = independent_judge(ctx)
@@ -46,9 +51,12 @@ def win_rates(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
         result.update(judge_independent="unavailable", reason_independent=str(exc))
         return result
     scores = judge.score(users * 2, prompts * 2, [*outputs, *base_outputs])
-    won = outcomes(scores[:len(items)], scores[len(items):], same)
-    result.update(judge_independent=judge.description, win_independent=float(won.mean()),
-                  outcomes_independent=won.tolist())
+    won = outcomes(scores[: len(items)], scores[len(items) :], same)
+    result.update(
+        judge_independent=judge.description,
+        win_independent=float(won.mean()),
+        outcomes_independent=won.tolist(),
+    )
     return result
 
 
@@ -59,12 +67,15 @@ def outcomes(method: np.ndarray, base: np.ndarray, same_text: Sequence[bool]) ->
     return np.where(np.asarray(same_text, dtype=bool), 0.5, won)
 
 
-def _check_inputs(ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str],
-                  base_outputs: Sequence[str]) -> RewardMethod:
+def _check_inputs(
+    ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str], base_outputs: Sequence[str]
+) -> RewardMethod:
     """The reward method that guided decoding, once the inputs are checked."""
     if ctx.reward is None:
-        raise ValueError("win rates need the reward method that guided decoding (ctx.reward is "
-                         "None): call win_rates only for reward-guided methods")
+        raise ValueError(
+            "win rates need the reward method that guided decoding (ctx.reward is "
+            "None): call win_rates only for reward-guided methods"
+        )
     if not items:
         raise ValueError("win rates need at least one generation item")
     for name, texts in (("outputs", outputs), ("base_outputs", base_outputs)):

@@ -53,8 +53,14 @@ class SuiteFile(pytest.File):
         for size in self.host.sizes:
             for method in self.host.methods:
                 yield CaseItem.from_parent(
-                    self, name=f"{suite_name}[{method}-{size}]", suite=suite_name,
-                    suite_options=options, method=method, size=size, host=self.host)
+                    self,
+                    name=f"{suite_name}[{method}-{size}]",
+                    suite=suite_name,
+                    suite_options=options,
+                    method=method,
+                    size=size,
+                    host=self.host,
+                )
 
     class CollectError(Exception):
         pass
@@ -82,8 +88,16 @@ def read_suite_toml(path: Path) -> tuple[str, dict[str, str]]:
 class CaseItem(pytest.Item):
     """One (method, suite, size): evaluates its case, records the result, checks it."""
 
-    def __init__(self, *, suite: str, suite_options: tuple[tuple[str, str], ...],
-                 method: MethodName, size: str, host: Host, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        suite: str,
+        suite_options: tuple[tuple[str, str], ...],
+        method: MethodName,
+        size: str,
+        host: Host,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.suite, self.suite_options = suite, suite_options
         self.method, self.size, self.host = method, size, host

@@ -286,8 +286,7 @@ def marker_thresholds(item: pytest.Item) -> list[Threshold]:
         )
     try:
         return [
-            compare.parse_threshold(f"{metric}:{value}")
-            for metric, value in marker.kwargs.items()
+            compare.parse_threshold(f"{metric}:{value}") for metric, value in marker.kwargs.items()
         ]
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"marker {MARKER}: {exc}") from None

@@ -44,8 +44,8 @@ class Floor:
         metric = metric.strip()
         if not sep or metric not in catalogue.names():
             raise argparse.ArgumentTypeError(
-                f"{text!r}: expected METRIC=VALUE with METRIC one of "
-                f"{', '.join(catalogue.names())}")
+                f"{text!r}: expected METRIC=VALUE with METRIC one of {', '.join(catalogue.names())}"
+            )
         try:
             value = float(raw)
         except ValueError:
@@ -67,41 +67,84 @@ def reduce_kind(text: str) -> str:
 
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("prefalign", "personalized alignment evaluation (pytest-prefalign)")
-    group.addoption("--prefalign", action="store_true", default=False,
-                    help="collect suite folders (suite.toml) as evaluation tests.")
-    group.addoption("--prefalign-methods", type=comma_list, metavar="M1,M2",
-                    help="methods to run, e.g. base,icl_rag,args[lore] (default: all registered; "
-                         "ini: prefalign_methods).")
-    group.addoption("--prefalign-sizes", type=comma_list, metavar="S1,S2",
-                    help="model size labels to run (default: 135m; ini: prefalign_sizes).")
-    group.addoption("--prefalign-limit", type=positive_int, metavar="N",
-                    help=f"number of users per suite (default: {DEFAULT_LIMIT}; "
-                         "ini: prefalign_limit).")
-    group.addoption("--prefalign-data", metavar="DIR",
-                    help="data directory (else ini prefalign_data, env PREFALIGN_DATA, "
-                         "user cache).")
-    group.addoption("--prefalign-json", metavar="PATH",
-                    help="also write this run's results to PATH.")
-    group.addoption("--prefalign-report", metavar="DIR",
-                    help="write the HTML report (leaderboards, tau, inversions, circular flags, "
-                         "plot) to DIR at the end of the run.")
-    group.addoption("--prefalign-fail-under", type=floors, action="append", default=[],
-                    metavar="METRIC=VALUE",
-                    help="fail tests whose metric is below VALUE, e.g. rouge1=0.2 "
-                         "(ini: prefalign_fail_under).")
-    group.addoption("--prefalign-reduce", type=reduce_kind, metavar="sum|mean",
-                    help="policy accuracy: sum or mean of token log-likelihoods (default: sum).")
-    group.addoption("--prefalign-seed", type=int, default=None, metavar="N",
-                    help="seed for ICL example choice, sampling and bootstrap (default: 0).")
-    group.addoption("--prefalign-no-cache", action="store_true", default=False,
-                    help="recompute everything (generations, trained reward models, features, "
-                         "negatives, judges) instead of reusing the cache, and write nothing to "
-                         "it.")
-    group.addoption("--prefalign-option", type=method_options.assignments, action="append",
-                    default=[], metavar="TARGET.FIELD=VALUE",
-                    help="set a decoder or reward method option, e.g. args.k=5, "
-                         "genarm.alpha=0.5, arm.rank=4, or max_new_tokens=32 for every decoder "
-                         "(repeatable; ini: prefalign_options, one per line).")
+    group.addoption(
+        "--prefalign",
+        action="store_true",
+        default=False,
+        help="collect suite folders (suite.toml) as evaluation tests.",
+    )
+    group.addoption(
+        "--prefalign-methods",
+        type=comma_list,
+        metavar="M1,M2",
+        help="methods to run, e.g. base,icl_rag,args[lore] (default: all registered; "
+        "ini: prefalign_methods).",
+    )
+    group.addoption(
+        "--prefalign-sizes",
+        type=comma_list,
+        metavar="S1,S2",
+        help="model size labels to run (default: 135m; ini: prefalign_sizes).",
+    )
+    group.addoption(
+        "--prefalign-limit",
+        type=positive_int,
+        metavar="N",
+        help=f"number of users per suite (default: {DEFAULT_LIMIT}; ini: prefalign_limit).",
+    )
+    group.addoption(
+        "--prefalign-data",
+        metavar="DIR",
+        help="data directory (else ini prefalign_data, env PREFALIGN_DATA, user cache).",
+    )
+    group.addoption(
+        "--prefalign-json", metavar="PATH", help="also write this run's results to PATH."
+    )
+    group.addoption(
+        "--prefalign-report",
+        metavar="DIR",
+        help="write the HTML report (leaderboards, tau, inversions, circular flags, "
+        "plot) to DIR at the end of the run.",
+    )
+    group.addoption(
+        "--prefalign-fail-under",
+        type=floors,
+        action="append",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="fail tests whose metric is below VALUE, e.g. rouge1=0.2 (ini: prefalign_fail_under).",
+    )
+    group.addoption(
+        "--prefalign-reduce",
+        type=reduce_kind,
+        metavar="sum|mean",
+        help="policy accuracy: sum or mean of token log-likelihoods (default: sum).",
+    )
+    group.addoption(
+        "--prefalign-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seed for ICL example choice, sampling and bootstrap (default: 0).",
+    )
+    group.addoption(
+        "--prefalign-no-cache",
+        action="store_true",
+        default=False,
+        help="recompute everything (generations, trained reward models, features, "
+        "negatives, judges) instead of reusing the cache, and write nothing to "
+        "it.",
+    )
+    group.addoption(
+        "--prefalign-option",
+        type=method_options.assignments,
+        action="append",
+        default=[],
+        metavar="TARGET.FIELD=VALUE",
+        help="set a decoder or reward method option, e.g. args.k=5, "
+        "genarm.alpha=0.5, arm.rank=4, or max_new_tokens=32 for every decoder "
+        "(repeatable; ini: prefalign_options, one per line).",
+    )
     parser.addini("prefalign_data", "data directory for prefalign suites (relative to rootdir)")
     parser.addini("prefalign_methods", "methods to run (comma-separated)")
     parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
@@ -109,8 +152,11 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini("prefalign_models", "size label = model source, one per line", type="linelist")
     parser.addini("prefalign_fail_under", "floors METRIC=VALUE, comma-separated")
     parser.addini("prefalign_reduce", "sum or mean")
-    parser.addini("prefalign_options", "decoder and reward method options TARGET.FIELD=VALUE, "
-                  "one per line", type="linelist")
+    parser.addini(
+        "prefalign_options",
+        "decoder and reward method options TARGET.FIELD=VALUE, one per line",
+        type="linelist",
+    )
 
 
 @dataclass(frozen=True)
@@ -158,12 +204,15 @@ def settings(config: pytest.Config) -> Settings:
         report_dir=config.getoption("prefalign_report"),
         floors=cli_floors or pick("prefalign_fail_under", "prefalign_fail_under", floors, []),
         reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, "sum"),
-        seed=config.getoption("prefalign_seed") if config.getoption("prefalign_seed") is not None
+        seed=config.getoption("prefalign_seed")
+        if config.getoption("prefalign_seed") is not None
         else 0,
         use_cache=not config.getoption("prefalign_no_cache"),
         models=list(config.getini("prefalign_models")),
-        assignments=[*_ini_assignments(config),
-                     *(a for group in config.getoption("prefalign_option") for a in group)],
+        assignments=[
+            *_ini_assignments(config),
+            *(a for group in config.getoption("prefalign_option") for a in group),
+        ],
     )
 
 

@@ -34,8 +34,7 @@ class PrefalignSession:
         self.methods = self._resolve_methods()
         self.sizes = self.settings.sizes
         try:
-            self.method_options = method_options.resolve(self.settings.assignments,
-                                                         self.registry)
+            self.method_options = method_options.resolve(self.settings.assignments, self.registry)
         except ValueError as exc:
             raise pytest.UsageError(f"--prefalign-option {exc}") from None
         self.models = ModelPool.from_lines(self.settings.models)
@@ -76,12 +75,17 @@ class PrefalignSession:
             from pytest_prefalign.evaluation.case import Evaluator
             from pytest_prefalign.evaluation.context import RunContext, Settings
 
-            settings = Settings(limit=self.settings.limit, seed=self.settings.seed,
-                                reduce=self.settings.reduce, data=self.settings.data,
-                                data_ini=self.settings.data_ini,
-                                rootdir=Path(self.config.rootpath))
-            self._evaluator = Evaluator(RunContext(self.registry, settings, self.models,
-                                                   self.disk, self.method_options))
+            settings = Settings(
+                limit=self.settings.limit,
+                seed=self.settings.seed,
+                reduce=self.settings.reduce,
+                data=self.settings.data,
+                data_ini=self.settings.data_ini,
+                rootdir=Path(self.config.rootpath),
+            )
+            self._evaluator = Evaluator(
+                RunContext(self.registry, settings, self.models, self.disk, self.method_options)
+            )
         return self._evaluator
 
     def evaluate(self, item: CaseItem) -> CaseResult:
@@ -128,7 +132,8 @@ class PrefalignSession:
 
             self.report_path = write_report(self.run, Path(self.settings.report_dir))
         self.config.hook.pytest_prefalign_run_written(
-            path=str(self.run_path), run=self.run, config=self.config)
+            path=str(self.run_path), run=self.run, config=self.config
+        )
 
     def build_run(self) -> RunFile:
         """The run file: every result, and the crisis analysis computed once."""
@@ -140,13 +145,19 @@ class PrefalignSession:
             results=list(self.results),
             created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             commit=git_commit(Path(self.config.rootpath)),
-            config={"methods": [str(m) for m in self.methods], "sizes": self.settings.sizes,
-                    "limit": self.settings.limit, "reduce": self.settings.reduce,
-                    "seed": self.settings.seed,
-                    "options": [str(a) for a in self.settings.assignments],
-                    "args": list(self.config.invocation_params.args)},
+            config={
+                "methods": [str(m) for m in self.methods],
+                "sizes": self.settings.sizes,
+                "limit": self.settings.limit,
+                "reduce": self.settings.reduce,
+                "seed": self.settings.seed,
+                "options": [str(a) for a in self.settings.assignments],
+                "args": list(self.config.invocation_params.args),
+            },
             models={r.size: r.model for r in self.results},
-            tau=tau, crisis=found)
+            tau=tau,
+            crisis=found,
+        )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if is_worker(self.config):
@@ -175,17 +186,25 @@ def cache_line(results: list[CaseResult], use_cache: bool) -> str:
     used = {(u["artifact"], u["key"]): u["hit"] for r in results for u in r.cache}
     reused = sum(used.values())
     if not use_cache:
-        return (f"cache: off (--prefalign-no-cache), {len(used) - reused} values computed"
-                + (", the converted model reused" if reused else ""))
-    return (f"cache: {reused} of {len(used)} values reused, {len(used) - reused} computed "
-            "(each keyed by its model, data, options, seed and code; --prefalign-no-cache "
-            "computes everything)")
+        return f"cache: off (--prefalign-no-cache), {len(used) - reused} values computed" + (
+            ", the converted model reused" if reused else ""
+        )
+    return (
+        f"cache: {reused} of {len(used)} values reused, {len(used) - reused} computed "
+        "(each keyed by its model, data, options, seed and code; --prefalign-no-cache "
+        "computes everything)"
+    )
 
 
 def git_commit(root: Path) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                             capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None

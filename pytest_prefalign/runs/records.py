@@ -122,10 +122,18 @@ class RunFile:
         return {r.key: RunFile([r], version=self.version) for r in self.results}
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "created": self.created, "commit": self.commit,
-                "config": self.config, "models": self.models,
-                "results": [r.row() for r in self.results], "tau": self.tau,
-                "crisis": self.crisis, "pairs": self.pairs, "items": self.items}
+        return {
+            "version": self.version,
+            "created": self.created,
+            "commit": self.commit,
+            "config": self.config,
+            "models": self.models,
+            "results": [r.row() for r in self.results],
+            "tau": self.tau,
+            "crisis": self.crisis,
+            "pairs": self.pairs,
+            "items": self.items,
+        }
 
     @classmethod
     def from_json(cls, data: Any, where: str = "run file") -> RunFile:
@@ -133,16 +141,19 @@ class RunFile:
         record's test, id and user, no test or record twice."""
         run = _object(data, where)
         if run.get("version") != VERSION:
-            raise RunFileError(f"{where}: not a version {VERSION} run file "
-                               f"(version: {run.get('version')!r})")
+            raise RunFileError(
+                f"{where}: not a version {VERSION} run file (version: {run.get('version')!r})"
+            )
         rows = _list(run.get("results"), f"{where}: field 'results'")
-        results = [CaseResult.from_json(row, f"{where}: results[{n}]")
-                   for n, row in enumerate(rows)]
+        results = [
+            CaseResult.from_json(row, f"{where}: results[{n}]") for n, row in enumerate(rows)
+        ]
         by_key: dict[Key, CaseResult] = {}
         for n, result in enumerate(results):
             if result.key in by_key:
-                raise RunFileError(f"{where}: results[{n}]: a second result for "
-                                   f"{_text(result.key)}")
+                raise RunFileError(
+                    f"{where}: results[{n}]: a second result for {_text(result.key)}"
+                )
             by_key[result.key] = result
         for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
             for record in _records(run.get(section), id_field, f"{where}: {section}"):
@@ -151,12 +162,19 @@ class RunFile:
                     getattr(by_key[key], section).append(record)
         for result in results:
             for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
-                _unique(getattr(result, section), id_field, f"{where}: {section} of "
-                        f"{_text(result.key)}")
-        return cls(results=results, created=str(run.get("created") or ""),
-                   commit=run.get("commit"), config=dict(run.get("config") or {}),
-                   models=dict(run.get("models") or {}), tau=list(run.get("tau") or []),
-                   crisis=dict(run.get("crisis") or {}), version=VERSION)
+                _unique(
+                    getattr(result, section), id_field, f"{where}: {section} of {_text(result.key)}"
+                )
+        return cls(
+            results=results,
+            created=str(run.get("created") or ""),
+            commit=run.get("commit"),
+            config=dict(run.get("config") or {}),
+            models=dict(run.get("models") or {}),
+            tau=list(run.get("tau") or []),
+            crisis=dict(run.get("crisis") or {}),
+            version=VERSION,
+        )
 
 
 # --------------------------------------------------------------------------------------------

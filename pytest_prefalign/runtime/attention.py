@@ -21,22 +21,42 @@ NAME = "prefalign_sdpa"
 GROUPED = "prefalign_grouped_queries"  # the keyword a forward pass gives to ask for it
 
 
-def grouped_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-                 value: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float = 0.0,
-                 scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def grouped_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """``(B, q, heads, head_dim)`` attention output, as transformers' attention functions give
     it. ``query`` ``(B, heads, q, d)``, ``key``/``value`` ``(B, kv_heads, kv, d)``."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     grouped = kwargs.pop(GROUPED, False)
     groups = getattr(module, "num_key_value_groups", 1)
-    if not grouped or attention_mask is None or groups == 1 or query.device.type != "cpu" \
-            or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      dropout=dropout, scaling=scaling, **kwargs)
+    if (
+        not grouped
+        or attention_mask is None
+        or groups == 1
+        or query.device.type != "cpu"
+        or kwargs.get("softcap") is not None
+        or kwargs.get("position_bias") is not None
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
-        enable_gqa=True)
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        scale=scaling,
+        enable_gqa=True,
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

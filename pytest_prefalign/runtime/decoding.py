@@ -56,19 +56,28 @@ class KV:
         state = lm.prefill(seqs, batch_size=len(seqs))
         return cls(lm, state.cache, state.mask, state.mask.sum(-1), state.last)
 
-    def _run(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-             **kwargs: Any) -> Any:
-        return self.lm.model.base_model(input_ids=ids, attention_mask=mask,
-                                        position_ids=positions, cache=self.cache, use_cache=True,
-                                        **kwargs)
+    def _run(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, **kwargs: Any
+    ) -> Any:
+        return self.lm.model.base_model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=self.cache,
+            use_cache=True,
+            **kwargs,
+        )
 
     def select(self, rows: torch.Tensor | list[int]) -> None:
         """Keep these rows, in this order (repeats allowed: a prompt's row copied for each of
         its responses)."""
         index = torch.as_tensor(rows, device=self.mask.device)
         self.cache.batch_select_indices(index)
-        self.mask, self.positions, self.last = self.mask[index], self.positions[index], \
-            self.last[index]
+        self.mask, self.positions, self.last = (
+            self.mask[index],
+            self.positions[index],
+            self.last[index],
+        )
         if self.pending is not None:
             self.pending = self.pending[index]
 
@@ -93,8 +102,9 @@ class KV:
         self.positions = self.positions + seq_mask.sum(-1)
         return out.last_hidden_state
 
-    def queries(self, ids: torch.Tensor, positions: torch.Tensor, sees: torch.Tensor
-                ) -> torch.Tensor:
+    def queries(
+        self, ids: torch.Tensor, positions: torch.Tensor, sees: torch.Tensor
+    ) -> torch.Tensor:
         """Run query tokens ``ids`` ``(B, Q)`` at ``positions`` ``(B, Q)``, each seeing the
         cached columns where ``sees`` ``(B, Q, W)`` is true, and itself, not the other
         queries. Their hidden states ``(B, Q, H)`` are returned and kept as ``pending``."""
@@ -221,19 +231,22 @@ def generator(seed: int) -> torch.Generator:
     return gen
 
 
-def gumbel_choice(logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
-                  ) -> list[int]:
+def gumbel_choice(
+    logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
+) -> list[int]:
     """A draw from ``softmax(logits / T)`` per row: argmax of scaled logits plus Gumbel noise,
     the noise from each row's own generator."""
-    uniform = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64)
-                           for g in gens]).clamp_(min=1e-300)
+    uniform = torch.stack(
+        [torch.rand(logits.shape[-1], generator=g, dtype=torch.float64) for g in gens]
+    ).clamp_(min=1e-300)
     gumbel = -torch.log(-torch.log(uniform))
     scores = logits.double().cpu() / temperature + gumbel
     return scores.argmax(-1).tolist()
 
 
-def multinomial_choice(logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
-                       ) -> list[int]:
+def multinomial_choice(
+    logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
+) -> list[int]:
     """One draw per row from ``softmax(logits / temperature)`` with the row's own
     generator."""
     probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytest_prefalign.cache import PROCESS, Lru, Slot
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
 from pytest_prefalign.runtime.decoding import (
     KV,
@@ -49,8 +48,17 @@ class LM:
     (``<|im_end|>`` for SmolLM2), else the tokenizer's eos.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, label: str, name: str, source: str,
-                 fingerprint: str, device: str | torch.device | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        label: str,
+        name: str,
+        source: str,
+        fingerprint: str,
+        device: str | torch.device | None = None,
+    ) -> None:
         self.label, self.name, self.source = label, name, source
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device is not None else _model_device(model)
@@ -61,12 +69,18 @@ class LM:
         # on the dtype, the device and this code with the libraries it runs on, and every cached
         # value computed with the model is keyed by all of it
         self.weights_fingerprint = fingerprint
-        self.fingerprint = content_key("lm", fingerprint, str(next(self.model.parameters()).dtype),
-                                       self.device.type, code_version(LM))
+        self.fingerprint = content_key(
+            "lm",
+            fingerprint,
+            str(next(self.model.parameters()).dtype),
+            self.device.type,
+            code_version(LM),
+        )
         self.cache_uses: list[Any] = []  # cached values its loading used (a converted model)
         self.eos_id = end_of_turn_id(tokenizer)
         self.stop_ids = {self.eos_id} | (
-            {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+            {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.has_chat_template = bool(tokenizer.chat_template)
         # every attention layer sees the whole sequence (no sliding window): what kept
@@ -87,16 +101,18 @@ class LM:
         if not self.has_chat_template:
             return prompt + "\n"
         messages = [{"role": "user", "content": prompt}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """Token ids of the rendered prompt. A chat template writes its own special tokens (a
         BOS included where the model needs one), so the tokenizer adds none; without a template
         the tokenizer's own rule decides (e.g. Gemma's BOS)."""
         rendered = self.render(prompt)
-        return list(self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)
-                    ["input_ids"])
+        return list(
+            self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)["input_ids"]
+        )
 
     def response_ids(self, response: str) -> list[int]:
         """Token ids of a response on its own, followed by ``eos_id``."""
@@ -106,9 +122,17 @@ class LM:
     # Generation
     # ---------------------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 32, batch_size: int = 16,
-                 sample: bool = False, temperature: float = 1.0, num_samples: int = 1,
-                 seed: int = 0) -> list[list[str]]:
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 32,
+        batch_size: int = 16,
+        sample: bool = False,
+        temperature: float = 1.0,
+        num_samples: int = 1,
+        seed: int = 0,
+    ) -> list[list[str]]:
         """``num_samples`` texts per prompt (outer list: prompts in their order).
 
         Greedy by default. With ``sample=True`` each (prompt, sample index) draws from its own
@@ -116,8 +140,9 @@ class LM:
         it ran in. A text is the decoded response up to ``eos_id``, its first non-empty line,
         whitespace collapsed. ``batch_size`` counts sequences (prompts x samples) per forward.
         """
-        _check_positive(max_new_tokens=max_new_tokens, batch_size=batch_size,
-                        num_samples=num_samples)
+        _check_positive(
+            max_new_tokens=max_new_tokens, batch_size=batch_size, num_samples=num_samples
+        )
         if sample and not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
         unique = list(dict.fromkeys(prompts))  # the same prompt gives the same texts
@@ -127,20 +152,31 @@ class LM:
         texts: dict[str, list[str]] = {}
         for batch in chunks(_by_length(encoded), max(1, batch_size // runs)):
             seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
-            out = self._generate_batch([encoded[i] for i in batch], runs, max_new_tokens,
-                                       temperature if sample else None, seeds)
+            out = self._generate_batch(
+                [encoded[i] for i in batch],
+                runs,
+                max_new_tokens,
+                temperature if sample else None,
+                seeds,
+            )
             for k, i in enumerate(batch):
                 texts[unique[i]] = [clean_text(self.decode_response(t)) for t in out[k]]
         return [texts[p] * (num_samples // runs) for p in prompts]
 
-    def _generate_batch(self, prompt_seqs: list[list[int]], num_samples: int, max_new_tokens: int,
-                        temperature: float | None, seeds: list[list[int]]) -> list[list[list[int]]]:
+    def _generate_batch(
+        self,
+        prompt_seqs: list[list[int]],
+        num_samples: int,
+        max_new_tokens: int,
+        temperature: float | None,
+        seeds: list[list[int]],
+    ) -> list[list[list[int]]]:
         """Token ids generated for each prompt and sample; finished rows leave the batch."""
         kv = KV.start(self, prompt_seqs)
         kv.select(torch.arange(len(prompt_seqs)).repeat_interleave(num_samples))
         gens = None if temperature is None else [generator(s) for row in seeds for s in row]
         tokens = decode(kv, _Plain(self, temperature, gens), max_new_tokens, self.finished)
-        return [tokens[i * num_samples:(i + 1) * num_samples] for i in range(len(prompt_seqs))]
+        return [tokens[i * num_samples : (i + 1) * num_samples] for i in range(len(prompt_seqs))]
 
     def finished(self, generated: list[int]) -> bool:
         """Whether generated tokens end a response: at a stop id, or once the text has a
@@ -163,26 +199,42 @@ class LM:
     # Teacher-forced scoring
     # ---------------------------------------------------------------------------------------
 
-    def response_logprobs(self, prompts: Sequence[str], responses: Sequence[str], *,
-                          batch_size: int = 16) -> list[np.ndarray]:
+    def response_logprobs(
+        self, prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 16
+    ) -> list[np.ndarray]:
         """``log pi(y_t | x, y_<t)`` for every response token (the final ``eos_id`` included),
         float64, one array per (prompt, response)."""
-        return [t.numpy() for t in self._teacher_forced(prompts, responses, batch_size,
-                                                        hidden=False)]
+        return [
+            t.numpy() for t in self._teacher_forced(prompts, responses, batch_size, hidden=False)
+        ]
 
-    def response_hidden(self, prompts: Sequence[str], responses: Sequence[str], *,
-                        batch_size: int = 16, predicting: bool = False) -> list[torch.Tensor]:
+    def response_hidden(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        *,
+        batch_size: int = 16,
+        predicting: bool = False,
+    ) -> list[torch.Tensor]:
         """Last-layer hidden states (after the final norm) at the response tokens, one
         ``(T_y, H)`` float32 CPU tensor per pair: row ``t`` is the state after reading ``y_t``,
         so row ``-1`` (after ``eos_id``) summarises the whole response. With ``predicting``,
         row ``t`` is the state that predicts ``y_t`` instead: the prompt's last for ``t = 0``,
         after ``y_{t-1}`` for the others."""
-        return self._teacher_forced(prompts, responses, batch_size, hidden=True,
-                                    predicting=predicting)
+        return self._teacher_forced(
+            prompts, responses, batch_size, hidden=True, predicting=predicting
+        )
 
     @torch.inference_mode()
-    def _teacher_forced(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int,
-                        *, hidden: bool, predicting: bool = False) -> list[torch.Tensor]:
+    def _teacher_forced(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        batch_size: int,
+        *,
+        hidden: bool,
+        predicting: bool = False,
+    ) -> list[torch.Tensor]:
         """Each distinct prompt's prefill comes from the prefill store (run once while the
         store keeps it) and its KV cache row is copied for each of its responses (a pair's two
         responses share their prompt)."""
@@ -208,8 +260,9 @@ class LM:
                 results[n] = value
         return [results[n] for n in range(len(prompts))]
 
-    def _continue(self, kv: KV, seqs: list[list[int]], hidden: bool,
-                  predicting: bool = False) -> list[torch.Tensor]:
+    def _continue(
+        self, kv: KV, seqs: list[list[int]], hidden: bool, predicting: bool = False
+    ) -> list[torch.Tensor]:
         """Run right-padded responses on top of their prompts' cache rows."""
         last = kv.last
         states = kv.extend(seqs)
@@ -241,47 +294,6 @@ class LM:
         if cap:  # Gemma-2 style soft-capping, applied by the model's own forward
             logits = torch.tanh(logits / cap) * cap
         return logits.float()
-
-
-# -------------------------------------------------------------------------------------------
-# The states that predict each response token, kept per process
-# -------------------------------------------------------------------------------------------
-
-
-def tensor_bytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
-# The most recently used predicting states, by (model fingerprint, prompt, response), within a
-# budget: an autoregressive RM's score (RM accuracy) and GenARM's policy score read the same
-# test pairs, so one forward pass serves both. (T_y, H) float32 per text: ~35 KB for a title.
-HIDDEN = Slot("predicting hidden states",
-              lambda: Lru[tuple[str, str, str], torch.Tensor](256 * 2**20, tensor_bytes))
-
-
-def predicting_hidden(lm: LM, prompts: Sequence[str], responses: Sequence[str], *,
-                      batch_size: int = 16) -> list[torch.Tensor]:
-    """``(T_y, H)`` float32 CPU per pair: row ``t`` is the LM's final hidden state (after the
-    final norm) that predicts ``y_t``: at the prompt's last token for ``t = 0``, at ``y_{t-1}``
-    after. ``T_y`` counts the response tokens with the final ``eos_id``.
-
-    Texts kept in the process's ``HIDDEN`` memo are not run again; the others go through
-    ``LM.response_hidden``, on top of the prompts' kept prefills.
-    """
-    if len(prompts) != len(responses):
-        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-    _check_positive(batch_size=batch_size)
-    keys = [(lm.fingerprint, p, r) for p, r in zip(prompts, responses, strict=True)]
-    memo = PROCESS[HIDDEN]
-    found = {k: h for k in dict.fromkeys(keys) if (h := memo.get(k)) is not None}
-    missing = [k for k in dict.fromkeys(keys) if k not in found]
-    if missing:
-        states = lm.response_hidden([k[1] for k in missing], [k[2] for k in missing],
-                                    batch_size=batch_size, predicting=True)
-        for key, value in zip(missing, states, strict=True):
-            found[key] = value.clone()
-            memo.put(key, found[key])
-    return [found[k] for k in keys]
 
 
 # -------------------------------------------------------------------------------------------
@@ -317,8 +329,9 @@ def _by_length(seqs: list[list[int]]) -> list[int]:
     return sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
 
 
-def _plan(order: list[int], groups: list[list[int]], batch_size: int
-          ) -> Iterator[list[tuple[int, list[int]]]]:
+def _plan(
+    order: list[int], groups: list[list[int]], batch_size: int
+) -> Iterator[list[tuple[int, list[int]]]]:
     """Batches of ``(prompt, its pairs)`` with at most ``batch_size`` pairs each; a prompt with
     more pairs than that is split (and prefilled once per batch it lands in)."""
     batch: list[tuple[int, list[int]]] = []
@@ -342,16 +355,18 @@ class _Plain:
     """Plain generation's rule: greedy, or a draw at ``temperature`` with each row's own
     generator (so that a sample does not depend on the batch it ran in)."""
 
-    def __init__(self, lm: LM, temperature: float | None,
-                 gens: list[torch.Generator] | None) -> None:
+    def __init__(
+        self, lm: LM, temperature: float | None, gens: list[torch.Generator] | None
+    ) -> None:
         self.lm, self.temperature, self.gens = lm, temperature, gens
 
     def choose(self, step: Step) -> Choice:
         logits = self.lm.logits_from_hidden(step.hidden)
         if self.gens is None:
             return Choice(greedy(logits))
-        return Choice(gumbel_choice(logits, self.temperature or 1.0,
-                                    [self.gens[r] for r in step.active]))
+        return Choice(
+            gumbel_choice(logits, self.temperature or 1.0, [self.gens[r] for r in step.active])
+        )
 
 
 def _check_positive(**values: int) -> None:

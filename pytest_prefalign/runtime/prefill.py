@@ -68,8 +68,15 @@ class PrefillStore:
     """Prefills of one model, kept by token ids; least recently used rows go first when the
     budget is exceeded. ``stats`` counts prompts asked for, prompts run and tokens run."""
 
-    def __init__(self, model: Any, pad_id: int, device: torch.device, *,
-                 budget_bytes: int | None = None, min_shared: int = MIN_SHARED) -> None:
+    def __init__(
+        self,
+        model: Any,
+        pad_id: int,
+        device: torch.device,
+        *,
+        budget_bytes: int | None = None,
+        min_shared: int = MIN_SHARED,
+    ) -> None:
         self.model, self.pad_id, self.device = model, pad_id, device
         self.enabled = full_attention(model.config)
         if budget_bytes is None:
@@ -86,8 +93,9 @@ class PrefillStore:
             raise ValueError("prefill() needs at least one sequence")
         if not self.enabled:
             return self._plain([list(s) for s in seqs])
-        return assemble(self.model.config, self._rows([tuple(s) for s in seqs], batch_size),
-                        self.device)
+        return assemble(
+            self.model.config, self._rows([tuple(s) for s in seqs], batch_size), self.device
+        )
 
     @torch.inference_mode()
     def warm(self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16) -> None:
@@ -106,11 +114,13 @@ class PrefillStore:
     def bytes_per_token(self) -> int:
         """Bytes of one token's keys and values over all layers (46 KB for SmolLM2-135M)."""
         config = self.model.config
-        config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") \
-            else config
+        config = (
+            config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        )
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or (config.hidden_size
-                                                         // config.num_attention_heads)
+        head_dim = getattr(config, "head_dim", None) or (
+            config.hidden_size // config.num_attention_heads
+        )
         size = next(self.model.parameters()).element_size()
         return int(config.num_hidden_layers) * 2 * int(heads) * int(head_dim) * size
 
@@ -140,8 +150,10 @@ class PrefillStore:
         levels of prefixes run whole."""
         order = sorted(keys)
         if depth < MAX_DEPTH:
-            shared = [max(n, self._kept_prefix(k)) for k, n in
-                      zip(order, shared_lengths(order, self.min_shared), strict=True)]
+            shared = [
+                max(n, self._kept_prefix(k))
+                for k, n in zip(order, shared_lengths(order, self.min_shared), strict=True)
+            ]
         else:
             shared = [0] * len(order)
         prefixes = list(dict.fromkeys(k[:n] for k, n in zip(order, shared, strict=True) if n))
@@ -149,11 +161,15 @@ class PrefillStore:
         # a prompt that is also the prefix of others was run as such
         out: dict[Key, Row] = {k: heads[k] for k in order if k in heads}
         # by the length still to run, longest first: similar lengths share a batch
-        todo = sorted((i for i, k in enumerate(order) if k not in out),
-                      key=lambda i: -(len(order[i]) - shared[i]))
+        todo = sorted(
+            (i for i, k in enumerate(order) if k not in out),
+            key=lambda i: -(len(order[i]) - shared[i]),
+        )
         for chunk in chunks(todo, batch_size):
-            rows = self._extend([heads.get(order[i][:shared[i]]) if shared[i] else None
-                                 for i in chunk], [order[i][shared[i]:] for i in chunk])
+            rows = self._extend(
+                [heads.get(order[i][: shared[i]]) if shared[i] else None for i in chunk],
+                [order[i][shared[i] :] for i in chunk],
+            )
             for i, row in zip(chunk, rows, strict=True):
                 out[order[i]] = row
                 self._keep(order[i], row)
@@ -163,8 +179,9 @@ class PrefillStore:
     def _kept_prefix(self, key: Key) -> int:
         """The length of the longest kept row that is a proper prefix of ``key`` (a prefix run
         earlier for other prompts), or 0."""
-        lengths = sorted({len(k) for k in self.rows if self.min_shared <= len(k) < len(key)},
-                         reverse=True)
+        lengths = sorted(
+            {len(k) for k in self.rows if self.min_shared <= len(k) < len(key)}, reverse=True
+        )
         return next((n for n in lengths if key[:n] in self.rows), 0)
 
     def _extend(self, heads: list[Row | None], tails: list[Key]) -> list[Row]:
@@ -175,21 +192,28 @@ class PrefillStore:
             state = assemble(self.model.config, starts, self.device, lengths=lengths)
             cache, head_mask = state.cache, state.mask
         else:
-            cache, head_mask = None, torch.zeros((len(tails), 0), dtype=torch.long,
-                                                 device=self.device)
+            cache, head_mask = (
+                None,
+                torch.zeros((len(tails), 0), dtype=torch.long, device=self.device),
+            )
         ids, tail_mask = pad([list(t) for t in tails], self.pad_id, left=True, device=self.device)
         mask = torch.cat([head_mask, tail_mask], dim=1)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, head_mask.shape[1]:]
-        out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    cache=cache, use_cache=True)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, head_mask.shape[1] :]
+        out = self.model.base_model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True
+        )
         self.stats["tokens_run"] += int(tail_mask.sum())
         layers = out.cache.layers
         rows = []
         for b in range(len(tails)):
             real = mask[b].nonzero()[:, 0]  # columns of real tokens (one device sync per row)
-            rows.append(Row(tuple(layer.keys[b].index_select(1, real) for layer in layers),
-                            tuple(layer.values[b].index_select(1, real) for layer in layers),
-                            out.last_hidden_state[b, -1].clone()))
+            rows.append(
+                Row(
+                    tuple(layer.keys[b].index_select(1, real) for layer in layers),
+                    tuple(layer.values[b].index_select(1, real) for layer in layers),
+                    out.last_hidden_state[b, -1].clone(),
+                )
+            )
         return rows
 
     def _keep(self, key: Key, row: Row) -> None:
@@ -204,8 +228,9 @@ class PrefillStore:
     def _plain(self, seqs: list[list[int]]) -> Prefill:
         ids, mask = pad(seqs, self.pad_id, left=True, device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    use_cache=True)
+        out = self.model.base_model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+        )
         return Prefill(out.cache, mask, out.last_hidden_state[:, -1])
 
 
@@ -214,8 +239,9 @@ class PrefillStore:
 # -------------------------------------------------------------------------------------------
 
 
-def assemble(config: Any, rows: list[Row], device: torch.device, *,
-             lengths: list[int] | None = None) -> Prefill:
+def assemble(
+    config: Any, rows: list[Row], device: torch.device, *, lengths: list[int] | None = None
+) -> Prefill:
     """A left-padded batch (cache, mask, last) from kept rows. With ``lengths``, rows of
     length 0 (placeholders without tensors) are all padding."""
     from transformers import DynamicCache
@@ -225,15 +251,15 @@ def assemble(config: Any, rows: list[Row], device: torch.device, *,
     mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
     filled = [b for b, n in enumerate(lengths) if n]
     for b in filled:
-        mask[b, width - lengths[b]:] = 1
+        mask[b, width - lengths[b] :] = 1
     cache = DynamicCache(config=config)
     model_row = rows[filled[0]]
     for layer, (k0, v0) in enumerate(zip(model_row.keys, model_row.values, strict=True)):
         keys = k0.new_zeros((len(rows), k0.shape[0], width, k0.shape[2]))
         values = v0.new_zeros((len(rows), v0.shape[0], width, v0.shape[2]))
         for b in filled:
-            keys[b, :, width - lengths[b]:] = rows[b].keys[layer]
-            values[b, :, width - lengths[b]:] = rows[b].values[layer]
+            keys[b, :, width - lengths[b] :] = rows[b].keys[layer]
+            values[b, :, width - lengths[b] :] = rows[b].values[layer]
         cache.update(keys, values, layer)
     hidden = model_row.last
     last = hidden.new_zeros((len(rows), hidden.shape[0]))
@@ -252,7 +278,7 @@ def shared_lengths(order: list[Key], min_shared: int) -> list[int]:
     for i, key in enumerate(order):
         n = _common(order[i - 1], key) if i else 0
         j = i + 1
-        while j < len(order) and order[j][:len(key)] == key:
+        while j < len(order) and order[j][: len(key)] == key:
             j += 1
         if j < len(order):
             n = max(n, _common(key, order[j]))
@@ -279,8 +305,9 @@ def budget_from_env() -> int:
     return max(0, int(mb * 2**20))
 
 
-def pad(seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
-        ) -> tuple[torch.Tensor, torch.Tensor]:
+def pad(
+    seqs: list[list[int]], pad_id: int, *, left: bool, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(ids, mask)`` of shape ``(B, L)``; pads on the left for prompts, right for responses."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -303,4 +330,4 @@ def _common(a: Key, b: Key) -> int:
 def chunks(items: list[T], size: int) -> Iterator[list[T]]:
     """Consecutive slices of at most ``size`` items (batches)."""
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]

@@ -74,12 +74,17 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, special_tokens=SPECIALS, show_progress=False,
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIALS,
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS.splitlines(), trainer=trainer)
     wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token=UNK, eos_token=IM_END, pad_token=PAD,
+        tokenizer_object=tok,
+        unk_token=UNK,
+        eos_token=IM_END,
+        pad_token=PAD,
     )
     wrapped.chat_template = CHAT_TEMPLATE
     return wrapped
@@ -97,12 +102,18 @@ def build_tiny_lm(seed: int = 0) -> LM:
     """The tiny model wrapped as an ``LM`` on the CPU, labelled ``tiny``."""
     tokenizer = build_tokenizer()
     model = build_tiny_model(seed)
-    return LM(model, tokenizer, label="tiny", name=f"tiny-llama(seed={seed})", source="tiny",
-              fingerprint=tiny_fingerprint(model, tokenizer, seed), device="cpu")
+    return LM(
+        model,
+        tokenizer,
+        label="tiny",
+        name=f"tiny-llama(seed={seed})",
+        source="tiny",
+        fingerprint=tiny_fingerprint(model, tokenizer, seed),
+        device="cpu",
+    )
 
 
-def tiny_fingerprint(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast,
-                     seed: int) -> str:
+def tiny_fingerprint(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, seed: int) -> str:
     """Config, seed and a hash of the actual tokenizer and weights: should a library update
     change what a seed builds, caches keyed by this fingerprint are not reused by mistake."""
     digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode())

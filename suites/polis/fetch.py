@@ -89,8 +89,11 @@ CONVERSATIONS = {  # folder -> the SHA-256 of its CSV_FILES, in that order
 # the data's README.md (licence, attribution), written as README.upstream.md
 README_SHA256 = "a8e6434c91fe913c89e8b35cc10b8ef2e6b3ec1dd36118f5d70d620896b7e369"
 FILES = {  # path in the repository -> SHA-256
-    **{f"{conv}/{name}": sha for conv, shas in CONVERSATIONS.items()
-       for name, sha in zip(CSV_FILES, shas, strict=True)},
+    **{
+        f"{conv}/{name}": sha
+        for conv, shas in CONVERSATIONS.items()
+        for name, sha in zip(CSV_FILES, shas, strict=True)
+    },
     "README.md": README_SHA256,
 }
 LICENCE = "CC BY 4.0"
@@ -101,10 +104,14 @@ ATTRIBUTION = (
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--polis-url", metavar="URL", default=BASE_URL,
-                       help="base URL of the openData files at the pinned commit (a mirror, or "
-                       "file:///path/to/openData/); the pinned hashes are checked whatever it is "
-                       "(default: %(default)s)")
+    group.add_argument(
+        "--polis-url",
+        metavar="URL",
+        default=BASE_URL,
+        help="base URL of the openData files at the pinned commit (a mirror, or "
+        "file:///path/to/openData/); the pinned hashes are checked whatever it is "
+        "(default: %(default)s)",
+    )
 
 
 def hosts(options: argparse.Namespace) -> list[str]:
@@ -135,9 +142,14 @@ def download(url: str, sha256: str, target: Path, progress: Progress) -> Path:
     import pooch
 
     try:
-        path = pooch.retrieve(url, known_hash=f"sha256:{sha256}", fname=target.name,
-                              path=target.parent, downloader=_downloader(url, progress),
-                              progressbar=False)
+        path = pooch.retrieve(
+            url,
+            known_hash=f"sha256:{sha256}",
+            fname=target.name,
+            path=target.parent,
+            downloader=_downloader(url, progress),
+            progressbar=False,
+        )
     except ValueError as exc:  # pooch: a hash that does not match (the download is deleted)
         raise FetchError(f"{url}: refused, its SHA-256 is not the pinned one ({exc})") from None
     except OSError as exc:  # requests' connection errors are OSErrors too

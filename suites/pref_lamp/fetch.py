@@ -56,19 +56,39 @@ ATTRIBUTION = "ACL Anthology, https://aclanthology.org, CC BY 4.0"
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--anthology-data", metavar="DIR",
-                       help="read this local data/ folder of the Anthology repository (or a "
-                       "clone holding it) instead of fetching; needs no network")
-    group.add_argument("--anthology-revision", metavar="REV", default=REVISION,
-                       help=f"commit of the repository to fetch (default: the pinned %(default)s); "
-                       f"'{LATEST}' for the newest")
-    group.add_argument("--anthology-repository", metavar="URL", default=REPOSITORY,
-                       help="the repository to fetch from, a mirror or a local clone "
-                       "(default: %(default)s)")
-    group.add_argument("--anthology-authors", metavar="N", type=int, default=AUTHORS,
-                       help="authors to draw (default: %(default)s)")
-    group.add_argument("--anthology-seed", metavar="N", type=int, default=SEED,
-                       help="seed of the draw (default: %(default)s)")
+    group.add_argument(
+        "--anthology-data",
+        metavar="DIR",
+        help="read this local data/ folder of the Anthology repository (or a "
+        "clone holding it) instead of fetching; needs no network",
+    )
+    group.add_argument(
+        "--anthology-revision",
+        metavar="REV",
+        default=REVISION,
+        help=f"commit of the repository to fetch (default: the pinned %(default)s); "
+        f"'{LATEST}' for the newest",
+    )
+    group.add_argument(
+        "--anthology-repository",
+        metavar="URL",
+        default=REPOSITORY,
+        help="the repository to fetch from, a mirror or a local clone (default: %(default)s)",
+    )
+    group.add_argument(
+        "--anthology-authors",
+        metavar="N",
+        type=int,
+        default=AUTHORS,
+        help="authors to draw (default: %(default)s)",
+    )
+    group.add_argument(
+        "--anthology-seed",
+        metavar="N",
+        type=int,
+        default=SEED,
+        help="seed of the draw (default: %(default)s)",
+    )
 
 
 def hosts(options: argparse.Namespace) -> list[str]:
@@ -85,13 +105,15 @@ def build(folder: Path, options: argparse.Namespace, progress: Progress) -> Buil
         where = str(datadir)
     else:
         root = storage.cache_dir("downloads", "acl-anthology")
-        datadir, version = checkout(options.anthology_repository, options.anthology_revision,
-                                    root, progress)
+        datadir, version = checkout(
+            options.anthology_repository, options.anthology_revision, root, progress
+        )
         where = options.anthology_repository
     anthology = open_anthology(datadir, progress)
     papers = eligible_papers(anthology, progress)
-    authors = draw_authors(anthology, papers, progress, count=options.anthology_authors,
-                           seed=options.anthology_seed)
+    authors = draw_authors(
+        anthology, papers, progress, count=options.anthology_authors, seed=options.anthology_seed
+    )
     written = write_folder(folder, anthology, papers, authors)
     progress.say(f"{len(authors)} authors, {written} papers")
     return Built(
@@ -101,10 +123,15 @@ def build(folder: Path, options: argparse.Namespace, progress: Progress) -> Buil
         attribution=ATTRIBUTION,
         details={
             "revision_requested": None if options.anthology_data else options.anthology_revision,
-            "rules": {"first_year": FIRST_YEAR, "min_abstract_chars": MIN_ABSTRACT,
-                      "min_papers": MIN_PAPERS, "max_papers": MAX_PAPERS,
-                      "authors": options.anthology_authors, "seed": options.anthology_seed,
-                      "users": "Anthology person ids"},
+            "rules": {
+                "first_year": FIRST_YEAR,
+                "min_abstract_chars": MIN_ABSTRACT,
+                "min_papers": MIN_PAPERS,
+                "max_papers": MAX_PAPERS,
+                "authors": options.anthology_authors,
+                "seed": options.anthology_seed,
+                "users": "Anthology person ids",
+            },
             "eligible_papers": len(papers),
             "authors": len(authors),
             "papers": written,
@@ -139,8 +166,16 @@ def checkout(url: str, revision: str, root: Path, progress: Progress) -> tuple[P
     _git(clone, "config", "core.sparseCheckout", "true")
     (clone / ".git" / "info").mkdir(exist_ok=True)
     (clone / ".git" / "info" / "sparse-checkout").write_text("/data/\n", encoding="utf-8")
-    _git(clone, "fetch", "--depth", "1", "--progress", "origin",
-         "HEAD" if revision == LATEST else revision, show=True)
+    _git(
+        clone,
+        "fetch",
+        "--depth",
+        "1",
+        "--progress",
+        "origin",
+        "HEAD" if revision == LATEST else revision,
+        show=True,
+    )
     _git(clone, "checkout", "--quiet", "--force", "--detach", "FETCH_HEAD")
     commit = _head(clone) or "?"
     if revision != LATEST and commit != revision:
@@ -152,11 +187,17 @@ def checkout(url: str, revision: str, root: Path, progress: Progress) -> tuple[P
 
 def _git(where: Path, *args: str, show: bool = False) -> str:
     try:
-        done = subprocess.run(["git", "-C", str(where), *args], check=False, text=True,
-                              stdout=subprocess.PIPE, stderr=None if show else subprocess.PIPE)
+        done = subprocess.run(
+            ["git", "-C", str(where), *args],
+            check=False,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=None if show else subprocess.PIPE,
+        )
     except FileNotFoundError:
-        raise FetchError("the git program is needed to fetch the Anthology (or give "
-                         "--anthology-data DIR)") from None
+        raise FetchError(
+            "the git program is needed to fetch the Anthology (or give --anthology-data DIR)"
+        ) from None
     if done.returncode != 0:
         last = (done.stderr or "").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
         raise FetchError(f"git {' '.join(args)} in {where} failed: {last[0]}")
@@ -175,8 +216,12 @@ def _head(clone: Path) -> str | None:
 def _local_revision(datadir: Path) -> str:
     """The commit of a local folder that is in a git clone, else a plain description."""
     try:
-        done = subprocess.run(["git", "-C", str(datadir), "rev-parse", "HEAD"], text=True,
-                              capture_output=True, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(datadir), "rev-parse", "HEAD"],
+            text=True,
+            capture_output=True,
+            check=False,
+        )
     except FileNotFoundError:
         done = None
     if done is not None and done.returncode == 0:
@@ -205,8 +250,9 @@ def open_anthology(datadir: Path, progress: Progress) -> Anthology:
     try:
         anthology.people.load()
     except Exception as exc:  # the library gathers every failure in one ExceptionGroup
-        raise FetchError(f"{datadir}: acl-anthology {_library_version()} cannot read it: "
-                         f"{_first_problem(exc)}") from None
+        raise FetchError(
+            f"{datadir}: acl-anthology {_library_version()} cannot read it: {_first_problem(exc)}"
+        ) from None
     return anthology
 
 
@@ -236,8 +282,9 @@ class PaperRow:
 def eligible_papers(anthology: Anthology, progress: Progress) -> dict[tuple[Any, ...], PaperRow]:
     """Papers that meet the rules, by the library's id tuple."""
     found = {}
-    for collection in progress.bar(list(anthology.collections.values()), desc="papers",
-                                   unit="collection"):
+    for collection in progress.bar(
+        list(anthology.collections.values()), desc="papers", unit="collection"
+    ):
         for volume in collection.volumes():
             for paper in volume.papers():
                 row = _row(paper)
@@ -261,42 +308,59 @@ def _row(paper: Paper) -> PaperRow | None:
 
 
 def draw_authors(
-    anthology: Anthology, papers: dict[tuple[Any, ...], PaperRow], progress: Progress, *,
-    count: int, seed: int
+    anthology: Anthology,
+    papers: dict[tuple[Any, ...], PaperRow],
+    progress: Progress,
+    *,
+    count: int,
+    seed: int,
 ) -> list[dict[str, Any]]:
     """``count`` people with ``MIN_PAPERS`` eligible papers, drawn with the seed from the
     sorted ids; each with their ``MAX_PAPERS`` most recent papers, oldest first."""
     histories: dict[str, list[PaperRow]] = {}
     for person in anthology.people.values():
-        rows = sorted((papers[i] for i in set(person.item_ids) if i in papers),
-                      key=lambda r: r.order)
+        rows = sorted(
+            (papers[i] for i in set(person.item_ids) if i in papers), key=lambda r: r.order
+        )
         if len(rows) >= MIN_PAPERS:
             histories[person.id] = rows[-MAX_PAPERS:]
     eligible = sorted(histories)
-    progress.say(f"{len(eligible)} people with at least {MIN_PAPERS} papers from {FIRST_YEAR} "
-                 f"on; drawing {min(count, len(eligible))}")
+    progress.say(
+        f"{len(eligible)} people with at least {MIN_PAPERS} papers from {FIRST_YEAR} "
+        f"on; drawing {min(count, len(eligible))}"
+    )
     drawn = sorted(random.Random(seed).sample(eligible, min(count, len(eligible))))
     return [
-        {"user_id": f"acl:{pid}", "author": anthology.people[pid].canonical_name.as_first_last(),
-         "paper_ids": [row.anthology_id for row in histories[pid]]}
+        {
+            "user_id": f"acl:{pid}",
+            "author": anthology.people[pid].canonical_name.as_first_last(),
+            "paper_ids": [row.anthology_id for row in histories[pid]],
+        }
         for pid in drawn
     ]
 
 
-def write_folder(folder: Path, anthology: Anthology, papers: dict[tuple[Any, ...], PaperRow],
-                 authors: list[dict[str, Any]]) -> int:
+def write_folder(
+    folder: Path,
+    anthology: Anthology,
+    papers: dict[tuple[Any, ...], PaperRow],
+    authors: list[dict[str, Any]],
+) -> int:
     """``authors.json`` and ``papers-NN.jsonl``; returns the number of papers written."""
     wanted = {pid for author in authors for pid in author["paper_ids"]}
-    rows = sorted((row for row in papers.values() if row.anthology_id in wanted),
-                  key=lambda row: row.order)
+    rows = sorted(
+        (row for row in papers.values() if row.anthology_id in wanted), key=lambda row: row.order
+    )
     records = [_record(anthology, row) for row in rows]
-    storage.atomic_write_text(folder / "authors.json",
-                              json.dumps(authors, ensure_ascii=False, indent=1) + "\n")
+    storage.atomic_write_text(
+        folder / "authors.json", json.dumps(authors, ensure_ascii=False, indent=1) + "\n"
+    )
     for n in range(0, max(len(records), 1), PAPERS_PER_FILE):
-        chunk = records[n:n + PAPERS_PER_FILE]
+        chunk = records[n : n + PAPERS_PER_FILE]
         storage.atomic_write_text(
             folder / f"papers-{n // PAPERS_PER_FILE:02d}.jsonl",
-            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in chunk))
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in chunk),
+        )
     return len(records)
 
 
@@ -306,5 +370,11 @@ def _record(anthology: Anthology, row: PaperRow) -> dict[str, Any]:
         {"name": spec.name.as_first_last(), "id": anthology.people.get_by_namespec(spec).id}
         for spec in getattr(paper, "authors", [])
     ]
-    return {"anthology_id": row.anthology_id, "year": row.year, "venue": row.venue,
-            "title": row.title, "abstract": row.abstract, "authors": authors}
+    return {
+        "anthology_id": row.anthology_id,
+        "year": row.year,
+        "venue": row.venue,
+        "title": row.title,
+        "abstract": row.abstract,
+        "authors": authors,
+    }

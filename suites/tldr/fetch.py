@@ -12,8 +12,10 @@ from prefalign_suites.tldr.suite import DATASET
 from pytest_prefalign.fetch import Built, Progress
 
 LICENCE = "MIT (OpenAI summarize-from-feedback); Reddit posts from the TL;DR corpus"
-ATTRIBUTION = ("Stiennon et al., Learning to summarize from human feedback, NeurIPS 2020 "
-               "(github.com/openai/summarize-from-feedback)")
+ATTRIBUTION = (
+    "Stiennon et al., Learning to summarize from human feedback, NeurIPS 2020 "
+    "(github.com/openai/summarize-from-feedback)"
+)
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

@@ -34,10 +34,17 @@ from pytest_prefalign.runtime.lm import LM
 
 
 @torch.inference_mode()
-def full_recompute_generate(lm: LM, reward: RewardMethod, users: Sequence[str],
-                            prompts: Sequence[str], *, k: int = 10, w: float = 1.0,
-                            max_new_tokens: int = 24, finished: Finished | None = None
-                            ) -> list[list[int]]:
+def full_recompute_generate(
+    lm: LM,
+    reward: RewardMethod,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    *,
+    k: int = 10,
+    w: float = 1.0,
+    max_new_tokens: int = 24,
+    finished: Finished | None = None,
+) -> list[list[int]]:
     """ARGS tokens, every forward pass over the whole sequence. With a ``"hidden"`` reward the
     candidate's reward is read at its last position, else from ``prefix_rewards`` on its text."""
     finished = finished or eos_finished(lm)
@@ -48,8 +55,9 @@ def full_recompute_generate(lm: LM, reward: RewardMethod, users: Sequence[str],
         for _ in range(max_new_tokens):
             logits = lm.logits_from_hidden(_full_pass(lm, seq + tokens)[:, -1])
             cands = top_candidates(logits, k)[0]
-            rewards = torch.stack([_full_reward(lm, reward, user, prompt, seq, tokens + [c])
-                                   for c in cands.tolist()])
+            rewards = torch.stack(
+                [_full_reward(lm, reward, user, prompt, seq, tokens + [c]) for c in cands.tolist()]
+            )
             win = pick(logits[0, cands] + w * rewards)
             tokens.append(int(cands[win]))
             if finished(tokens):
@@ -64,32 +72,53 @@ def _full_pass(lm: LM, ids: list[int]) -> torch.Tensor:
     return out.last_hidden_state
 
 
-def _full_reward(lm: LM, reward: RewardMethod, user: str, prompt: str, seq: list[int],
-                 response: list[int]) -> torch.Tensor:
+def _full_reward(
+    lm: LM, reward: RewardMethod, user: str, prompt: str, seq: list[int], response: list[int]
+) -> torch.Tensor:
     """``r_u(x, response)`` for one candidate continuation, as a 0-d float32 tensor."""
     if "hidden" in reward.capabilities:
         return hidden_rewards(reward, [user], _full_pass(lm, seq + response)[:, -1])[0]
-    return torch.tensor(text_rewards(lm, reward, [user], [prompt], [response])[0],
-                        dtype=torch.float32)
+    return torch.tensor(
+        text_rewards(lm, reward, [user], [prompt], [response])[0], dtype=torch.float32
+    )
 
 
 @torch.inference_mode()
-def per_candidate_cache_generate(lm: LM, reward: RewardMethod, users: Sequence[str],
-                                 prompts: Sequence[str], *, k: int = 10, w: float = 1.0,
-                                 max_new_tokens: int = 24, finished: Finished | None = None
-                                 ) -> list[list[int]]:
+def per_candidate_cache_generate(
+    lm: LM,
+    reward: RewardMethod,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    *,
+    k: int = 10,
+    w: float = 1.0,
+    max_new_tokens: int = 24,
+    finished: Finished | None = None,
+) -> list[list[int]]:
     """ARGS tokens the way the original code computes them (needs a ``"hidden"`` reward: the
     reward model is the base model with the reward head, run with its own caches)."""
     if "hidden" not in reward.capabilities:
-        raise ValueError(f"per_candidate_cache_generate needs a reward method with 'hidden'; "
-                         f"{reward.name!r} declares {sorted(reward.capabilities)}")
+        raise ValueError(
+            f"per_candidate_cache_generate needs a reward method with 'hidden'; "
+            f"{reward.name!r} declares {sorted(reward.capabilities)}"
+        )
     finished = finished or eos_finished(lm)
-    return [_one_prompt(lm, reward, user, lm.prompt_ids(prompt), k, w, max_new_tokens, finished)
-            for user, prompt in zip(users, prompts, strict=True)]
+    return [
+        _one_prompt(lm, reward, user, lm.prompt_ids(prompt), k, w, max_new_tokens, finished)
+        for user, prompt in zip(users, prompts, strict=True)
+    ]
 
 
-def _one_prompt(lm: LM, reward: RewardMethod, user: str, seq: list[int], k: int, w: float,
-                max_new_tokens: int, finished: Finished) -> list[int]:
+def _one_prompt(
+    lm: LM,
+    reward: RewardMethod,
+    user: str,
+    seq: list[int],
+    k: int,
+    w: float,
+    max_new_tokens: int,
+    finished: Finished,
+) -> list[int]:
     """One prompt: the policy's cache plus, per candidate, the reward model's own cache."""
     policy = lm.model.base_model(input_ids=torch.tensor([seq], device=lm.device), use_cache=True)
     policy_cache, logits = policy.cache, lm.logits_from_hidden(policy.last_hidden_state[:, -1])
@@ -104,20 +133,28 @@ def _one_prompt(lm: LM, reward: RewardMethod, user: str, seq: list[int], k: int,
         if finished(tokens):
             break
         rm_cache = scored[win][1]
-        step = lm.model.base_model(input_ids=torch.tensor([[cands[win]]], device=lm.device),
-                                   cache=policy_cache, use_cache=True)
+        step = lm.model.base_model(
+            input_ids=torch.tensor([[cands[win]]], device=lm.device),
+            cache=policy_cache,
+            use_cache=True,
+        )
         logits = lm.logits_from_hidden(step.last_hidden_state[:, -1])
     return tokens
 
 
-def _candidate(lm: LM, reward: RewardMethod, user: str, seq: list[int], rm_cache: Any,
-               token: int) -> tuple[torch.Tensor, Any]:
+def _candidate(
+    lm: LM, reward: RewardMethod, user: str, seq: list[int], rm_cache: Any, token: int
+) -> tuple[torch.Tensor, Any]:
     """The reward of one candidate and the reward model's cache after it: the prompt prefilled
     with the candidate (first step), else one step on a copy of the winner's cache."""
     if rm_cache is None:
-        out = lm.model.base_model(input_ids=torch.tensor([seq + [token]], device=lm.device),
-                                  use_cache=True)
+        out = lm.model.base_model(
+            input_ids=torch.tensor([seq + [token]], device=lm.device), use_cache=True
+        )
     else:
-        out = lm.model.base_model(input_ids=torch.tensor([[token]], device=lm.device),
-                                  cache=copy.deepcopy(rm_cache), use_cache=True)
+        out = lm.model.base_model(
+            input_ids=torch.tensor([[token]], device=lm.device),
+            cache=copy.deepcopy(rm_cache),
+            use_cache=True,
+        )
     return hidden_rewards(reward, [user], out.last_hidden_state[:, -1])[0], out.cache

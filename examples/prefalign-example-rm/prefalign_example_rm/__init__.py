@@ -44,9 +44,11 @@ class LengthPrior(RewardMethod):
     def fit(self, lm: Any, pairs: Sequence[Pair], cache_dir: Path) -> None:
         if not pairs:
             raise ValueError("length_prior: no training pairs to learn the users' lengths from")
-        key = storage.content_key(self.fingerprint(), lm.fingerprint,
-                                  [(p.pair_id, p.user, p.prompt, p.chosen, p.rejected)
-                                   for p in pairs])
+        key = storage.content_key(
+            self.fingerprint(),
+            lm.fingerprint,
+            [(p.pair_id, p.user, p.prompt, p.chosen, p.rejected) for p in pairs],
+        )
         path = Path(cache_dir) / f"{self.name}-{key}.json"
         with storage.locked(path):  # pytest-xdist workers may fit at the same time
             if path.exists():
@@ -68,14 +70,20 @@ class LengthPrior(RewardMethod):
         targets = {u: (sum(n) + k * overall) / (len(n) + k) for u, n in sorted(lengths.items())}
         return {"targets": targets, "default": overall}
 
-    def score(self, lm: Any, users: Sequence[str], prompts: Sequence[str],
-              responses: Sequence[str]) -> np.ndarray:
+    def score(
+        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
         if self.default is None:
             raise RuntimeError("length_prior: call fit() before score()")
         if not len(users) == len(prompts) == len(responses):
             raise ValueError("length_prior: expected as many users, prompts and responses")
-        return np.array([-abs(words(r) - self.targets.get(u, self.default))
-                         for u, r in zip(users, responses, strict=True)], dtype=np.float64)
+        return np.array(
+            [
+                -abs(words(r) - self.targets.get(u, self.default))
+                for u, r in zip(users, responses, strict=True)
+            ],
+            dtype=np.float64,
+        )
 
 
 def pytest_prefalign_register(registry: Any) -> None:

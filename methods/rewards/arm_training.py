@@ -1,0 +1,238 @@
+"""How the ``arm`` reward method is trained (see ``arm`` for what it is): the configuration, the
+adapter's parameters, the training pairs as token rows over the frozen base LM's hidden states,
+and AdamW on the GenARM loss plus the KL anchor and the users' L2 prior."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pytest_prefalign.api import Pair
+from pytest_prefalign.runtime.hidden import predicting_hidden
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.runtime.lm import LM
+
+ROWS_PER_CHUNK = 256  # token rows per (rows, V) logits block: bounds the memory
+
+
+@dataclass(frozen=True)
+class ARMConfig:
+    rank: int = 8  # r: width of the adapter between the hidden state and the output head
+    beta: float = 1.0  # reward scale: r_u = beta * sum_t log p_arm(y_t); the loss's inverse
+    # temperature. 1 keeps log p_arm on the scale GenARM's alpha mixes with the base logits
+    epochs: int = 8  # passes over the training pairs (on Pref-LaMP the loss is ~0 by the 5th)
+    batch_pairs: int = 16  # pairs per AdamW step
+    lr: float = 3e-3  # AdamW learning rate (1e-3 needs twice the epochs; 1e-2 oscillates)
+    kl: float = 0.1  # weight of sum_t KL(p_arm || p_base) per response, added to the loss:
+    # keeps the ARM inside the base LM's support (without it, the cheapest way to make the base
+    # model's own titles unlikely is to move their mass onto junk tokens, which guidance then
+    # writes)
+    user_l2: float = 1.0  # prior strength on each user's (s_u, z_u): lambda * ||.||^2 / pairs
+    weight_decay: float = 1e-4  # AdamW decay of the shared A and B
+    seed: int = 0  # initialisation of A and the order of the pairs
+    logit_cache_mb: int = 1024  # keep the training tokens' base logits in memory up to this
+
+
+@dataclass
+class TokenData:
+    """The training pairs as token rows: ``hidden`` ``(N, H)`` (the states that predict each
+    token), ``target`` ``(N,)``, and for pair ``p`` the row indices of its chosen and its
+    rejected response; ``user`` ``(P,)`` the pair's user index."""
+
+    hidden: torch.Tensor
+    target: torch.Tensor
+    chosen_rows: list[torch.Tensor]
+    rejected_rows: list[torch.Tensor]
+    user: torch.Tensor
+    base_logits: torch.Tensor | None  # ``(N, V)``, or None when it would not fit the budget
+    base_lse: torch.Tensor  # ``(N,)`` logsumexp of each row's base logits
+
+
+class Adapter(torch.nn.Module):
+    """The ARM's trainable part; users are indexed ``0..U-1`` and ``U`` means unknown."""
+
+    def __init__(
+        self, hidden_size: int, rank: int, n_users: int, generator: torch.Generator
+    ) -> None:
+        super().__init__()
+        init = torch.randn((rank, hidden_size), generator=generator) / math.sqrt(hidden_size)
+        self.A = torch.nn.Parameter(init)
+        self.B = torch.nn.Parameter(torch.zeros((hidden_size, rank)))
+        self.user_scale = torch.nn.Parameter(torch.zeros((n_users, rank)))
+        self.user_shift = torch.nn.Parameter(torch.zeros((n_users, rank)))
+
+    def codes(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``v_u(h)`` ``(N, M, r)`` for user indices ``(N,)`` and states ``(N, M, H)``."""
+        zero = torch.zeros_like(self.user_scale[:1])  # the unknown user's row
+        scale = torch.cat([self.user_scale, zero])[user][:, None]
+        shift = torch.cat([self.user_shift, zero])[user][:, None]
+        return (h @ self.A.T) * (1 + scale) + shift
+
+    def penalty(self) -> torch.Tensor:
+        return self.user_scale.square().sum() + self.user_shift.square().sum()
+
+
+def output_head(lm: LM) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The base LM's output head as float32 ``(W (V, H), b (V,) or None)``, detached."""
+    head = lm.model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise ValueError(
+            f"arm: the model's output head is a {type(head).__name__}, not a "
+            "linear layer; this ARM reads hidden states through it"
+        )
+    bias = head.bias.detach().float() if head.bias is not None else None
+    return head.weight.detach().float(), bias
+
+
+def token_data(
+    lm: LM,
+    pairs: Sequence[Pair],
+    users: dict[str, int],
+    head: tuple[torch.Tensor, torch.Tensor | None],
+    config: ARMConfig,
+) -> TokenData:
+    """The training pairs' token rows; responses are laid out chosen, rejected, pair by pair."""
+    prompts = [p.prompt for p in pairs for _ in range(2)]
+    responses = [r for p in pairs for r in (p.chosen, p.rejected)]
+    hidden = predicting_hidden(lm, prompts, responses)
+    target = torch.tensor([t for r in responses for t in lm.response_ids(r)], dtype=torch.long)
+    starts = np.concatenate([[0], np.cumsum([h.shape[0] for h in hidden])])
+    rows = [torch.arange(int(starts[i]), int(starts[i + 1])) for i in range(len(hidden))]
+    flat = torch.cat(hidden)
+    weight, bias = head
+    fits = flat.shape[0] * weight.shape[0] * 4 <= config.logit_cache_mb * 2**20
+    base = _base_logits(flat, weight, bias) if fits else None
+    lse = torch.cat(
+        [
+            torch.logsumexp(
+                _base_logits(flat[i : i + ROWS_PER_CHUNK], weight, bias)
+                if base is None
+                else base[i : i + ROWS_PER_CHUNK],
+                dim=-1,
+            )
+            for i in range(0, flat.shape[0], ROWS_PER_CHUNK)
+        ]
+    )
+    return TokenData(
+        flat,
+        target,
+        rows[0::2],
+        rows[1::2],
+        torch.tensor([users[p.user] for p in pairs], dtype=torch.long),
+        base,
+        lse,
+    )
+
+
+@torch.no_grad()
+def _base_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return torch.cat(
+        [
+            F.linear(hidden[i : i + ROWS_PER_CHUNK], weight, bias)
+            for i in range(0, hidden.shape[0], ROWS_PER_CHUNK)
+        ]
+    )
+
+
+def train(
+    adapter: Adapter,
+    data: TokenData,
+    head: tuple[torch.Tensor, torch.Tensor | None],
+    config: ARMConfig,
+    generator: torch.Generator,
+) -> list[dict[str, float]]:
+    """AdamW on the GenARM loss plus the KL anchor and the users' L2 prior; the pair order of
+    each epoch comes from ``generator``, so a seed gives the same parameters. Returns, per
+    epoch, the mean pairwise loss and accuracy (``margin > 0``) of the training pairs as each
+    step saw them (before its update; a full extra pass would cost a third of the training),
+    and the mean KL(p_arm || p_base) per response."""
+    shared = [adapter.A, adapter.B]
+    personal = [adapter.user_scale, adapter.user_shift]
+    optimiser = torch.optim.AdamW(
+        [
+            {"params": shared, "weight_decay": config.weight_decay},
+            {"params": personal, "weight_decay": 0.0},
+        ],
+        lr=config.lr,
+    )
+    n_pairs = len(data.chosen_rows)
+    history = []
+    for _ in range(config.epochs):
+        order = torch.randperm(n_pairs, generator=generator)
+        seen, kls = [], []
+        for start in range(0, n_pairs, config.batch_pairs):
+            batch = order[start : start + config.batch_pairs]
+            optimiser.zero_grad()
+            margin, kl = margins(adapter, data, head, batch, config.beta)
+            loss = -F.logsigmoid(margin).mean() + config.kl * kl
+            (loss + config.user_l2 * adapter.penalty() / n_pairs).backward()
+            optimiser.step()
+            seen.append(margin.detach())
+            kls.append(float(kl.detach()) * len(batch))
+        epoch = torch.cat(seen)
+        history.append(
+            {
+                "loss": float(-F.logsigmoid(epoch).mean()),
+                "accuracy": float((epoch > 0).double().mean()),
+                "kl": sum(kls) / n_pairs,
+            }
+        )
+    return history
+
+
+def margins(
+    adapter: Adapter,
+    data: TokenData,
+    head: tuple[torch.Tensor, torch.Tensor | None],
+    batch: torch.Tensor,
+    beta: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``beta * (sum log p_arm(y_w) - sum log p_arm(y_l))`` of the pairs in ``batch``, and the
+    mean over their responses of ``sum_t KL(p_arm || p_base)``."""
+    index = batch.tolist()
+    groups = [data.chosen_rows[p] for p in index] + [data.rejected_rows[p] for p in index]
+    rows = torch.cat(groups)
+    owner = torch.repeat_interleave(
+        torch.arange(len(groups)), torch.tensor([len(g) for g in groups])
+    )
+    user = data.user[batch].repeat(2)[owner]
+    weight, bias = head
+    if data.base_logits is not None:
+        base = data.base_logits[rows]
+    else:
+        base = _base_logits(data.hidden[rows], weight, bias)
+    # W (h + B v) + b = (W h + b) + v (W B)^T: the gradient never multiplies by the (V, H) W
+    codes = adapter.codes(user, data.hidden[rows][:, None])[:, 0]
+    shift = codes @ (weight @ adapter.B).T
+    logits = base + shift
+    lse = torch.logsumexp(logits, dim=-1)
+    token = logits.gather(-1, data.target[rows][:, None])[:, 0] - lse
+    sums = torch.zeros(len(groups)).index_add(0, owner, token)
+    # KL(p_arm || p_base) = E_arm[log p_arm - log p_base] = E_arm[shift] - lse + lse_base
+    kl = (torch.softmax(logits, dim=-1) * shift).sum(-1) - lse + data.base_lse[rows]
+    return beta * (sums[: len(index)] - sums[len(index) :]), kl.sum() / len(groups)
+
+
+def check_config(config: ARMConfig) -> None:
+    positive = {
+        "rank": config.rank,
+        "epochs": config.epochs,
+        "batch_pairs": config.batch_pairs,
+        "beta": config.beta,
+        "lr": config.lr,
+    }
+    for name, value in positive.items():
+        if not value > 0:
+            raise ValueError(f"arm: {name} must be > 0, got {value}")
+    for name in ("kl", "user_l2", "weight_decay", "logit_cache_mb"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"arm: {name} must be >= 0, got {getattr(config, name)}")

@@ -1,0 +1,81 @@
+"""GGUF files converted once into plain safetensors folders in the user cache, keyed by what the
+folder depends on: the file, the converter's code and the libraries that dequantize and write
+it. Workers serialise on a lock; a folder appears whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from pytest_prefalign import cache, storage, versions
+
+
+def conversion_key(digest: str) -> cache.Key:
+    """What a converted folder depends on: the GGUF file (its sha256), the converter's code and
+    the libraries that dequantize and write it."""
+    return cache.make_key(
+        "models",
+        gguf=digest,
+        converter=versions.function_version(convert_gguf),
+        libraries=versions.library_versions("transformers", "gguf", "torch", "safetensors"),
+    )
+
+
+def ensure_converted(digest: str, gguf: Callable[[], Path], source: str) -> Path:
+    """The safetensors folder ``<cache>/models/<key>`` of a GGUF file (``conversion_key``),
+    converted on first use, also with ``--prefalign-no-cache`` (the converted model is the
+    model itself, not a result). Workers serialise on a lock; the folder appears whole (built
+    beside it, then renamed), so a reader never sees half a model."""
+    root = storage.cache_dir("models")
+    key = conversion_key(digest)
+    target = root / key.digest
+    if (target / "config.json").is_file():
+        cache.note(key, hit=True)
+        return target
+    with storage.locked(target):
+        if (target / "config.json").is_file():  # another worker converted it meanwhile
+            cache.note(key, hit=True)
+            return target
+        if target.exists():  # not made by us: no config.json, so not a finished conversion
+            shutil.rmtree(target)
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}.", suffix=".tmp"))
+        try:
+            path = gguf()
+            convert_gguf(path, tmp)
+            storage.atomic_write_json(
+                tmp / "prefalign.json", {"source": source, "gguf": str(path), "sha256": digest}
+            )
+            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like its parent
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    cache.note(key, hit=False)
+    return target
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantize a GGUF file into a plain fp32 safetensors folder (model and tokenizer).
+
+    transformers refuses to ``save_pretrained`` a model loaded from GGUF, so the weights are
+    copied into a fresh model built from the same config without its quantization entry.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)
+    plain = AutoModelForCausalLM.from_config(
+        type(loaded.config).from_dict(config), dtype=torch.float32
+    )
+    plain.load_state_dict(loaded.state_dict())
+    plain.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
