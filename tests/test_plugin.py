@@ -442,3 +442,36 @@ def test_a_bug_in_a_method_shows_its_own_frames_not_pytests(toy):
         ["*def runtest(self)*", "*return {}?item.item_id?*", "E*KeyError*", "buggy.py:*: KeyError"]
     )
     assert "_pytest/runner.py" not in out and "pluggy/_" not in out
+
+
+def test_a_metric_declared_once_reaches_the_leaderboard_run_file_floors_and_gates(
+    toy, monkeypatch: pytest.MonkeyPatch
+):
+    """The catalogue is the one place: a metric declared there over an existing record field
+    is computed, shown, stored, floored and gated with no other change."""
+    from pytest_prefalign.analysis import catalogue
+
+    declared = catalogue.Metric(
+        "policy_hits", "pair", "policy_correct", "micro", "policy hits", gateable=True
+    )
+    monkeypatch.setattr(catalogue, "METRICS", (*catalogue.METRICS, declared))
+    first = run(
+        toy, "--prefalign", "toy", "--prefalign-methods", "base", "--prefalign-json", "a.json",
+        "--prefalign-fail-under", "policy_hits=0.0", "--prefalign-save", "main",
+    )  # fmt: skip
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*method*ROUGE-1*policy acc*policy hits*time*"])
+    (row,) = json.loads((toy.path / "a.json").read_text())["results"]
+    pairs = json.loads((toy.path / "a.json").read_text())["pairs"]
+    expected = sum(p["policy_correct"] for p in pairs) / len(pairs)
+    assert row["metrics"]["policy_hits"] == pytest.approx(expected)
+    assert len(row["ci"]["policy_hits"]) == 2 and set(row["per_user"]["policy_hits"]) == {
+        "ann",
+        "bob",
+    }
+    second = run(
+        toy, "--prefalign", "toy", "--prefalign-methods", "base", "--prefalign-compare",
+        "main", "--prefalign-compare-fail", "policy_hits:0pp",
+    )  # fmt: skip
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines(["*toy*base*tiny*policy_hits*0pp*ok*"])
