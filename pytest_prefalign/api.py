@@ -239,12 +239,15 @@ class Decoder:
 
     ``needs``: the reward capabilities it requires (``"score"`` for any reward method);
     an empty set for decoders without a reward method (``base``, ``icl``, ``icl_rag``).
-    ``Options``: the dataclass of its options (``ctx.options`` is an instance).
+    ``Options``: the dataclass of its options (``ctx.options`` is an instance). ``policy``:
+    whether it is a distribution over texts with a ``loglik`` (policy accuracy); a baseline that
+    writes without a model (``lead``) sets it False and gets no policy accuracy.
     """
 
     name: ClassVar[str] = "?"
     needs: ClassVar[frozenset[str]] = frozenset()
     Options: ClassVar[type[DecodeOptions]] = DecodeOptions
+    policy: ClassVar[bool] = True
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         """One output text per item."""

@@ -21,9 +21,10 @@ def pair_records(
 ) -> list[dict[str, Any]]:
     """One record per test pair: the reward method's scores of both sides and whether it
     prefers the chosen one (``rm_correct``; None without a reward method), and the same for the
-    decoder's policy score ``S_u(y|x)`` (``policy_correct``). Ties count 1/2."""
+    decoder's policy score ``S_u(y|x)`` (``policy_correct``; None for a decoder that is no
+    policy). Ties count 1/2."""
     pairs = ctx.data.test_pairs
-    if not pairs:
+    if not pairs or (ctx.reward is None and not getattr(decoder, "policy", True)):
         return []
     users = [p.user for p in pairs]
     prompts = [p.prompt for p in pairs]
@@ -32,33 +33,39 @@ def pair_records(
         t0 = time.perf_counter()
         rm = reward_scores(ctx, pairs)
         timings["rm_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    chosen = checked(
-        decoder.loglik(ctx, users, prompts, [p.chosen for p in pairs]),
-        len(pairs),
-        f"decoder {name!r} loglik (chosen)",
-        pairs,
-    )
-    rejected = checked(
-        decoder.loglik(ctx, users, prompts, [p.rejected for p in pairs]),
-        len(pairs),
-        f"decoder {name!r} loglik (rejected)",
-        pairs,
-    )
-    timings["policy_s"] = time.perf_counter() - t0
-    policy = metrics.pair_outcomes(chosen, rejected)
+    chosen = rejected = policy = None
+    if getattr(decoder, "policy", True):
+        t0 = time.perf_counter()
+        chosen = checked(
+            decoder.loglik(ctx, users, prompts, [p.chosen for p in pairs]),
+            len(pairs),
+            f"decoder {name!r} loglik (chosen)",
+            pairs,
+        )
+        rejected = checked(
+            decoder.loglik(ctx, users, prompts, [p.rejected for p in pairs]),
+            len(pairs),
+            f"decoder {name!r} loglik (rejected)",
+            pairs,
+        )
+        timings["policy_s"] = time.perf_counter() - t0
+        policy = metrics.pair_outcomes(chosen, rejected)
     rm_out = metrics.pair_outcomes(*rm) if rm is not None else None
+
+    def value(array: np.ndarray | None, i: int) -> float | None:
+        return number(array[i]) if array is not None else None
+
     return [
         {
             **key,
             "pair_id": p.pair_id,
             "user": p.user,
-            "rm_chosen": number(rm[0][i]) if rm else None,
-            "rm_rejected": number(rm[1][i]) if rm else None,
-            "rm_correct": number(rm_out[i]) if rm_out is not None else None,
-            "policy_chosen": number(chosen[i]),
-            "policy_rejected": number(rejected[i]),
-            "policy_correct": number(policy[i]),
+            "rm_chosen": value(rm and rm[0], i),
+            "rm_rejected": value(rm and rm[1], i),
+            "rm_correct": value(rm_out, i),
+            "policy_chosen": value(chosen, i),
+            "policy_rejected": value(rejected, i),
+            "policy_correct": value(policy, i),
         }
         for i, p in enumerate(pairs)
     ]
