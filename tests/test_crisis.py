@@ -1,40 +1,37 @@
-"""The selection-crisis analysis on hand-made result rows: tau-b worked out by hand (ties
-included), inversions found and not found, circular flags, the per-user spread rule and the
-terminal text."""
+"""The selection-crisis analysis on hand-made results: tau-b and its exact p worked out by hand,
+the verdicts (a finding, no evidence, not enough evidence and why), inversions and circular flags
+that fire only when their intervals exclude the null, the per-user spread, the selection regret,
+ICL against the best reward-guided row, and the terminal text."""
 
 from __future__ import annotations
 
-import math
+import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_prefalign.analysis import crisis, table
+from pytest_prefalign.analysis import crisis, selection, spread, summary
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
-USERS = [f"u{i}" for i in range(10)]
+USERS = [f"u{i:02d}" for i in range(10)]
 
 
 def row(
     method: str,
     *,
-    rm: float | None = None,
-    policy: float | None = None,
-    rouge1: float | None = None,
     suite: str = "s",
     size: str = "135m",
     per_user: dict[str, dict[str, float]] | None = None,
-    **extra: Any,
+    **figures: float,
 ) -> CaseResult:
-    """A result; every user's figure equals the method's figure unless ``per_user`` says."""
+    """A result whose every user has the method's figure unless ``per_user`` says otherwise;
+    the figures are then the means of the per-user ones."""
     decoder, _, reward = method.partition("[")
-    values = {
-        k: v
-        for k, v in (("rm_acc", rm), ("policy_acc", policy), ("rouge1", rouge1))
-        if v is not None
-    }
-    users = per_user or {k: dict.fromkeys(USERS, v) for k, v in values.items()}
+    users = {k: dict.fromkeys(USERS, v) for k, v in figures.items()}
+    users.update(per_user or {})
+    metrics = {k: float(np.mean(list(v.values()))) for k, v in users.items()}
     return CaseResult(
         suite=suite,
         size=size,
@@ -42,19 +39,21 @@ def row(
         decoder=decoder,
         reward=reward.rstrip("]") or None,
         n_users=len(USERS),
-        n_items=10,
-        n_pairs=20,
-        metrics={**values, **extra.pop("metrics", {})},
+        metrics=metrics,
         per_user=users,
         timings={"total_s": 1.0},
-        **extra,
     )
 
 
-def summary_lines(results: list[CaseResult]) -> list[str]:
-    """The terminal text of a run of these results, its analysis computed once."""
+def spread_users(values: list[float], noise: float = 0.01) -> dict[str, float]:
+    """Per-user figures around each mean: users differ a little, so intervals are narrow but
+    not a single point."""
+    return dict(zip(USERS, (v + noise * ((i % 3) - 1) for i, v in enumerate(values)), strict=True))
+
+
+def run_of(results: list[CaseResult]) -> RunFile:
     tau, found = crisis.analyse(results)
-    return table.summary_lines(RunFile(results, tau=tau, crisis=found))
+    return RunFile(results, tau=tau, crisis=found)
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,259 +65,303 @@ def summary_lines(results: list[CaseResult]) -> list[str]:
 # pairs: ab C, ac D, ad C, bc tie in x, bd tie in y, cd C  ->  C = 3, D = 1
 # tau-b = (C - D) / sqrt((n0 - n1)(n0 - n2)) = 2 / sqrt((6 - 1)(6 - 1)) = 0.4
 TIED = [
-    row("args[a]", rm=0.6, policy=0.5),
-    row("args[b]", rm=0.7, policy=0.6),
-    row("args[c]", rm=0.7, policy=0.4),
-    row("args[d]", rm=0.8, policy=0.6),
+    row("args[a]", rm_acc=0.6, policy_acc=0.5),
+    row("args[b]", rm_acc=0.7, policy_acc=0.6),
+    row("args[c]", rm_acc=0.7, policy_acc=0.4),
+    row("args[d]", rm_acc=0.8, policy_acc=0.6),
 ]
 
 
-def test_tau_b_with_ties_by_hand() -> None:
+def test_tau_b_with_ties_and_its_exact_p_by_hand() -> None:
     (entry,) = crisis.tau_entries(TIED)
     assert (entry["suite"], entry["size"], entry["decoder"]) == ("s", "135m", "args")
-    assert (entry["x"], entry["y"]) == ("rm_acc", "policy_acc")
-    assert entry["tau"] == pytest.approx(0.4)
-    expected_p = sps.kendalltau([0.6, 0.7, 0.7, 0.8], [0.5, 0.6, 0.4, 0.6], variant="b").pvalue
-    assert entry["p_value"] == pytest.approx(expected_p)
-    assert entry["n_methods"] == 4
-    assert entry["methods"] == ["args[a]", "args[b]", "args[c]", "args[d]"]
-    # every user has the method's figure, so every resample of users gives the same tau
-    assert entry["ci"] == pytest.approx([0.4, 0.4])
+    assert entry["tau"] == pytest.approx(0.4) and entry["n_methods"] == 4
+    x, y = [0.6, 0.7, 0.7, 0.8], [0.5, 0.6, 0.4, 0.6]
+    taus = [sps.kendalltau(x, list(p), variant="b").statistic for p in itertools.permutations(y)]
+    assert entry["p_value"] == pytest.approx(np.mean([abs(t) >= 0.4 - 1e-12 for t in taus]))
+    assert entry["p_method"] == "exact permutation"
+    # every user has the method's figure: every resample gives the same tau
+    assert entry["ci"] == pytest.approx([0.4, 0.4]) and entry["n_users"] == 10
+    # four methods cannot reach p < 0.05: not enough evidence, whatever the tau
+    assert entry["verdict"] == (
+        "not enough evidence: 4 methods: p >= 0.083 even for a perfect "
+        "ranking; RM accuracy ties across the methods"
+    ) or entry["verdict"].startswith("not enough evidence: 4 methods: p >= 0.083")
+    assert not entry["enough"]
 
 
-def test_four_methods_warn_that_tau_cannot_be_significant() -> None:
-    (entry,) = crisis.tau_entries(TIED)
-    # 2 / 4! = 0.083 > 0.05
-    assert entry["warning"] == "4 methods: p >= 0.083 even for a perfect ranking"
+def five(
+    decoder: str = "args",
+    policy: tuple[float, ...] = (0.50, 0.55, 0.60, 0.65, 0.70),
+    rm: tuple[float, ...] = (0.70, 0.75, 0.80, 0.85, 0.90),
+    **extra: Any,
+) -> list[CaseResult]:
+    return [
+        row(
+            f"{decoder}[m{i}]",
+            per_user={"rm_acc": spread_users([r] * 10), "policy_acc": spread_users([p] * 10)},
+            **extra,
+        )
+        for i, (r, p) in enumerate(zip(rm, policy, strict=True))
+    ]
 
 
-def test_five_methods_no_warning_and_perfect_ranking() -> None:
-    rows = [row(f"args[r{i}]", rm=0.5 + i / 20, policy=0.4 + i / 20) for i in range(5)]
+def test_five_methods_ranked_alike_are_a_finding() -> None:
+    (entry,) = crisis.tau_entries(five())
+    assert entry["tau"] == pytest.approx(1.0) and entry["p_value"] == pytest.approx(2 / 120)
+    assert entry["ci"][0] > 0 and entry["enough"]
+    assert entry["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
+
+
+def test_reversed_order_is_a_finding_the_opposite_way() -> None:
+    (entry,) = crisis.tau_entries(five(policy=(0.70, 0.65, 0.60, 0.55, 0.50)))
+    assert entry["tau"] == pytest.approx(-1.0)
+    assert entry["verdict"].endswith("the opposite way as policy_acc")
+
+
+@pytest.mark.parametrize(
+    ("rm", "reason"),
+    [
+        ((0.985, 0.99, 0.992, 0.995, 1.0), "RM accuracy saturated (all >= 0.98)"),
+        ((0.8, 0.8, 0.8, 0.8, 0.9), "RM accuracy ties across the methods"),
+    ],
+)
+def test_saturated_or_tied_rm_accuracy_is_not_enough_evidence(rm, reason) -> None:
+    (entry,) = crisis.tau_entries(five(rm=rm))
+    assert not entry["enough"] and reason in entry["verdict"]
+
+
+def test_users_who_disagree_give_a_wide_interval_and_no_finding() -> None:
+    # half the users rank the five methods one way by policy accuracy, half the other way
+    flip = {u: (i % 2 == 0) for i, u in enumerate(USERS)}
+    rows = [
+        row(
+            f"args[m{i}]",
+            per_user={
+                "rm_acc": dict.fromkeys(USERS, 0.7 + 0.05 * i),
+                "policy_acc": {u: (0.5 + 0.05 * i if flip[u] else 0.7 - 0.05 * i) for u in USERS},
+            },
+        )
+        for i in range(5)
+    ]
     (entry,) = crisis.tau_entries(rows)
-    assert entry["tau"] == pytest.approx(1.0)
-    assert entry["p_value"] == pytest.approx(2 / math.factorial(5))  # exact test
-    assert entry["warning"] is None
+    assert not entry["enough"] and "the interval over users spans" in entry["verdict"]
 
 
-def test_too_few_methods_give_no_tau_and_say_why() -> None:
-    (entry,) = crisis.tau_entries(
-        [row("args[a]", rm=0.6, policy=0.5), row("args[b]", rm=0.7, policy=0.6)]
+def test_too_few_methods_or_users_say_why() -> None:
+    (two,) = crisis.tau_entries(
+        [row("args[a]", rm_acc=0.6, policy_acc=0.5), row("args[b]", rm_acc=0.7, policy_acc=0.6)]
     )
-    assert entry["tau"] is None and entry["p_value"] is None and entry["ci"] is None
-    assert entry["n_methods"] == 2
-    assert "fewer than 3 methods" in entry["warning"]
+    assert two["tau"] is None and "fewer than 3 methods" in two["verdict"]
+    few = [
+        row(
+            f"args[m{i}]",
+            per_user={
+                "rm_acc": {"u1": 0.6 + 0.05 * i, "u2": 0.6 + 0.05 * i},
+                "policy_acc": {"u1": 0.5 + i / 20, "u2": 0.5 + i / 20},
+            },
+        )
+        for i in range(5)
+    ]
+    (entry,) = crisis.tau_entries(few)
+    assert "2 users" in entry["verdict"] and not entry["enough"]
+
+
+def test_decoders_are_never_pooled_so_no_method_counts_twice() -> None:
+    rows = five("args") + five("bon")
+    entries = crisis.tau_entries(rows)
+    assert sorted(e["decoder"] for e in entries) == ["args", "bon"]
+    assert all(len(set(e["methods"])) == len(e["methods"]) == 5 for e in entries)
 
 
 def test_methods_without_reward_are_left_out_and_rouge_gets_its_own_entry() -> None:
-    rows = [
-        row("base", policy=0.9, rouge1=0.5),
-        row("icl", policy=0.1, rouge1=0.1),
-        *(row(f"bon[r{i}]", rm=0.5 + i / 10, policy=0.5, rouge1=0.3 - i / 10) for i in range(3)),
+    rows = [row("base", policy_acc=0.4, rouge1=0.3)] + [
+        row(f"args[m{i}]", rm_acc=0.6 + 0.05 * i, policy_acc=0.5, rouge1=0.2 + 0.01 * i)
+        for i in range(3)
     ]
-    entries = {e["y"]: e for e in crisis.tau_entries(rows)}
-    assert entries["rouge1"]["methods"] == ["bon[r0]", "bon[r1]", "bon[r2]"]
-    assert entries["rouge1"]["tau"] == pytest.approx(-1.0)
-    assert entries["policy_acc"]["tau"] is None  # constant policy accuracy
-    assert "y is the same for every method" in entries["policy_acc"]["warning"]
-
-
-def test_pooled_entry_over_decoders() -> None:
-    rows = TIED + [row("bon[e]", rm=0.9, policy=0.3)]
-    entries = {(e["decoder"], e["y"]): e for e in crisis.tau_entries(rows)}
-    assert set(entries) == {("args", "policy_acc"), ("bon", "policy_acc"), ("*", "policy_acc")}
-    pooled = entries[("*", "policy_acc")]
-    assert pooled["n_methods"] == 5
-    assert "pooled over decoders" in pooled["warning"]
-    assert pooled["tau"] == pytest.approx(
-        sps.kendalltau([0.6, 0.7, 0.7, 0.8, 0.9], [0.5, 0.6, 0.4, 0.6, 0.3], variant="b").statistic
+    entries = crisis.tau_entries(rows)
+    assert [e["y"] for e in entries] == ["policy_acc", "rouge1"]
+    assert all("base" not in e["methods"] for e in entries)
+    assert (
+        "policy_acc is the same for every method" in entries[0]["verdict"]
+        or "y is the same" in entries[0]["verdict"]
     )
 
 
-def test_tau_interval_from_per_user_figures() -> None:
-    # user u0 says x and y agree, user u1 says they disagree. Resamples of 2 users:
-    # {u0, u0} tau = 1, {u1, u1} tau = -1, {u0, u1} (half of them) tau = 1 -> 95% CI [-1, 1]
-    def per(xs: tuple[float, float], ys: tuple[float, float]) -> dict[str, dict[str, float]]:
-        return {"rm_acc": {"u0": xs[0], "u1": xs[1]}, "policy_acc": {"u0": ys[0], "u1": ys[1]}}
-
-    rows = [
-        row("args[a]", rm=0.4, policy=0.5, per_user=per((0.2, 0.6), (0.2, 0.8))),
-        row("args[b]", rm=0.55, policy=0.55, per_user=per((0.4, 0.7), (0.4, 0.7))),
-        row("args[c]", rm=0.7, policy=0.6, per_user=per((0.6, 0.8), (0.6, 0.6))),
-    ]
-    (entry,) = crisis.tau_entries(rows)
-    assert entry["tau"] == pytest.approx(1.0)
-    assert entry["ci"] == pytest.approx([-1.0, 1.0])
-
-
 # --------------------------------------------------------------------------------------------
-# inversions
+# Inversions and circular evaluation: stated only when significant
 # --------------------------------------------------------------------------------------------
 
 
-def test_inversion_found_with_both_figures() -> None:
-    rows = [
-        row("args[good_rm]", rm=0.8, policy=0.5),
-        row("args[bad_rm]", rm=0.6, policy=0.7),
-        row("args[mid]", rm=0.7, policy=0.6),
-    ]
-    found = [e for e in crisis.inversion_entries(rows) if e["y"] == "policy_acc"]
-    pairs = {(e["a"], e["b"]): e for e in found}
-    assert set(pairs) == {
-        ("args[good_rm]", "args[bad_rm]"),
-        ("args[good_rm]", "args[mid]"),
-        ("args[mid]", "args[bad_rm]"),
-    }
-    e = pairs[("args[good_rm]", "args[bad_rm]")]
-    assert (e["x_a"], e["x_b"], e["y_a"], e["y_b"]) == (0.8, 0.6, 0.5, 0.7)
-    assert found[0]["a"] == "args[good_rm]" and found[0]["b"] == "args[bad_rm]"  # clearest first
+def test_inversion_is_significant_only_when_both_differences_are() -> None:
+    a = row(
+        "args[a]",
+        per_user={"rm_acc": spread_users([0.9] * 10), "policy_acc": spread_users([0.4] * 10)},
+    )
+    b = row(
+        "args[b]",
+        per_user={"rm_acc": spread_users([0.7] * 10), "policy_acc": spread_users([0.6] * 10)},
+    )
+    (clear,) = crisis.inversion_entries([a, b])
+    assert (clear["a"], clear["b"], clear["significant"]) == ("args[a]", "args[b]", True)
+    assert clear["x_diff_ci"][0] > 0 and clear["y_diff_ci"][0] > 0
+    # the same means, but users split: b's policy lead is 0.2 for half the users, -0.2 for the
+    # other half plus a little: the interval of the difference covers 0
+    mixed = {u: (0.4 if i % 2 else 0.8) for i, u in enumerate(USERS)}
+    c = row("args[c]", per_user={"rm_acc": spread_users([0.7] * 10), "policy_acc": mixed})
+    a2 = row(
+        "args[a]",
+        per_user={"rm_acc": spread_users([0.9] * 10), "policy_acc": dict.fromkeys(USERS, 0.59)},
+    )
+    (unclear,) = crisis.inversion_entries([a2, c])
+    assert not unclear["significant"] and unclear["y_diff_ci"][0] < 0 < unclear["y_diff_ci"][1]
+    text = "\n".join(summary.inversion_lines([unclear]))
+    assert "No significant ranking inversion: 1 pair(s)" in text
 
 
-def test_no_inversion_when_orders_agree_or_tie() -> None:
-    rows = [
-        row("args[a]", rm=0.8, policy=0.7, rouge1=0.3),
-        row("args[b]", rm=0.6, policy=0.5, rouge1=0.3),  # rouge tie: not an inversion
-        row("args[c]", rm=0.6, policy=0.9),
-    ]  # rm tie with b: not an inversion with b
-    found = crisis.inversion_entries(rows)
-    assert [(e["a"], e["b"], e["y"]) for e in found] == [("args[a]", "args[c]", "policy_acc")]
-
-
-def test_pooled_inversions_list_only_cross_decoder_pairs() -> None:
-    rows = [
-        row("args[a]", rm=0.8, policy=0.5),
-        row("args[b]", rm=0.6, policy=0.7),
-        row("bon[c]", rm=0.7, policy=0.9),
-    ]
-    found = {(e["decoder"], e["a"], e["b"]) for e in crisis.inversion_entries(rows)}
-    # bon[c] is above args[b] on both figures: no inversion there
-    assert found == {("args", "args[a]", "args[b]"), ("*", "args[a]", "bon[c]")}
-
-
-# --------------------------------------------------------------------------------------------
-# circular evaluation
-# --------------------------------------------------------------------------------------------
-
-
-def test_self_judged_method_flagged_circular_with_gap() -> None:
-    rows = [
-        row("base", policy=0.5, rouge1=0.30),
-        row(
-            "args[lore]",
-            rm=0.7,
-            policy=0.55,
-            rouge1=0.25,
-            metrics={"win_self": 1.0, "win_independent": 0.4},
-            judge={"n": 10, "independent": "minilm-bt"},
-        ),
-    ]
-    (entry,) = crisis.circular_entries(rows)
-    assert entry["gap"] == pytest.approx(0.6)
-    assert entry["rouge1_vs_base"] == pytest.approx(-0.05)
-    lines = summary_lines(rows)
-    table_row = next(line for line in lines if "args[lore]" in line and "circular" in line)
-    assert "1.000 (circular)" in table_row and "0.400" in table_row and "+0.600" in table_row
-    assert "minilm-bt" in table_row
+def test_circular_flag_needs_both_intervals() -> None:
+    base = row("base", per_user={"rouge1": spread_users([0.30] * 10)})
+    guided = row(
+        "args[lore]",
+        per_user={
+            "rouge1": spread_users([0.20] * 10),
+            "win_self": dict.fromkeys(USERS, 0.9),
+            "win_independent": dict.fromkeys(USERS, 0.3),
+        },
+    )
+    guided.ci = {"win_self": [0.8, 1.0], "win_independent": [0.1, 0.5]}
+    guided.judge = {"n": 10, "independent": "MiniLM judge"}
+    (entry,) = crisis.circular_entries([base, guided])
+    assert entry["flag"] and entry["rouge1_vs_base"] == pytest.approx(-0.1)
+    assert entry["rouge1_vs_base_ci"][1] < 0 and entry["gap"] == pytest.approx(0.6)
+    lines = "\n".join(summary.circular_lines([entry]))
     assert (
-        "! args[lore] (s · 135m): wins 100% over base under its own RM but its ROUGE-1 is "
-        "0.050 below base's"
-    ) in lines
+        "! args[lore] (s · 135m): wins 90% over base under its own RM (interval [0.80, "
+        "1.00])" in lines
+    )
+    # a win rate whose interval covers 1/2 is no finding
+    guided.ci["win_self"] = [0.45, 0.9]
+    (weak,) = crisis.circular_entries([base, guided])
+    assert not weak["flag"] and "!" not in "\n".join(summary.circular_lines([weak]))
 
 
 def test_missing_independent_judge_shows_its_reason() -> None:
-    rows = [
-        row(
-            "args[lore]",
-            rm=0.7,
-            policy=0.55,
-            metrics={"win_self": 0.7},
-            judge={"n": 10, "reason": "the encoder package is missing"},
-        )
-    ]
-    (entry,) = crisis.circular_entries(rows)
-    assert entry["win_independent"] is None and entry["gap"] is None
-    assert "  no independent judge for args[lore]: the encoder package is missing" in summary_lines(
-        rows
+    r = row("args[lore]", win_self=0.8)
+    r.judge = {"n": 10, "reason": "the encoder package is missing"}
+    (entry,) = crisis.circular_entries([r])
+    assert entry["win_independent"] is None and not entry["flag"]
+    assert (
+        "  no independent judge for args[lore]: the encoder package is missing"
+        in summary.circular_lines([entry])
     )
 
 
 # --------------------------------------------------------------------------------------------
-# per-user spread
+# Per-user spread
 # --------------------------------------------------------------------------------------------
 
 
-def test_tail_mean_by_hand() -> None:
-    assert crisis.tail_mean([0.9, 0.1, 0.5, 0.7, 0.3, 0.6, 0.8, 0.4, 0.2, 1.0]) == (
-        pytest.approx(0.1),
-        1,
-    )  # 10 users: the worst 1
-    assert crisis.tail_mean([0.9, 0.1, 0.5, 0.7, 0.3, 0.6, 0.8, 0.4, 0.2, 1.0, 0.0]) == (
-        pytest.approx(0.05),
-        2,
-    )  # 11 users: ceil(1.1) = 2
+def test_tail_mean_and_resampled_tails_by_hand() -> None:
+    assert spread.tail_mean([0.9, 0.1, 0.5, 0.3]) == (0.1, 1)
+    assert spread.tail_mean(list(range(20))) == (0.5, 2)  # worst 2 of 20: (0 + 1) / 2
+    values = np.array([0.4, 0.1, 0.7])
+    # draws: user 0 twice, user 1 never, user 2 once -> multiset 0.4 0.4 0.7; worst 1: 0.4
+    counts = np.array([[2.0, 0.0, 1.0], [0.0, 3.0, 0.0]])
+    assert spread.resampled_tails(values, counts, share=0.1).tolist() == [0.4, 0.1]
 
 
-def _policy(values: list[float]) -> dict[str, dict[str, float]]:
-    return {"policy_acc": dict(zip(USERS, values, strict=True))}
-
-
-def test_close_means_with_different_worst_decile_flagged() -> None:
-    even = [0.5] * 10
-    skewed = [5 / 9] * 9 + [0.0]  # mean 0.5, worst user 0
+def test_close_means_with_different_worst_decile_flagged_only_with_enough_evidence() -> None:
+    many = [f"v{i:02d}" for i in range(50)]
+    steady = dict.fromkeys(many, 0.60)
+    # five users of fifty served badly, the rest a little better: the same mean, 0.600
+    skewed = {u: (0.30 if i < 5 else 0.6333333333333333) for i, u in enumerate(many)}
     rows = [
-        row("args[a]", rm=0.6, policy=0.5, per_user=_policy(even)),
-        row("args[b]", rm=0.7, policy=0.5, per_user=_policy(skewed)),
-        row("args[c]", rm=0.8, policy=0.5, per_user=_policy(even)),
+        row("args[a]", per_user={"policy_acc": steady}),
+        row("args[b]", per_user={"policy_acc": skewed}),
     ]
-    flags = crisis.spread(rows)["flags"]
-    assert [(f["kind"], f["a"], f["b"]) for f in flags] == [
-        ("close_means", "args[b]", "args[a]"),
-        ("close_means", "args[b]", "args[c]"),
+    flags = spread.flags(rows)
+    assert [(f["kind"], f["a"], f["b"]) for f in flags] == [("close_means", "args[b]", "args[a]")]
+    assert flags[0]["tail_ci"][1] < 0 and flags[0]["tail_users"] == 5
+    # one user of ten: a resample without that user is likely, the interval covers 0
+    one_bad = {u: (0.30 if i == 0 else 0.6333333333333333) for i, u in enumerate(USERS)}
+    weak = [
+        row("args[a]", per_user={"policy_acc": dict.fromkeys(USERS, 0.6)}),
+        row("args[b]", per_user={"policy_acc": one_bad}),
     ]
-    assert flags[0]["tail_a"] == pytest.approx(0.0) and flags[0]["tail_b"] == pytest.approx(0.5)
-    assert "worst 1 of 10 users" in flags[0]["text"]
-
-
-def test_gain_on_mean_with_loss_on_worst_decile_against_base() -> None:
-    base = [0.4] * 10
-    method = [0.6] * 9 + [0.2]  # mean 0.56 > 0.4, worst 0.2 <= 0.4 - 0.1
-    rows = [
-        row("base", policy=0.4, per_user=_policy(base)),
-        row("args[a]", rm=0.6, policy=0.56, per_user=_policy(method)),
+    assert spread.flags(weak) == []
+    few = [
+        row(m, per_user={"policy_acc": {u: v for u, v in d.items() if u in many[:5]}})
+        for m, d in (("args[a]", steady), ("args[b]", skewed))
     ]
-    (flag,) = crisis.spread(rows)["flags"]
-    assert (flag["kind"], flag["a"], flag["b"]) == ("mean_only_gain", "args[a]", "base")
-    assert "hurts the worst-served users" in flag["text"]
-
-
-def test_spread_not_flagged_with_too_few_users() -> None:
-    few = {"policy_acc": {"u0": 0.5, "u1": 0.5, "u2": 0.5, "u3": 0.5}}
-    skewed = {"policy_acc": {"u0": 2 / 3, "u1": 2 / 3, "u2": 2 / 3, "u3": 0.0}}
-    rows = [
-        row("args[a]", rm=0.6, policy=0.5, per_user=few),
-        row("args[b]", rm=0.7, policy=0.5, per_user=skewed),
-    ]
-    result = crisis.spread(rows)
-    assert result["flags"] == []
-    assert {r["method"]: r["tail_mean"] for r in result["rows"]} == {"args[a]": 0.5, "args[b]": 0.0}
+    assert spread.flags(few) == []
 
 
 # --------------------------------------------------------------------------------------------
-# terminal text
+# Selection regret and ICL against reward-guided decoding
+# --------------------------------------------------------------------------------------------
+
+
+def test_regret_by_hand_and_with_ties() -> None:
+    x, y = np.array([[0.9, 0.8, 0.7]]), np.array([[0.5, 0.7, 0.6]])
+    assert selection.regret(x, y)[0] == pytest.approx(0.2)  # picked 0.5, best 0.7
+    tied = np.array([[0.9, 0.9, 0.7]])
+    assert selection.regret(tied, y)[0] == pytest.approx(0.1)  # 0.7 - mean(0.5, 0.7)
+    rows = [
+        row(f"args[m{i}]", rm_acc=r, policy_acc=p)
+        for i, (r, p) in enumerate([(0.9, 0.5), (0.8, 0.7), (0.7, 0.6)])
+    ]
+    (entry,) = selection.regret_entries(crisis.reward_groups(rows))
+    assert entry["picked"] == ["args[m0]"] and entry["best"] == "args[m1]"
+    assert entry["regret"] == pytest.approx(0.2) and entry["ci"] == pytest.approx([0.2, 0.2])
+    assert entry["significant"]
+
+
+def test_no_regret_when_the_pick_is_the_best() -> None:
+    rows = five()
+    entry = next(
+        e for e in selection.regret_entries(crisis.reward_groups(rows)) if e["y"] == "policy_acc"
+    )
+    assert entry["regret"] == 0.0 and not entry["significant"]
+
+
+def test_icl_against_the_best_reward_guided_row() -> None:
+    rows = [
+        row("icl", per_user={"rouge1": spread_users([0.35] * 10)}),
+        row("args[a]", rm_acc=0.8, per_user={"rouge1": spread_users([0.30] * 10)}),
+        row("args[b]", rm_acc=0.7, per_user={"rouge1": spread_users([0.25] * 10)}),
+    ]
+    (entry,) = selection.icl_entries(rows)
+    assert (entry["icl"], entry["rgd"], entry["metric"]) == ("icl", "args[a]", "rouge1")
+    assert entry["diff"] == pytest.approx(0.05) and entry["verdict"] == "icl better"
+    found = selection.compare_rows(rows, "icl", "args[b]")
+    assert [(f["metric"], round(f["diff"], 3)) for f in found] == [("rouge1", 0.1)]
+    with pytest.raises(ValueError, match="has both 'icl' and 'bon"):
+        selection.compare_rows(rows, "icl", "bon[x]")
+
+
+# --------------------------------------------------------------------------------------------
+# The terminal text
 # --------------------------------------------------------------------------------------------
 
 
 def test_summary_lines_content() -> None:
-    rows = [*TIED, row("base", policy=0.5)]
-    text = "\n".join(summary_lines(rows))
-    assert "Kendall's tau-b" in text
-    tau_line = next(line for line in text.splitlines() if "rm_acc ~ policy_acc" in line)
-    assert "args" in tau_line and "+0.400" in tau_line and "[+0.40, +0.40]" in tau_line
-    assert "4 methods: p >= 0.083" in tau_line
-    # the one inversion: c is above a by RM accuracy (0.7 > 0.6) and below it by policy
-    assert "Ranking inversions (1)" in text
-    inv = next(line for line in text.splitlines() if "args[c]" in line and "<" in line)
-    assert "0.700 > 0.600" in inv and "0.400 < 0.500" in inv
+    rows = [
+        row("base", policy_acc=0.5, rouge1=0.3),
+        row("icl", policy_acc=0.6, rouge1=0.35),
+        *five(),
+    ]
+    text = "\n".join(summary.summary_lines(run_of(rows)))
+    assert "Kendall's tau-b across the reward methods of each decoder (exact permutation p" in text
+    assert "finding: RM accuracy orders the methods the same way as policy_acc" in text
+    assert "Selection regret" in text and "no evidence of regret" in text
+    assert "No ranking inversions" in text
+
+
+def test_not_enough_evidence_hides_the_numbers() -> None:
+    text = summary.tau_table(crisis.tau_entries(TIED))
+    line = next(ln for ln in text.splitlines() if "args" in ln)
+    assert "+0.400" not in line and "not enough evidence" in line
 
 
 def test_summary_empty_without_reward_methods() -> None:
-    assert summary_lines([row("base", policy=0.5), row("icl", policy=0.6)]) == []
+    assert summary.summary_lines(run_of([row("base", policy_acc=0.5)])) == []

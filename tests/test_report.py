@@ -94,7 +94,7 @@ def test_report_page_has_tables_and_plot(tmp_path: Path) -> None:
     for method in ("icl_rag", "args[lore]", "args[per_user_bt]", "bon[vpl]"):
         assert has_cell(text, method)
     assert "rm_acc ~ policy_acc" in text and "rm_acc ~ rouge1" in text
-    assert "1.000 (circular)" in text and "+0.750" in text  # gap 1.0 - 0.25
+    assert "1.000 [0.90, 1.10] (circular)" in text and "+0.750" in text  # gap 1.0 - 0.25
     assert "below base" in text  # win 100% under its own RM, ROUGE-1 below base's
     assert "ACL Anthology, https://aclanthology.org, CC BY 4.0" in text
     png = (tmp_path / "out" / report.PLOT).read_bytes()

@@ -11,12 +11,11 @@ from scipy import stats as sps
 
 from pytest_prefalign.analysis.stats import (
     _sign_flip_p,
-    _tau_b_rows,
     inversions,
     kendall,
-    kendall_bootstrap,
     mcnemar_exact,
     paired_bootstrap,
+    tau_b_rows,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -62,7 +61,7 @@ def test_vectorised_tau_b_matches_scipy() -> None:
     rng = np.random.default_rng(0)
     # values on a coarse grid so that many rows carry ties
     x, y = rng.integers(0, 4, size=(50, 6)) / 4, rng.integers(0, 4, size=(50, 6)) / 4
-    ours = _tau_b_rows(x, y)
+    ours = tau_b_rows(x, y)
     for row, value in enumerate(ours):
         expected = sps.kendalltau(x[row], y[row], variant="b").statistic
         if math.isnan(expected):
@@ -71,37 +70,41 @@ def test_vectorised_tau_b_matches_scipy() -> None:
             assert value == pytest.approx(expected)
 
 
-def test_kendall_bootstrap_agreeing_methods_give_one() -> None:
-    # Three methods; every user ranks them the same way by both figures (x = y), so every
-    # resample orders their macro means identically in x and y: tau = 1 in every resample.
-    users = [f"u{i}" for i in range(12)]
-    per_user = [{u: base + 0.01 * i for i, u in enumerate(users)} for base in (0.2, 0.5, 0.8)]
-    assert kendall_bootstrap(per_user, per_user, n_boot=200) == (1.0, 1.0)
-    flipped = [{u: -v for u, v in figures.items()} for figures in per_user]
-    assert kendall_bootstrap(per_user, flipped, n_boot=200) == (-1.0, -1.0)
+def test_kendall_p_value_is_the_exact_permutation_p() -> None:
+    # A perfect ranking of n methods: only the identity and the reversal reach |tau| = 1, so the
+    # two-sided p is 2 / n!: 2/120 for 5 methods, 2/24 for 4.
+    five = kendall([1, 2, 3, 4, 5], [10, 20, 30, 40, 50])
+    assert five.tau == 1.0 and five.p_value == pytest.approx(2 / 120) and five.exact
+    four = kendall([1, 2, 3, 4], [4, 3, 2, 1])
+    assert four.tau == -1.0 and four.p_value == pytest.approx(2 / 24)
 
 
-def test_kendall_bootstrap_interval_is_wide_for_disagreeing_users() -> None:
-    # Half the users rank methods A > B > C by x and C > B > A by y, the other half agree.
-    # Resamples land on either side, so the interval must straddle 0 and is seeded.
-    users = [f"u{i}" for i in range(20)]
-    xs = [{u: v for u in users} for v in (0.8, 0.5, 0.2)]
-    ys = [{u: (v if i % 2 else 1 - v) for i, u in enumerate(users)} for v in (0.8, 0.5, 0.2)]
-    lo, hi = kendall_bootstrap(xs, ys, n_boot=500, seed=1)
-    # x is constant across users, so x's order never changes; y's order flips with the mix
-    assert lo == -1.0 and hi == 1.0
-    assert kendall_bootstrap(xs, ys, n_boot=500, seed=1) == (lo, hi)
+def test_kendall_exact_p_counts_every_permutation_by_hand() -> None:
+    # x = 1 2 3 4, y = 1 3 2 4: tau = 2/3. Over the 24 orderings of y, tau-b takes the values
+    # (#discordant pairs d = 0..6 -> tau = 1 - d/3) with the Mahonian counts 1 3 5 6 5 3 1, so
+    # |tau| >= 2/3 for d in {0, 1, 5, 6}: 1 + 3 + 3 + 1 = 8 orderings, p = 8 / 24.
+    result = kendall([1, 2, 3, 4], [1, 3, 2, 4])
+    assert result.p_value == pytest.approx(8 / 24)
 
 
-def test_kendall_bootstrap_is_nan_safe() -> None:
-    # two methods only: tau is undefined -> (nan, nan)
-    assert all(math.isnan(v) for v in kendall_bootstrap([{"a": 1.0}] * 2, [{"a": 1.0}] * 2))
-    # a constant y across methods: every resample is a tie -> (nan, nan), no warning, no crash
-    xs = [{"a": 0.1, "b": 0.2}, {"a": 0.3, "b": 0.4}, {"a": 0.5, "b": 0.6}]
-    ys = [{"a": 0.5, "b": 0.5}] * 3
-    assert all(math.isnan(v) for v in kendall_bootstrap(xs, ys, n_boot=50))
-    with pytest.raises(ValueError, match="per_user_x has 3 methods, per_user_y 2"):
-        kendall_bootstrap(xs, ys[:2])
+def test_kendall_exact_p_with_ties_enumerates_the_tied_values() -> None:
+    # brute force over the 24 orderings of the tied y, tau-b recomputed for each
+    x, y = [0.6, 0.7, 0.7, 0.8], [0.5, 0.6, 0.4, 0.6]
+    observed = sps.kendalltau(x, y, variant="b").statistic
+    taus = [
+        sps.kendalltau(x, list(perm), variant="b").statistic for perm in itertools.permutations(y)
+    ]
+    expected = np.mean([abs(t) >= abs(observed) - 1e-12 for t in taus])
+    assert kendall(x, y).p_value == pytest.approx(expected) == pytest.approx(2 / 3)
+    # with ties scipy's default is its large-sample p-value, which is wrong here: 0.44
+    assert sps.kendalltau(x, y).pvalue == pytest.approx(0.444, abs=1e-3)
+
+
+def test_kendall_samples_permutations_beyond_eight_methods_seeded() -> None:
+    x = list(range(10))
+    y = [0, 2, 1, 3, 5, 4, 6, 8, 7, 9]
+    first, again = kendall(x, y), kendall(x, y)
+    assert not first.exact and first.p_value == again.p_value and 0 < first.p_value < 0.01
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,77 +1,75 @@
 """The selection-crisis analysis of a run (docs/report.md): does RM accuracy order the reward
-methods the way policy accuracy and ROUGE-1 do, which pairs of methods it orders the wrong way,
-where a method is judged by its own reward model, and what the per-user view shows that a mean
-hides.
+methods of one decoder the way policy accuracy and ROUGE-1 do, which pairs of methods it orders
+the wrong way, and where a method is judged by its own reward model.
+
+Every figure that compares methods carries an interval with users resampled (``users``), and
+every statement fires only when its interval excludes the null: a tau is a finding only when its
+exact permutation p-value is below ALPHA and its interval excludes 0, an inversion only when
+both of its differences are significant, a circular-evaluation flag only when the own-RM win
+rate is above 1/2 and the ROUGE-1 loss to base below 0, both by their intervals. Where the data
+cannot say (saturated or tied RM accuracies, too few methods or users, an interval wider than
+1), the entry says "not enough evidence" and why, instead of a number that looks like a finding.
+Groups never mix decoders, so no reward method is counted twice.
 
 Pure computation on the results of a run, done once when it ends (``analyse``); the run file
-stores what it finds, and the summary and the report print it (``table``, ``report``). The
-rules (how many methods a tau needs, when the decoders are pooled, when a spread is flagged)
-are documented in ``docs/report.md``.
+stores what it finds, the summary and the report print it. The per-user spread and the selection
+regret are in ``spread`` and ``selection``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, TypeGuard
 
 import numpy as np
 
-from pytest_prefalign.analysis import stats
+from pytest_prefalign.analysis import selection, spread, stats, users
 from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
 Y_METRICS = ("policy_acc", "rouge1")
-POOLED = "*"  # the decoder label of entries pooled over every decoder of a (suite, size)
-N_BOOT = 1000  # bootstrap resamples of users for the tau interval
-ALPHA = 0.05  # the significance level the few-methods warning refers to
-
-# Per-user spread (see ``spread``): the tail is the worst TAIL_SHARE of users, at least one.
-SPREAD_METRICS = ("policy_acc", "rm_acc", "rouge1")
-TAIL_SHARE = 0.10
-MIN_USERS = 5  # below this the "worst decile" is one user of very few: not flagged
-CLOSE = 0.02  # means within 2 points count as close
-APART = 0.10  # tails 10 points apart count as different
-
-MAX_LISTED = 10  # inversions and spread notes printed per section before "... and N more"
+ALPHA = 0.05
+MIN_METHODS = 5  # below this no tau can reach p < 0.05 (2 / n! > 0.05)
+MIN_USERS = 5  # below this the users-resampled interval means little
+SATURATED = 0.98  # RM accuracies all at or above this leave nothing to rank
+MAX_WIDTH = 1.0  # a tau interval wider than this is no evidence either way
+MAX_LISTED = 10  # inversions printed per section before "... and N more"
 
 Row = dict[str, Any]  # an entry of the analysis, as the run file stores it
 
 
-# --------------------------------------------------------------------------------------------
-# Grouping
-# --------------------------------------------------------------------------------------------
+def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
+    """``(tau, crisis)`` as the run file stores them: the tau entries; and the inversions,
+    circular-evaluation entries, per-user spread flags, selection regret and the comparison of
+    in-context learning with the best reward-guided row."""
+    results = list(results)
+    return tau_entries(results), {
+        "inversions": inversion_entries(results),
+        "circular": circular_entries(results),
+        "spread": spread.flags(results),
+        "regret": selection.regret_entries(reward_groups(results)),
+        "icl_vs_rgd": selection.icl_entries(results),
+    }
 
 
 def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:
-    """Rows of reward-guided methods with an RM accuracy, by (suite, size, decoder).
-
-    A (suite, size) whose reward methods run under more than one decoder also gets a pooled
-    group ``(suite, size, "*")``. A method listed twice keeps its last row.
-    """
+    """Rows of reward-guided methods with an RM accuracy, by (suite, size, decoder). A method
+    listed twice keeps its last row; decoders are never pooled (a reward method run under two
+    decoders would count twice, and decoder effects would pass for reward effects)."""
     by_method: dict[tuple[str, str, str], CaseResult] = {}
     for row in results:
         if row.reward and _finite(row.metrics.get(X_METRIC)):
             by_method[(row.suite, row.size, row.method)] = row
     groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
-    pooled: dict[tuple[str, str], list[CaseResult]] = defaultdict(list)
     for (suite, size, _), row in sorted(by_method.items()):
         groups[(suite, size, row.decoder)].append(row)
-        pooled[(suite, size)].append(row)
-    for (suite, size), rows in pooled.items():
-        if len({r.decoder for r in rows}) > 1:
-            groups[(suite, size, POOLED)] = rows
-    return dict(sorted(groups.items(), key=lambda kv: _group_order(kv[0])))
-
-
-def _group_order(key: tuple[str, str, str]) -> tuple[str, str, bool, str]:
-    suite, size, decoder = key
-    return (suite, size, decoder == POOLED, decoder)
+    return dict(sorted(groups.items()))
 
 
 def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _with_both(rows: list[CaseResult], y: str) -> list[CaseResult]:
@@ -83,32 +81,35 @@ def _with_both(rows: list[CaseResult], y: str) -> list[CaseResult]:
 # --------------------------------------------------------------------------------------------
 
 
-def tau_entries(results: Iterable[CaseResult], *, n_boot: int = N_BOOT, seed: int = 0) -> list[Row]:
+def tau_entries(results: Iterable[CaseResult], *, n_boot: int = users.N_BOOT) -> list[Row]:
     """Kendall's tau-b of RM accuracy against policy accuracy and against ROUGE-1, across the
-    reward methods of each (suite, size, decoder) and pooled over decoders (``decoder="*"``).
-
-    The interval resamples users (one draw shared by all methods). ``warning`` says why a tau is
-    missing or cannot be significant (see ``few_methods_warning``). A y that no method of the
-    group has (ROUGE-1 on a suite without generation items) gives no entry.
-    """
+    reward methods of each (suite, size, decoder), with its exact permutation p-value, an
+    interval with users resampled, and a ``verdict``: a finding, no evidence of association,
+    or not enough evidence (with the reasons). A y that no method of the group has (ROUGE-1 on
+    a suite without generation items) gives no entry."""
     entries = []
     for (suite, size, decoder), rows in reward_groups(results).items():
         for y in Y_METRICS:
             kept = _with_both(rows, y)
             if kept:
-                entries.append(_tau_entry(suite, size, decoder, y, kept, n_boot, seed))
+                entries.append(_tau_entry(suite, size, decoder, y, kept, n_boot))
     return entries
 
 
 def _tau_entry(
-    suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int, seed: int
+    suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int
 ) -> Row:
-    tau = stats.kendall([r.metrics[X_METRIC] for r in rows], [r.metrics[y] for r in rows])
-    ci = _tau_interval(rows, y, n_boot, seed) if math.isfinite(tau.tau) else None
-    # an undefined tau says why; a defined one may still be unable to reach significance
-    warnings = [tau.reason] if tau.reason else [few_methods_warning(tau.n)]
-    if decoder == POOLED:
-        warnings.append("pooled over decoders")
+    xs = [r.metrics[X_METRIC] for r in rows]
+    tau = stats.kendall(xs, [r.metrics[y] for r in rows])
+    ci, n_users = _tau_interval(rows, y, n_boot) if math.isfinite(tau.tau) else (None, 0)
+    reasons = _thin_evidence(tau, xs, ci, n_users)
+    if reasons:
+        verdict = "not enough evidence: " + "; ".join(reasons)
+    elif tau.p_value < ALPHA and ci is not None and (ci[0] > 0 or ci[1] < 0):
+        direction = "the same way" if tau.tau > 0 else "the opposite way"
+        verdict = f"finding: RM accuracy orders the methods {direction} as {y}"
+    else:
+        verdict = "no evidence of association"
     return {
         "suite": suite,
         "size": size,
@@ -117,33 +118,47 @@ def _tau_entry(
         "y": y,
         "tau": _or_none(tau.tau),
         "p_value": _or_none(tau.p_value),
+        "p_method": "exact permutation" if tau.exact else "permutation (sampled)",
         "ci": ci,
         "n_methods": tau.n,
+        "n_users": n_users,
         "methods": [r.method for r in rows],
-        "warning": "; ".join(w for w in warnings if w) or None,
+        "verdict": verdict,
+        "enough": not reasons,
     }
 
 
-def _tau_interval(rows: list[CaseResult], y: str, n_boot: int, seed: int) -> list[float] | None:
-    per_x = [r.per_user.get(X_METRIC) or {} for r in rows]
-    per_y = [r.per_user.get(y) or {} for r in rows]
-    if any(not p for p in (*per_x, *per_y)):
-        return None
-    lo, hi = stats.kendall_bootstrap(per_x, per_y, n_boot=n_boot, seed=seed)
-    return [lo, hi] if math.isfinite(lo) and math.isfinite(hi) else None
+def _thin_evidence(
+    tau: stats.Tau, xs: list[float], ci: list[float] | None, n_users: int
+) -> list[str]:
+    """Why this tau cannot be read as evidence, if it cannot."""
+    reasons = [tau.reason] if tau.reason else []
+    if tau.n < MIN_METHODS and tau.n >= 3:
+        reasons.append(
+            f"{tau.n} methods: p >= {2 / math.factorial(tau.n):.2g} even for a perfect ranking"
+        )
+    if xs and min(xs) >= SATURATED:
+        reasons.append(f"RM accuracy saturated (all >= {SATURATED:g})")
+    elif len(set(xs)) < min(3, len(xs)):
+        reasons.append("RM accuracy ties across the methods")
+    if math.isfinite(tau.tau) and n_users < MIN_USERS:
+        reasons.append(f"{n_users} users")
+    if ci is not None and ci[1] - ci[0] > MAX_WIDTH:
+        reasons.append(f"the interval over users spans {ci[1] - ci[0]:.2f}")
+    return reasons
 
 
-def few_methods_warning(n: int) -> str | None:
-    """A warning when ``n`` methods are too few for tau to reach significance at all.
-
-    With n methods and no ties, the smallest two-sided exact p-value (a perfect ranking) is
-    ``2 / n!``: 0.33 for 3 methods, 0.083 for 4, 0.017 for 5. So below 5 methods no tau can be
-    significant at 5%, whatever the data; the tau is still shown, with this warning.
-    """
-    smallest_p = 2.0 / math.factorial(n) if n >= 1 else 1.0
-    if smallest_p <= ALPHA:
-        return None
-    return f"{n} methods: p >= {smallest_p:.2g} even for a perfect ranking"
+def _tau_interval(rows: list[CaseResult], y: str, n_boot: int) -> tuple[list[float] | None, int]:
+    """The percentile interval of tau-b with users resampled (one draw shared by every method
+    and both figures), and the number of users."""
+    tx, ty = users.table(rows, X_METRIC), users.table(rows, y)
+    if tx.users != ty.users or not tx.users:
+        return None, len(set(tx.users) & set(ty.users))
+    taus = [
+        stats.tau_b_rows(tx.resampled(c), ty.resampled(c))
+        for c in users.resamples(len(tx.users), n_boot)
+    ]
+    return users.interval(np.concatenate(taus)), len(tx.users)
 
 
 def _or_none(value: float) -> float | None:
@@ -156,25 +171,24 @@ def _or_none(value: float) -> float | None:
 
 
 def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
-    """Pairs of reward methods that RM accuracy orders one way and policy accuracy (or ROUGE-1)
-    strictly the other way, with both figures of both methods.
-
-    Within one decoder, and pooled: the pooled group lists only pairs of *different* decoders
-    (a same-decoder pair is already listed under its decoder). Largest disagreement first.
-    """
+    """Pairs of reward methods of one decoder that RM accuracy orders one way and policy
+    accuracy (or ROUGE-1) the other way, with both differences and their intervals over the
+    shared users. ``significant``: both intervals exclude 0; only those are inversions the
+    summary states. Clearest first."""
     entries = []
     for (suite, size, decoder), rows in reward_groups(results).items():
         for y in Y_METRICS:
             kept = _with_both(rows, y)
-            dec = {r.method: r.decoder for r in kept}
-            found = stats.inversions(
+            for inv in stats.inversions(
                 [r.method for r in kept],
                 [r.metrics[X_METRIC] for r in kept],
                 [r.metrics[y] for r in kept],
-            )
-            for inv in found:
-                if decoder == POOLED and dec[inv.a] == dec[inv.b]:
-                    continue
+            ):
+                a = next(r for r in kept if r.method == inv.a)
+                b = next(r for r in kept if r.method == inv.b)
+                dx, x_ci, _ = users.difference(a, b, X_METRIC)
+                dy, y_ci, n = users.difference(b, a, y)
+                significant = bool(x_ci and y_ci and x_ci[0] > 0 and y_ci[0] > 0)
                 entries.append(
                     {
                         "suite": suite,
@@ -188,13 +202,20 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
                         "x_b": inv.x_b,
                         "y_a": inv.y_a,
                         "y_b": inv.y_b,
+                        "x_diff_ci": x_ci,
+                        "y_diff_ci": y_ci,
+                        "n_users": n,
+                        "significant": significant,
                     }
                 )
     return sorted(
         entries,
         key=lambda e: (
-            *_group_order((e["suite"], e["size"], e["decoder"])),
+            e["suite"],
+            e["size"],
+            e["decoder"],
             e["y"],
+            not e["significant"],
             -disagreement(e),
         ),
     )
@@ -213,10 +234,10 @@ def disagreement(entry: Row) -> float:
 def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
     """Methods with a self-judged win rate over ``base``, next to the independent judge's.
 
-    ``gap`` = self - independent (positive: the method's own RM likes its outputs more than an
-    outside judge does). ``rouge1_vs_base``: the method's ROUGE-1 minus base's on the same
-    (suite, size), where both exist: a high self win rate with a ROUGE-1 below base is the
-    paper's example of circular evaluation.
+    ``gap`` = self - independent. ``rouge1_vs_base``: the method's ROUGE-1 minus base's on the
+    same (suite, size), with its interval over the shared users. ``flag``: the paper's example
+    of circular evaluation, stated only when the own-RM win rate's interval is above 1/2 and
+    the ROUGE-1 difference's interval is below 0.
     """
     results = list(results)
     base = {(r.suite, r.size): r for r in results if r.decoder == "base" and not r.reward}
@@ -227,164 +248,28 @@ def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
             continue
         indep = row.metrics.get("win_independent")
         indep = float(indep) if _finite(indep) else None
-        judge = row.judge
         base_row = base.get((row.suite, row.size))
-        base_r1 = base_row.metrics.get("rouge1") if base_row is not None else None
-        r1 = row.metrics.get("rouge1")
+        diff, diff_ci = None, None
+        if base_row is not None and "rouge1" in row.per_user and "rouge1" in base_row.per_user:
+            d, diff_ci, _ = users.difference(row, base_row, "rouge1")
+            diff = d if math.isfinite(d) else None
+        self_ci = row.ci.get("win_self")
         entries.append(
             {
                 "suite": row.suite,
                 "size": row.size,
                 "method": row.method,
                 "win_self": float(win_self),
+                "win_self_ci": self_ci,
                 "win_independent": indep,
+                "win_independent_ci": row.ci.get("win_independent"),
                 "gap": float(win_self) - indep if indep is not None else None,
-                "n": judge.get("n", row.n_items),
-                "judge_independent": judge.get("independent"),
-                "reason": judge.get("reason"),
-                "rouge1_vs_base": r1 - base_r1 if _finite(r1) and _finite(base_r1) else None,
+                "n": row.judge.get("n", row.n_items),
+                "judge_independent": row.judge.get("independent"),
+                "reason": row.judge.get("reason"),
+                "rouge1_vs_base": diff,
+                "rouge1_vs_base_ci": diff_ci,
+                "flag": bool(self_ci and self_ci[0] > 0.5 and diff_ci and diff_ci[1] < 0),
             }
         )
     return entries
-
-
-# --------------------------------------------------------------------------------------------
-# Per-user spread
-# --------------------------------------------------------------------------------------------
-
-
-def tail_mean(values: Sequence[float], share: float = TAIL_SHARE) -> tuple[float, int]:
-    """Mean of the lowest ``share`` of the values (at least one value), and how many that is."""
-    ordered = np.sort(np.asarray(values, dtype=float))
-    if len(ordered) == 0:
-        raise ValueError("tail_mean of no values")
-    k = max(1, math.ceil(share * len(ordered)))
-    return float(ordered[:k].mean()), k
-
-
-def spread(results: Iterable[CaseResult]) -> dict[str, list[Row]]:
-    """The per-user view: each method's mean over users and the mean of its worst decile of
-    users, per (suite, size, metric), and flags where the tail tells what the mean hides.
-
-    ``rows``: ``{suite, size, metric, method, n_users, user_mean, tail_mean, tail_users}``.
-    ``flags`` (only for methods with at least ``MIN_USERS`` users):
-
-    - ``close_means``: two methods whose user means are within ``CLOSE`` of each other but whose
-      worst deciles are at least ``APART`` apart (same average, very different worst users);
-    - ``mean_only_gain``: a method above ``base`` on the user mean but at least ``APART`` below
-      base on the worst decile (helps on average, hurts the worst-served users).
-    """
-    rows = _spread_rows(results)
-    groups: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
-    for row in rows:
-        if row["n_users"] >= MIN_USERS:
-            groups[(row["suite"], row["size"], row["metric"])].append(row)
-    flags = []
-    for group in groups.values():
-        flags += _close_means_flags(group) + _mean_only_gain_flags(group)
-    return {"rows": rows, "flags": flags}
-
-
-def _spread_rows(results: Iterable[CaseResult]) -> list[Row]:
-    rows = []
-    for res in results:
-        for metric in SPREAD_METRICS:
-            per_user = res.per_user.get(metric)
-            if not per_user:
-                continue
-            values = [float(v) for v in per_user.values()]
-            tail, k = tail_mean(values)
-            rows.append(
-                {
-                    "suite": res.suite,
-                    "size": res.size,
-                    "metric": metric,
-                    "method": res.method,
-                    "base": res.decoder == "base" and not res.reward,
-                    "n_users": len(values),
-                    "user_mean": float(np.mean(values)),
-                    "tail_mean": tail,
-                    "tail_users": k,
-                }
-            )
-    return rows
-
-
-def _flag(kind: str, a: Row, b: Row, text: str) -> Row:
-    return {
-        "suite": a["suite"],
-        "size": a["size"],
-        "metric": a["metric"],
-        "kind": kind,
-        "a": a["method"],
-        "b": b["method"],
-        "mean_a": a["user_mean"],
-        "mean_b": b["user_mean"],
-        "tail_a": a["tail_mean"],
-        "tail_b": b["tail_mean"],
-        "tail_users_a": a["tail_users"],
-        "n_users_a": a["n_users"],
-        "tail_users_b": b["tail_users"],
-        "n_users_b": b["n_users"],
-        "text": text,
-    }
-
-
-def _close_means_flags(group: list[Row]) -> list[Row]:
-    flags = []
-    for i, a in enumerate(group):
-        for b in group[i + 1 :]:
-            if (
-                abs(a["user_mean"] - b["user_mean"]) <= CLOSE
-                and abs(a["tail_mean"] - b["tail_mean"]) >= APART
-            ):
-                lo, hi = (a, b) if a["tail_mean"] < b["tail_mean"] else (b, a)
-                text = (
-                    f"{lo['metric']}: {lo['method']} and {hi['method']} have close user means "
-                    f"({lo['user_mean']:.3f} vs {hi['user_mean']:.3f}) but different worst "
-                    f"deciles ({lo['tail_mean']:.3f} vs {hi['tail_mean']:.3f}; "
-                    f"{_tail_words(lo)})"
-                )
-                flags.append(_flag("close_means", lo, hi, text))
-    return flags
-
-
-def _mean_only_gain_flags(group: list[Row]) -> list[Row]:
-    base = next((r for r in group if r["base"]), None)
-    if base is None:
-        return []
-    flags = []
-    for row in group:
-        if (
-            row is not base
-            and row["user_mean"] > base["user_mean"]
-            and row["tail_mean"] <= base["tail_mean"] - APART
-        ):
-            text = (
-                f"{row['metric']}: {row['method']} beats base on the user mean "
-                f"({row['user_mean']:.3f} vs {base['user_mean']:.3f}) but its worst decile is "
-                f"lower ({row['tail_mean']:.3f} vs {base['tail_mean']:.3f}; "
-                f"{_tail_words(row)}): it helps on average and hurts the worst-served users"
-            )
-            flags.append(_flag("mean_only_gain", row, base, text))
-    return flags
-
-
-def _tail_words(row: Row) -> str:
-    return f"worst {row['tail_users']} of {row['n_users']} users"
-
-
-# --------------------------------------------------------------------------------------------
-# The whole analysis, once per run
-# --------------------------------------------------------------------------------------------
-
-
-def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, list[Row]]]:
-    """``(tau, crisis)`` as the run file stores them: the tau entries, and the inversions,
-    circular-evaluation entries and per-user spread flags."""
-    results = list(results)
-    return tau_entries(results), {
-        "inversions": inversion_entries(results),
-        "circular": circular_entries(results),
-        "spread": spread(results)["flags"],
-    }

@@ -26,7 +26,7 @@ from typing import Any, TypeGuard
 from tabulate import tabulate
 
 from pytest_prefalign import storage
-from pytest_prefalign.analysis import catalogue, crisis, table
+from pytest_prefalign.analysis import catalogue, spread, summary, table
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
 
@@ -62,7 +62,23 @@ def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[
     return dict(sorted(points.items()))
 
 
-def render_plot(points: dict[tuple[str, str], list[Point]]) -> tuple[bytes, list[tuple]]:
+def scatter_extras(results: Sequence[CaseResult]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (suite, size): each reward method's intervals of both figures (error bars) and
+    base's policy accuracy (a reference line)."""
+    extras: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"errors": {}})
+    for row in results:
+        key = (row.suite, row.size)
+        if row.reward and "rm_acc" in row.ci and "policy_acc" in row.ci:
+            extras[key]["errors"][row.method] = (row.ci["rm_acc"], row.ci["policy_acc"])
+        if row.decoder == "base" and not row.reward and _finite(row.metrics.get("policy_acc")):
+            extras[key]["base"] = row.metrics["policy_acc"]
+    return dict(extras)
+
+
+def render_plot(
+    points: dict[tuple[str, str], list[Point]],
+    extras: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> tuple[bytes, list[tuple]]:
     """The PNG, and what was drawn read back from the figure: ``(panel title, label, x, y)``
     for every labelled point (so a test checks the figure, not the input). Raises ImportError
     without matplotlib."""
@@ -76,7 +92,12 @@ def render_plot(points: dict[tuple[str, str], list[Point]]) -> tuple[bytes, list
     fig = Figure(figsize=(5 * cols, 4.5 * rows), layout="constrained")
     FigureCanvasAgg(fig)
     for k, ((suite, size), pts) in enumerate(points.items()):
-        _panel(fig.add_subplot(rows, cols, k + 1), f"{suite} · {size}", pts)
+        _panel(
+            fig.add_subplot(rows, cols, k + 1),
+            f"{suite} · {size}",
+            pts,
+            (extras or {}).get((suite, size), {}),
+        )
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     drawn = [
@@ -88,13 +109,30 @@ def render_plot(points: dict[tuple[str, str], list[Point]]) -> tuple[bytes, list
     return buffer.getvalue(), drawn
 
 
-def _panel(ax: Any, title: str, pts: list[Point]) -> None:
+def _panel(ax: Any, title: str, pts: list[Point], extra: dict[str, Any]) -> None:
     xs, ys = [p[1] for p in pts], [p[2] for p in pts]
-    lo = min(0.4, *xs, *ys) - 0.02
-    hi = max(0.8, *xs, *ys) + 0.02
+    errors = extra.get("errors", {})
+    ends = [v for name, _, _ in pts for ci in errors.get(name, ()) for v in ci]
+    lo = min(0.4, *xs, *ys, *ends) - 0.02
+    hi = max(0.8, *xs, *ys, *ends) + 0.02
     ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="#999", label="policy = RM")
     ax.axhline(0.5, lw=0.6, color="#ccc")
     ax.axvline(0.5, lw=0.6, color="#ccc")
+    if "base" in extra:
+        ax.axhline(extra["base"], lw=1.0, ls=":", color="#c33", label="base policy accuracy")
+    for name, x, y in pts:
+        if name in errors:
+            (x_lo, x_hi), (y_lo, y_hi) = errors[name]
+            ax.errorbar(
+                x,
+                y,
+                xerr=[[x - x_lo], [x_hi - x]],
+                yerr=[[y - y_lo], [y_hi - y]],
+                fmt="none",
+                lw=0.7,
+                color="#5a7fb0",
+                zorder=2,
+            )
     ax.scatter(xs, ys, s=30, zorder=3)
     span = hi - lo
     places = label_places(pts, span)
@@ -152,17 +190,21 @@ def write_report(run: RunFile, out_dir: Path) -> Path:
     """Write ``out_dir/report.html`` (and the plot beside it, when matplotlib is there)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot_html = _plot_section(scatter_points(run.results), out_dir)
+    plot_html = _plot_section(scatter_points(run.results), out_dir, scatter_extras(run.results))
     page = out_dir / PAGE
     storage.atomic_write_text(page, render_page(run, plot_html))
     return page
 
 
-def _plot_section(points: dict[tuple[str, str], list[Point]], out_dir: Path) -> str:
+def _plot_section(
+    points: dict[tuple[str, str], list[Point]],
+    out_dir: Path,
+    extras: dict[tuple[str, str], dict[str, Any]],
+) -> str:
     if not points:
         return '<p class="note">No reward method has both RM and policy accuracy: no plot.</p>'
     try:
-        png, _ = render_plot(points)
+        png, _ = render_plot(points, extras)
     except ImportError:
         return f'<p class="note">{html.escape(PLOT_HINT)}</p>'
     storage.atomic_write_bytes(out_dir / PLOT, png)
@@ -182,6 +224,10 @@ def render_page(run: RunFile, plot_html: str) -> str:
     body += [
         "<h2>Does RM accuracy pick the method that generates best?</h2>",
         _tau_section(run.tau),
+        "<h2>Selection regret</h2>",
+        _regret_section(run.crisis.get("regret", [])),
+        "<h2>In-context learning against reward-guided decoding</h2>",
+        _icl_section(run.crisis.get("icl_vs_rgd", [])),
         "<h2>Ranking inversions</h2>",
         _inversion_section(run.crisis.get("inversions", [])),
         "<h2>Circular evaluation</h2>",
@@ -247,25 +293,79 @@ def _tau_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">No reward methods in this run.</p>'
     return (
-        table.tau_table(entries, tablefmt="html")
+        summary.tau_table(entries, tablefmt="html")
         + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
-        "decoder (decoder * pools every decoder of the suite and size). The interval resamples "
-        "users. With fewer than 5 methods no tau can be significant at 5%.</p>"
+        "decoder, with its exact permutation p-value and an interval with users resampled. A tau "
+        "is shown only where the data can say something: not with saturated or tied RM "
+        "accuracies, fewer than 5 methods or 5 users, or an interval wider than 1.</p>"
+    )
+
+
+def _regret_section(entries: list[dict[str, Any]]) -> str:
+    if not entries:
+        return '<p class="note">Fewer than two reward methods per decoder: no selection.</p>'
+    return summary.regret_table(entries, tablefmt="html") + (
+        '<p class="note">The figure lost by taking the reward method with the best RM accuracy '
+        "instead of the best one; the interval resamples users and makes the pick again each "
+        "time.</p>"
+    )
+
+
+def _icl_section(entries: list[dict[str, Any]]) -> str:
+    if not entries:
+        return '<p class="note">No ICL row beside a reward-guided row in this run.</p>'
+    body = [
+        [
+            f"{e['suite']} · {e['size']}",
+            e["metric"],
+            e["icl"],
+            e["rgd"],
+            f"{e['diff']:+.3f}",
+            "-" if not e["ci"] else f"[{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]",
+            e["n_users"],
+            e["verdict"],
+        ]
+        for e in entries
+    ]
+    return _html_table(
+        body,
+        [
+            "suite · size",
+            "metric",
+            "ICL",
+            "best reward-guided",
+            "ICL - it",
+            "95% CI",
+            "users",
+            "verdict",
+        ],
     )
 
 
 def _inversion_section(entries: list[dict[str, Any]]) -> str:
-    if not entries:
-        return '<p class="note">None: RM accuracy orders the methods as the other figures do.</p>'
-    return table.inversion_table(entries, tablefmt="html")
+    significant = [e for e in entries if e.get("significant", True)]
+    note = (
+        f'<p class="note">{len(entries) - len(significant)} more pair(s) ordered one way '
+        "by RM accuracy and the other by the second figure, not significantly.</p>"
+        if len(entries) > len(significant)
+        else ""
+    )
+    if not significant:
+        return (
+            note
+            or '<p class="note">None: RM accuracy orders the methods as the other figures do.</p>'
+        )
+    return summary.inversion_table(significant, tablefmt="html") + note
 
 
 def _circular_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">No win rates in this run.</p>'
-    text = table.circular_table(entries, tablefmt="html")
+    text = summary.circular_table(entries, tablefmt="html")
     notes = [
-        line for line in table.circular_lines(entries) if line.startswith(("!", "  no independent"))
+        line
+        for line in summary.circular_lines(entries)
+        if line.startswith(("!", "  no independent"))
     ]
     return text + "".join(f'<p class="warn">{html.escape(n.strip())}</p>' for n in notes)
 
@@ -273,9 +373,9 @@ def _circular_section(entries: list[dict[str, Any]]) -> str:
 def _spread_section(flags: list[dict[str, Any]]) -> str:
     if not flags:
         return (
-            f'<p class="note">Nothing flagged (rule: means within {crisis.CLOSE:g} but worst '
-            f"deciles {crisis.APART:g} apart, or a gain over base on the mean with a loss of "
-            f"{crisis.APART:g} on the worst decile; at least {crisis.MIN_USERS} users).</p>"
+            f'<p class="note">Nothing flagged (rule: means within {spread.CLOSE:g} but worst '
+            f"deciles {spread.APART:g} apart, or a gain over base on the mean with a loss of "
+            f"{spread.APART:g} on the worst decile; at least {spread.MIN_USERS} users).</p>"
         )
     items = "".join(
         f"<li>{html.escape(f['suite'])} · {html.escape(f['size'])}: {html.escape(f['text'])}</li>"

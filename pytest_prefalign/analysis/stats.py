@@ -16,28 +16,32 @@ from scipy import stats as sps
 
 from pytest_prefalign.analysis.metrics import percentile_interval, resample_counts
 
-# Bootstrap means are rounded to this many decimals before ranking, so that two methods with
-# identical per-user figures tie exactly rather than by the last bit of a matrix product.
-_RANK_DECIMALS = 12
-
-
 # --------------------------------------------------------------------------------------------
 # Kendall's tau-b across methods
 # --------------------------------------------------------------------------------------------
 
 
+PERMUTATIONS = 50_000  # permutations drawn for the p-value where n! is larger (n >= 9)
+
+
 @dataclass(frozen=True)
 class Tau:
-    """Kendall's tau-b with its p-value over ``n`` methods; ``reason`` says why tau is nan."""
+    """Kendall's tau-b with its p-value over ``n`` methods; ``reason`` says why tau is nan;
+    ``exact``: the p-value enumerates every permutation (else it samples ``PERMUTATIONS``)."""
 
     tau: float
     p_value: float
     n: int
     reason: str = ""
+    exact: bool = True
 
 
-def kendall(x: Sequence[float], y: Sequence[float]) -> Tau:
-    """Kendall's tau-b between two figures of the same methods (``scipy.stats.kendalltau``).
+def kendall(x: Sequence[float], y: Sequence[float], *, seed: int = 0) -> Tau:
+    """Kendall's tau-b between two figures of the same methods, with its two-sided permutation
+    p-value: the share of the orderings of ``y`` against ``x`` whose tau-b is at least as far
+    from 0 (``scipy.stats.permutation_test``). Exact for up to 8 methods, where scipy's
+    large-sample p-value (``kendalltau``) is wrong, most of all with ties; sampled, seeded,
+    beyond.
 
     Methods where either figure is nan are left out (e.g. a method without a reward has no RM
     accuracy). tau is nan, with a ``reason``, when fewer than 3 methods remain or a series is
@@ -52,57 +56,26 @@ def kendall(x: Sequence[float], y: Sequence[float]) -> Tau:
     for name, series in (("x", xs), ("y", ys)):
         if np.all(series == series[0]):
             return Tau(math.nan, math.nan, n, f"{name} is the same for every method")
-    result = sps.kendalltau(xs, ys, variant="b")
-    return Tau(float(result.statistic), float(result.pvalue), n)
+
+    def statistic(y_perm: np.ndarray, axis: int = -1) -> np.ndarray:
+        rows = np.atleast_2d(y_perm)
+        return tau_b_rows(np.broadcast_to(xs, rows.shape), rows)
+
+    exact = math.factorial(n) <= PERMUTATIONS
+    result = sps.permutation_test(
+        (ys,),
+        statistic,
+        permutation_type="pairings",
+        vectorized=True,
+        n_resamples=PERMUTATIONS,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    tau = float(np.asarray(result.statistic).reshape(-1)[0])
+    return Tau(tau, float(min(1.0, result.pvalue)), n, exact=exact)
 
 
-def kendall_bootstrap(
-    per_user_x: Sequence[Mapping[str, float]],
-    per_user_y: Sequence[Mapping[str, float]],
-    n_boot: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-) -> tuple[float, float]:
-    """Percentile interval of tau-b between the methods' macro figures, users resampled.
-
-    ``per_user_x[m]`` maps each user to method ``m``'s figure (e.g. RM accuracy). One resample of
-    users (with replacement) is shared by all methods, each method's macro mean is recomputed
-    over the drawn users it has figures for, and tau-b is taken across methods. Resamples where
-    tau is undefined (a constant series, a method with none of its users drawn) are left out;
-    ``(nan, nan)`` when all are.
-    """
-    if len(per_user_x) != len(per_user_y):
-        raise ValueError(f"per_user_x has {len(per_user_x)} methods, per_user_y {len(per_user_y)}")
-    users = sorted({str(u) for d in (*per_user_x, *per_user_y) for u in d})
-    if len(per_user_x) < 3 or not users:
-        return (math.nan, math.nan)
-    mx, my = _user_matrix(per_user_x, users), _user_matrix(per_user_y, users)
-    taus = [
-        _tau_b_rows(_resampled_means(c, mx), _resampled_means(c, my))
-        for c in resample_counts(len(users), n_boot, seed)
-    ]
-    return percentile_interval(np.concatenate(taus), level)
-
-
-def _user_matrix(per_user: Sequence[Mapping[str, float]], users: list[str]) -> np.ndarray:
-    """``(methods, users)`` figures, nan where a method has no figure for a user."""
-    index = {u: j for j, u in enumerate(users)}
-    matrix = np.full((len(per_user), len(users)), np.nan)
-    for i, figures in enumerate(per_user):
-        for user, value in figures.items():
-            matrix[i, index[str(user)]] = value
-    return matrix
-
-
-def _resampled_means(counts: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """``(resamples, methods)`` means over drawn users; nan where a method drew none of its own."""
-    have = np.isfinite(matrix)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = (counts @ np.where(have, matrix, 0.0).T) / (counts @ have.T)
-    return np.round(means, _RANK_DECIMALS)
-
-
-def _tau_b_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def tau_b_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Kendall's tau-b of each row of ``x`` against the same row of ``y``: ``(rows, n)`` in,
     ``(rows,)`` out.
 

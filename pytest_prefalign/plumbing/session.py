@@ -162,7 +162,7 @@ class PrefalignSession:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if is_worker(self.config):
             return
-        from pytest_prefalign.analysis import table
+        from pytest_prefalign.analysis import summary, table
 
         tr = terminalreporter
         for failure in self.registry.failures:
@@ -172,7 +172,7 @@ class PrefalignSession:
         tr.write_sep("=", "prefalign leaderboard")
         for line in table.leaderboards(self.run.results):
             tr.write_line(line)
-        for line in table.summary_lines(self.run):
+        for line in summary.summary_lines(self.run):
             tr.write_line(line)
         tr.write_line(cache_line(self.run.results, self.settings.use_cache))
         if self.run_path is not None:

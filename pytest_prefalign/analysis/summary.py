@@ -1,0 +1,276 @@
+"""Rendering only: the crisis analysis stored in a run file, as the terminal summary prints it
+after the leaderboards (and as tables the HTML report embeds). Every statement it prints was
+made by the analysis (``crisis``, ``spread``, ``selection``) only when its interval excludes the
+null; everything else is printed as what it is: no evidence, or not enough evidence and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from pytest_prefalign.runs.records import RunFile
+
+Row = dict[str, Any]
+MAX_LISTED = 10  # entries printed per section before "... and N more"
+
+
+def summary_lines(run: RunFile) -> list[str]:
+    """The crisis section: tau, selection regret, inversions, ICL against the best
+    reward-guided row, circular evaluation, per-user spread. Empty when the run has no
+    reward-guided method."""
+    crisis = run.crisis
+    taus, circular = run.tau, crisis.get("circular", [])
+    if not taus and not circular and not crisis.get("icl_vs_rgd"):
+        return []
+    lines: list[str] = []
+    if taus:
+        lines += [
+            "",
+            "Does RM accuracy pick the method that generates best? Kendall's tau-b "
+            "across the reward methods of each decoder (exact permutation p; 95% interval "
+            "with users resampled)",
+        ]
+        lines += tau_table(taus).splitlines()
+    lines += regret_lines(crisis.get("regret", []))
+    lines += inversion_lines(crisis.get("inversions", []))
+    lines += icl_lines(crisis.get("icl_vs_rgd", []))
+    lines += circular_lines(circular)
+    lines += spread_lines(crisis.get("spread", []))
+    return lines
+
+
+def _num(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _ci(ci: Sequence[float] | None, spec: str = "+.2f") -> str:
+    return "-" if not ci else f"[{format(ci[0], spec)}, {format(ci[1], spec)}]"
+
+
+def _where(entry: Row) -> str:
+    return f"{entry['suite']} · {entry['size']}"
+
+
+def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
+    """A tau and its p-value are shown only where there is enough evidence to read them."""
+    body = []
+    for e in entries:
+        shown = e.get("enough", True)
+        body.append(
+            [
+                _where(e),
+                e["decoder"],
+                f"{e['x']} ~ {e['y']}",
+                e["n_methods"],
+                e.get("n_users", "-"),
+                _num(e["tau"] if shown else None, "+.3f"),
+                _num(e["p_value"] if shown else None),
+                _ci(e["ci"] if shown else None),
+                e.get("verdict") or e.get("warning") or "",
+            ]
+        )
+    headers = [
+        "suite · size",
+        "decoder",
+        "x ~ y",
+        "methods",
+        "users",
+        "tau",
+        "p",
+        "95% CI",
+        "verdict",
+    ]
+    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def regret_lines(entries: list[Row]) -> list[str]:
+    if not entries:
+        return []
+    lines = [
+        "",
+        "Selection regret: what picking the reward method with the best RM accuracy "
+        "loses against the best one (95% interval: users resampled, the pick made again)",
+    ]
+    lines += regret_table(entries).splitlines()
+    return lines
+
+
+def regret_table(entries: list[Row], tablefmt: str = "simple") -> str:
+    body = [
+        [
+            _where(e),
+            e["decoder"],
+            e["y"],
+            ", ".join(e["picked"]),
+            e["best"],
+            _num(e["regret"]),
+            _ci(e["ci"], ".3f"),
+            "regret" if e["significant"] else "no evidence of regret",
+        ]
+        for e in entries
+    ]
+    headers = [
+        "suite · size",
+        "decoder",
+        "y",
+        "picked by RM acc",
+        "best by y",
+        "regret",
+        "95% CI",
+        "verdict",
+    ]
+    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def inversion_lines(entries: list[Row]) -> list[str]:
+    significant = [e for e in entries if e.get("significant", True)]
+    if not significant:
+        if not entries:
+            return [
+                "",
+                "No ranking inversions: RM accuracy orders the methods as the other "
+                "figures do (or too few methods to compare).",
+            ]
+        return [
+            "",
+            f"No significant ranking inversion: {len(entries)} pair(s) of methods are "
+            "ordered one way by RM accuracy and the other by policy accuracy or ROUGE-1, "
+            "none with both differences' intervals excluding 0 (all in the run file).",
+        ]
+    lines = [
+        "",
+        f"Ranking inversions ({len(significant)}): A is above B by RM accuracy, below "
+        "B by the other figure, both differences significant",
+    ]
+    lines += inversion_table(significant[:MAX_LISTED]).splitlines()
+    if len(significant) > MAX_LISTED:
+        lines.append(
+            f"... and {len(significant) - MAX_LISTED} more (all in the run file and the report)"
+        )
+    return lines
+
+
+def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
+    body = [
+        [
+            _where(e),
+            e["decoder"],
+            e["y"],
+            e["a"],
+            e["b"],
+            f"{e['x_a']:.3f} > {e['x_b']:.3f}",
+            _ci(e.get("x_diff_ci")),
+            f"{e['y_a']:.3f} < {e['y_b']:.3f}",
+            _ci(e.get("y_diff_ci")),
+        ]
+        for e in entries
+    ]
+    headers = [
+        "suite · size",
+        "decoder",
+        "y",
+        "A",
+        "B",
+        "RM acc A > B",
+        "A - B 95% CI",
+        "y A < B",
+        "B - A 95% CI",
+    ]
+    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def icl_lines(entries: list[Row]) -> list[str]:
+    if not entries:
+        return []
+    lines = [
+        "",
+        "In-context learning against the best reward-guided row (paired over users; 95% interval)",
+    ]
+    body = [
+        [
+            _where(e),
+            e["metric"],
+            e["icl"],
+            e["rgd"],
+            _num(e["diff"], "+.3f"),
+            _ci(e["ci"], "+.3f"),
+            e["n_users"],
+            e["verdict"],
+        ]
+        for e in entries
+    ]
+    lines += tabulate(
+        body,
+        headers=[
+            "suite · size",
+            "metric",
+            "ICL",
+            "best reward-guided",
+            "ICL - it",
+            "95% CI",
+            "users",
+            "verdict",
+        ],
+        disable_numparse=True,
+    ).splitlines()
+    return lines
+
+
+def circular_lines(entries: list[Row]) -> list[str]:
+    if not entries:
+        return []
+    lines = [
+        "",
+        "Circular evaluation: win rate over base judged by the method's own RM "
+        "(circular) and by an independent RM",
+    ]
+    lines += circular_table(entries).splitlines()
+    for e in entries:
+        if e.get("flag"):
+            lines.append(
+                f"! {e['method']} ({_where(e)}): wins {e['win_self']:.0%} over base "
+                f"under its own RM (interval {_ci(e['win_self_ci'], '.2f')}) but its "
+                f"ROUGE-1 is {-e['rouge1_vs_base']:.3f} below base's (interval "
+                f"{_ci(e['rouge1_vs_base_ci'], '+.3f')})"
+            )
+        if e["reason"] and e["win_independent"] is None:
+            lines.append(f"  no independent judge for {e['method']}: {e['reason']}")
+    return lines
+
+
+def circular_table(entries: list[Row], tablefmt: str = "simple") -> str:
+    body = [
+        [
+            _where(e),
+            e["method"],
+            f"{e['win_self']:.3f} {_ci(e.get('win_self_ci'), '.2f')} (circular)",
+            f"{_num(e['win_independent'])} {_ci(e.get('win_independent_ci'), '.2f')}",
+            _num(e["gap"], "+.3f"),
+            e["n"] if e["n"] else "-",
+            e["judge_independent"] or "-",
+        ]
+        for e in entries
+    ]
+    headers = [
+        "suite · size",
+        "method",
+        "win, own RM",
+        "win, independent",
+        "gap",
+        "items",
+        "independent judge",
+    ]
+    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def spread_lines(flags: list[Row]) -> list[str]:
+    if not flags:
+        return []
+    lines = ["", "Per-user spread: what the mean hides"]
+    lines += [f"- {_where(f)}: {f['text']}" for f in flags[:MAX_LISTED]]
+    if len(flags) > MAX_LISTED:
+        lines.append(f"... and {len(flags) - MAX_LISTED} more")
+    return lines

@@ -1,0 +1,115 @@
+"""Figures of several methods resampled over users, for every interval that compares methods.
+
+A method's per-user figures (``CaseResult.per_user``) are the unit of every comparison: users are
+the independent draws (a user's pairs share the user and the reward head), so intervals resample
+users, one draw shared by all the methods compared. A method's figure in a resample is the
+weighted mean of its drawn users' figures: weight 1 per user for the macro metrics (RM and policy
+accuracy), the user's number of observations for the micro ones (ROUGE, win rates), as the
+metric catalogue declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pytest_prefalign.analysis import catalogue
+from pytest_prefalign.analysis.metrics import percentile_interval, resample_counts
+from pytest_prefalign.runs.records import CaseResult
+
+N_BOOT = 2000  # resamples of users behind every interval of the analysis
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Table:
+    """``values`` ``(methods, users)`` of one metric (nan where a method has no figure for a
+    user) and ``weights`` of the same shape (0 there)."""
+
+    methods: list[str]
+    users: list[str]
+    values: np.ndarray
+    weights: np.ndarray
+
+    def means(self) -> np.ndarray:
+        """``(methods,)`` the figures over all users."""
+        return self.resampled(np.ones((1, len(self.users))))[0]
+
+    def resampled(self, counts: np.ndarray) -> np.ndarray:
+        """``(resamples, methods)`` figures for each row of user draw counts ``(R, users)``;
+        nan where a method drew none of its users."""
+        w = counts[:, None, :] * self.weights[None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (w * np.nan_to_num(self.values)[None]).sum(-1) / w.sum(-1)
+        return np.round(out, 12)  # two methods with the same figures tie exactly
+
+
+def table(rows: Sequence[CaseResult], metric: str) -> Table:
+    """The per-user figures of ``metric`` of these rows over the users any of them has."""
+    users = sorted({u for r in rows for u in r.per_user.get(metric, {})})
+    index = {u: j for j, u in enumerate(users)}
+    values = np.full((len(rows), len(users)), np.nan)
+    weights = np.zeros((len(rows), len(users)))
+    micro = _pooling(metric) == "micro"
+    for i, row in enumerate(rows):
+        counts = _observations(row, metric) if micro else {}
+        for user, value in row.per_user.get(metric, {}).items():
+            values[i, index[user]] = value
+            weights[i, index[user]] = counts.get(user, 1.0) if micro else 1.0
+    return Table([r.method for r in rows], users, values, weights)
+
+
+def resamples(n_users: int, n_boot: int = N_BOOT, seed: int = SEED) -> Iterator[np.ndarray]:
+    """Blocks of user draw counts, one row per resample, the same for every comparison."""
+    return resample_counts(n_users, n_boot, seed)
+
+
+def interval(values: np.ndarray, level: float = 0.95) -> list[float] | None:
+    lo, hi = percentile_interval(values, level)
+    return None if not (np.isfinite(lo) and np.isfinite(hi)) else [float(lo), float(hi)]
+
+
+def difference(
+    a: CaseResult, b: CaseResult, metric: str, n_boot: int = N_BOOT, seed: int = SEED
+) -> tuple[float, list[float] | None, int]:
+    """``a - b`` on ``metric`` over the users both have, its interval with users resampled,
+    and the number of shared users."""
+    shared = sorted(set(a.per_user.get(metric, {})) & set(b.per_user.get(metric, {})))
+    if not shared:
+        return float("nan"), None, 0
+    t = table([_only(a, metric, shared), _only(b, metric, shared)], metric)
+    observed = t.means()
+    diffs = np.concatenate(
+        [
+            (m[:, 0] - m[:, 1])
+            for m in (t.resampled(c) for c in resamples(len(shared), n_boot, seed))
+        ]
+    )
+    return float(observed[0] - observed[1]), interval(diffs), len(shared)
+
+
+def _only(row: CaseResult, metric: str, users: list[str]) -> CaseResult:
+    keep = {u: v for u, v in row.per_user[metric].items() if u in set(users)}
+    return CaseResult(
+        row.suite, row.method, row.size, per_user={metric: keep}, items=row.items, pairs=row.pairs
+    )
+
+
+def _pooling(metric: str) -> str:
+    found = catalogue.find(metric)
+    return found.pooling if found is not None else "macro"
+
+
+def _observations(row: CaseResult, metric: str) -> dict[str, float]:
+    """Each user's number of observations of ``metric`` (its records), for micro weights."""
+    found = catalogue.find(metric)
+    if found is None:
+        return {}
+    records = row.items if found.level == "item" else row.pairs
+    counts: dict[str, float] = {}
+    for record in records:
+        if record.get(found.field) is not None:
+            counts[record["user"]] = counts.get(record["user"], 0.0) + 1.0
+    return counts
