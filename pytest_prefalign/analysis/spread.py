@@ -129,8 +129,8 @@ def _close_means(suite: str, size: str, metric: str, rows: list[CaseResult]) -> 
                 if c is None:  # pragma: no cover - the same users, the other way round
                     continue
             text = (
-                f"{metric}: {lo.method} and {hi.method} have close user means ({c['mean_a']:.3f} vs "
-                f"{c['mean_b']:.3f}) but different worst deciles ({c['tail_a']:.3f} vs "
+                f"{metric}: {lo.method} and {hi.method} have close user means "
+                f"({c['mean_a']:.3f} vs {c['mean_b']:.3f}) but different worst deciles ({c['tail_a']:.3f} vs "
                 f"{c['tail_b']:.3f}, difference interval {_ci(c['tail_ci'])}; worst "
                 f"{c['tail_users']} of {c['n_users']} users)"
             )
