@@ -131,8 +131,8 @@ def _close_means(suite: str, size: str, metric: str, rows: list[CaseResult]) -> 
             text = (
                 f"{metric}: {lo.method} and {hi.method} have close user means "
                 f"({c['mean_a']:.3f} vs {c['mean_b']:.3f}) but different worst deciles "
-                f"({c['tail_a']:.3f} vs {c['tail_b']:.3f}, difference interval {_ci(c['tail_ci'])}; worst "
-                f"{c['tail_users']} of {c['n_users']} users)"
+                f"({c['tail_a']:.3f} vs {c['tail_b']:.3f}, difference interval "
+                f"{_ci(c['tail_ci'])}; worst {c['tail_users']} of {c['n_users']} users)"
             )
             out.append(_flag("close_means", suite, size, metric, lo.method, hi.method, c, text))
     return out
