@@ -275,7 +275,7 @@ class CaseContext:
     reward: RewardMethod | None
     options: Any = field(default_factory=DecodeOptions)  # the decoder's ``Options``
     seed: int = 0  # ICL example choice and sampling
-    reduce: str = "sum"  # S_u(y|x): sum or mean of the token log-likelihoods
+    reduce: str = "mean"  # S_u(y|x): mean (or sum) of the token log-likelihoods
     # what the methods of one (suite, size) share, e.g. the base model's log-likelihoods of the
     # test pairs: each method keeps its memo in a ``cache.Slot`` of its own
     shared: Scope = field(default_factory=lambda: Scope("case"))

@@ -77,7 +77,8 @@ prefalign_models = tiny = tiny
 prefalign_sizes = tiny
 prefalign_limit = 4
 prefalign_data = data
-"""
+prefalign_reduce = sum
+"""  # the known outcomes below were worked out for the sum of token log-likelihoods
 LONG = "A long and winding title about {} that goes on and on for many more words than needed"
 USERS = ["ann", "bob", "cy", "dee"]
 TOPICS = ["cats", "dogs", "rain", "tea", "maps"]

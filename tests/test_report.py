@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_prefalign.analysis import crisis, report
+from pytest_prefalign.analysis import crisis, plot, report
 from pytest_prefalign.runs.records import RunFile
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -104,7 +104,7 @@ def test_report_page_has_tables_and_plot(tmp_path: Path) -> None:
 
 def test_plot_has_one_labelled_point_per_reward_method() -> None:
     pytest.importorskip("matplotlib")
-    png, drawn = report.render_plot(report.scatter_points(analysed(RUN).results))
+    png, drawn = plot.render_plot(plot.scatter_points(analysed(RUN).results))
     assert png.startswith(PNG_SIGNATURE)
     assert sorted(drawn) == sorted(
         [
@@ -128,14 +128,14 @@ def test_labels_of_methods_with_the_same_rm_accuracy_do_not_overlap() -> None:
         ("args[pal]", 0.96, 0.616),
     ]
     span = 0.64
-    heights = report.label_places(pts, span)
+    heights = plot.label_places(pts, span)
     stacked = sorted(heights[:4])
     assert heights[0] == 0.354  # the lowest stays at its point
     gaps = [b - a for a, b in zip(stacked, stacked[1:], strict=False)]
-    assert all(g >= report.LABEL_GAP * span - 1e-12 for g in gaps)
+    assert all(g >= plot.LABEL_GAP * span - 1e-12 for g in gaps)
     assert heights[4] == 0.599  # far enough from the others to stay
     pytest.importorskip("matplotlib")
-    _, drawn = report.render_plot({("pref_lamp", "135m"): pts})
+    _, drawn = plot.render_plot({("pref_lamp", "135m"): pts})
     assert sorted((t[1], t[2], t[3]) for t in drawn) == sorted(pts)  # still at their points
 
 

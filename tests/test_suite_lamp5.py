@@ -64,7 +64,13 @@ def write(folder: Path, questions=QUESTIONS, golds=GOLDS, split: str = "dev") ->
 
 
 def load(folder: Path, limit: int | None = None, **options: str):
-    opts = {"source": "lamp5", "lamp5_dir": str(folder), "min_profile": "1", **options}
+    opts = {
+        "source": "lamp5",
+        "lamp5_dir": str(folder),
+        "min_profile": "1",
+        "negatives": "generated",
+        **options,
+    }
     return PrefLamp().load(None, limit=limit, options=opts)
 
 

@@ -94,6 +94,9 @@ def own(name: str, *ids: str) -> list[tuple[str, str, list[str]]]:
 
 
 def load(root: Path, limit: int | None = None, **options: str):
+    """The suite loaded with these options; the tests of the generated design ask for it (the
+    default is other_author)."""
+    options = {"negatives": "generated", **options}
     return pref_lamp.PrefLamp().load(root, limit=limit, options=options)
 
 
@@ -390,6 +393,37 @@ def test_other_author_negative_is_the_nearest_paper_by_nobody_involved(tmp_path)
     assert "Title of W" not in {p.rejected for p in data.train_pairs + data.test_pairs}
     assert len(data.train_pairs) == 6 and len(data.test_pairs) == 2
     assert data.provenance["negatives"] == "other_author"
+
+
+def test_other_author_negative_matches_the_real_titles_length(tmp_path):
+    words = "kangaroo wombat platypus echidna"
+    users = {
+        "Ann": [(f"a{i}", f"parsing topic {i} with grammars", ["Ann"]) for i in range(3)]
+        + [("a9", f"{words} marsupial habitats", ["Ann"])],
+        "Bob": [(f"b{i}", f"speech topic {i} and noise", ["Bob"]) for i in range(4)],
+    }
+    extra = [
+        # nearest by BM25, but nine words against the real title's three
+        paper("L", "A much longer title than the real one by far", f"{words} marsupial", ["Lu"]),
+        # a little farther, and three words long
+        paper("S", "Three word title", f"{words} koala dingo", ["Sam"]),
+    ]
+    root = corpus(tmp_path, users, extra)
+    matched = load(root, negatives="other_author")
+    pair = next(p for p in matched.test_pairs if p.pair_id == "acl:Ann/a9")
+    assert pair.chosen == "Title of a9" and pair.rejected == "Three word title"
+    assert matched.provenance["length_slack"] == 1
+    anything = load(root, negatives="other_author", length_slack="any")
+    pair = next(p for p in anything.test_pairs if p.pair_id == "acl:Ann/a9")
+    assert pair.rejected == "A much longer title than the real one by far"
+
+
+def test_default_pairs_on_real_data_are_matched_in_length():
+    data = pref_lamp.PrefLamp().load(real_data(), limit=4, options={})
+    assert data.provenance["negatives"] == "other_author"
+    pairs = data.train_pairs + data.test_pairs
+    gaps = [abs(len(p.chosen.split()) - len(p.rejected.split())) for p in pairs]
+    assert len(pairs) > 30 and sum(g <= 1 for g in gaps) / len(gaps) > 0.95
 
 
 # -- packaging ------------------------------------------------------------------------------------

@@ -48,6 +48,17 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
     dropped = {k: v for k, v in (data.get("dropped") or {}).items() if v}
     if dropped:
         second += " · dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+    provenance = data.get("provenance") or {}
+    if provenance.get("negatives") == "generated" and provenance.get(
+        "reference_fingerprint"
+    ) == model.get("fingerprint"):
+        return [
+            first,
+            second,
+            "  note: the rejected sides were written by this very model "
+            "(its zero-shot greedy titles): its policy accuracy measures distance from its "
+            "own output, not the users' preference (negatives = other_author avoids it)",
+        ]
     return [first, second]
 
 

@@ -203,7 +203,8 @@ def settings(config: pytest.Config) -> Settings:
         json_path=config.getoption("prefalign_json"),
         report_dir=config.getoption("prefalign_report"),
         floors=cli_floors or pick("prefalign_fail_under", "prefalign_fail_under", floors, []),
-        reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, "sum"),
+        # the mean over tokens: a sum would favour the shorter side of every pair
+        reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, "mean"),
         seed=config.getoption("prefalign_seed")
         if config.getoption("prefalign_seed") is not None
         else 0,

@@ -1,12 +1,16 @@
 """The rejected side of Pref-LaMP pairs: a title that is not the author's own.
 
-- ``generated`` (default): the reference LM's zero-shot greedy title for the same instruction.
+- ``generated``: the reference LM's zero-shot greedy title for the same instruction (the first
+  design; when the reference is the evaluated model, policy accuracy measures distance from its
+  own greedy output, and the summary says so).
   Every model size sees the same pairs because the reference is fixed. Titles are generated once
   per paper and cached in one JSON file per reference fingerprint, keyed by paper id and a hash
   of the instruction; the file is rewritten after every batch, under a lock shared by
   pytest-xdist workers, so an interrupted run resumes where it stopped.
-- ``other_author``: the title of the most similar paper (BM25 over abstracts) that shares no
-  author with the paper, and is no test item of the run. Needs no model.
+- ``other_author`` (default): the title of a similar paper (BM25 over abstracts) that shares no
+  author with the paper and is no test item of the run, and whose title is as long as the
+  real one give or take ``length_slack`` words: neither side is a model's output, and length
+  cannot decide. Needs no model, so every size sees the same pairs.
 
 A pair whose negative is missing or equals the real title (case-insensitively, whitespace
 normalised) is skipped and counted in ``data.dropped``.
@@ -201,8 +205,11 @@ def other_author(
     pool: Sequence[Paper],
     *,
     max_train: int,
+    length_slack: int | None = 1,
 ) -> None:
-    """Fill the pairs with the title of the most similar paper by somebody else as negatives."""
+    """Fill the pairs with the title of a similar paper by somebody else as negatives: the
+    best-ranked by BM25 over abstracts whose title has as many words as the real one, give or
+    take ``length_slack`` (None: any length), so that length cannot tell the two apart."""
     import bm25s
 
     test_keys = {p.key for papers in users.values() for p in papers.tests}
@@ -212,10 +219,16 @@ def other_author(
     train = [(u, p) for u, up in users.items() for p in _last(up.profile, max_train)]
     test = [(u, p) for u, up in users.items() for p in up.tests]
     both = [*train, *test]
-    nearest = _nearest_other(retriever, candidates, [paper for _, paper in both])
+    nearest = _nearest_other(retriever, candidates, [paper for _, paper in both], length_slack)
     found = {f"{u}/{p.paper_id}": neg for (u, p), neg in zip(both, nearest, strict=True)}
     add_pairs(suite, data, [_source(*t) for t in train], [_source(*t) for t in test], found)
-    data.provenance.update({"negatives": "other_author", "negatives_pool": len(candidates)})
+    data.provenance.update(
+        {
+            "negatives": "other_author",
+            "negatives_pool": len(candidates),
+            "length_slack": length_slack,
+        }
+    )
 
 
 def _source(user: str, paper: Paper) -> Source:
@@ -233,16 +246,17 @@ def _tokens(texts: list[str]) -> Any:
 
 
 def _nearest_other(
-    retriever: Any, candidates: Sequence[Paper], queries: Sequence[Paper]
+    retriever: Any, candidates: Sequence[Paper], queries: Sequence[Paper], slack: int | None
 ) -> list[str | None]:
     """For each query paper, the title of the best-ranked candidate sharing none of its
-    people and not its title; the top ``CANDIDATES`` first, the whole ranking if need be."""
+    people and not its title (and within ``slack`` words of its length); the top
+    ``CANDIDATES`` first, the whole ranking if need be."""
     if not candidates or not queries:
         return [None] * len(queries)
     k = min(CANDIDATES, len(candidates))
     ranked, _ = retriever.retrieve(_tokens([q.abstract for q in queries]), k=k, show_progress=False)
     found = [
-        _first_other(q, (candidates[i] for i in row))
+        _first_other(q, (candidates[i] for i in row), slack)
         for q, row in zip(queries, ranked, strict=True)
     ]
     for n, query in enumerate(queries):
@@ -250,12 +264,21 @@ def _nearest_other(
             full, _ = retriever.retrieve(
                 _tokens([query.abstract]), k=len(candidates), show_progress=False
             )
-            found[n] = _first_other(query, (candidates[i] for i in full[0]))
+            found[n] = _first_other(query, (candidates[i] for i in full[0]), slack)
     return found
 
 
-def _first_other(query: Paper, ranked: Iterable[Paper]) -> str | None:
-    for cand in ranked:
-        if not (cand.people & query.people) and not same_title(cand.title, query.title):
-            return cand.title
-    return None
+def _first_other(query: Paper, ranked: Iterable[Paper], slack: int | None) -> str | None:
+    """The first eligible candidate within ``slack`` words of the query's title length; if
+    none is, the eligible one nearest in length (the better-ranked among equals)."""
+    eligible = [
+        c.title
+        for c in ranked
+        if not (c.people & query.people) and not same_title(c.title, query.title)
+    ]
+    if not eligible or slack is None:
+        return eligible[0] if eligible else None
+    words = len(query.title.split())
+    gap = [abs(len(t.split()) - words) for t in eligible]
+    within = [t for t, g in zip(eligible, gap, strict=True) if g <= slack]
+    return within[0] if within else eligible[gap.index(min(gap))]

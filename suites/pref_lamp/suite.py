@@ -19,7 +19,10 @@ DEFAULTS = {
     "source": "anthology",  # anthology (acl-anthology/) or lamp5 (the original LaMP-5 files)
     "lamp5_dir": "",  # with source = lamp5: the folder of {split}_questions/_outputs.json
     "lamp5_split": "",  # dev or train; empty: dev where present, else train
-    "negatives": "generated",  # generated (reference LM title) or other_author (BM25)
+    # other_author: a similar paper's title by somebody else, as long as the real one (BM25);
+    # generated: the reference LM's zero-shot title (see docs/suites.md for why not by default)
+    "negatives": "other_author",
+    "length_slack": "1",  # other_author: words the negative's length may differ; "any": no limit
     "test_share": "0.3",  # the most recent share of an author's papers held out as test items
     "min_profile": "3",  # users with fewer profile papers (after the leak rule) are dropped
     "max_train_pairs": "0",  # training pairs per user, the most recent profile papers; 0 = all
@@ -86,8 +89,14 @@ class PrefLamp:
             },
         )
         if mode == "other_author":
+            slack = None if opts["length_slack"] == "any" else opt.integer(opts, "length_slack")
             negatives.other_author(
-                self, data, users, pool, max_train=opt.integer(opts, "max_train_pairs")
+                self,
+                data,
+                users,
+                pool,
+                max_train=opt.integer(opts, "max_train_pairs"),
+                length_slack=slack,
             )
         problems.report(data)
         return data
