@@ -11,10 +11,12 @@ rule is in the user id), so the tool's figures must come out as the rules imply.
   is right, the tool reports no crisis.
 
 Margins asserted, and what was measured with the tiny model (6 users, 18 test pairs) over suite
-seeds 0 to 4: base policy accuracy 0.39 to 0.67; ``bon[oracle]`` 1.0 and ``bon[oracle_negated]``
-0.0 at every seed; ``args[oracle]`` 0.89 to 1.0 (at least 0.27 above base); ``oracle_noisy`` RM
-accuracy 0.61 to 0.94, its ``bon`` policy accuracy 0.61 to 0.89, tau +1 at every seed. The tests
-run seed 0 and assert margins of 0.2.
+seeds 0 to 9: base policy accuracy 0.39 to 0.67; ``bon[oracle]`` 1.0 and ``bon[oracle_negated]``
+0.0 at every seed (at least 0.39 from base); ``args[oracle]`` 0.83 to 1.0, at least 0.22 above
+base (0.61 at seed 0); ``oracle_noisy`` RM accuracy and its ``bon`` policy accuracy 0.56 to 0.83,
+tau +1 at every seed. (With noise of one rule unit instead of two, seed 9 made the noisy oracle
+right on every pair, a tie with the oracle and tau 0.82.) The tests run seed 0 and assert margins
+of 0.2.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from prefalign_suites.synthetic.rules import NoRule, Rule, rule_of, user_id
 from prefalign_suites.synthetic.suite import Synthetic
 from pytest_prefalign.api import DataError, Pair, SuiteData
 
-MARGIN = 0.2  # policy accuracy above (below) base; measured at least 0.27 (see the docstring)
+MARGIN = 0.2  # policy accuracy above (below) base; measured at least 0.22 (see the docstring)
 
 
 def load(limit: int | None = None, **options: str) -> SuiteData:
@@ -219,7 +221,7 @@ def test_oracle_options() -> None:
     )
     assert resolved.reward("oracle", Oracle).config == OracleConfig(sign=-1)
     assert resolved.reward("oracle_noisy", NoisyOracle).config.noise == 0.5
-    assert NegatedOracle().config.sign == -1 and NoisyOracle().config.noise == 1.0
+    assert NegatedOracle().config.sign == -1 and NoisyOracle().config.noise == 2.0
     assert len({m().fingerprint() for m in (Oracle, NoisyOracle, NegatedOracle)}) == 3
     for bad in ("oracle.sign=2", "oracle.noise=-1", "oracle.scale=0"):
         with pytest.raises(ValueError, match=bad.split(".")[1].split("=")[0]):
