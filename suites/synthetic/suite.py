@@ -55,15 +55,18 @@ class Synthetic:
         n_test = max(1, int(share * per_user + Fraction(1, 2)))  # half up, as pref_lamp
         if n_test >= per_user:
             raise opt.option_error("test_share", f"leaves no profile item of {per_user}")
-        rules = [self._rule(kinds[i % len(kinds)], seed, i) for i in range(n_users)]
+        # the first ``limit`` users: the rules come in turn, so a small run still mixes them
+        rules = [self._rule(kinds[i % len(kinds)], seed, i) for i in range(n_users)][
+            : limit or None
+        ]
         data = SuiteData(
             self.name,
             f"generated (seed {seed})",
             {},
             [],
-            provenance={"options": opts, "rules": [str(r) for r in rules]},
+            provenance={"options": opts, "users": [user_id(r, i) for i, r in enumerate(rules)]},
         )
-        for index, rule in enumerate(rules[: limit or None]):
+        for index, rule in enumerate(rules):
             self._user(data, rule, index, seed, per_user, n_test)
         return data
 
