@@ -15,8 +15,9 @@ seeds 0 to 9: base policy accuracy 0.39 to 0.67; ``bon[oracle]`` 1.0 and ``bon[o
 0.0 at every seed (at least 0.39 from base); ``args[oracle]`` 0.83 to 1.0, at least 0.22 above
 base (0.61 at seed 0); ``oracle_noisy`` RM accuracy and its ``bon`` policy accuracy 0.56 to 0.83,
 tau +1 at every seed. (With noise of one rule unit instead of two, seed 9 made the noisy oracle
-right on every pair, a tie with the oracle and tau 0.82.) The tests run seed 0 and assert margins
-of 0.2.
+right on every pair, a tie with the oracle and tau 0.82.) With ``--prefalign-reduce mean`` (seeds 0
+to 4): base 0.33 to 0.67, ``args[oracle]`` 0.89 to 1.0 (at least 0.27 above base), the rest the
+same. The tests run seed 0 with the default reduction and assert margins of 0.2.
 """
 
 from __future__ import annotations
@@ -318,6 +319,8 @@ def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> Non
         == ("synthetic", "bon", "rm_acc", "policy_acc")
     ]
     assert tau["tau"] == 1.0 and tau["n_methods"] == 3 and sorted(tau["methods"]) == sorted(order)
+    # where the analysis gives a verdict, it must not be that RM accuracy misleads
+    assert "opposite" not in str(tau.get("verdict", ""))
     inversions = synthetic_run["crisis"].get("inversions", [])
     assert [i for i in inversions if i["y"] == "policy_acc"] == []
 
