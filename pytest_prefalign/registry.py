@@ -125,14 +125,19 @@ class Registry:
         as ``default_decoder``, else the first reward-guided decoder (by ``order``) that it can
         serve; and each reward-guided decoder left without a row, with the reward method it
         names as ``default_reward``, else the first (by name) that it can take. So every
-        registered method, reward or decoder, has at least one row."""
+        registered method, reward or decoder, has at least one row, except a reward method
+        that sets ``in_default_methods = False`` (one made for a single suite, such as the
+        synthetic suite's ``oracle``): it runs only when named."""
         plain = [MethodName(n, None) for n, e in self.decoders.items() if not e.obj.needs]
         guided = sorted(
             (e for e in self.decoders.values() if e.obj.needs),
             key=lambda e: (getattr(e.obj, "order", 100), e.name),
         )
+        rewards = {
+            n: e for n, e in self.rewards.items() if getattr(e.obj, "in_default_methods", True)
+        }
         combos = []
-        for reward, entry in self.rewards.items():
+        for reward, entry in rewards.items():
             # a reward method may name the decoder it is made for (arm: genarm)
             hint = getattr(entry.obj, "default_decoder", None)
             combos += self._first_valid(
@@ -144,7 +149,7 @@ class Registry:
             hint = getattr(dec.obj, "default_reward", None)
             combos += self._first_valid(
                 MethodName(dec.name, reward)
-                for reward in sorted(self.rewards, key=lambda r: (r != hint, r))
+                for reward in sorted(rewards, key=lambda r: (r != hint, r))
             )
 
         def order(m: MethodName) -> tuple[int, str]:
