@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pytest_prefalign import cache
 from pytest_prefalign.analysis import metrics
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.generation import number
@@ -53,6 +54,7 @@ def pair_records(
             **key,
             "pair_id": p.pair_id,
             "user": p.user,
+            "digest": cache.records_fingerprint([p]),  # the pair's texts: a gate checks them
             "rm_chosen": number(rm[0][i]) if rm else None,
             "rm_rejected": number(rm[1][i]) if rm else None,
             "rm_correct": number(rm_out[i]) if rm_out is not None else None,
