@@ -79,6 +79,8 @@ def make_run(
         result.update(provenance())
         for record in pairs + items:
             record["digest"] = "d-" + str(record.get("pair_id", record.get("item_id")))
+    else:  # what version 1 recorded of the model
+        result["model"] = {"name": "SmolLM2", "fingerprint": "lm-1"}
     return RunFile.from_json({
         "version": version, "created": "2025-01-01T00:00:00", "commit": None, "config": {},
         "models": {}, "results": [result], "pairs": pairs, "items": items, "tau": [],

@@ -272,7 +272,8 @@ def test_drop_not_significant_or_within_tolerance_passes(toy):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "toy*base*tiny*policy_acc *70.00*60.00*-10.00*0.5*20*2pp*30.00pp*not significant, underpowered"
+            "toy*base*tiny*policy_acc *70.00*60.00*-10.00*0.5*20*2pp*30.00pp*"
+            "not significant, underpowered"
         ]
     )
     # a significant 40-point drop within a 40-point tolerance (equal is not larger)
