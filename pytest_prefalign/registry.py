@@ -138,9 +138,10 @@ class Registry:
             if current.builtin and not entry.builtin:
                 self._overridden(kind, name, entry)
             elif not current.builtin and not entry.builtin:
+                first, second = sorted((current.provider, entry.provider))
                 self.conflicts.append(
-                    f"{kind} {name!r} is registered twice: by {current.provider} and by "
-                    f"{entry.provider}; uninstall one, or register one under another name"
+                    f"{kind} {name!r} is registered twice: by {first} and by {second}; "
+                    "uninstall one, or register one under another name"
                 )
                 return
         table[name] = entry
@@ -250,8 +251,10 @@ def load(pluginmanager: pluggy.PluginManager) -> Registry:
     registry = Registry()
     packages: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
     for ep in metadata.entry_points(group=GROUP):
-        name = f"prefalign-{ep.name}"
         dist = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
+        # the distribution in the name: two packages may use one entry point name, and each
+        # must load (a name both register is then a conflict, not a silent skip)
+        name = f"prefalign-{dist[0]}-{ep.name}"
         packages[name] = dist
         if pluginmanager.has_plugin(name):
             continue

@@ -6,6 +6,7 @@ the host is handed down at collection, so nothing here imports the session.
 
 from __future__ import annotations
 
+import io
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -142,4 +143,10 @@ def method_traceback(error: BaseException, style: str) -> str:
     if len(own):
         info.traceback = own
     shown = {"short": "short", "native": "native"}.get(style, "long")
-    return str(info.getrepr(style=cast(Any, shown), funcargs=False, tbfilter=False))
+    rendered = info.getrepr(style=cast(Any, shown), funcargs=False, tbfilter=False)
+    # rendered as pytest would; str() of it would strip the first line's indentation
+    from _pytest._io import TerminalWriter
+
+    out = io.StringIO()
+    rendered.toterminal(TerminalWriter(file=out))
+    return out.getvalue().lstrip("\n").rstrip()
