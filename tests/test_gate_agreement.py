@@ -7,6 +7,7 @@ tests/test_gating_plugin.py (4 users x 5 pairs, the tiny model)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 import test_gating_plugin as toy_project
-from test_gating_plugin import INI, baseline_file, run, save
+from test_gating_plugin import INI, baseline_file, edit, run, save
 
 # the toy project's fixtures (tests/test_gating_plugin.py)
 heavy_imports = toy_project.heavy_imports
@@ -241,3 +242,56 @@ def test_a_rouge_gate_over_too_few_users_is_refused_in_both(toy):
         text=True,
     )
     assert out.returncode == 2 and "rouge1 cannot be tested" in out.stderr
+
+
+CI_DOC = Path(__file__).resolve().parents[1] / "docs" / "ci-gating.md"
+
+
+def quoted_block(heading: str, index: int = 0) -> list[str]:
+    """The lines of fenced block ``index`` after ``heading`` in docs/ci-gating.md."""
+    text = CI_DOC.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1]
+    bodies = re.findall(r"^```[a-z]*\n(.*?)^```$", text, flags=re.S | re.M)
+    return [line.rstrip() for line in bodies[index].splitlines() if line.strip()]
+
+
+def missing_lines(quoted: list[str], printed: str) -> list[str]:
+    """Quoted lines not printed; ``/repo/...`` in a quoted line stands for the project's path."""
+    lines = {line.rstrip() for line in printed.splitlines()}
+    found = []
+    for line in quoted:
+        pattern = re.compile(".*".join(map(re.escape, line.split("/repo/"))))
+        if not any(pattern.fullmatch(p) for p in lines):
+            found.append(line)
+    return found
+
+
+def test_the_summary_docs_ci_gating_md_shows_is_printed(toy):
+    saved = save(toy, methods="base,icl")
+    edit(toy, saved, "main", won=lambda pair: pair["method"] == "base")
+    result = run(toy, *GATE, methods="base,icl_rag")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    quoted = quoted_block("## The summary")
+    assert len(quoted) == 11
+    assert missing_lines(quoted, result.stdout.str()) == []
+
+
+def test_the_standalone_output_docs_ci_gating_md_shows_is_printed(tmp_path: Path):
+    from test_gate import flipped, make_run
+
+    from pytest_prefalign.runs import records
+
+    records.write(
+        make_run([1.0] * 200, 20, rm=[1.0] * 200, rouge1=[0.30] * 200), tmp_path / "a.json"
+    )
+    changed = make_run(flipped(200, 50), 20, rm=flipped(200, 5), rouge1=[0.29] * 200)
+    records.write(changed, tmp_path / "b.json")
+    out = subprocess.run(
+        [PREFALIGN, "compare", "a.json", "b.json", "--fail", "policy_acc:2pp,rouge1:0.5pp"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1, out.stderr
+    quoted = quoted_block("## The standalone command", 1)
+    assert len(quoted) == 11
+    assert missing_lines(quoted, out.stdout) == []
