@@ -260,12 +260,6 @@ def judge(
     return verdict
 
 
-def unmatched(baseline: RunFile, current: RunFile) -> tuple[list[Key], list[Key]]:
-    """The (suite, method, size) keys only in the baseline, and those only in the current run."""
-    old, new = {r.key for r in baseline.results}, {r.key for r in current.results}
-    return sorted(old - new), sorted(new - old)
-
-
 def _shared_metrics(
     key: Key, old: CaseResult, new: CaseResult, gates: Mapping[str, Threshold]
 ) -> list[tuple[catalogue.Metric, tuple[float, float]]]:
