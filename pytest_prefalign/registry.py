@@ -296,7 +296,7 @@ def distribution_of(module: str) -> tuple[str | None, str | None]:
     """The installed distribution that provides ``module`` and its version, or ``(None,
     None)`` for a module of no distribution (a conftest.py, a file on the path)."""
     top = module.split(".")[0]
-    if top in ("conftest", "__main__"):
+    if top in ("conftest", "__main__") or module.endswith(".py"):
         return None, None
     names = metadata.packages_distributions().get(top) or []
     if not names:
@@ -308,7 +308,10 @@ def distribution_of(module: str) -> tuple[str | None, str | None]:
 
 
 def _module_name(plugin: Any, fallback: str) -> str:
+    """The module a plugin is; a ``conftest.py`` by its file, since every one is ``conftest``."""
     if isinstance(plugin, ModuleType):
+        if plugin.__name__.split(".")[-1] == "conftest" and getattr(plugin, "__file__", None):
+            return str(plugin.__file__)
         return plugin.__name__
     return getattr(type(plugin), "__module__", None) or fallback
 

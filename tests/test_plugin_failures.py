@@ -201,3 +201,20 @@ def test_prefalign_list_names_each_package_and_the_failures(toy):
         "could not load entry point 'brokenrm' (brokenrm, from brokenrm): ModuleNotFoundError: "
         "No module named 'a_dependency_that_is_not_installed'"
     ) in lines
+
+
+def test_two_conftests_registering_one_name_is_a_usage_error(toy):
+    # the toy's conftest registers the suite "toy"; a second conftest, below, registers it too
+    sub = toy.mkdir("again")
+    sub.joinpath("conftest.py").write_text(
+        toy.path.joinpath("conftest.py").read_text(), encoding="utf-8"
+    )
+    sub.joinpath("suite.toml").write_text('[suite]\nname = "toy"\n')
+    result = run(toy, "--prefalign", "again", "--prefalign-methods", "base")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*prefalign: suite 'toy' is registered twice: by module */again/conftest.py (not from "
+            "an installed package) and by module */conftest.py (not from an installed package)*"
+        ]
+    )
