@@ -1,11 +1,14 @@
 """Regression gating inside a pytest run: store a run as a baseline, compare every test with it,
-fail a test whose gated metric dropped (docs/ci-gating.md; the comparison itself lives in
-analysis/compare.py, the baseline files in runs/baselines.py).
+fail a test whose gated metric dropped or that cannot be compared, warn (or fail) when a gate
+cannot detect a drop as large as its tolerance, and fail the run when nothing was compared or,
+with gates, a baseline test was not (docs/ci-gating.md). The judgement itself is
+``analysis.compare.judge``, the one ``prefalign compare`` makes too; the baseline files live in
+runs/baselines.py, the summary in plumbing/gate_summary.py.
 
 Built like pytest's ``stepwise.py``: this module owns its options and one stateful plugin,
 ``Gating``, which the prefalign session registers only when a gating option is given. pytest
-imports this module on every run, so ``gate`` (numpy, scipy) is imported inside functions only,
-the option types included.
+imports this module on every run, so the analysis (numpy, scipy) is imported inside functions
+only, the option types included.
 """
 
 from __future__ import annotations
