@@ -125,6 +125,13 @@ def list_main(argv: Sequence[str] | None = None) -> int:
     from pytest_prefalign.runtime.models import DEFAULT_MODELS
 
     if argv:
+        if list(argv) in (["-h"], ["--help"]):
+            print(
+                "usage: prefalign list\n\nEvery registered reward method, decoder and suite, and "
+                "every model size,\neach with the package it came from; exit status 1 when a "
+                "plugin failed to load\nor two registered one name."
+            )
+            return 0
         print(f"prefalign list: unexpected arguments {' '.join(argv)}", file=sys.stderr)
         return 2
     import pytest
