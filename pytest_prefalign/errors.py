@@ -1,7 +1,18 @@
-"""The project's own failure: raised anywhere, reported by the test it happened in."""
+"""The project's own failures: raised anywhere, reported by the test they happened in."""
 
 from __future__ import annotations
 
 
 class PrefalignError(Exception):
     """A failure whose message says everything: reported without a traceback."""
+
+
+class MethodFailure(PrefalignError):
+    """A method's own code raised (a reward method's ``fit`` or ``score``, say): reported with
+    its one-line message and, below it, the traceback of the exception it carries as
+    ``__cause__``, trimmed to the frames outside pytest_prefalign (the method's own)."""
+
+
+class PrefalignWarning(UserWarning):
+    """Something the run went on without that the user should know: a plugin that failed to
+    load, a regression gate that cannot detect a drop as large as its tolerance."""

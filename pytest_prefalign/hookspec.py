@@ -25,18 +25,22 @@ def pytest_prefalign_register(registry: Registry) -> None:
 
 
 def pytest_prefalign_result(result: dict[str, Any], config: pytest.Config) -> None:
-    """Called on the controller with each finished (method, suite, size) result, as it will be
-    written to the run file (``suite``, ``method``, ``size``, ``metrics``, ``ci``, counts, ...).
+    """Called on the controller with each finished (method, suite, size) result, as its row
+    will be written to the run file (``suite``, ``method``, ``size``, ``metrics``, ``ci``,
+    counts, ``model``, ``data``, ``environment``, ``reward_fingerprint``, ``reward_package``,
+    ``reward_version``, ...), without the per-pair and per-item records.
 
     Use it to send results to an experiment tracker. The return value is ignored.
     """
 
 
-def pytest_prefalign_run_written(path: str, run: dict[str, Any], config: pytest.Config) -> None:
-    """Called on the controller after the run file was written to ``path``."""
+def pytest_prefalign_run_written(path: str, run: Any, config: pytest.Config) -> None:
+    """Called on the controller after the run file ``run`` (a ``runs.records.RunFile``; this
+    layer does not import it) was written to ``path``."""
 
 
-def pytest_prefalign_check(item: pytest.Item, result: dict[str, Any]) -> list[str] | None:
-    """Called on the worker that ran ``item`` with its finished result (records included, under
-    ``result["records"]``). Return a list of problems (each a full sentence) to fail the test,
-    or None. Floors and regression gates are implemented through this hook."""
+def pytest_prefalign_check(item: pytest.Item, result: Any) -> list[str] | None:
+    """Called on the process that ran ``item`` with its finished ``runs.records.CaseResult``
+    (records in ``result.pairs`` and ``result.items``). Return a list of problems (each a full
+    sentence) to fail the test, or None. Floors and regression gates are implemented through
+    this hook."""

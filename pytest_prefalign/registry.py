@@ -2,16 +2,21 @@
 entry-point group and the ``pytest_prefalign_register`` hook.
 
 Built-ins register through the same path as third-party packages. A third-party registration of
-a built-in name wins over the built-in, whatever order the entry points load in.
+a built-in name wins over the built-in, whatever order the entry points load in; two third-party
+registrations of one name are a conflict (``conflicts``), which the run refuses, naming both. A
+plugin that fails to load is recorded with its error (``failures``), and asking for a name it
+may have provided shows that error instead of a plain "unknown name".
 """
 
 from __future__ import annotations
 
 import re
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib import metadata
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,10 +27,13 @@ if TYPE_CHECKING:  # pragma: no cover
 GROUP = "prefalign"
 BUILTIN_MODULES = ("prefalign_methods", "prefalign_suites")
 METHOD_RE = re.compile(r"^(?P<decoder>[A-Za-z0-9_.-]+)(\[(?P<reward>[A-Za-z0-9_.-]+)\])?$")
+# frames of the import machinery and of this loader, left out of a plugin's traceback
+_LOADER_FRAMES = ("importlib", "pluggy", "pytest_prefalign/registry.py")
 
 
 class UnknownName(LookupError):
-    """A name that nothing registered; the message lists what is available."""
+    """A name that nothing registered; the message lists what is available, and the error of
+    any plugin that failed to load and may have provided it."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +41,37 @@ class Entry:
     name: str
     obj: Any  # a factory (decoders, reward methods) or a suite object
     origin: str  # the module that registered it
+    package: str | None = None  # the installed distribution that provided it, when known
+    version: str | None = None  # and its version
 
     @property
     def builtin(self) -> bool:
         return self.origin.split(".")[0] in BUILTIN_MODULES
+
+    @property
+    def provider(self) -> str:
+        """Who provided it, for messages: ``mypkg 0.2 (mypkg.myrm)``, or the module alone."""
+        if self.package is None:
+            return f"module {self.origin} (not from an installed package)"
+        return f"{self.package} {self.version or '?'} ({self.origin})"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A plugin that failed to load: an entry point that could not be imported, or a
+    ``pytest_prefalign_register`` that raised."""
+
+    source: str  # "entry point 'myrm' (mypkg.myrm, from mypkg)" or "plugin 'name'"
+    error: str  # the exception's last line
+    details: str  # its traceback, trimmed to the plugin's own frames
+    names: frozenset[str] = frozenset()  # names it may have registered (entry point, module)
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.error}"
+
+    def full(self) -> str:
+        """The one line and the traceback below it."""
+        return f"{self}\n{self.details}".rstrip()
 
 
 @dataclass(frozen=True)
@@ -62,29 +97,65 @@ class Registry:
     rewards: dict[str, Entry] = field(default_factory=dict)
     decoders: dict[str, Entry] = field(default_factory=dict)
     suites: dict[str, Entry] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)  # entry points that failed to load
+    failures: list[Failure] = field(default_factory=list)  # plugins that failed to load
+    conflicts: list[str] = field(default_factory=list)  # names two plugins registered
+    overrides: list[str] = field(default_factory=list)  # built-ins a plugin replaced
+    # who is registering now: (module, distribution, version), set while a plugin's hook runs
+    _registering: tuple[str, str | None, str | None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def add_reward(self, name: str, factory: Callable[..., RewardMethod]) -> None:
-        self._add(self.rewards, name, factory)
+        self._add(self.rewards, "reward method", name, factory)
 
     def add_decoder(self, name: str, factory: Callable[..., Decoder]) -> None:
-        self._add(self.decoders, name, factory)
+        self._add(self.decoders, "decoder", name, factory)
 
     def add_suite(self, suite: Suite) -> None:
-        self._add(self.suites, suite.name, suite)
+        self._add(self.suites, "suite", suite.name, suite)
 
-    def _add(self, table: dict[str, Entry], name: str, obj: Any) -> None:
-        origin = getattr(obj, "__module__", None) or type(obj).__module__
-        entry = Entry(name, obj, origin)
+    @contextmanager
+    def registering(
+        self, module: str, package: str | None = None, version: str | None = None
+    ) -> Iterator[None]:
+        """Attribute what is added inside to ``module`` (from ``package`` ``version``)."""
+        self._registering = (module, package, version)
+        try:
+            yield
+        finally:
+            self._registering = None
+
+    def _add(self, table: dict[str, Entry], kind: str, name: str, obj: Any) -> None:
+        if self._registering is not None:
+            entry = Entry(name, obj, *self._registering)
+        else:  # added directly (a test): the object's module, its package not looked up
+            entry = Entry(name, obj, getattr(obj, "__module__", None) or type(obj).__module__)
         current = table.get(name)
-        if current is not None and not current.builtin and entry.builtin:
-            return  # a third-party override stays, whichever loaded first
+        if current is not None and current.origin != entry.origin:
+            if not current.builtin and entry.builtin:
+                self._overridden(kind, name, current)
+                return  # a third-party override stays, whichever loaded first
+            if current.builtin and not entry.builtin:
+                self._overridden(kind, name, entry)
+            elif not current.builtin and not entry.builtin:
+                first, second = sorted((current.provider, entry.provider))
+                self.conflicts.append(
+                    f"{kind} {name!r} is registered twice: by {first} and by {second}; "
+                    "uninstall one, or register one under another name"
+                )
+                return
         table[name] = entry
+
+    def _overridden(self, kind: str, name: str, by: Entry) -> None:
+        self.overrides.append(f"{kind} {name!r}: the built-in is replaced by {by.provider}")
 
     # -- look-ups ------------------------------------------------------------------------------
 
     def suite(self, name: str) -> Suite:
         return self._get(self.suites, name, "suite").obj
+
+    def suite_entry(self, name: str) -> Entry:
+        return self._get(self.suites, name, "suite")
 
     def decoder(self, name: str) -> Entry:
         return self._get(self.decoders, name, "decoder")
@@ -93,10 +164,20 @@ class Registry:
         return self._get(self.rewards, name, "reward method")
 
     def _get(self, table: dict[str, Entry], name: str, kind: str) -> Entry:
-        if name not in table:
-            known = ", ".join(sorted(table)) or "none"
-            raise UnknownName(f"unknown {kind} {name!r}; available: {known}")
-        return table[name]
+        if name in table:
+            return table[name]
+        known = ", ".join(sorted(table)) or "none"
+        named = [f for f in self.failures if name.lower() in f.names]
+        if named:  # its own plugin failed: that error is the answer, not "unknown"
+            raise UnknownName(
+                f"{kind} {name!r} is not available: its plugin failed to load: "
+                f"{named[0].full()}\n(available: {known})"
+            )
+        message = f"unknown {kind} {name!r}; available: {known}"
+        if self.failures:
+            message += f"\n{len(self.failures)} plugin(s) failed to load and may have provided it:"
+            message += "".join(f"\n{f.full()}" for f in self.failures)
+        raise UnknownName(message)
 
     def check_method(self, method: MethodName) -> None:
         """Raise UnknownName or ValueError when the decoder and reward method cannot combine."""
@@ -170,26 +251,88 @@ class Registry:
 
 def load(pluginmanager: pluggy.PluginManager) -> Registry:
     """Import every ``prefalign`` entry point, register it as a plugin and collect
-    registrations. An entry point that fails to import is recorded, not raised."""
+    registrations. A plugin that fails to load is recorded (``failures``), not raised; a name
+    two plugins register is recorded in ``conflicts``."""
     registry = Registry()
-    for ep in entry_points(group=GROUP):
-        name = f"prefalign-{ep.name}"
+    packages: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
+    for ep in metadata.entry_points(group=GROUP):
+        dist = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
+        # the distribution in the name: two packages may use one entry point name, and each
+        # must load (a name both register is then a conflict, not a silent skip)
+        name = f"prefalign-{dist[0]}-{ep.name}"
+        packages[name] = dist
         if pluginmanager.has_plugin(name):
             continue
         try:
             plugin = ep.load()
             pluginmanager.register(plugin, name)
         except Exception as exc:  # a broken third-party package must not stop the run
-            dist = ep.dist.name if ep.dist else "?"
-            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            registry.failures.append(f"entry point {ep.name!r} ({ep.value}, from {dist}): {last}")
+            registry.failures.append(
+                _failure(
+                    f"entry point {ep.name!r} ({ep.value}, from {dist[0]})",
+                    exc,
+                    ep.name,
+                    ep.module,
+                    dist[0],
+                )
+            )
     # each implementation on its own, so that one that raises cannot hide the others
     for impl in pluginmanager.hook.pytest_prefalign_register.get_hookimpls():
+        module = _module_name(impl.plugin, impl.plugin_name)
+        package, version = packages.get(impl.plugin_name) or distribution_of(module)
         try:
-            impl.function(registry=registry)
+            with registry.registering(module, package, version):
+                impl.function(registry=registry)
         except Exception as exc:
-            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
             registry.failures.append(
-                f"plugin {impl.plugin_name!r}: pytest_prefalign_register raised {last}"
+                _failure(
+                    f"plugin {impl.plugin_name!r}",
+                    exc,
+                    impl.plugin_name,
+                    module,
+                    package or "",
+                    prefix="pytest_prefalign_register raised ",
+                )
             )
     return registry
+
+
+def distribution_of(module: str) -> tuple[str | None, str | None]:
+    """The installed distribution that provides ``module`` and its version, or ``(None,
+    None)`` for a module of no distribution (a conftest.py, a file on the path)."""
+    top = module.split(".")[0]
+    if top in ("conftest", "__main__") or module.endswith(".py"):
+        return None, None
+    names = metadata.packages_distributions().get(top) or []
+    if not names:
+        return None, None
+    try:
+        return names[0], metadata.version(names[0])
+    except metadata.PackageNotFoundError:
+        return names[0], None
+
+
+def _module_name(plugin: Any, fallback: str) -> str:
+    """The module a plugin is; a ``conftest.py`` by its file, since every one is ``conftest``."""
+    if isinstance(plugin, ModuleType):
+        if plugin.__name__.split(".")[-1] == "conftest" and getattr(plugin, "__file__", None):
+            return str(plugin.__file__)
+        return plugin.__name__
+    return getattr(type(plugin), "__module__", None) or fallback
+
+
+def _failure(source: str, exc: BaseException, *names: str, prefix: str = "") -> Failure:
+    """A failure with the exception's last line and its traceback without the loader's frames."""
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not any(part in f.filename.replace("\\", "/") for part in _LOADER_FRAMES)
+    ]
+    details = "".join(traceback.format_list(frames))
+    if details:
+        details = "Traceback (most recent call last):\n" + details
+    details += "".join(traceback.format_exception_only(type(exc), exc))
+    keys = {n.lower() for n in names if n}
+    keys |= {k.split(".")[-1] for k in keys} | {k.replace("-", "_") for k in keys}
+    return Failure(source, prefix + last, details, frozenset(keys))

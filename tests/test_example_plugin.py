@@ -134,6 +134,18 @@ def test_entry_point_registers_length_prior(installed: Path):
     assert out.stdout.split() == ["prefalign_example_rm", "False", "[]", "[]"]
 
 
+def test_prefalign_list_names_the_example_and_its_package(installed: Path):
+    prefalign = str(Path(sys.executable).with_name("prefalign"))
+    out = subprocess.run(
+        [prefalign, "list"], env=with_path(installed), capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        "  length_prior prefalign-example-rm 0.1.0 (prefalign_example_rm); capabilities: -"
+        in out.stdout.splitlines()
+    )
+
+
 @pytest.mark.slow  # a pytest subprocess imports torch and samples 8 titles per item
 def test_length_prior_runs_as_bon(
     installed: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
@@ -170,6 +182,9 @@ def test_length_prior_runs_as_bon(
     result.stdout.fnmatch_lines(["*toy?bon?length_prior?-tiny? PASSED*"])
     (row,) = json.loads((pytester.path / "out.json").read_text())["results"]
     assert row["reward"] == "length_prior"
+    # which code produced the row: the method's fingerprint, its package and version
+    assert row["reward_fingerprint"].startswith("length_prior-v1-")
+    assert (row["reward_package"], row["reward_version"]) == ("prefalign-example-rm", "0.1.0")
     # every test pair's chosen title is nearer its author's usual length than the rejected one
     assert row["metrics"]["rm_acc"] == 1.0
     # trained in the folder of the reward's key, which the run file names

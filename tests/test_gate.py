@@ -37,11 +37,13 @@ def make_run(
     rm: Sequence[float] | None = None,
     rouge1: Sequence[float] | None = None,
     pair_ids: Sequence[str] | None = None,
+    version: int = 2,
 ) -> RunFile:
-    """A version 1 run file for KEY whose metrics are computed from the given outcomes.
+    """A run file for KEY whose metrics are computed from the given outcomes.
 
     Pair (and item) ``i`` belongs to user ``i % n_users``, so users have equal counts when the
-    length is a multiple of ``n_users``.
+    length is a multiple of ``n_users``. Version 2 records the same data, model and environment
+    as ``provenance()`` (and a digest per record); version 1 records none of them.
     """
     suite, method, size = KEY
     users = [f"u{i % n_users:03d}" for i in range(len(policy))]
@@ -73,10 +75,28 @@ def make_run(
         "n_users": n_users, "n_items": len(items), "n_pairs": len(pairs), "metrics": metrics,
         "ci": {}, "per_user": {}, "timings": {},
     }  # fmt: skip
+    if version >= 2:
+        result.update(provenance())
+        for record in pairs + items:
+            record["digest"] = "d-" + str(record.get("pair_id", record.get("item_id")))
+    else:  # what version 1 recorded of the model
+        result["model"] = {"name": "SmolLM2", "fingerprint": "lm-1"}
     return RunFile.from_json({
-        "version": 1, "created": "2025-01-01T00:00:00", "commit": None, "config": {},
+        "version": version, "created": "2025-01-01T00:00:00", "commit": None, "config": {},
         "models": {}, "results": [result], "pairs": pairs, "items": items, "tau": [],
     })  # fmt: skip
+
+
+def provenance() -> dict[str, Any]:
+    """What a version 2 row records of its data, model and environment."""
+    return {
+        "model": {"name": "SmolLM2", "fingerprint": "lm-1", "weights": "w-1"},
+        "data": {"fingerprint": {"all": "all-1", "test_pairs": "tp-1", "items": "it-1",
+                                 "train_pairs": "tr-1", "profiles": "pr-1"}},
+        "environment": {"pytest-prefalign": "0.1.0", "torch": "2.13.0",
+                        "transformers": "5.24.0", "python": "3.11.9", "device": "cpu",
+                        "dtype": "float32"},
+    }  # fmt: skip
 
 
 def flipped(n: int, flips: int) -> list[float]:
@@ -144,7 +164,9 @@ def test_identical_runs_pass() -> None:
     for c in comparisons:
         assert (c.diff, c.p_value, c.regressed) == (0.0, 1.0, False)
         assert c.ci == (0.0, 0.0) and (c.n, c.n_users) == (200, 20)
-    assert comparisons[0].status == "ok"
+    # 6 pairs lost, none won, is the least McNemar can call significant at 0.05: 6/200 = 3pp
+    assert comparisons[0].detectable == pytest.approx(0.03)
+    assert comparisons[0].status == "ok, underpowered"  # the 2pp tolerance is below 3pp
 
 
 def test_a_large_significant_drop_fails_with_its_message() -> None:
@@ -181,7 +203,7 @@ def test_a_small_drop_that_is_not_significant_passes() -> None:
     gate = only(compare_runs(baseline, current, [Threshold("policy_acc", 1.0)]), "policy_acc")
     assert gate.old - gate.new == pytest.approx(0.015)
     assert gate.p_value == pytest.approx(0.25)
-    assert not gate.regressed and gate.status == "not significant"
+    assert not gate.regressed and gate.status == "not significant, underpowered"
 
 
 def test_a_significant_drop_within_tolerance_passes() -> None:
@@ -255,8 +277,8 @@ def test_runs_without_a_shared_key_or_of_another_version_are_refused() -> None:
     current.results[0].size = "270m"
     with pytest.raises(RunMismatch, match="share no \\(suite, method, size\\)"):
         compare_runs(baseline, current, GATE)
-    with pytest.raises(RunFileError, match="not a version 1 run file"):
-        RunFile.from_json({"version": 2})
+    with pytest.raises(RunFileError, match="not a run file of version 1 or 2"):
+        RunFile.from_json({"version": 3})
 
 
 # --------------------------------------------------------------------------------------------

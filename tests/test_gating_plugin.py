@@ -221,14 +221,23 @@ def test_save_then_identical_rerun_passes(toy):
     check_known_outcomes(saved)
     assert saved["results"][0]["metrics"]["policy_acc"] == pytest.approx(0.6)
     result = run(toy, "--prefalign-compare-fail", "policy_acc:0pp", "--prefalign-compare")
+    assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1)
+    # 4 users x 5 pairs: McNemar needs 6 pairs lost, each 1/20 of policy_acc, so the gate
+    # cannot find a drop under 30 pp significant, and says so (a warning, not a failure)
     result.stdout.fnmatch_lines(
         [
+            "*prefalign:0: PrefalignWarning: underpowered gate: policy_acc of base on toy (tiny): "
+            "with 20 pairs of 4 users at alpha 0.05, a drop smaller than 30.00 pp cannot be "
+            "significant (McNemar's exact test needs at least 6 pairs that changed, all one "
+            "way); the tolerance is 0 pp*",
             "*= prefalign comparison with baseline main =*",
-            "suite*method*size*metric*old*new*diff*CI*p*n*tolerance*status",
-            "toy*base*tiny*rouge1*",
-            "toy*base*tiny*policy_acc*60.00*60.00*+0.00*[[]+0.00, +0.00]*1*20*0pp*ok",
+            "suite*method*size*metric*old*new*diff*CI*p*n*tolerance*detectable*status",
+            "toy*base*tiny*rouge1*nan*4*too few users to test (4 < 6)",
+            "toy*base*tiny*policy_acc*60.00*60.00*+0.00*[[]+0.00, +0.00]*1*20*0pp*30.00pp*"
+            "ok, underpowered",
             "0 regression(s); gates: policy_acc:0pp *; alpha 0.05; baseline file: *main.json",
+            "underpowered gate: policy_acc of base on toy (tiny)*",
         ]
     )
 
@@ -250,7 +259,7 @@ def test_significant_drop_fails_with_the_figures(toy):
         [
             "*= prefalign comparison with baseline main =*",
             "toy*base*tiny*policy_acc *100.00*60.00*-40.00*0.00781*20*2pp*REGRESSED",
-            "toy*base*tiny*policy_acc_micro*100.00*60.00*-40.00*0.00781*20",
+            "toy*base*tiny*policy_acc_micro*100.00*60.00*-40.00*0.00781*20*30.00pp",
             "1 regression(s); gates: policy_acc:2pp*",
         ]
     )
@@ -263,7 +272,10 @@ def test_drop_not_significant_or_within_tolerance_passes(toy):
     result = run(toy, "--prefalign-compare", "two", "--prefalign-compare-fail", "policy_acc:2pp")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["toy*base*tiny*policy_acc *70.00*60.00*-10.00*0.5*20*2pp*not significant"]
+        [
+            "toy*base*tiny*policy_acc *70.00*60.00*-10.00*0.5*20*2pp*30.00pp*"
+            "not significant, underpowered"
+        ]
     )
     # a significant 40-point drop within a 40-point tolerance (equal is not larger)
     edit(toy, saved, "all", won=lambda pair: True)
@@ -307,23 +319,31 @@ def test_mismatched_pairs_fail_with_a_clear_message(toy):
     )
 
 
-def test_new_and_missing_tests_are_listed_not_failed(toy):
+def test_a_baseline_test_missing_from_a_gated_run_fails_the_run(toy):
+    # icl renamed to icl_rag, say: the gate would otherwise never see icl again
     save(toy, methods="base,icl")
-    result = run(
-        toy,
-        "--prefalign-compare=",
-        "--prefalign-compare-fail",
-        "policy_acc:2pp",
-        methods="base,icl_rag",
-    )
+    args = ("--prefalign-compare=", "--prefalign-compare-fail", "policy_acc:2pp")
+    result = run(toy, *args, methods="base,icl_rag")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "toy*base*tiny*policy_acc *60.00*60.00*ok",
+            "toy*base*tiny*policy_acc *60.00*60.00*ok, underpowered",
             "new, not in the baseline: icl_rag on toy (tiny)",
-            "in the baseline, not compared in this run: icl on toy (tiny)",
+            "FAILED the comparison: in the baseline, not compared in this run: icl on toy (tiny) "
+            "(not run, deselected, renamed, or failed before a result)",
         ]
     )
+    # an intended removal: allowed, and stated
+    result = run(toy, *args, "--prefalign-compare-allow", "missing", methods="base,icl_rag")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["in the baseline, not compared in this run: icl on toy (tiny) (allowed: missing)"]
+    )
+    # without gates the comparison only shows: the missing test is listed, nothing fails
+    result = run(toy, "--prefalign-compare=", methods="base,icl_rag")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["in the baseline, not compared in this run: icl on toy (tiny)"])
 
 
 @pytest.mark.parametrize(

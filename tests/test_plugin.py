@@ -361,11 +361,26 @@ def test_broken_reward_methods_fail_their_own_tests_only(toy):
         [
             "*reward method 'bad_fit' failed in fit: ValueError: cannot train on nothing*",
             "*reward method 'bad_raise' raised in score: RuntimeError: scoring broke*",
-            "*reward method 'bad_nan' score returned nan at index 0 "
-            "(user 'ann'; *non-finite of *)*",
+            "*reward method 'bad_nan' score returned nan for a response to item 'ann/t0' of "
+            "user 'ann' (24 non-finite of 24)*",
             "*reward method 'bad_short' score returned * values, expected *",
         ]
     )
+    # a method's own exception shows its frames, not the evaluation's
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*_ toy?bon?bad_raise?-tiny? _*",
+            "reward method 'bad_raise' raised in score: RuntimeError: scoring broke",
+            "",
+            "*def score(self, lm, users, prompts, responses):*",
+            '>*raise RuntimeError("scoring broke")',
+            "E*RuntimeError: scoring broke",
+            "badrewards.py:18: RuntimeError",
+        ]
+    )
+    failures = out.split(" FAILURES ")[1].split(" warnings summary ")[0]
+    assert "pytest_prefalign/" not in failures and "_pytest/" not in failures
     rows = json.loads((toy.path / "out.json").read_text())["results"]
     assert sorted(r["method"] for r in rows) == ["base", "bon[bad_ok]"]
     ok = next(r for r in rows if r["method"] == "bon[bad_ok]")

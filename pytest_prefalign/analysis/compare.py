@@ -3,111 +3,55 @@
 A drop counts only when it is both larger than its tolerance and significant under a paired test
 (docs/ci-gating.md): McNemar's exact test on the shared pairs for accuracies, a paired bootstrap
 over users on per-item scores for the others; which metrics exist, which may be gated and which
-test each takes come from the metric catalogue. Runs made on other pairs or items are refused,
-not compared.
+test each takes come from the metric catalogue. Runs that cannot be compared (other pairs or
+items, other data, model or environment: analysis/comparable.py) are refused, not compared. A
+gate states its power: the smallest drop McNemar's test could find with the run's pairs
+(``Comparison.detectable``), and the bootstrap is refused over fewer users than an exact test
+over users could find significant. ``judge`` is what both the pytest gate and ``prefalign
+compare`` call.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_prefalign.analysis import catalogue
+from pytest_prefalign.analysis.comparable import (
+    Difference,
+    RunMismatch,
+    check_case,
+    coverage,
+    key_text,
+)
 from pytest_prefalign.analysis.metrics import per_user_mean
-from pytest_prefalign.analysis.stats import mcnemar_exact, paired_bootstrap
+from pytest_prefalign.analysis.stats import (
+    mcnemar_exact,
+    paired_bootstrap,
+    sign_test_floor,
+    smallest_detectable_drop,
+)
+from pytest_prefalign.analysis.thresholds import (
+    Threshold,
+    check_unique,
+    form,
+    parse_alpha,
+    parse_threshold,
+    parse_thresholds,
+)
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
-_THRESHOLD = re.compile(r"(?P<metric>[A-Za-z0-9_]+):(?P<number>\d+(?:\.\d*)?|\.\d+)(?P<unit>\S*)")
-
-
-def form() -> str:
-    """The accepted form of a threshold, for messages."""
-    return f"METRIC:Npp, e.g. policy_acc:2pp (METRIC one of {', '.join(catalogue.gateable())})"
-
+# re-exported: the gate, the command and the tests import them from here
+__all__ = [
+    "Comparison", "RunMismatch", "Threshold", "Verdict", "check_unique", "compare_case",
+    "compare_runs", "form", "judge", "key_text", "parse_alpha", "parse_threshold",
+    "parse_thresholds",
+]  # fmt: skip
 
 # a drop equal to the tolerance is not larger than it, whatever float subtraction says
 _EPS = 1e-9
-
-
-class RunMismatch(ValueError):
-    """The two runs cannot be compared: other pairs or items, or a gate's records are missing."""
-
-
-# --------------------------------------------------------------------------------------------
-# Thresholds
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """A gate: ``metric`` may drop by at most ``points`` percentage points (metrics are 0..1)."""
-
-    metric: str
-    points: float
-
-    @property
-    def tolerance(self) -> float:
-        """The tolerance on the 0..1 scale the run file uses."""
-        return self.points / 100.0
-
-    def __str__(self) -> str:
-        return f"{self.metric}:{self.points:g}pp"
-
-
-def parse_threshold(text: str) -> Threshold:
-    """``policy_acc:2pp`` -> ``Threshold("policy_acc", 2.0)``; an ``argparse`` type.
-
-    The unit is required: a bare ``2`` could mean 2 points or 0.02 and a typo would move the gate
-    a hundredfold; ``%`` is refused because it reads as a relative change.
-    """
-    match = _THRESHOLD.fullmatch(text.strip().replace(" ", ""))
-    if not match:
-        raise argparse.ArgumentTypeError(f"invalid threshold {text!r}: expected {form()}")
-    metric, unit = match["metric"], match["unit"]
-    if metric not in catalogue.gateable():
-        raise argparse.ArgumentTypeError(
-            f"unknown metric {metric!r} in {text!r}: expected {form()}"
-        )
-    if unit != "pp":
-        got = f"unit {unit!r}" if unit else "no unit"
-        raise argparse.ArgumentTypeError(
-            f"invalid threshold {text!r} ({got}): give the tolerance in percentage points, "
-            f"{metric}:{match['number']}pp"
-        )
-    return Threshold(metric, float(match["number"]))
-
-
-def parse_thresholds(text: str) -> list[Threshold]:
-    """A comma-separated list, ``policy_acc:2pp,rouge1:1pp``; each metric at most once."""
-    parts = text.split(",")
-    if any(not part.strip() for part in parts):
-        raise argparse.ArgumentTypeError(f"empty threshold in {text!r}: expected {form()}[,...]")
-    thresholds = [parse_threshold(part) for part in parts]
-    check_unique(thresholds)
-    return thresholds
-
-
-def parse_alpha(text: str) -> float:
-    """A significance level strictly between 0 and 1; an ``argparse`` type."""
-    try:
-        alpha = float(text)
-    except ValueError:
-        alpha = math.nan
-    if not 0.0 < alpha < 1.0:
-        raise argparse.ArgumentTypeError(f"alpha must be a number between 0 and 1, got {text!r}")
-    return alpha
-
-
-def check_unique(thresholds: Sequence[Threshold]) -> None:
-    seen: set[str] = set()
-    for threshold in thresholds:
-        if threshold.metric in seen:
-            raise argparse.ArgumentTypeError(f"{threshold.metric} is given two thresholds")
-        seen.add(threshold.metric)
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,15 +84,43 @@ class Comparison:
     alpha: float
     regressed: bool
     note: str = ""
+    # the smallest drop McNemar's test could find significant with these pairs (inf: none);
+    # nan for the bootstrap
+    detectable: float = math.nan
+
+    @property
+    def underpowered(self) -> bool:
+        """A gate that cannot find a drop as large as its tolerance significant."""
+        return self.gated and self.detectable > self.tolerance + _EPS
+
+    def power_message(self) -> str:
+        """Why an underpowered gate could miss a drop beyond its tolerance."""
+        k = sign_test_floor(self.alpha)
+        could = (
+            f"no drop can be significant (McNemar's exact test needs at least {k} pairs that "
+            "changed, all one way)"
+            if math.isinf(self.detectable)
+            else f"a drop smaller than {self.detectable * 100:.2f} pp cannot be significant "
+            f"(McNemar's exact test needs at least {k} pairs that changed, all one way)"
+        )
+        return (
+            f"underpowered gate: {self.metric} of {self.method} on {self.suite} ({self.size}): "
+            f"with {self.n} pairs of {self.n_users} users at alpha {self.alpha:g}, {could}; "
+            f"the tolerance is {self.tolerance * 100:g} pp, so a drop between the two passes "
+            "(more users: --prefalign-limit)"
+        )
 
     @property
     def status(self) -> str:
-        """``REGRESSED``, ``ok``, ``not significant`` (a drop beyond tolerance) or ``""``."""
+        """``REGRESSED``, ``ok``, ``not significant`` (a drop beyond tolerance) or the note of
+        an ungated row; ``, underpowered`` after a gated one that could miss a drop beyond its
+        tolerance."""
         if not self.gated:
             return self.note
         if self.regressed:
             return "REGRESSED"
-        return "not significant" if self.old - self.new > self.tolerance + _EPS else "ok"
+        status = "not significant" if self.old - self.new > self.tolerance + _EPS else "ok"
+        return f"{status}, underpowered" if self.underpowered else status
 
     def message(self) -> str:
         """What happened, with old, new, the difference, its interval and the p-value."""
@@ -188,6 +160,7 @@ def compare_runs(
     *,
     alpha: float = 0.05,
     overrides: Mapping[Key, Sequence[Threshold]] | None = None,
+    allow: Collection[str] = (),
     n_boot: int = 2000,
     seed: int = 0,
 ) -> list[Comparison]:
@@ -195,8 +168,9 @@ def compare_runs(
 
     Metrics in ``thresholds`` are gated; ``overrides`` replaces thresholds for one key (e.g. a
     test's ``prefalign_tolerance`` marker). ``regressed = gated and old - new > tolerance and
-    p < alpha``. Raises ``RunMismatch`` when the runs share no key, when a shared key was run on
-    other pair or item ids, or when a gated metric cannot be tested.
+    p < alpha``. Raises ``RunMismatch`` when the runs share no key, when a shared key cannot be
+    compared (``comparable.check_case``: other ids, or other data, model or environment not in
+    ``allow``), or when a gated metric cannot be tested.
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
@@ -204,31 +178,86 @@ def compare_runs(
     old, new = {r.key: r for r in baseline.results}, {r.key: r for r in current.results}
     keys = sorted(old.keys() & new.keys())
     if not keys:
-        raise RunMismatch("the baseline and the current run share no (suite, method, size)")
+        raise RunMismatch(coverage(old, new)[0][0])
     comparisons = []
     for key in keys:
-        before, after = old[key], new[key]
-        _check_same_ids(
-            key, "pair", _by_id(before.pairs, "pair_id"), _by_id(after.pairs, "pair_id")
-        )
-        _check_same_ids(
-            key, "item", _by_id(before.items, "item_id"), _by_id(after.items, "item_id")
-        )
-        gates = {t.metric: t for t in thresholds}
-        gates.update({t.metric: t for t in (overrides or {}).get(key, ())})
-        for metric, values in _shared_metrics(key, before, after, gates):
-            comparisons.append(
-                _compare(
-                    key, metric, values, before, after, gates.get(metric.name), alpha, n_boot, seed
-                )
-            )
+        gates = [*thresholds, *(overrides or {}).get(key, ())]
+        comparisons += compare_case(old[key], new[key], gates, alpha, allow, n_boot, seed)[0]
     return comparisons
 
 
-def unmatched(baseline: RunFile, current: RunFile) -> tuple[list[Key], list[Key]]:
-    """The (suite, method, size) keys only in the baseline, and those only in the current run."""
-    old, new = {r.key for r in baseline.results}, {r.key for r in current.results}
-    return sorted(old - new), sorted(new - old)
+def compare_case(
+    before: CaseResult,
+    after: CaseResult,
+    thresholds: Sequence[Threshold],
+    alpha: float,
+    allow: Collection[str] = (),
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[list[Comparison], list[Difference]]:
+    """One test's comparisons and the allowed differences between its two results (a later
+    threshold of a metric replaces an earlier one). Raises ``RunMismatch`` as ``compare_runs``."""
+    key = after.key
+    allowed = check_case(before, after, allow)
+    gates = {t.metric: t for t in thresholds}
+    comparisons = [
+        _compare(key, metric, values, before, after, gates.get(metric.name), alpha, n_boot, seed)
+        for metric, values in _shared_metrics(key, before, after, gates)
+    ]
+    return comparisons, allowed
+
+
+@dataclass
+class Verdict:
+    """What comparing a run with a baseline found: the comparisons, what could not be compared
+    (``errors``: each fails the gate), and what is stated without failing (``notes``: allowed
+    differences, tests new to the baseline)."""
+
+    comparisons: list[Comparison] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.regressed]
+
+    @property
+    def underpowered(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.underpowered]
+
+
+def judge(
+    baseline: RunFile,
+    current: RunFile,
+    thresholds: Sequence[Threshold],
+    *,
+    alpha: float = 0.05,
+    allow: Collection[str] = (),
+    overrides: Mapping[Key, Sequence[Threshold]] | None = None,
+    whole_run: bool = True,
+) -> Verdict:
+    """Compare ``current`` with ``baseline``, test by test, collecting what cannot be compared
+    instead of stopping at it: the one judgement behind the pytest gate (per test, then
+    ``whole_run`` coverage on the controller) and ``prefalign compare`` (both at once).
+    ``whole_run``: also check which tests the runs share (``comparable.coverage``)."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
+    check_unique(thresholds)
+    verdict = Verdict()
+    old, new = {r.key: r for r in baseline.results}, {r.key: r for r in current.results}
+    if whole_run:
+        gated = bool(thresholds) or any(overrides.values() if overrides else ())
+        verdict.errors, verdict.notes = coverage(old, new, allow, gated=gated)
+    for key in sorted(old.keys() & new.keys()):
+        gates = [*thresholds, *(overrides or {}).get(key, ())]
+        try:
+            comparisons, allowed = compare_case(old[key], new[key], gates, alpha, allow)
+        except RunMismatch as exc:
+            verdict.errors.append(str(exc))
+            continue
+        verdict.comparisons += comparisons
+        verdict.notes += [f"{key_text(key)}: allowed: {d.text}" for d in allowed]
+    return verdict
 
 
 def _shared_metrics(
@@ -266,14 +295,22 @@ def _compare(
         _by_id(getattr(new, section), id_field),
         metric.field,
     )
-    ci, p_value, note = (math.nan, math.nan), math.nan, ""
+    ci, p_value, note, detectable = (math.nan, math.nan), math.nan, "", math.nan
     if users:
         weights = _counts(users) if metric.pooling == "micro" else None
         _, ci, p_boot = paired_bootstrap(
             per_user_mean(before, users), per_user_mean(after, users), n_boot, seed,
             weights=weights, level=1.0 - alpha,
         )  # fmt: skip
-        p_value = mcnemar_exact(before, after) if metric.test == "mcnemar" else p_boot
+        if metric.test == "mcnemar":
+            p_value = mcnemar_exact(before, after)
+            detectable = smallest_detectable_drop(users, alpha, metric.pooling)
+        elif len(set(users)) >= (floor := sign_test_floor(alpha)):
+            p_value = p_boot
+        elif threshold is not None:
+            raise RunMismatch(too_few_users(key, metric.name, len(set(users)), alpha))
+        else:
+            note = f"too few users to test ({len(set(users))} < {floor})"
     elif threshold is not None:
         raise RunMismatch(
             f"{key_text(key)}: no per-{metric.level} {metric.field!r} records shared by both "
@@ -291,8 +328,19 @@ def _compare(
         new=new_value, diff=new_value - old_value, ci=ci, p_value=p_value, test=metric.test,
         n=len(users), n_users=len(set(users)), gated=threshold is not None,
         tolerance=threshold.tolerance if threshold else math.nan, alpha=alpha,
-        regressed=regressed, note=note,
+        regressed=regressed, note=note, detectable=detectable,
     )  # fmt: skip
+
+
+def too_few_users(key: Key, metric: str, n_users: int, alpha: float) -> str:
+    """Why a bootstrap over users is refused."""
+    floor = sign_test_floor(alpha)
+    return (
+        f"{key_text(key)}: {metric} cannot be tested: the paired bootstrap over users needs at "
+        f"least {floor} users at alpha {alpha:g} (with fewer, even every user dropping is not "
+        f"significant under an exact sign test over users), and the runs share {n_users} "
+        "(more users: --prefalign-limit)"
+    )
 
 
 def _by_id(records: Sequence[Mapping[str, Any]], id_field: str) -> dict[str, Mapping[str, Any]]:
@@ -320,29 +368,9 @@ def _counts(users: Sequence[str]) -> dict[str, float]:
     return counts
 
 
-def _check_same_ids(key: Key, kind: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-    """Refuse to compare a key whose runs were made on different pair (or item) ids."""
-    only_old, only_new = sorted(old.keys() - new.keys()), sorted(new.keys() - old.keys())
-    if only_old or only_new:
-        raise RunMismatch(
-            f"{key_text(key)}: the runs were made on different {kind}s: "
-            f"{len(only_old)} of the baseline's {len(old)} {kind} ids are not in the current run"
-            f"{_examples(only_old)} and {len(only_new)} of the current run's {len(new)} are not "
-            f"in the baseline{_examples(only_new)} (other data or another --prefalign-limit?)"
-        )
-
-
 def _metric(result: CaseResult, metric: str) -> float | None:
     value = result.metrics.get(metric)
     return None if value is None or not math.isfinite(float(value)) else float(value)
-
-
-def key_text(key: Key | Sequence[str]) -> str:
-    return f"{key[1]} on {key[0]} ({key[2]})"
-
-
-def _examples(ids: Sequence[str]) -> str:
-    return f" (e.g. {', '.join(map(repr, ids[:3]))})" if ids else ""
 
 
 def pct(value: float) -> str:

@@ -228,3 +228,54 @@ def _outcomes(name: str, values: Sequence[float]) -> np.ndarray:
     if len(bad):
         raise ValueError(f"{name}[{bad[0]}] is {array[bad[0]]}, expected 0, 0.5 or 1")
     return array
+
+
+# --------------------------------------------------------------------------------------------
+# What a paired test can detect
+# --------------------------------------------------------------------------------------------
+
+
+def sign_test_floor(alpha: float) -> int:
+    """The fewest signs, all the same way, that make an exact two-sided sign test significant:
+    the smallest ``k`` with ``2 * 0.5**k < alpha`` (6 at alpha 0.05: 2/64 = 0.031, while 5
+    give 2/32 = 0.0625).
+
+    It is the most favourable case of two tests. McNemar's exact test needs at least ``k``
+    discordant pairs, all one way, before any drop can be significant. And a test over users
+    (each user's change one sign) can be significant only with at least ``k`` users, which is
+    why the paired bootstrap over users is refused below it: its p-value, about
+    ``2 / (n_boot + 1)`` whenever every user dropped, would otherwise claim a significance that
+    an exact test over so few users cannot reach.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha!r}")
+    k = 1
+    while 2.0 * 0.5**k >= alpha:
+        k += 1
+    return k
+
+
+def smallest_detectable_drop(users: Sequence[str], alpha: float, pooling: str = "macro") -> float:
+    """The smallest drop of an accuracy over these pairs (one entry per pair: its user) that
+    McNemar's exact test can find significant at ``alpha``, on the 0..1 scale; ``inf`` when no
+    drop can be (fewer pairs than ``sign_test_floor(alpha)``).
+
+    The most favourable split: ``k = sign_test_floor(alpha)`` pairs that went from won to lost,
+    none the other way (p = 2 * 0.5**k). Micro accuracy weighs every pair ``1/n``, so the drop
+    is ``k/n``; macro accuracy (the mean over users of each user's mean) weighs a pair of user
+    ``u`` ``1/(U n_u)``, and the smallest drop takes the ``k`` lightest pairs, those of the
+    users with the most pairs. Any smaller drop has fewer discordant pairs and cannot be
+    significant. (A pair that went from won to a tie is half a discordance in the accuracy but
+    a whole sign in the test, so ties could halve the figure; scores are continuous and rarely
+    tie.)
+    """
+    k, n = sign_test_floor(alpha), len(users)
+    if n < k:
+        return math.inf
+    if pooling == "micro":
+        return k / n
+    counts: dict[str, int] = {}
+    for user in users:
+        counts[user] = counts.get(user, 0) + 1
+    weights = sorted(1.0 / (len(counts) * counts[user]) for user in users)
+    return float(sum(weights[:k]))

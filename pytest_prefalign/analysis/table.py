@@ -4,6 +4,7 @@ analysis is rendered by ``summary``."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -105,13 +106,21 @@ def fmt(row: CaseResult, metric: catalogue.Metric) -> str:
 
 
 def comparison_table(comparisons: Sequence[Comparison]) -> str:
-    """All comparisons as a text table; figures in points (x 100), p-values as they are."""
+    """All comparisons as a text table; figures in points (x 100), p-values as they are.
+    ``detectable``: for a McNemar row, the smallest drop its test could find significant with
+    these pairs (``never``: none could)."""
     rows = [
         [c.suite, c.method, c.size, c.metric, pct(c.old), pct(c.new), pp(c.diff),
          f"[{pp(c.ci[0])}, {pp(c.ci[1])}]", p_text(c.p_value), c.n,
-         f"{c.tolerance * 100:g}pp" if c.gated else "", c.status]
+         f"{c.tolerance * 100:g}pp" if c.gated else "", _detectable(c.detectable), c.status]
         for c in comparisons
     ]  # fmt: skip
     headers = ["suite", "method", "size", "metric", "old", "new", "diff", "CI", "p", "n",
-               "tolerance", "status"]  # fmt: skip
+               "tolerance", "detectable", "status"]  # fmt: skip
     return tabulate(rows, headers=headers, disable_numparse=True)
+
+
+def _detectable(value: float) -> str:
+    if math.isnan(value):
+        return ""
+    return "never" if math.isinf(value) else f"{value * 100:.2f}pp"

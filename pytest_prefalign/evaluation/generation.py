@@ -100,6 +100,7 @@ def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]) -> l
             **key,
             "item_id": it.item_id,
             "user": it.user,
+            "digest": cache.records_fingerprint([it]),  # the item's texts: a gate checks them
             "output": outputs[i],
             "reference": it.reference,
             "rouge1": number(r1[i]),

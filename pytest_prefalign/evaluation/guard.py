@@ -2,25 +2,35 @@
 
 Third-party code may raise, return NaN or infinity, or return the wrong number of values; any
 of these fails the test that used it with a message naming the method, the call and what came
-back, whichever decoder made the call. The other tests of the run go on.
+back, whichever decoder made the call. A bad value is named by the record it was computed for:
+the test pair and its side, or the generation item whose response it scored. An exception the
+method raised keeps its traceback (``MethodFailure``), which the test's report shows below the
+message. The other tests of the run go on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.errors import MethodFailure, PrefalignError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.api import SuiteData
+
+Where = Callable[[int], str]  # position of a call -> what it was computed for
 
 
 class GuardedReward:
-    """Wraps a fitted reward method; attributes other than the checked calls pass through."""
+    """Wraps a fitted reward method; attributes other than the checked calls pass through.
+    ``data``: the suite's data, to name the record a bad value belongs to."""
 
-    def __init__(self, inner: Any, name: str) -> None:
+    def __init__(self, inner: Any, name: str, data: SuiteData | None = None) -> None:
         self._inner = inner
         self._name = name
+        self._data = data
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._inner, attr)
@@ -31,15 +41,22 @@ class GuardedReward:
         except PrefalignError:
             raise
         except Exception as exc:
-            raise PrefalignError(
+            raise MethodFailure(
                 f"reward method {self._name!r} raised in {method}: {type(exc).__name__}: {exc}"
-            ) from None
+            ) from exc
+
+    def _where(
+        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> Where:
+        """Names position ``i`` of a call by its record; looked up only when something is wrong."""
+        return lambda i: locate(self._data, users[i], prompts[i], responses[i], i)
 
     def score(
         self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
     ) -> np.ndarray:
         out = self._call("score", lm, users, prompts, responses)
-        return finite_array(out, len(responses), f"reward method {self._name!r} score", users)
+        where = self._where(users, prompts, responses)
+        return finite_array(out, len(responses), f"reward method {self._name!r} score", where)
 
     def prefix_rewards(
         self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
@@ -48,7 +65,8 @@ class GuardedReward:
         what = f"reward method {self._name!r} prefix_rewards"
         if len(out) != len(responses):
             raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(responses)}")
-        return [finite_array(a, None, what, [users[i]]) for i, a in enumerate(out)]
+        where = self._where(users, prompts, responses)
+        return [finite_array(a, None, what, _token_of(where, i)) for i, a in enumerate(out)]
 
     def next_token_logprobs(
         self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
@@ -57,8 +75,10 @@ class GuardedReward:
         what = f"reward method {self._name!r} next_token_logprobs"
         if len(out) != len(responses):
             raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(responses)}")
-        for array in out:
-            no_nan(np.asarray(array), what)
+        where = self._where(users, prompts, responses)
+        for i, array in enumerate(out):
+            if np.isnan(np.asarray(array)).any():
+                raise PrefalignError(f"{what} returned NaN {where(i)}")
         return out
 
     def reward_from_hidden(self, users: Sequence[str], hidden: Any) -> Any:
@@ -79,8 +99,31 @@ class GuardedReward:
         return out
 
 
-def finite_array(values: Any, n: int | None, what: str, users: Sequence[str]) -> np.ndarray:
-    """``values`` as a 1-D float array of length ``n`` (any length if None), all finite."""
+def _token_of(where: Where, i: int) -> Where:
+    return lambda t: f"{where(i)} at token {t}"
+
+
+def locate(data: SuiteData | None, user: str, prompt: str, response: str, index: int) -> str:
+    """What a scored ``(user, prompt, response)`` was: a side of a test pair, a response
+    generated for an item, or (neither) its position in the call."""
+    if data is not None:
+        for pair in data.test_pairs:
+            if (
+                pair.user == user
+                and pair.prompt == prompt
+                and response in (pair.chosen, pair.rejected)
+            ):
+                side = "chosen" if response == pair.chosen else "rejected"
+                return f"for the {side} side of pair {pair.pair_id!r}"
+        for item in data.items:
+            if item.user == user and item.prompt == prompt:
+                return f"for a response to item {item.item_id!r} of user {user!r}"
+    return f"at index {index}, user {user!r}"
+
+
+def finite_array(values: Any, n: int | None, what: str, where: Where) -> np.ndarray:
+    """``values`` as a 1-D float array of length ``n`` (any length if None), all finite; the
+    first bad value is named by ``where``."""
     try:
         arr = np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
@@ -90,14 +133,7 @@ def finite_array(values: Any, n: int | None, what: str, users: Sequence[str]) ->
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         i = int(bad[0])
-        user = users[i] if i < len(users) else users[0]
         raise PrefalignError(
-            f"{what} returned {arr[i]} at index {i} (user {user!r}; "
-            f"{bad.size} non-finite of {arr.shape[0]})"
+            f"{what} returned {arr[i]} {where(i)} ({bad.size} non-finite of {arr.shape[0]})"
         )
     return arr
-
-
-def no_nan(array: np.ndarray, what: str) -> None:
-    if np.isnan(array).any():
-        raise PrefalignError(f"{what} returned NaN")

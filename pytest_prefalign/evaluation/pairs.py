@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pytest_prefalign import cache
 from pytest_prefalign.analysis import metrics
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.generation import number
@@ -60,6 +61,7 @@ def pair_records(
             **key,
             "pair_id": p.pair_id,
             "user": p.user,
+            "digest": cache.records_fingerprint([p]),  # the pair's texts: a gate checks them
             "rm_chosen": value(rm and rm[0], i),
             "rm_rejected": value(rm and rm[1], i),
             "rm_correct": value(rm_out, i),

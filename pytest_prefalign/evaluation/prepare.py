@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_prefalign import cache, versions
+from pytest_prefalign import cache, storage, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod
-from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.errors import MethodFailure, PrefalignError
 from pytest_prefalign.evaluation.guard import GuardedReward
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,12 +22,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class SuiteState:
-    """A suite loaded for this run, with the cached values its loading used (negatives)."""
+    """A suite loaded for this run, with the cached values its loading used (negatives) and
+    the fingerprint of its data (``data_fingerprint``)."""
 
     suite: Suite
     data: SuiteData
     data_dir: Path | None
     uses: list[cache.Use]
+    fingerprint: dict[str, str]
 
 
 @dataclass
@@ -38,6 +40,9 @@ class FittedReward:
     reward: RewardMethod  # a GuardedReward, which answers as the method it wraps
     key: cache.Key
     uses: list[cache.Use]
+    fingerprint: str  # the method's fingerprint()
+    package: str | None  # the distribution that provided it, and its version
+    version: str | None
 
 
 def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteState:
@@ -59,7 +64,34 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
                 uses[:0] = reference.cache_uses
         except (DataNotFound, DataError) as exc:
             raise PrefalignError(f"suite {name!r}: {exc}") from None
-    return SuiteState(suite, data, data_dir, uses)
+    return SuiteState(suite, data, data_dir, uses, data_fingerprint(data))
+
+
+def data_fingerprint(data: SuiteData) -> dict[str, str]:
+    """What every figure of a (suite, size) was computed from, part by part, so that a gate
+    can say which part of the data differs between two runs: the test pairs and items (every
+    field, ids and texts), the training pairs and the profiles; ``all`` covers the four."""
+    parts = {
+        "test_pairs": cache.records_fingerprint(data.test_pairs),
+        "items": cache.records_fingerprint(data.items),
+        "train_pairs": cache.records_fingerprint(data.train_pairs),
+        "profiles": cache.profiles_fingerprint(data.profiles),
+    }
+    return {"all": storage.content_key(sorted(parts.items())), **parts}
+
+
+def environment(lm: LM) -> dict[str, Any]:
+    """What the figures were computed with besides the model's weights: the versions of this
+    plugin, Python, torch and transformers, the device and the dtype."""
+    import platform
+
+    versions_of = versions.library_versions("pytest-prefalign", "torch", "transformers")
+    return {
+        **versions_of,
+        "python": platform.python_version(),
+        "device": lm.device.type,
+        "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+    }
 
 
 def locate_data(
@@ -111,15 +143,17 @@ def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedR
             key = reward_key(reward, entry.obj, lm, state.data.train_pairs)
             folder, had_files = run.disk.folder(key, name)
             reward.fit(lm, state.data.train_pairs, folder)
-        except Exception as exc:
-            raise PrefalignError(
+        except Exception as exc:  # the method's own code: its traceback is shown below
+            raise MethodFailure(
                 f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}"
-            ) from None
+            ) from exc
     # a method that says whether it trained is believed; else files it found mean it loaded
     trained = getattr(reward, "trained", None)
     hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
     uses.append(cache.Use(key, hit))
-    return FittedReward(cast(RewardMethod, GuardedReward(reward, name)), key, uses)
+    guarded = cast(RewardMethod, GuardedReward(reward, name, state.data))
+    fingerprint = str(key.inputs["config"])
+    return FittedReward(guarded, key, uses, fingerprint, entry.package, entry.version)
 
 
 def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pair]) -> cache.Key:

@@ -6,13 +6,14 @@ the host is handed down at collection, so nothing here imports the session.
 
 from __future__ import annotations
 
+import io
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
-from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.errors import MethodFailure, PrefalignError
 from pytest_prefalign.registry import MethodName, UnknownName
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,8 +112,13 @@ class CaseItem(pytest.Item):
             raise PrefalignError(f"{self.name}: " + "; ".join(problems))
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, PrefalignError):
-            return str(excinfo.value)
+        error = excinfo.value
+        if isinstance(error, MethodFailure) and error.__cause__ is not None:
+            style = style or self.config.getoption("tbstyle", "auto")
+            if style not in ("no", "line"):
+                return f"{error}\n\n{method_traceback(error.__cause__, style)}"
+        if isinstance(error, PrefalignError):
+            return str(error)
         return super().repr_failure(excinfo, style)
 
     def _traceback_filter(self, excinfo):
@@ -123,3 +129,24 @@ class CaseItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, self.name
+
+
+PACKAGE = Path(__file__).resolve().parents[1]  # pytest_prefalign/
+
+
+def method_traceback(error: BaseException, style: str) -> str:
+    """The traceback of a method's own exception as pytest shows one, trimmed to the frames
+    outside pytest_prefalign: where the method (a plugin's module, a built-in under methods/)
+    went wrong, not the evaluation that called it."""
+    info = pytest.ExceptionInfo.from_exception(error)
+    own = info.traceback.filter(lambda entry: PACKAGE not in Path(str(entry.path)).parents)
+    if len(own):
+        info.traceback = own
+    shown = {"short": "short", "native": "native"}.get(style, "long")
+    rendered = info.getrepr(style=cast(Any, shown), funcargs=False, tbfilter=False)
+    # rendered as pytest would; str() of it would strip the first line's indentation
+    from _pytest._io import TerminalWriter
+
+    out = io.StringIO()
+    rendered.toterminal(TerminalWriter(file=out))
+    return out.getvalue().lstrip("\n").rstrip()

@@ -1,31 +1,39 @@
 """Regression gating inside a pytest run: store a run as a baseline, compare every test with it,
-fail a test whose gated metric dropped (docs/ci-gating.md; the comparison itself lives in
-analysis/compare.py, the baseline files in runs/baselines.py).
+fail a test whose gated metric dropped or that cannot be compared, warn (or fail) when a gate
+cannot detect a drop as large as its tolerance, and fail the run when nothing was compared or,
+with gates, a baseline test was not (docs/ci-gating.md). The judgement itself is
+``analysis.compare.judge``, the one ``prefalign compare`` makes too; the baseline files live in
+runs/baselines.py, the summary in plumbing/gate_summary.py.
 
 Built like pytest's ``stepwise.py``: this module owns its options and one stateful plugin,
 ``Gating``, which the prefalign session registers only when a gating option is given. pytest
-imports this module on every run, so ``gate`` (numpy, scipy) is imported inside functions only,
-the option types included.
+imports this module on every run, so the analysis (numpy, scipy) is imported inside functions
+only, the option types included.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+from pytest_prefalign.errors import PrefalignWarning
 from pytest_prefalign.plumbing.workers import is_worker
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.analysis.compare import Comparison, Threshold
+    from pytest_prefalign.analysis.compare import Threshold
     from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
+T = TypeVar("T")
 PROPERTY = "prefalign_comparison"  # the user property that carries a test's comparison
 MARKER = "prefalign_tolerance"
 DEFAULT_ALPHA = 0.05
+POWER = ("warn", "fail")  # what an underpowered gate does
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,6 +60,20 @@ def parse_alpha(text: str) -> float:
     from pytest_prefalign.analysis import compare
 
     return compare.parse_alpha(text)
+
+
+def parse_allow(text: str) -> frozenset[str]:
+    """``--prefalign-compare-allow`` type: ``data,model,environment,missing``."""
+    from pytest_prefalign.analysis import comparable
+
+    return comparable.parse_allow(text)
+
+
+def parse_power(text: str) -> str:
+    """``--prefalign-compare-power`` type: ``warn`` or ``fail``."""
+    if text not in POWER:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {' or '.join(POWER)}")
+    return text
 
 
 def addoption(parser: pytest.Parser) -> None:
@@ -92,10 +114,29 @@ def addoption(parser: pytest.Parser) -> None:
         metavar="A",
         help=f"significance level of the paired tests (default: {DEFAULT_ALPHA}).",
     )
+    group.addoption(
+        "--prefalign-compare-allow",
+        type=parse_allow,
+        default=None,
+        metavar="KINDS",
+        help="compare even though the runs differ in these, stating it: data (same ids, "
+        "other contents), model, environment, missing (baseline tests not in this run); "
+        "comma-separated (ini: prefalign_compare_allow).",
+    )
+    group.addoption(
+        "--prefalign-compare-power",
+        type=parse_power,
+        default=None,
+        metavar="warn|fail",
+        help="a gate that cannot detect a drop as large as its tolerance with this run's "
+        "pairs: a warning (default) or a failed test (ini: prefalign_compare_power).",
+    )
     parser.addini(
         "prefalign_compare_fail",
         "regression gates METRIC:Npp, comma-separated, used with --prefalign-compare",
     )
+    parser.addini("prefalign_compare_allow", "differences a comparison allows, comma-separated")
+    parser.addini("prefalign_compare_power", "an underpowered gate: warn or fail")
 
 
 def active(config: pytest.Config) -> bool:
@@ -138,8 +179,14 @@ class Gating:
                 "there is no baseline to gate on"
             )
         self.thresholds = _checked_gates(cli_gates) if cli_gates else _ini_gates(config)
+        self.allow: frozenset[str] = _ini_or_option(
+            config, "prefalign_compare_allow", parse_allow, frozenset()
+        )
+        self.power: str = _ini_or_option(config, "prefalign_compare_power", parse_power, "warn")
         self.baseline = None if compare is None else _load(config, compare)
         self.outcomes: list[dict[str, Any]] = []  # controller: one per compared test
+        self.run_problems: list[str] = []  # controller: what fails the run as a whole
+        self.run_notes: list[str] = []
         self.saved: Path | None = None
 
     # -- on the process that runs the test ----------------------------------------------------
@@ -148,8 +195,14 @@ class Gating:
         """Compare the test's result with the baseline; its regressions fail the test."""
         if self.baseline is None:
             return None
-        outcome = compare_result(self.baseline, item, result, self.thresholds, self.alpha)
+        outcome = compare_result(
+            self.baseline, item, result, self.thresholds, self.alpha, self.allow
+        )
         item.user_properties.append((PROPERTY, outcome))  # plain data: it travels to the controller
+        if self.power == "fail":
+            return [*outcome["problems"], *outcome["underpowered"]] or None
+        for message in outcome["underpowered"]:  # in the warnings summary, under the test's id
+            warnings.warn_explicit(PrefalignWarning(message), PrefalignWarning, "prefalign", 0)
         return outcome["problems"] or None
 
     # -- on the controller --------------------------------------------------------------------
@@ -160,6 +213,23 @@ class Gating:
         for name, value in report.user_properties:
             if name == PROPERTY and isinstance(value, dict):
                 self.outcomes.append(value)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """What fails the run as a whole (nothing compared; with gates, a baseline test this
+        run did not compare) turns a passing run's exit status into a failure."""
+        if self.baseline is None or is_worker(self.config):
+            return
+        from pytest_prefalign.analysis import comparable
+
+        gated = bool(self.thresholds) or any(
+            c["gated"] for o in self.outcomes for c in o["comparisons"]
+        )
+        current = [tuple(o["key"]) for o in self.outcomes]
+        self.run_problems, self.run_notes = comparable.coverage(
+            self.baseline.runs, current, self.allow, gated=gated
+        )
+        if self.run_problems and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_prefalign_run_written(self, path: str, run: RunFile, config: pytest.Config) -> None:
         """Store the run, records included, as the named baseline."""
@@ -173,7 +243,9 @@ class Gating:
         if is_worker(self.config):
             return
         if self.baseline is not None:
-            summarise(terminalreporter, self.baseline, self.outcomes, self.thresholds, self.alpha)
+            from pytest_prefalign.plumbing.gate_summary import summarise
+
+            summarise(terminalreporter, self, self.baseline.name, self.baseline.path, MARKER)
         if self.save_name is None:
             return
         if self.saved is not None:
@@ -193,6 +265,20 @@ def _checked_gates(thresholds: list[Threshold]) -> list[Threshold]:
             f"--prefalign-compare-fail: {', '.join(twice)} is given two thresholds"
         )
     return thresholds
+
+
+def _ini_or_option(config: pytest.Config, name: str, parse: Callable[[str], T], default: T) -> T:
+    """The option ``--NAME`` (dashes), else the ini value ``NAME`` parsed, else ``default``."""
+    value = config.getoption(name)
+    if value is not None:
+        return value
+    raw = config.getini(name)
+    if not raw:
+        return default
+    try:
+        return parse(str(raw))
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini value {name}: {exc}") from None
 
 
 def _ini_gates(config: pytest.Config) -> list[Threshold]:
@@ -222,10 +308,6 @@ def _load(config: pytest.Config, value: str) -> Baseline:
     return Baseline(baselines.display_name(path, root), path, run.by_case())
 
 
-def _key_text(key: Key | list[str]) -> str:
-    return f"{key[1]} on {key[0]} ({key[2]})"
-
-
 # --------------------------------------------------------------------------------------------
 # One test against the baseline
 # --------------------------------------------------------------------------------------------
@@ -237,10 +319,12 @@ def compare_result(
     result: CaseResult,
     thresholds: list[Threshold],
     alpha: float,
+    allow: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """A test's outcome as plain data: ``key``, ``status`` (``compared``, ``new`` or
-    ``error``), ``comparisons`` (``Comparison.as_dict()``) and ``problems`` (messages that fail
-    the test: regressions, or why the comparison could not be made)."""
+    ``error``), ``comparisons`` (``Comparison.as_dict()``), ``problems`` (messages that fail
+    the test: regressions, or why the comparison could not be made), ``underpowered`` (gates
+    that could miss a drop beyond their tolerance) and ``notes`` (allowed differences)."""
     from pytest_prefalign.analysis import compare
     from pytest_prefalign.runs.records import RunFile
 
@@ -250,24 +334,33 @@ def compare_result(
         "status": "compared",
         "comparisons": [],
         "problems": [],
+        "underpowered": [],
+        "notes": [],
     }
     old = baseline.runs.get(key)
     if old is None:  # a new test is not a regression; the summary lists it
         return {**outcome, "status": "new"}
+    cannot = f"cannot compare with baseline {baseline.name!r}"
     try:
         overrides = {key: marker_thresholds(item)}
-        comparisons = compare.compare_runs(
-            old, RunFile([result]), thresholds, alpha=alpha, overrides=overrides
-        )
-    except (argparse.ArgumentTypeError, ValueError) as exc:  # RunMismatch is a ValueError
-        problem = f"cannot compare with baseline {baseline.name!r}: {exc}"
-        return {**outcome, "status": "error", "problems": [problem]}
-    outcome["comparisons"] = [c.as_dict() for c in comparisons]
+    except argparse.ArgumentTypeError as exc:
+        return {**outcome, "status": "error", "problems": [f"{cannot}: {exc}"]}
+    verdict = compare.judge(
+        old, RunFile([result]), thresholds, alpha=alpha, allow=allow, overrides=overrides,
+        whole_run=False,
+    )  # fmt: skip
+    if verdict.errors:
+        return {
+            **outcome,
+            "status": "error",
+            "problems": [f"{cannot}: {e}" for e in verdict.errors],
+        }
+    outcome["comparisons"] = [c.as_dict() for c in verdict.comparisons]
     outcome["problems"] = [
-        f"regression against baseline {baseline.name!r}: {c.message()}"
-        for c in comparisons
-        if c.regressed
+        f"regression against baseline {baseline.name!r}: {c.message()}" for c in verdict.regressions
     ]
+    outcome["underpowered"] = [c.power_message() for c in verdict.underpowered]
+    outcome["notes"] = verdict.notes
     return outcome
 
 
@@ -290,55 +383,3 @@ def marker_thresholds(item: pytest.Item) -> list[Threshold]:
         ]
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"marker {MARKER}: {exc}") from None
-
-
-# --------------------------------------------------------------------------------------------
-# The summary
-# --------------------------------------------------------------------------------------------
-
-
-def summarise(
-    tr: pytest.TerminalReporter,
-    baseline: Baseline,
-    outcomes: list[dict[str, Any]],
-    thresholds: list[Threshold],
-    alpha: float,
-) -> None:
-    """Every comparison in one table (regressions in red), then what could not be compared,
-    the tests new to the baseline and the baseline's tests this run did not compare."""
-    from pytest_prefalign.analysis.compare import Comparison
-
-    tr.write_sep("=", f"prefalign comparison with baseline {baseline.name}")
-    outcomes = sorted(outcomes, key=lambda o: o["key"])
-    comparisons = [Comparison.from_dict(c) for o in outcomes for c in o["comparisons"]]
-    if comparisons:
-        _write_table(tr, comparisons)
-    else:
-        tr.write_line("no test was compared with the baseline")
-    regressed = sum(c.regressed for c in comparisons)
-    gates = ", ".join(map(str, thresholds)) or "none (display only)"
-    tr.write_line(
-        f"{regressed} regression(s); gates: {gates} (per test: {MARKER} markers); "
-        f"alpha {alpha:g}; baseline file: {baseline.path}",
-        red=bool(regressed),
-    )
-    for outcome in outcomes:
-        if outcome["status"] == "error":
-            tr.write_line(f"not compared, failed: {'; '.join(outcome['problems'])}", red=True)
-    seen = {tuple(o["key"]) for o in outcomes}
-    new = [_key_text(o["key"]) for o in outcomes if o["status"] == "new"]
-    missing = [_key_text(key) for key in sorted(baseline.runs.keys() - seen)]
-    if new:
-        tr.write_line(f"new, not in the baseline: {', '.join(new)}", yellow=True)
-    if missing:
-        tr.write_line(f"in the baseline, not compared in this run: {', '.join(missing)}")
-
-
-def _write_table(tr: pytest.TerminalReporter, comparisons: list[Comparison]) -> None:
-    from pytest_prefalign.analysis.table import comparison_table
-
-    lines = comparison_table(comparisons).splitlines()
-    for line in lines[:2]:  # header and rule
-        tr.write_line(line)
-    for line, comparison in zip(lines[2:], comparisons, strict=True):
-        tr.write_line(line, red=comparison.regressed, bold=comparison.regressed)

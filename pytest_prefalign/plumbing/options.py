@@ -145,6 +145,13 @@ def addoption(parser: pytest.Parser) -> None:
         "genarm.alpha=0.5, arm.rank=4, or max_new_tokens=32 for every decoder "
         "(repeatable; ini: prefalign_options, one per line).",
     )
+    group.addoption(
+        "--prefalign-strict-plugins",
+        action="store_true",
+        default=None,
+        help="a prefalign plugin that fails to load is a usage error, not a warning "
+        "(ini: prefalign_strict_plugins).",
+    )
     parser.addini("prefalign_data", "data directory for prefalign suites (relative to rootdir)")
     parser.addini("prefalign_methods", "methods to run (comma-separated)")
     parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
@@ -152,6 +159,9 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini("prefalign_models", "size label = model source, one per line", type="linelist")
     parser.addini("prefalign_fail_under", "floors METRIC=VALUE, comma-separated")
     parser.addini("prefalign_reduce", "sum or mean")
+    parser.addini(
+        "prefalign_strict_plugins", "a plugin that fails to load stops the run", type="bool"
+    )
     parser.addini(
         "prefalign_options",
         "decoder and reward method options TARGET.FIELD=VALUE, one per line",
@@ -176,6 +186,7 @@ class Settings:
     use_cache: bool
     models: list[str]
     assignments: list[method_options.Assignment]  # ini lines first, the command line after
+    strict_plugins: bool  # a plugin that fails to load is a usage error
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -214,6 +225,10 @@ def settings(config: pytest.Config) -> Settings:
             *_ini_assignments(config),
             *(a for group in config.getoption("prefalign_option") for a in group),
         ],
+        strict_plugins=bool(
+            config.getoption("prefalign_strict_plugins")
+            or config.getini("prefalign_strict_plugins")
+        ),
     )
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
+from pytest_prefalign.errors import PrefalignWarning
 from pytest_prefalign.plumbing import gating, options
 from pytest_prefalign.plumbing.collect import RESULT_PROPERTY, CaseItem, SuiteFile
 from pytest_prefalign.plumbing.workers import is_worker
@@ -31,6 +32,7 @@ class PrefalignSession:
         self.config = config
         self.settings = options.settings(config)
         self.registry = registry.load(config.pluginmanager)
+        check_plugins(config, self.registry, strict=self.settings.strict_plugins)
         self.methods = self._resolve_methods()
         self.sizes = self.settings.sizes
         try:
@@ -179,6 +181,25 @@ class PrefalignSession:
             tr.write_line(f"run file: {self.run_path}")
         if self.report_path is not None:
             tr.write_line(f"report: {self.report_path}")
+
+
+def check_plugins(config: pytest.Config, found: registry.Registry, *, strict: bool) -> None:
+    """A name two plugins register is a usage error naming both; a plugin that failed to load
+    is a warning (in the warnings summary, and a line at the end), or with
+    ``--prefalign-strict-plugins`` a usage error with its traceback."""
+    if found.conflicts:
+        raise pytest.UsageError("prefalign: " + "\n".join(found.conflicts))
+    if not found.failures:
+        return
+    if strict:
+        raise pytest.UsageError(
+            "prefalign: a plugin failed to load (--prefalign-strict-plugins):\n"
+            + "\n".join(f.full() for f in found.failures)
+        )
+    for failure in found.failures:
+        config.issue_config_time_warning(
+            PrefalignWarning(f"prefalign: could not load {failure}"), stacklevel=2
+        )
 
 
 def cache_line(results: list[CaseResult], use_cache: bool) -> str:

@@ -6,6 +6,13 @@ Layout (docs/usage.md): ``{"version", "created", "commit", "config", "models", "
 ``NAME.json``, with the per-pair and per-item records also beside it as ``NAME.pairs.jsonl`` and
 ``NAME.items.jsonl``. ``tau`` and ``crisis`` hold the analysis computed once when the run ended,
 which the summary, the report and later commands read instead of computing it again.
+
+Version 2 added what a regression gate needs to know that two runs are comparable, and the
+provenance of each row: per result, the data fingerprint (``data["fingerprint"]``), the model's
+weights (``model["weights"]``), the environment (``environment``: versions, device, dtype) and
+the reward method's ``fingerprint()``, package and version; per record, a ``digest`` of the pair
+or item it was computed on. Version 1 files are still read; they lack these fields, and a check
+that needs one says so (analysis/comparable.py).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from typing import Any
 
 from pytest_prefalign import storage
 
-VERSION = 1
+VERSION = 2
+READABLE = (1, 2)  # the versions ``read`` accepts
 Key = tuple[str, str, str]  # (suite, method, size): one test
 
 
@@ -50,8 +58,12 @@ class CaseResult:
     per_user: dict[str, dict[str, float]] = field(default_factory=dict)
     judge: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)  # name, fingerprint, weights
+    data: dict[str, Any] = field(default_factory=dict)  # source, dropped, provenance, fingerprint
+    environment: dict[str, Any] = field(default_factory=dict)  # versions, device, dtype
+    reward_fingerprint: str | None = None  # the reward method's fingerprint()
+    reward_package: str | None = None  # the distribution that provided it (None: no package)
+    reward_version: str | None = None  # that distribution's version
     options: dict[str, Any] = field(default_factory=dict)
     cache: list[dict[str, Any]] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
@@ -140,9 +152,11 @@ class RunFile:
         """A run file's JSON, checked: the version, every result's key and metrics, every
         record's test, id and user, no test or record twice."""
         run = _object(data, where)
-        if run.get("version") != VERSION:
+        version = run.get("version")
+        if version not in READABLE:
             raise RunFileError(
-                f"{where}: not a version {VERSION} run file (version: {run.get('version')!r})"
+                f"{where}: not a run file of version {' or '.join(map(str, READABLE))} "
+                f"(version: {version!r})"
             )
         rows = _list(run.get("results"), f"{where}: field 'results'")
         results = [
@@ -173,7 +187,7 @@ class RunFile:
             models=dict(run.get("models") or {}),
             tau=list(run.get("tau") or []),
             crisis=dict(run.get("crisis") or {}),
-            version=VERSION,
+            version=int(version),
         )
 
 

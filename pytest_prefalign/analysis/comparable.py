@@ -1,0 +1,246 @@
+"""Whether two runs can be compared at all, before any metric is: the one check that both the
+pytest gate (plumbing/gating.py) and ``prefalign compare`` run, so that they agree on every case
+(docs/ci-gating.md).
+
+Two things are checked. Which tests the runs share (``coverage``): none is an error, and so is
+a baseline test the current run lacks (a renamed method, another size, a deselected test). And,
+for each shared test, that its two results were computed on the same thing
+(``case_differences``): the same pair and item ids (always required), the same data under those
+ids, the same model weights and the same environment. A difference of one of the ``KINDS`` may
+be allowed when it is intended (a torch upgrade whose effect the gate should measure, say); it
+is then stated, never silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_prefalign.runs.records import CaseResult, Key
+
+# what may be allowed: other data under the same ids, another model, another environment, and
+# baseline tests missing from the current run
+KINDS = ("data", "model", "environment", "missing")
+# the environment entries that must match (the run file records python too, for information)
+ENVIRONMENT = ("pytest-prefalign", "torch", "transformers", "device", "dtype")
+RESAVE = (
+    "run files before version 2 do not record it: save the baseline again with this version "
+    "(--prefalign-save)"
+)
+
+
+class RunMismatch(ValueError):
+    """The two runs cannot be compared; the message says what differs."""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Why one test's two results are not like for like; ``kind`` is one of ``KINDS``."""
+
+    kind: str
+    text: str
+    unverified: bool = False  # a side does not record what the check needs
+
+
+def parse_allow(text: str) -> frozenset[str]:
+    """``data,environment`` -> the kinds of difference to allow (an ``argparse`` type)."""
+    import argparse
+
+    kinds = {part.strip() for part in text.split(",") if part.strip()}
+    unknown = sorted(kinds - set(KINDS))
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"cannot allow {', '.join(map(repr, unknown)) or repr(text)}: "
+            f"expected a comma-separated list of {', '.join(KINDS)}"
+        )
+    return frozenset(kinds)
+
+
+def key_text(key: Key | Sequence[str]) -> str:
+    return f"{key[1]} on {key[0]} ({key[2]})"
+
+
+# --------------------------------------------------------------------------------------------
+# Which tests the runs share
+# --------------------------------------------------------------------------------------------
+
+
+def coverage(
+    baseline: Iterable[Key],
+    current: Iterable[Key],
+    allow: Collection[str] = (),
+    *,
+    gated: bool = True,
+) -> tuple[list[str], list[str]]:
+    """``(problems, notes)`` about which tests the runs share. Nothing shared is a problem
+    (with what each run holds, and the likely reason); a baseline test the current run lacks is
+    a problem when the comparison is ``gated`` and ``missing`` is not allowed, else a note; a
+    test new to the baseline is a note."""
+    old, new = set(baseline), set(current)
+    only_old, only_new = sorted(old - new), sorted(new - old)
+    if not old & new:
+        return [nothing_shared(sorted(old), sorted(new))], []
+    problems, notes = [], []
+    if only_old:
+        text = f"in the baseline, not compared in this run: {_keys(only_old)}"
+        if "missing" in allow:
+            notes.append(f"{text} (allowed: missing)")
+        elif gated:
+            problems.append(f"{text} (not run, deselected, renamed, or failed before a result)")
+        else:
+            notes.append(text)
+    if only_new:
+        notes.append(f"new, not in the baseline: {_keys(only_new)}")
+    return problems, notes
+
+
+def nothing_shared(old: Sequence[Key], new: Sequence[Key]) -> str:
+    """Why nothing was compared: what each side holds and what differs between them."""
+    text = (
+        "nothing was compared: the baseline and this run share no (suite, method, size); "
+        f"the baseline has {_keys(old) or 'no result'}, this run {_keys(new) or 'no result'}"
+    )
+    for index, what in ((2, "model size"), (1, "method"), (0, "suite")):
+        rest = [i for i in range(3) if i != index]
+        same = {tuple(k[i] for i in rest) for k in old} & {tuple(k[i] for i in rest) for k in new}
+        if same:
+            sides = (sorted({k[index] for k in old}), sorted({k[index] for k in new}))
+            return f"{text} (another {what}: {', '.join(sides[0])} in the baseline, " + (
+                f"{', '.join(sides[1])} in this run)"
+            )
+    return text
+
+
+def _keys(keys: Sequence[Key]) -> str:
+    return ", ".join(key_text(k) for k in keys)
+
+
+# --------------------------------------------------------------------------------------------
+# One test's two results
+# --------------------------------------------------------------------------------------------
+
+
+def check_case(old: CaseResult, new: CaseResult, allow: Collection[str] = ()) -> list[Difference]:
+    """Raise ``RunMismatch`` when the two results of one test cannot be compared: other pair
+    or item ids, or a difference of a kind not in ``allow``. Returns the allowed differences,
+    which the caller states."""
+    check_same_ids(old, new)
+    differences = case_differences(old, new)
+    refused = [d for d in differences if d.kind not in allow]
+    if refused:
+        raise RunMismatch(
+            f"{key_text(new.key)}: " + "; ".join(d.text for d in refused) + _hint(refused)
+        )
+    return differences
+
+
+def _hint(refused: Sequence[Difference]) -> str:
+    kinds = ",".join(dict.fromkeys(d.kind for d in refused))
+    if any(d.unverified for d in refused):
+        return f" ({RESAVE}; or allow what cannot be checked: {kinds})"
+    return f" (refresh the baseline, or allow the difference if it is intended: {kinds})"
+
+
+def case_differences(old: CaseResult, new: CaseResult) -> list[Difference]:
+    """Every way the two results differ in what they were computed on, beyond their ids."""
+    return [*_data(old, new), *_model(old, new), *_environment(old, new)]
+
+
+def check_same_ids(old: CaseResult, new: CaseResult) -> None:
+    """Refuse a test whose runs were made on different pair (or item) ids."""
+    for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
+        before = {str(r[id_field]) for r in getattr(old, section)}
+        after = {str(r[id_field]) for r in getattr(new, section)}
+        only_old, only_new = sorted(before - after), sorted(after - before)
+        if only_old or only_new:
+            raise RunMismatch(
+                f"{key_text(new.key)}: the runs were made on different {kind}s: "
+                f"{len(only_old)} of the baseline's {len(before)} {kind} ids are not in the "
+                f"current run{_examples(only_old)} and {len(only_new)} of the current run's "
+                f"{len(after)} are not in the baseline{_examples(only_new)} (other data or "
+                "another --prefalign-limit?)"
+            )
+
+
+def _data(old: CaseResult, new: CaseResult) -> list[Difference]:
+    """Same ids, other contents: per record where both runs have digests, and the training
+    pairs and profiles from the data fingerprint."""
+    before, after = old.data.get("fingerprint"), new.data.get("fingerprint")
+    if not before or not after:
+        side = "baseline" if not before else "current run"
+        text = f"the {side} records no data fingerprint, so the data cannot be checked"
+        return [Difference("data", text, unverified=True)]
+    found = []
+    for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
+        changed = _changed(getattr(old, section), getattr(new, section), id_field)
+        if changed:
+            total = len(getattr(new, section))
+            found.append(
+                f"{len(changed)} of {total} {kind}s have other contents under the same ids"
+                f"{_examples(changed)}"
+            )
+    for part, what in (("train_pairs", "training pairs"), ("profiles", "profiles")):
+        if before.get(part) != after.get(part):
+            found.append(f"the {what} differ")
+    if not found and before.get("all") != after.get("all"):
+        found.append("the data fingerprints differ")
+    if not found:
+        return []
+    return [Difference("data", "other data: " + ", ".join(found))]
+
+
+def _changed(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], id_field: str
+) -> list[str]:
+    """Ids whose record digests differ between the runs (records without a digest: none)."""
+    digests = {str(r[id_field]): r.get("digest") for r in old}
+    return sorted(
+        str(r[id_field])
+        for r in new
+        if r.get("digest") and digests.get(str(r[id_field])) not in (None, r["digest"])
+    )
+
+
+def _model(old: CaseResult, new: CaseResult) -> list[Difference]:
+    """Another model: its name, or its weights (and tokenizer) where both runs record them."""
+    name_old, name_new = old.model.get("name"), new.model.get("name")
+    if name_old != name_new:
+        return [
+            Difference("model", f"another model: {name_old!r} in the baseline, {name_new!r} now")
+        ]
+    weights_old, weights_new = old.model.get("weights"), new.model.get("weights")
+    if not weights_old or not weights_new:
+        side = "baseline" if not weights_old else "current run"
+        text = f"the {side} records no model weights, so only the model's name was checked"
+        return [Difference("model", text, unverified=True)]
+    if weights_old != weights_new:
+        return [
+            Difference(
+                "model",
+                f"another model: {name_new!r} with other weights or tokenizer "
+                f"({weights_old} in the baseline, {weights_new} now)",
+            )
+        ]
+    return []
+
+
+def _environment(old: CaseResult, new: CaseResult) -> list[Difference]:
+    """Another environment: a version of the plugin, torch or transformers, the device or the
+    dtype."""
+    if not old.environment or not new.environment:
+        side = "baseline" if not old.environment else "current run"
+        text = f"the {side} records no environment, so it cannot be checked"
+        return [Difference("environment", text, unverified=True)]
+    changed = [
+        f"{name} {old.environment.get(name)} -> {new.environment.get(name)}"
+        for name in ENVIRONMENT
+        if old.environment.get(name) != new.environment.get(name)
+    ]
+    if not changed:
+        return []
+    return [Difference("environment", "another environment: " + ", ".join(changed))]
+
+
+def _examples(ids: Sequence[str]) -> str:
+    return f" (e.g. {', '.join(map(repr, ids[:3]))})" if ids else ""
