@@ -52,9 +52,14 @@ class SuiteFile(pytest.File):
         options = tuple(sorted(suite_options.items()))
         for size in self.host.sizes:
             for method in self.host.methods:
+                name = case_name(suite_name, method, size)
                 yield CaseItem.from_parent(
                     self,
-                    name=f"{suite_name}[{method}-{size}]",
+                    name=name,
+                    # as pytest builds a parametrized test's id ("name[params]" read as params,
+                    # not as part of the name), so that the id written to the cache by --lf and
+                    # the id collected again compare equal
+                    nodeid=f"{self.nodeid}::{name}",
                     suite=suite_name,
                     suite_options=options,
                     method=method,
@@ -69,6 +74,12 @@ class SuiteFile(pytest.File):
         if isinstance(excinfo.value, (self.CollectError, PrefalignError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
+
+
+def case_name(suite: str, method: MethodName, size: str) -> str:
+    """A test's name, ``pref_lamp[args[lore]-135m]``: the suite with the method and the size as
+    its parameters (``-k lore``, ``-k args`` and ``-k 135m`` select by them)."""
+    return f"{suite}[{method}-{size}]"
 
 
 def read_suite_toml(path: Path) -> tuple[str, dict[str, str]]:

@@ -1,0 +1,149 @@
+"""The plugin as a new user meets it, faults injected: ids that ``--lf`` finds again, clear
+usage errors, numeric junitxml properties. A small project with the toy suite of
+``test_plugin.py`` and the tiny model, run inside pytest (pytester)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+from test_plugin import RECORDS, TOY_SUITE
+
+
+@pytest.fixture(scope="module", autouse=True)
+def heavy_modules_imported_once():
+    """pytester restores sys.modules after an in-process run; torch cannot be imported twice in
+    one process, so everything heavy is imported here, before the first snapshot."""
+    import bm25s  # noqa: F401
+    import rouge_score.rouge_scorer  # noqa: F401
+
+    import prefalign_methods.decoders.icl  # noqa: F401
+    import pytest_prefalign.evaluation.case  # noqa: F401
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
+
+    build_tiny_lm(0)
+
+
+INI = """
+[pytest]
+prefalign_models = tiny = tiny
+prefalign_sizes = tiny
+prefalign_methods = base,icl,icl_rag
+prefalign_data = data
+"""
+
+# fails the tests whose name holds FAIL_IN (an environment variable), as a floor would
+FAILING = """
+import os
+
+
+def pytest_prefalign_check(item, result):
+    wanted = os.environ.get("FAIL_IN")
+    if wanted and wanted in item.name:
+        return ["failed on purpose"]
+"""
+
+REWARD = """
+import numpy as np
+from pytest_prefalign.api import RewardMethod
+
+
+class Length(RewardMethod):
+    name = "length"
+
+    def fingerprint(self):
+        return self.name
+
+    def fit(self, lm, pairs, cache_dir):
+        pass
+
+    def score(self, lm, users, prompts, responses):
+        return np.array([len(r) for r in responses], dtype=float)
+
+
+def pytest_prefalign_register(registry):
+    registry.add_reward("length", Length)
+"""
+
+
+@pytest.fixture
+def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    pytester.makeconftest(TOY_SUITE + FAILING)
+    pytester.makeini(textwrap.dedent(INI))
+    data = pytester.mkdir("data").joinpath("toy")
+    data.mkdir()
+    data.joinpath("records.json").write_text(json.dumps(RECORDS))
+    pytester.mkdir("toy").joinpath("suite.toml").write_text('[suite]\nname = "toy"\n')
+    pytester.syspathinsert()
+    pytester.makepyfile(lengthrm=REWARD)
+    monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
+    return pytester
+
+
+def run(pytester: pytest.Pytester, *args: str, cache: bool = False) -> pytest.RunResult:
+    """In-process (torch is imported once); pytest's cache plugin only where a test needs it."""
+    extra = () if cache else ("-p", "no:cacheprovider")
+    return pytester.runpytest_inprocess("--prefalign", "toy", "-p", "lengthrm", *args, *extra)
+
+
+# --------------------------------------------------------------------------------------------
+# Ids
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failing", ["icl_rag", "bon[length]"])
+def test_lf_reruns_only_the_failed_test(toy, monkeypatch, failing):
+    """pytest 9 compares ids as structured NodeIds: a test's id read back from the cache must
+    equal the one collected again, nested brackets included."""
+    methods = ("--prefalign-methods", "base,icl_rag,bon[length]")
+    monkeypatch.setenv("FAIL_IN", failing)
+    first = run(toy, *methods, cache=True)
+    first.assert_outcomes(passed=2, failed=1)
+    again = run(toy, *methods, "--lf", cache=True)
+    again.stdout.fnmatch_lines(["run-last-failure: rerun previous 1 failure*"])
+    again.assert_outcomes(failed=1)  # the others are not collected
+    monkeypatch.delenv("FAIL_IN")
+    fixed = run(toy, *methods, "--lf", cache=True)
+    fixed.assert_outcomes(passed=1)
+    first_failed = run(toy, *methods, "--ff", cache=True)
+    first_failed.stdout.fnmatch_lines(["run-last-failure: no previously failed tests*"])
+    first_failed.assert_outcomes(passed=3)
+
+
+def test_ids_select_by_node_id_and_keyword(toy):
+    methods = ("--prefalign-methods", "base,bon[length]")
+    result = run(toy, *methods, "--collect-only", "-q")
+    assert result.stdout.lines[:2] == [
+        "toy/suite.toml::toy[base-tiny]",
+        "toy/suite.toml::toy[bon[length]-tiny]",
+    ]
+    by_id = toy.runpytest_inprocess(
+        "--prefalign", "toy/suite.toml::toy[bon[length]-tiny]", "-p", "lengthrm", *methods,
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    by_id.assert_outcomes(passed=1)
+    run(toy, *methods, "-k", "length").assert_outcomes(passed=1, deselected=1)
+    run(toy, *methods, "-k", "bon").assert_outcomes(passed=1, deselected=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefalign-methods", "base,icl,base"], "*--prefalign-methods*base given twice*"),
+        (["--prefalign-sizes", "tiny,tiny"], "*--prefalign-sizes*tiny given twice*"),
+    ],
+)
+def test_a_method_or_size_given_twice_is_a_usage_error(toy, args, message):
+    result = run(toy, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def junit_properties(path) -> dict[str, dict[str, str]]:
+    root = ET.parse(path).getroot()
+    return {
+        case.get("name", ""): {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        for case in root.iter("testcase")
+    }
