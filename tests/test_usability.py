@@ -147,3 +147,42 @@ def junit_properties(path) -> dict[str, dict[str, str]]:
         case.get("name", ""): {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
         for case in root.iter("testcase")
     }
+
+
+# --------------------------------------------------------------------------------------------
+# junitxml
+# --------------------------------------------------------------------------------------------
+
+
+def test_junitxml_has_one_number_per_figure(toy):
+    result = run(toy, "--prefalign-methods", "base,bon[length]", "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=2)
+    props = junit_properties(toy.path / "junit.xml")
+    base, bon = props["toy[base-tiny]"], props["toy[bon[length]-tiny]"]
+    run_file = json.loads(next((toy.path / ".prefalign" / "runs").glob("0001_*.json")).read_text())
+    row = next(r for r in run_file["results"] if r["method"] == "bon[length]")
+    assert float(bon["prefalign.rm_acc"]) == pytest.approx(row["metrics"]["rm_acc"], abs=1e-6)
+    low, high = row["ci"]["rm_acc"]
+    assert float(bon["prefalign.rm_acc.ci_low"]) == pytest.approx(low, abs=1e-6)
+    assert float(bon["prefalign.rm_acc.ci_high"]) == pytest.approx(high, abs=1e-6)
+    assert (base["prefalign.n_users"], base["prefalign.n_items"], base["prefalign.n_pairs"]) == (
+        "2",
+        "3",
+        "3",
+    )
+    for name, value in (*base.items(), *bon.items()):  # numbers only, no result dict
+        assert name.startswith("prefalign."), name
+        float(value)
+
+
+def test_junitxml_under_xdist_keeps_the_results_out(toy):
+    result = toy.runpytest_subprocess(
+        "--prefalign", "toy", "-n", "2", "--junitxml", "junit.xml", "--prefalign-json",
+        "out.json", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)
+    rows = json.loads((toy.path / "out.json").read_text())["results"]
+    assert sorted(r["method"] for r in rows) == ["base", "icl", "icl_rag"]
+    props = junit_properties(toy.path / "junit.xml")
+    assert len(props) == 3
+    assert all("prefalign.policy_acc" in p and len(p) < 20 for p in props.values())

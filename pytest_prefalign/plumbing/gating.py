@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_prefalign.plumbing.collect import carry
 from pytest_prefalign.plumbing.workers import is_worker
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.analysis.compare import Comparison, Threshold
     from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
-PROPERTY = "prefalign_comparison"  # the user property that carries a test's comparison
+PROPERTY = "prefalign_comparison"  # the report attribute that carries a test's comparison
 MARKER = "prefalign_tolerance"
 DEFAULT_ALPHA = 0.05
 
@@ -149,7 +150,7 @@ class Gating:
         if self.baseline is None:
             return None
         outcome = compare_result(self.baseline, item, result, self.thresholds, self.alpha)
-        item.user_properties.append((PROPERTY, outcome))  # plain data: it travels to the controller
+        carry(item, PROPERTY, outcome)  # plain data: it travels to the controller
         return outcome["problems"] or None
 
     # -- on the controller --------------------------------------------------------------------
@@ -157,9 +158,9 @@ class Gating:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" or is_worker(self.config):
             return
-        for name, value in report.user_properties:
-            if name == PROPERTY and isinstance(value, dict):
-                self.outcomes.append(value)
+        value = getattr(report, PROPERTY, None)
+        if isinstance(value, dict):
+            self.outcomes.append(value)
 
     def pytest_prefalign_run_written(self, path: str, run: RunFile, config: pytest.Config) -> None:
         """Store the run, records included, as the named baseline."""

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
 from pytest_prefalign.plumbing import gating, options
-from pytest_prefalign.plumbing.collect import RESULT_PROPERTY, CaseItem, SuiteFile
+from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
 from pytest_prefalign.plumbing.workers import is_worker
 from pytest_prefalign.registry import MethodName, UnknownName
 from pytest_prefalign.runtime.pool import ModelPool
@@ -104,16 +104,24 @@ class PrefalignSession:
 
     # -- results -------------------------------------------------------------------------------
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        report = yield
+        if call.when == "call":
+            for name, value in item.stash.get(CARRIED, {}).items():
+                setattr(report, name, value)  # pytest and xdist carry a report's extra attributes
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" or is_worker(self.config):
             return
         from pytest_prefalign.runs.records import CaseResult
 
-        for name, value in report.user_properties:
-            if name == RESULT_PROPERTY and isinstance(value, dict):
-                result = CaseResult.from_json(value, report.nodeid)
-                self.results.append(result)
-                self.config.hook.pytest_prefalign_result(result=result.row(), config=self.config)
+        value = getattr(report, RESULT, None)
+        if isinstance(value, dict):
+            result = CaseResult.from_json(value, report.nodeid)
+            self.results.append(result)
+            self.config.hook.pytest_prefalign_result(result=result.row(), config=self.config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
