@@ -186,3 +186,35 @@ def test_junitxml_under_xdist_keeps_the_results_out(toy):
     props = junit_properties(toy.path / "junit.xml")
     assert len(props) == 3
     assert all("prefalign.policy_acc" in p and len(p) < 20 for p in props.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Faults in the cache
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_truncated_generation_is_named_once_and_generated_again(toy):
+    run(toy, "--prefalign-methods", "base").assert_outcomes(passed=1)
+    (path,) = (toy.path / "cache" / "generations").glob("*.json")
+    path.write_text(path.read_text()[:10])
+    result = run(toy, "--prefalign-methods", "base", "-rw")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [f"  {path}:0: CacheWarning: unreadable cache entry {path} (JSONDecodeError*"]
+    )
+    assert "Traceback" not in result.stdout.str()
+    again = run(toy, "--prefalign-methods", "base")
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["cache: 1 of 1 values reused*"])
+
+
+def test_leftovers_of_a_killed_write_are_removed_at_the_next_run(toy):
+    models = toy.path / "cache" / "models"
+    killed = models / ".0123abcd.k1ll.tmp"
+    killed.mkdir(parents=True)
+    (killed / "model.safetensors").write_bytes(b"half a model")
+    (models / "0123abcd.lock").touch()  # its writer's lock, free: nobody is converting
+    result = run(toy, "--prefalign-methods", "base")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["prefalign: removed 1 leftover temporary file(s) *"])
+    assert not killed.exists()

@@ -29,7 +29,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from prefalign_methods.rewards.features import remember, response_features
-from pytest_prefalign import storage, versions
+from pytest_prefalign import cache, storage, versions
 from pytest_prefalign.api import Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -327,9 +327,13 @@ def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -
     with storage.locked(meta_path):
         # the JSON is written last, so its presence means both files are complete
         if meta_path.exists() and tensors_path.exists():
-            method._load(tensors_path, meta_path)
-            method.trained = False
-            return
+            try:
+                method._load(tensors_path, meta_path)
+            except Exception as exc:  # truncated or foreign files: a miss, trained again
+                cache.discard(tensors_path, exc, meta_path)
+            else:
+                method.trained = False
+                return
         method._train(lm, pairs)
         method._save(tensors_path, meta_path, lm)
         method.trained = True

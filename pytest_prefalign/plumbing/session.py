@@ -41,6 +41,10 @@ class PrefalignSession:
         self.models.check(self.settings.sizes)
         # values kept between runs, by content; --prefalign-no-cache: neither read nor written
         self.disk = cache.Disk(storage.cache_root(), enabled=self.settings.use_cache)
+        # what interrupted writes of earlier runs left (a killed conversion, say)
+        self.leftovers = (
+            [] if is_worker(config) else storage.remove_stale_temporaries(self.disk.root)
+        )
         self._evaluator: Evaluator | None = None
         self.results: list[CaseResult] = []
         self.run: RunFile | None = None
@@ -61,6 +65,14 @@ class PrefalignSession:
                 raise pytest.UsageError(f"--prefalign-methods: {exc}") from None
             methods.append(method)
         return methods
+
+    def pytest_report_header(self) -> list[str]:
+        if not self.leftovers:
+            return []
+        return [
+            f"prefalign: removed {len(self.leftovers)} leftover temporary file(s) of interrupted "
+            f"writes from the cache {self.disk.root}"
+        ]
 
     # -- collection and evaluation (the items' host) --------------------------------------------
 

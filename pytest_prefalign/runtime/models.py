@@ -208,8 +208,11 @@ def _load_embedded(spec: ModelSpec, device: str) -> LM:
     name = spec.source[len("embedded:") :]
     entry = EMBEDDED[name]
     digest, gguf = _locate_gguf(name, entry)
-    folder = convert.ensure_converted(digest, gguf, spec.source)
-    model, tokenizer = _from_folder(folder, device)
+
+    def load(folder: Path) -> tuple[Path, Any, Any]:
+        return folder, *_from_folder(folder, device)
+
+    folder, model, tokenizer = convert.load_converted(digest, gguf, spec.source, load)
     return LM(
         model,
         tokenizer,
