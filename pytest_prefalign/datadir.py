@@ -75,6 +75,13 @@ def find_data_dir(
     fetched into the user cache (offline: DataNotFound in one line); else DataNotFound lists
     all four places."""
     places = data_places(option=option, ini=ini, rootdir=rootdir)
+    asked = places[0].path
+    if asked is not None:  # never replaced by another place
+        if places[0].holds(subdir):
+            return asked
+        raise DataNotFound(
+            f"--prefalign-data {asked}: holds no {subdir}/ (give the directory that holds it)"
+        )
     for place in places:
         if place.path is not None and place.holds(subdir):
             return place.path

@@ -218,3 +218,64 @@ def test_leftovers_of_a_killed_write_are_removed_at_the_next_run(toy):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["prefalign: removed 1 leftover temporary file(s) *"])
     assert not killed.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Paths
+# --------------------------------------------------------------------------------------------
+
+
+def test_an_explicit_data_dir_that_does_not_exist_is_a_usage_error(toy):
+    result = run(toy, "--prefalign-data", "/no/such/dir")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--prefalign-data /no/such/dir: no such directory*"])
+
+
+def test_an_explicit_data_dir_without_the_suites_data_is_a_usage_error(toy):
+    toy.mkdir("elsewhere")  # exists, but holds no toy/; the ini's data must not stand in
+    result = run(toy, "--prefalign-data", "elsewhere")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*--prefalign-data {toy.path / 'elsewhere'}: holds no toy/ (suite toy)*"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefalign-json", "afile/out.json"], "*--prefalign-json */out.json: *not a folder"),
+        (["--prefalign-json", "."], "*--prefalign-json *: is a folder; give a file*"),
+        (["--prefalign-report", "afile"], "*--prefalign-report */afile: exists and is not a*"),
+    ],
+)  # fmt: skip
+def test_output_paths_are_checked_before_any_work(toy, args, message):
+    toy.path.joinpath("afile").write_text("a file, not a folder")
+    result = run(toy, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert not (toy.path / "cache").exists()  # nothing ran
+
+
+def test_a_failed_write_at_the_end_is_one_line_after_the_leaderboard(toy, monkeypatch):
+    from pytest_prefalign.runs import records
+
+    real = records.write
+
+    def full_disk(run, path):
+        if path.name == "out.json":
+            raise OSError(28, "No space left on device", str(path))
+        real(run, path)
+
+    monkeypatch.setattr(records, "write", full_disk)
+    result = run(toy, "--prefalign-methods", "base", "--prefalign-json", "out.json")
+    result.stdout.fnmatch_lines(
+        [
+            "*prefalign leaderboard*",
+            "*base*",
+            "run file: *0001_*.json",
+            f"prefalign: could not write --prefalign-json {toy.path / 'out.json'}: "
+            "No space left on device",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the test passed, the file is missing

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
-from pytest_prefalign.plumbing import gating, options
+from pytest_prefalign.plumbing import gating, options, paths
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
 from pytest_prefalign.plumbing.workers import is_worker
 from pytest_prefalign.registry import MethodName, UnknownName
@@ -37,6 +38,16 @@ class PrefalignSession:
             self.method_options = method_options.resolve(self.settings.assignments, self.registry)
         except ValueError as exc:
             raise pytest.UsageError(f"--prefalign-option {exc}") from None
+        # output and data paths, checked before any work
+        self.json_path = paths.given(config, self.settings.json_path)
+        self.report_dir = paths.given(config, self.settings.report_dir)
+        self.data_dir = paths.given(config, self.settings.data)
+        if self.json_path is not None:
+            paths.check_output_file("--prefalign-json", self.json_path)
+        if self.report_dir is not None:
+            paths.check_output_folder("--prefalign-report", self.report_dir)
+        if self.data_dir is not None:
+            paths.check_data_dir(self.data_dir)
         self.models = ModelPool.from_lines(self.settings.models)
         self.models.check(self.settings.sizes)
         # values kept between runs, by content; --prefalign-no-cache: neither read nor written
@@ -47,6 +58,7 @@ class PrefalignSession:
         )
         self._evaluator: Evaluator | None = None
         self.results: list[CaseResult] = []
+        self.write_errors: list[str] = []  # files the end of the run could not write
         self.run: RunFile | None = None
         self.run_path: Path | None = None
         self.report_path: Path | None = None
@@ -81,6 +93,24 @@ class PrefalignSession:
             return SuiteFile.from_parent(parent, path=file_path, host=self)
         return None
 
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """An explicit ``--prefalign-data`` must hold the data of every collected suite that
+        reads a data folder. (Under xdist the workers collect, where a usage error cannot be
+        raised cleanly: there the suite's tests fail once with the same message.)"""
+        if self.data_dir is None or is_worker(self.config):
+            return
+        from pytest_prefalign.api import requires_data_dir
+
+        needed = {}
+        for item in items:
+            if isinstance(item, CaseItem):
+                suite = self.registry.suite(item.suite)
+                if requires_data_dir(suite, dict(item.suite_options)):
+                    needed[item.suite] = suite
+        problem = paths.missing_suite_data(self.data_dir, needed)
+        if problem:
+            raise pytest.UsageError(problem)
+
     @property
     def evaluator(self) -> Evaluator:
         if self._evaluator is None:
@@ -91,7 +121,7 @@ class PrefalignSession:
                 limit=self.settings.limit,
                 seed=self.settings.seed,
                 reduce=self.settings.reduce,
-                data=self.settings.data,
+                data=str(self.data_dir) if self.data_dir is not None else None,
                 data_ini=self.settings.data_ini,
                 rootdir=Path(self.config.rootpath),
             )
@@ -142,18 +172,42 @@ class PrefalignSession:
             return
         from pytest_prefalign.runs import records
 
-        self.run = self.build_run()
-        root = Path(self.config.rootpath)
-        self.run_path = records.write_numbered(self.run, root / ".prefalign" / "runs")
-        if self.settings.json_path:
-            records.write(self.run, Path(self.settings.json_path))
-        if self.settings.report_dir:
+        run = self.run = self.build_run()
+        runs = Path(self.config.rootpath) / ".prefalign" / "runs"
+        self.run_path = self._written(
+            "the run file", runs, lambda: records.write_numbered(run, runs)
+        )
+        if self.json_path is not None:
+            path = self.json_path
+
+            def write_json() -> Path:
+                records.write(run, path)
+                return path
+
+            self._written("--prefalign-json", path, write_json)
+        if self.report_dir is not None:
             from pytest_prefalign.analysis.report import write_report
 
-            self.report_path = write_report(self.run, Path(self.settings.report_dir))
-        self.config.hook.pytest_prefalign_run_written(
-            path=str(self.run_path), run=self.run, config=self.config
-        )
+            folder = self.report_dir
+            self.report_path = self._written(
+                "--prefalign-report", folder, lambda: write_report(run, folder)
+            )
+        if self.run_path is not None:
+            self.config.hook.pytest_prefalign_run_written(
+                path=str(self.run_path), run=self.run, config=self.config
+            )
+        if self.write_errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # CI must see what is missing
+
+    def _written(self, what: str, where: Path, write: Callable[[], Path]) -> Path | None:
+        """``write()``; a failure (a full disk, a folder removed since the run began) is one line
+        of the summary, after the leaderboard, instead of a traceback that hides it."""
+        try:
+            return write()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            self.write_errors.append(f"could not write {what} {exc.filename or where}: {reason}")
+            return None
 
     def build_run(self) -> RunFile:
         """The run file: every result, and the crisis analysis computed once."""
@@ -199,6 +253,8 @@ class PrefalignSession:
             tr.write_line(f"run file: {self.run_path}")
         if self.report_path is not None:
             tr.write_line(f"report: {self.report_path}")
+        for error in self.write_errors:
+            tr.write_line(f"prefalign: {error}", red=True)
 
 
 def cache_line(results: list[CaseResult], use_cache: bool) -> str:
