@@ -279,3 +279,31 @@ def test_a_failed_write_at_the_end_is_one_line_after_the_leaderboard(toy, monkey
     )
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # the test passed, the file is missing
+
+
+# --------------------------------------------------------------------------------------------
+# Missing data
+# --------------------------------------------------------------------------------------------
+
+
+def test_missing_data_fails_in_full_once_per_suite_with_the_fetch_command(toy):
+    # a suite that names a builder, as pref_lamp and polis do
+    toy.makeconftest(
+        TOY_SUITE.replace('    source = "toy"', '    source = "toy"\n    fetcher = "x"')
+    )
+    (toy.path / "data" / "toy" / "records.json").unlink()
+    (toy.path / "data" / "toy").rmdir()
+    result = run(toy)
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    assert out.count("data folder toy/ not found; looked in:") == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*suite 'toy': data folder toy/ not found; looked in:",
+            "*Fetch its data with: prefalign data fetch toy",
+            "*suite 'toy' could not load: see the failure of toy[[]base-tiny[]] above; fetch its "
+            "data with: prefalign data fetch toy",
+        ]
+    )
+    assert out.count("could not load: see the failure of toy[base-tiny] above") == 2
+    assert len(result.stdout.lines) < 60

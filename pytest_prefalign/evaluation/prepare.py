@@ -11,7 +11,7 @@ import pytest
 
 from pytest_prefalign import cache, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod
-from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.errors import PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,7 +58,11 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
                 suite.build_pairs(data, reference, folder)
                 uses[:0] = reference.cache_uses
         except (DataNotFound, DataError) as exc:
-            raise PrefalignError(f"suite {name!r}: {exc}") from None
+            fetch = f"prefalign data fetch {name}" if getattr(suite, "fetcher", None) else None
+            message = f"suite {name!r}: {exc}"
+            if fetch and isinstance(exc, DataNotFound) and fetch not in message:
+                message += f"\nFetch its data with: {fetch}"
+            raise SuiteUnavailable(name, message, fetch) from None
     return SuiteState(suite, data, data_dir, uses)
 
 

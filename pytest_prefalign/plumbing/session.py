@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
+from pytest_prefalign.errors import PrefalignError, SuiteUnavailable
 from pytest_prefalign.plumbing import gating, options, paths
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
 from pytest_prefalign.plumbing.workers import is_worker
@@ -58,7 +59,10 @@ class PrefalignSession:
         )
         self._evaluator: Evaluator | None = None
         self.results: list[CaseResult] = []
-        self.write_errors: list[str] = []  # files the end of the run could not write
+        self.write_errors: list[str] = []
+        self.unavailable: dict[
+            tuple[str, tuple[tuple[str, str], ...]], str
+        ] = {}  # -> 1st test  # files the end of the run could not write
         self.run: RunFile | None = None
         self.run_path: Path | None = None
         self.report_path: Path | None = None
@@ -133,7 +137,17 @@ class PrefalignSession:
     def evaluate(self, item: CaseItem) -> CaseResult:
         from pytest_prefalign.evaluation.context import Case
 
-        return self.evaluator.run(Case(item.suite, item.suite_options, item.method, item.size))
+        try:
+            return self.evaluator.run(Case(item.suite, item.suite_options, item.method, item.size))
+        except SuiteUnavailable as exc:
+            # in full once per suite; its other tests point there in one line
+            first = self.unavailable.setdefault((item.suite, item.suite_options), item.name)
+            if first == item.name:
+                raise
+            fetch = f"; fetch its data with: {exc.fetch}" if exc.fetch else ""
+            raise PrefalignError(
+                f"suite {exc.suite!r} could not load: see the failure of {first} above{fetch}"
+            ) from None
 
     def problems(self, item: CaseItem, result: CaseResult) -> list[str]:
         from pytest_prefalign.evaluation.case import check
