@@ -66,6 +66,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         print(f"prefalign compare: error: {exc}", file=sys.stderr)
         return 2
     print(table.comparison_table(comparisons))
+    for side, run in (("baseline", baseline), ("current run", current)):
+        if not run.complete:
+            why = "; ".join(run.outcomes.get("incomplete") or []) or "no record of why"
+            print(f"note: the {side} is a partial run ({why}): tests it lacks are not compared")
     unmatched = compare.unmatched(baseline, current)
     for side, keys in zip(("baseline", "current run"), unmatched, strict=True):
         for key in keys:

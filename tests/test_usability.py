@@ -83,9 +83,12 @@ def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Py
 
 
 def run(pytester: pytest.Pytester, *args: str, cache: bool = False) -> pytest.RunResult:
-    """In-process (torch is imported once); pytest's cache plugin only where a test needs it."""
+    """In-process (torch is imported once); pytest's cache plugin only where a test needs it.
+    A Ctrl-C inside stays inside (``no_reraise_ctrlc``)."""
     extra = () if cache else ("-p", "no:cacheprovider")
-    return pytester.runpytest_inprocess("--prefalign", "toy", "-p", "lengthrm", *args, *extra)
+    return pytester.runpytest_inprocess(
+        "--prefalign", "toy", "-p", "lengthrm", *args, *extra, no_reraise_ctrlc=True
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,3 +310,101 @@ def test_missing_data_fails_in_full_once_per_suite_with_the_fetch_command(toy):
     )
     assert out.count("could not load: see the failure of toy[base-tiny] above") == 2
     assert len(result.stdout.lines) < 60
+
+
+# --------------------------------------------------------------------------------------------
+# Complete and partial runs
+# --------------------------------------------------------------------------------------------
+
+CTRL_C = """
+def pytest_runtest_logfinish(nodeid, location):
+    raise KeyboardInterrupt  # Ctrl-C once the first test is over
+"""
+
+
+def run_files(pytester: pytest.Pytester) -> list[tuple[str, dict]]:
+    folder = pytester.path / ".prefalign" / "runs"
+    return [(p.name, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+
+
+def test_an_interrupted_run_writes_a_run_file_marked_partial(toy):
+    toy.makepyfile(ctrlc=CTRL_C)
+    result = run(toy, "--prefalign-methods", "base,icl", "-p", "ctrlc")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*this run is partial (interrupted (KeyboardInterrupt); 1 test(s) not run)*"]
+    )
+    ((name, data),) = run_files(toy)
+    assert name.startswith("0001_") and name.endswith(".partial.json")
+    assert data["complete"] is False and [r["method"] for r in data["results"]] == ["base"]
+    outcomes = data["outcomes"]
+    assert outcomes["interrupted"] == "KeyboardInterrupt"
+    assert outcomes["passed"] == ["toy/suite.toml::toy[base-tiny]"]
+    assert outcomes["not_run"] == ["toy/suite.toml::toy[icl-tiny]"]
+
+
+def test_deselected_tests_make_a_run_partial_and_a_floor_does_not(toy):
+    run(toy, "-k", "icl_rag").assert_outcomes(passed=1, deselected=2)
+    floor = run(toy, "--prefalign-methods", "base", "--prefalign-fail-under", "rouge1=0.99")
+    floor.assert_outcomes(failed=1)
+    (_, deselected), (name, floored) = run_files(toy)
+    assert deselected["complete"] is False
+    assert deselected["outcomes"]["deselected"] == [
+        "toy/suite.toml::toy[base-tiny]",
+        "toy/suite.toml::toy[icl-tiny]",
+    ]
+    assert deselected["outcomes"]["incomplete"] == ["2 test(s) deselected"]
+    # a test failed by its floor has its figures: the run is complete
+    assert floored["complete"] is True and not name.endswith(".partial.json")
+    assert floored["outcomes"]["failed"] == ["toy/suite.toml::toy[base-tiny]"]
+
+
+def test_a_test_failed_in_its_method_leaves_the_run_partial(toy, monkeypatch):
+    toy.makepyfile(
+        broken="""
+def pytest_prefalign_register(registry):
+    class Broken:
+        name = "broken"
+        def fingerprint(self):
+            return "broken"
+        def fit(self, lm, pairs, cache_dir):
+            raise ValueError("no")
+    registry.add_reward("broken", Broken)
+"""
+    )
+    run(toy, "--prefalign-methods", "base,bon[broken]", "-p", "broken").assert_outcomes(
+        passed=1, failed=1
+    )
+    ((_, data),) = run_files(toy)
+    assert data["complete"] is False
+    assert data["outcomes"]["incomplete"] == ["1 test(s) without a result (1 failed)"]
+
+
+def test_the_gate_refuses_a_partial_baseline_unless_allowed(toy):
+    toy.makepyfile(ctrlc=CTRL_C)
+    run(toy, "--prefalign-methods", "base,icl", "-p", "ctrlc", "--prefalign-save", "main")
+    refused = run(toy, "--prefalign-methods", "base,icl", "--prefalign-compare", "main")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        [
+            "*--prefalign-compare: the baseline */main.json is a partial run (interrupted "
+            "(KeyboardInterrupt); 1 test(s) not run); compare with a complete run, or pass "
+            "--prefalign-allow-partial*"
+        ]
+    )
+    allowed = run(
+        toy, "--prefalign-methods", "base,icl", "--prefalign-compare", "main",
+        "--prefalign-allow-partial",
+    )  # fmt: skip
+    allowed.assert_outcomes(passed=2)
+    allowed.stdout.fnmatch_lines(["*new, not in the baseline: icl on toy (tiny)*"])
+
+
+def test_xdist_workers_hand_their_deselected_tests_to_the_controller(toy):
+    result = toy.runpytest_subprocess(
+        "--prefalign", "toy", "-n", "2", "-k", "icl_rag", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
+    ((name, data),) = run_files(toy)
+    assert name.endswith(".partial.json") and data["complete"] is False
+    assert len(data["outcomes"]["deselected"]) == 2

@@ -93,6 +93,13 @@ def addoption(parser: pytest.Parser) -> None:
         metavar="A",
         help=f"significance level of the paired tests (default: {DEFAULT_ALPHA}).",
     )
+    group.addoption(
+        "--prefalign-allow-partial",
+        action="store_true",
+        default=False,
+        help="compare with a baseline from an incomplete run (interrupted, or with tests "
+        "deselected, not run or without a result), which is refused otherwise.",
+    )
     parser.addini(
         "prefalign_compare_fail",
         "regression gates METRIC:Npp, comma-separated, used with --prefalign-compare",
@@ -220,6 +227,14 @@ def _load(config: pytest.Config, value: str) -> Baseline:
         run = records.read(path)
     except (baselines.BaselineNotFound, ValueError) as exc:
         raise pytest.UsageError(f"--prefalign-compare: {exc}") from None
+    if not run.complete and not config.getoption("prefalign_allow_partial"):
+        from pytest_prefalign.plumbing.outcomes import describe
+
+        raise pytest.UsageError(
+            f"--prefalign-compare: the baseline {path} is a partial run "
+            f"({describe(run.outcomes)}); compare with a complete run, or pass "
+            "--prefalign-allow-partial to compare with it anyway"
+        )
     return Baseline(baselines.display_name(path, root), path, run.by_case())
 
 

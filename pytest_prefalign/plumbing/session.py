@@ -16,6 +16,7 @@ from pytest_prefalign import cache, method_options, registry, storage
 from pytest_prefalign.errors import PrefalignError, SuiteUnavailable
 from pytest_prefalign.plumbing import gating, options, paths
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
+from pytest_prefalign.plumbing.outcomes import Outcomes, describe
 from pytest_prefalign.plumbing.workers import is_worker
 from pytest_prefalign.registry import MethodName, UnknownName
 from pytest_prefalign.runtime.pool import ModelPool
@@ -66,6 +67,9 @@ class PrefalignSession:
         self.run: RunFile | None = None
         self.run_path: Path | None = None
         self.report_path: Path | None = None
+        # what becomes of each test, for the run file (its completeness)
+        self.outcomes = Outcomes(config)
+        config.pluginmanager.register(self.outcomes, "prefalign-outcomes")
         if gating.active(config):
             config.pluginmanager.register(gating.Gating(config), "prefalign-gating")
 
@@ -186,6 +190,7 @@ class PrefalignSession:
             return
         from pytest_prefalign.runs import records
 
+        self.outcomes.stopped(session)
         run = self.run = self.build_run()
         runs = Path(self.config.rootpath) / ".prefalign" / "runs"
         self.run_path = self._written(
@@ -229,6 +234,7 @@ class PrefalignSession:
         from pytest_prefalign.runs.records import RunFile
 
         tau, found = crisis.analyse(self.results)
+        complete, outcomes = self.outcomes.summary()
         return RunFile(
             results=list(self.results),
             created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -245,6 +251,8 @@ class PrefalignSession:
             models={r.size: r.model for r in self.results},
             tau=tau,
             crisis=found,
+            complete=complete,
+            outcomes=outcomes,
         )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -265,6 +273,12 @@ class PrefalignSession:
         tr.write_line(cache_line(self.run.results, self.settings.use_cache))
         if self.run_path is not None:
             tr.write_line(f"run file: {self.run_path}")
+        if not self.run.complete:
+            tr.write_line(
+                f"this run is partial ({describe(self.run.outcomes)}): its run file says so "
+                "(complete: false), and --prefalign-compare refuses it as a baseline",
+                yellow=True,
+            )
         if self.report_path is not None:
             tr.write_line(f"report: {self.report_path}")
         for error in self.write_errors:
