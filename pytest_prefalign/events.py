@@ -22,25 +22,34 @@ LOG_EVERY = 5.0  # seconds between two log records of one step's counts
 
 
 @dataclass(frozen=True)
+class State:
+    """One open step as an event shows it: its name and its count so far."""
+
+    name: str
+    done: int | None = None
+    total: int | None = None
+    unit: str = ""
+
+    def count(self) -> str:
+        """``16/48 prompts``, or "" for a step that does not count."""
+        if self.done is None:
+            return ""
+        count = f"{self.done}/{self.total}" if self.total is not None else str(self.done)
+        return f"{count} {self.unit}".strip()
+
+
+@dataclass(frozen=True)
 class Event:
     """One thing a step said: it started, it counted, or it ended."""
 
     kind: str  # "start", "count" or "end"
-    steps: tuple[str, ...]  # the steps open at the time, outermost first
-    done: int | None = None  # the innermost step's count so far
-    total: int | None = None
-    unit: str = ""
+    steps: tuple[State, ...]  # the steps open at the time, outermost first
     seconds: float = 0.0  # since the innermost step started
 
     def text(self) -> str:
-        """``generating icl_rag › prompts 16/48``: the outermost step (what the test is doing)
-        and the innermost with its count (what the model is doing)."""
-        names = self.steps if len(self.steps) < 3 else (self.steps[0], self.steps[-1])
-        text = " › ".join(names)
-        if self.done is not None:
-            count = f"{self.done}/{self.total}" if self.total is not None else str(self.done)
-            text += f" {count}" + (f" {self.unit}" if self.unit else "")
-        return text
+        """``generating icl_rag › generate 16/48 prompts › decode 5/24 tokens``: the outermost
+        step (what the test is doing), then the steps inside it (what the model is doing)."""
+        return " › ".join(f"{step.name} {step.count()}".strip() for step in self.steps)
 
 
 Listener = Callable[[Event], None]
@@ -74,15 +83,12 @@ class Step:
             LOGGER.info("%s", event.text())
         _tell(event)
 
+    def state(self) -> State:
+        return State(self.name, self.done, self.total, self.unit)
+
     def _event(self, kind: str) -> Event:
-        return Event(
-            kind,
-            tuple(s.name for s in (*self.outer, self)),
-            self.done,
-            self.total,
-            self.unit,
-            time.monotonic() - self.started,
-        )
+        steps = tuple(step.state() for step in (*self.outer, self))
+        return Event(kind, steps, time.monotonic() - self.started)
 
 
 @contextlib.contextmanager
@@ -92,7 +98,8 @@ def step(name: str, *, total: int | None = None, unit: str = "") -> Iterator[Ste
     current = Step(name, total, unit, outer)
     token = _OPEN.set((*outer, current))
     start = current._event("start")
-    LOGGER.info("%s", start.text())
+    # a test's steps at INFO; the model's batches inside them at DEBUG (their counts at INFO)
+    LOGGER.log(logging.INFO if not outer else logging.DEBUG, "%s", start.text())
     _tell(start)
     try:
         yield current
@@ -101,6 +108,18 @@ def step(name: str, *, total: int | None = None, unit: str = "") -> Iterator[Ste
         end = current._event("end")
         LOGGER.debug("%s: done in %.1fs", end.text(), end.seconds)
         _tell(end)
+
+
+class _Unseen(Step):
+    def advance(self, n: int = 1) -> None:
+        self.done = (self.done or 0) + n
+
+
+@contextlib.contextmanager
+def unseen() -> Iterator[Step]:
+    """A step that says nothing, where a caller would otherwise report a step inside its own
+    (a recursion's inner levels)."""
+    yield _Unseen("", None, "", ())
 
 
 def _tell(event: Event) -> None:

@@ -5,6 +5,7 @@ usage errors, numeric junitxml properties. A small project with the toy suite of
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import xml.etree.ElementTree as ET
 
@@ -408,3 +409,93 @@ def test_xdist_workers_hand_their_deselected_tests_to_the_controller(toy):
     ((name, data),) = run_files(toy)
     assert name.endswith(".partial.json") and data["complete"] is False
     assert len(data["outcomes"]["deselected"]) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Live progress
+# --------------------------------------------------------------------------------------------
+
+SLOW_DECODER = """
+import time
+
+from prefalign_methods.decoders.base import BaseDecoder
+from pytest_prefalign import events
+
+
+class Slow(BaseDecoder):
+    name = "slow"
+
+    def generate(self, ctx, items):
+        with events.step("thinking", total=3, unit="rounds") as progress:
+            for _ in range(3):
+                time.sleep(0.4)
+                progress.advance()
+        return super().generate(ctx, items)
+
+
+def pytest_prefalign_register(registry):
+    registry.add_decoder("slow", Slow)
+"""
+
+ON_A_TERMINAL = """
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    config.pluginmanager.getplugin("terminalreporter").isatty = lambda: True
+"""
+
+
+@pytest.fixture
+def slow(toy, monkeypatch):
+    """A decoder that takes 1.2 s, and progress shown after 0.1 s instead of 2 s."""
+    from pytest_prefalign.plumbing import progress
+
+    monkeypatch.setattr(progress, "DELAY", 0.1)
+    monkeypatch.setattr(progress, "TICK", 0.05)
+    toy.makepyfile(slowdecoder=SLOW_DECODER, onterminal=ON_A_TERMINAL)
+    return toy
+
+
+def test_progress_in_a_log_is_a_line_per_long_step(slow):
+    result = run(slow, "--prefalign-methods", "slow,base", "-p", "slowdecoder")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "toy/suite.toml ",
+            "  toy[[]slow-tiny[]] · generating slow (3 items) › thinking ?/3 rounds",
+            "toy/suite.toml .*",  # pytest's line goes on below
+        ]
+    )
+    assert result.stdout.str().count("toy[slow-tiny] · generating slow") == 1
+
+
+def test_progress_on_a_terminal_is_one_status_line_rewritten(slow):
+    result = run(slow, "--prefalign-methods", "slow", "-p", "slowdecoder", "-p", "onterminal")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()  # its lines split at "\r" too: one per rewrite
+    statuses = [line.strip() for line in result.stdout.lines if "toy[slow-tiny] ·" in line]
+    assert any("generating slow (3 items) › thinking" in s for s in statuses)
+    # at the end, where the test's time went; then pytest's own line again
+    assert re.search(r"toy\[slow-tiny\] · \d+s \(generating slow \(3 items\) \d+s\)", out)
+    result.stdout.fnmatch_lines(["toy/suite.toml .*"])
+
+
+def test_progress_is_quiet_under_q_and_goes_to_the_log_with_log_cli(slow):
+    quiet = run(slow, "--prefalign-methods", "slow", "-p", "slowdecoder", "-q")
+    quiet.assert_outcomes(passed=1)
+    assert "toy[slow-tiny] ·" not in quiet.stdout.str()
+    logged = run(
+        slow, "--prefalign-methods", "slow", "-p", "slowdecoder", "--log-cli-level=INFO",
+        "--prefalign-no-cache",
+    )  # fmt: skip
+    logged.assert_outcomes(passed=1)
+    logged.stdout.fnmatch_lines(
+        [
+            "*live log call*",
+            "INFO     prefalign:* generating slow (3 items)",
+            "INFO     prefalign:* scoring 3 pairs",
+        ]
+    )
+    assert "toy[slow-tiny] ·" not in logged.stdout.str()  # the log lines say it already

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_prefalign import cache, versions
+from pytest_prefalign import cache, events, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod
 from pytest_prefalign.errors import PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
@@ -43,7 +43,7 @@ class FittedReward:
 def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteState:
     """The suite's data and pairs; a failure is a ``PrefalignError`` naming the suite (raised
     for every test of the suite, without loading again)."""
-    with cache.recording() as uses:
+    with cache.recording() as uses, events.step(f"loading suite {name}"):
         suite = run.registry.suite(name)
         try:
             data_dir, missing = locate_data(run, suite, options)
@@ -55,7 +55,8 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             if not data.train_pairs and not data.test_pairs:
                 reference = load_model(run, "reference")
                 folder, _ = run.disk.folder(cache.make_key("pairs", suite=name))
-                suite.build_pairs(data, reference, folder)
+                with events.step("building pairs"):
+                    suite.build_pairs(data, reference, folder)
                 uses[:0] = reference.cache_uses
         except (DataNotFound, DataError) as exc:
             fetch = f"prefalign data fetch {name}" if getattr(suite, "fetcher", None) else None
@@ -109,7 +110,7 @@ def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedR
     method keeping files there cannot be handed parameters trained on other data. Disabled
     cache: a fresh folder."""
     entry = run.registry.reward(name)
-    with cache.recording() as uses:
+    with cache.recording() as uses, events.step(f"fitting {name}"):
         try:
             reward: RewardMethod = run.method_options.reward(name, entry.obj)
             key = reward_key(reward, entry.obj, lm, state.data.train_pairs)

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
 from pytest_prefalign.errors import PrefalignError, SuiteUnavailable
-from pytest_prefalign.plumbing import gating, options, paths
+from pytest_prefalign.plumbing import gating, options, paths, progress
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
 from pytest_prefalign.plumbing.outcomes import Outcomes, describe
 from pytest_prefalign.plumbing.workers import is_worker
@@ -85,6 +85,11 @@ class PrefalignSession:
                 raise pytest.UsageError(f"--prefalign-methods: {exc}") from None
             methods.append(method)
         return methods
+
+    def pytest_sessionstart(self) -> None:
+        # after every plugin's configure: the terminal reporter is there to write to
+        if progress.wanted(self.config):
+            self.config.pluginmanager.register(progress.Progress(self.config), "prefalign-progress")
 
     def pytest_report_header(self) -> list[str]:
         if not self.leftovers:
