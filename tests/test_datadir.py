@@ -148,6 +148,27 @@ def test_ini_value_comes_from_the_first_pytest_config_file_upwards(tmp_path):
     assert ini_data_value(deep) == (None, deep / "pytest.ini")
 
 
+def test_ini_value_from_a_pytest_toml_as_pytest_finds_it(tmp_path):
+    """pytest 9's own file, found first, with native TOML values; as pytest, a pytest.toml wins
+    over a pytest.ini in the same folder."""
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = ../shared\n")
+    (tmp_path / "a" / "pytest.toml").write_text('[pytest]\nprefalign_data = "toml-data"\n')
+    assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
+    (tmp_path / "a" / "pytest.ini").write_text("[pytest]\nprefalign_data = ini-data\n")
+    assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
+
+
+def test_the_data_command_and_a_pytest_run_read_the_same_file(pytester, monkeypatch, capsys):
+    """What ``prefalign data`` reports is what ``pytest --prefalign`` reads."""
+    monkeypatch.delenv("PREFALIGN_DATA", raising=False)
+    pytester.makefile(".toml", pytest='[pytest]\nprefalign_data = "from-toml"\n')
+    config = pytester.parseconfig()
+    assert config.getini("prefalign_data") == "from-toml"
+    assert ini_data_value(pytester.path) == ("from-toml", pytester.path / "pytest.toml")
+
+
 class Suite:
     def __init__(self, name, source, requires_data_dir=True):
         self.name, self.source, self.requires_data_dir = name, source, requires_data_dir

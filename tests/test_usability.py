@@ -499,3 +499,33 @@ def test_progress_is_quiet_under_q_and_goes_to_the_log_with_log_cli(slow):
         ]
     )
     assert "toy[slow-tiny] ·" not in logged.stdout.str()  # the log lines say it already
+
+
+# --------------------------------------------------------------------------------------------
+# The prefalign command
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_command_has_a_version_and_plain_help(capsys):
+    from importlib.metadata import version
+
+    from pytest_prefalign import cli
+
+    assert cli.main(["--version"]) == 0
+    assert (
+        capsys.readouterr().out == f"prefalign (pytest-prefalign) {version('pytest-prefalign')}\n"
+    )
+    assert cli.main(["-V"]) == 0
+    capsys.readouterr()
+    assert cli.main(["--help"]) == 0
+    helps = [capsys.readouterr().out]
+    for argv in (["data", "--help"], ["data", "fetch", "--help"], ["compare", "--help"],
+                 ["report", "--help"]):  # fmt: skip
+        try:
+            cli.main(argv)
+        except SystemExit:  # argparse exits after --help
+            pass
+        helps.append(capsys.readouterr().out)
+    assert helps[0].startswith("usage: prefalign COMMAND") and "--version" in helps[0]
+    for text in helps:
+        assert text.strip() and "`" not in text, text
