@@ -529,3 +529,16 @@ def test_the_command_has_a_version_and_plain_help(capsys):
     assert helps[0].startswith("usage: prefalign COMMAND") and "--version" in helps[0]
     for text in helps:
         assert text.strip() and "`" not in text, text
+
+
+def test_the_report_carries_each_suites_licence_and_attribution(toy):
+    pytest.importorskip("matplotlib")
+    attributed = '    licence = "CC0"\n    attribution = "Toy data by Ann and Bob"'
+    toy.makeconftest(TOY_SUITE.replace('    licence = "CC0"', attributed))
+    result = run(toy, "--prefalign-methods", "base", "--prefalign-report", "rep")
+    result.assert_outcomes(passed=1)
+    page = (toy.path / "rep" / "report.html").read_text()
+    assert "licence: CC0" in page and "attribution: Toy data by Ann and Bob" in page
+    ((_, data),) = run_files(toy)
+    provenance = data["results"][0]["data"]["provenance"]
+    assert (provenance["licence"], provenance["attribution"]) == ("CC0", "Toy data by Ann and Bob")

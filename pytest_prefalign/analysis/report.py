@@ -4,9 +4,8 @@ base64 and also written beside it).
 
     prefalign report RUN.json --out DIR      (and ``--prefalign-report DIR`` at the end of a run)
 
-The plot needs matplotlib (``pip install pytest-prefalign[report]``); without it the page says so
-and everything else is still written. matplotlib is used through its object API with the Agg
-canvas, so the process-wide pyplot backend is never touched.
+The plot (``plot.py``) needs matplotlib (``pip install pytest-prefalign[report]``); without it the
+page says so and everything else is still written.
 """
 
 from __future__ import annotations
@@ -15,18 +14,16 @@ import argparse
 import base64
 import dataclasses
 import html
-import io
-import math
 import sys
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from tabulate import tabulate
 
 from pytest_prefalign import storage
 from pytest_prefalign.analysis import catalogue, crisis, table
+from pytest_prefalign.analysis.plot import Point, render_plot, scatter_points
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
 
@@ -43,104 +40,6 @@ th { background: #f4f4f4; } tr:nth-child(even) td { background: #fafafa; }
 .meta, .note { color: #555; font-size: .9em; } .warn { color: #a40; }
 img { max-width: 100%; border: 1px solid #eee; }
 """
-
-Point = tuple[str, float, float]  # (method, RM accuracy, policy accuracy)
-
-
-# --------------------------------------------------------------------------------------------
-# Plot
-# --------------------------------------------------------------------------------------------
-
-
-def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[Point]]:
-    """One point per reward method with both figures, per (suite, size)."""
-    points: dict[tuple[str, str], list[Point]] = defaultdict(list)
-    for row in results:
-        x, y = row.metrics.get("rm_acc"), row.metrics.get("policy_acc")
-        if row.reward and _finite(x) and _finite(y):
-            points[(row.suite, row.size)].append((row.method, float(x), float(y)))
-    return dict(sorted(points.items()))
-
-
-def render_plot(points: dict[tuple[str, str], list[Point]]) -> tuple[bytes, list[tuple]]:
-    """The PNG, and what was drawn read back from the figure: ``(panel title, label, x, y)``
-    for every labelled point (so a test checks the figure, not the input). Raises ImportError
-    without matplotlib."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.text import Annotation
-
-    n = max(1, len(points))
-    cols = min(n, 3)
-    rows = math.ceil(n / cols)
-    fig = Figure(figsize=(5 * cols, 4.5 * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    for k, ((suite, size), pts) in enumerate(points.items()):
-        _panel(fig.add_subplot(rows, cols, k + 1), f"{suite} · {size}", pts)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    drawn = [
-        (ax.get_title(), t.get_text(), float(t.xy[0]), float(t.xy[1]))
-        for ax in fig.axes
-        for t in ax.texts
-        if isinstance(t, Annotation)
-    ]
-    return buffer.getvalue(), drawn
-
-
-def _panel(ax: Any, title: str, pts: list[Point]) -> None:
-    xs, ys = [p[1] for p in pts], [p[2] for p in pts]
-    lo = min(0.4, *xs, *ys) - 0.02
-    hi = max(0.8, *xs, *ys) + 0.02
-    ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="#999", label="policy = RM")
-    ax.axhline(0.5, lw=0.6, color="#ccc")
-    ax.axvline(0.5, lw=0.6, color="#ccc")
-    ax.scatter(xs, ys, s=30, zorder=3)
-    span = hi - lo
-    places = label_places(pts, span)
-    for (name, x, y), label_y in zip(pts, places, strict=True):
-        moved = abs(label_y - y) > 1e-12
-        ax.annotate(
-            name,
-            (x, y),
-            xytext=(x + span * 0.012, label_y + span * 0.008),
-            textcoords="data",
-            fontsize=8,
-            arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "#888"} if moved else None,
-        )
-    top = max([hi, *(y + LABEL_GAP * span for y in places)])
-    ax.set(
-        xlim=(lo, hi),
-        ylim=(lo, top),
-        xlabel="RM accuracy (macro)",
-        ylabel="policy accuracy (macro)",
-        title=title,
-    )
-
-
-LABEL_GAP = 0.04  # least vertical distance between two labels, as a share of the axis span
-LABEL_WIDTH = 0.3  # labels whose points are nearer than this (share of the span) may collide
-
-
-def label_places(pts: list[Point], span: float) -> list[float]:
-    """The height of each point's label: at the point, or pushed up just enough to clear the
-    labels of lower points that are near it horizontally (methods with the same RM accuracy
-    otherwise print their names over each other)."""
-    gap, width = LABEL_GAP * span, LABEL_WIDTH * span
-    placed: list[tuple[float, float]] = []
-    heights = [0.0] * len(pts)
-    for i in sorted(range(len(pts)), key=lambda i: (pts[i][2], pts[i][1])):
-        _, x, y = pts[i]
-        label_y, moved = y, True
-        while moved:
-            moved = False
-            for px, py in placed:
-                # (a label exactly one gap above another clears it, whatever the rounding)
-                if abs(px - x) < width and abs(py - label_y) < gap * (1 - 1e-9):
-                    label_y, moved = py + gap, True
-        placed.append((x, label_y))
-        heights[i] = label_y
-    return heights
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,20 +184,24 @@ def _spread_section(flags: list[dict[str, Any]]) -> str:
 
 
 def _data_section(results: Sequence[CaseResult]) -> str:
+    """Each suite's data: where it was read, its licence and the attribution its licence asks
+    for (CC BY: wherever the data is used, so with every figure computed from it)."""
     seen: dict[str, dict[str, Any]] = {}
     for row in results:
         seen.setdefault(row.suite, row.data)
     lines = []
     for suite, data in sorted(seen.items()):
         provenance = data.get("provenance") or {}
-        credit = provenance.get("attribution") or provenance.get("licence") or ""
-        text = f"{suite}: {data.get('source', '?')}" + (f" — {credit}" if credit else "")
-        lines.append(f"<li>{html.escape(text)}</li>")
-    return f"<ul>{''.join(lines)}</ul>"
-
-
-def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+        parts = [f"<b>{html.escape(suite)}</b>: {html.escape(str(data.get('source', '?')))}"]
+        for field in ("licence", "attribution"):
+            if provenance.get(field):
+                parts.append(f"{field}: {html.escape(str(provenance[field]))}")
+        lines.append(f"<li>{'<br>'.join(parts)}</li>")
+    return (
+        f"<ul>{''.join(lines)}</ul>"
+        '<p class="note">The figures on this page are computed from these data; keep the '
+        "attribution with them wherever they are shown.</p>"
+    )
 
 
 # --------------------------------------------------------------------------------------------

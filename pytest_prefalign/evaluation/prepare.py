@@ -64,6 +64,12 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             if fetch and isinstance(exc, DataNotFound) and fetch not in message:
                 message += f"\nFetch its data with: {fetch}"
             raise SuiteUnavailable(name, message, fetch) from None
+    # the data's terms travel with every result to the run file and the report (CC BY asks
+    # for the attribution wherever the data is used)
+    data.provenance.setdefault("licence", suite.licence)
+    attribution = getattr(suite, "attribution", None)  # optional: a suite's own terms
+    if attribution:
+        data.provenance.setdefault("attribution", attribution)
     return SuiteState(suite, data, data_dir, uses)
 
 
