@@ -401,6 +401,21 @@ def test_the_gate_refuses_a_partial_baseline_unless_allowed(toy):
     allowed.stdout.fnmatch_lines(["*new, not in the baseline: icl on toy (tiny)*"])
 
 
+def test_prefalign_compare_notes_a_partial_run(toy, capsys, monkeypatch):
+    from pytest_prefalign import cli
+
+    toy.makepyfile(ctrlc=CTRL_C)
+    run(toy, "--prefalign-methods", "base,icl", "-p", "ctrlc")
+    run(toy, "--prefalign-methods", "base,icl")
+    partial, complete = sorted((toy.path / ".prefalign" / "runs").glob("*.json"))
+    capsys.readouterr()
+    monkeypatch.chdir(toy.path)
+    assert cli.main(["compare", str(partial), str(complete)]) == 0
+    out = capsys.readouterr().out
+    assert "note: the baseline is a partial run (interrupted (KeyboardInterrupt); 1 test(s) " in out
+    assert "only in the current run, not compared: icl on toy (tiny)" in out
+
+
 def test_xdist_workers_hand_their_deselected_tests_to_the_controller(toy):
     result = toy.runpytest_subprocess(
         "--prefalign", "toy", "-n", "2", "-k", "icl_rag", "-p", "no:cacheprovider"
