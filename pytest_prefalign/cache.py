@@ -40,6 +40,7 @@ import contextvars
 import dataclasses
 import shutil
 import tempfile
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -295,8 +296,8 @@ class Disk:
             if path.exists():
                 try:
                     value = read(path)
-                except (OSError, ValueError, KeyError, TypeError):
-                    pass  # corrupt or from an incompatible version: computed again below
+                except Exception as exc:  # whatever the reader's library raises on a bad file
+                    discard(path, exc)  # truncated, or from an incompatible version
                 else:
                     note(key, hit=True)
                     return value
@@ -323,6 +324,32 @@ class Disk:
         for path in self._scratch:
             shutil.rmtree(path, ignore_errors=True)
         self._scratch.clear()
+
+
+class CacheWarning(UserWarning):
+    """A cache entry that could not be read: it was removed and its value computed again."""
+
+
+def discard(path: Path, problem: BaseException | str, *also: Path) -> None:
+    """A cache entry that cannot be read is a miss: one warning naming it, then it is removed
+    (with ``also``, the files that belong with it), so that the next run does not meet it."""
+    named = " and ".join(str(p) for p in (path, *also))
+    message = f"unreadable cache entry {named} ({_reason(problem)}): removed, computed again"
+    # located at the entry itself: pytest's summary shows one line, and no source line under it
+    warnings.warn_explicit(CacheWarning(message), CacheWarning, str(path), 0)
+    for entry in (path, *also):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _reason(problem: BaseException | str) -> str:
+    if isinstance(problem, str):
+        return problem
+    lines = str(problem).strip().splitlines()
+    text = f"{type(problem).__name__}: {lines[0]}" if lines else type(problem).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _valid(value: Any, valid: Callable[[Any], bool]) -> Any:

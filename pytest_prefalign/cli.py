@@ -1,11 +1,4 @@
-"""The ``prefalign`` command: work on run files and data outside a pytest run.
-
-prefalign report RUN.json --out DIR      an HTML page with leaderboards, tau and the plot
-prefalign compare A.json B.json --fail policy_acc:2pp   exit 1 on a significant regression
-prefalign list                            reward methods, decoders, suites and sizes, by package
-prefalign data                            each suite, its source, licence and availability
-prefalign data fetch [SUITE...] [--to DIR]   build the suites' data from their public sources
-"""
+"""The ``prefalign`` command: work on run files and data outside a pytest run (``HELP``)."""
 
 from __future__ import annotations
 
@@ -13,6 +6,26 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+HELP = """\
+usage: prefalign COMMAND [ARGS...]
+
+Work on pytest-prefalign run files and data outside a pytest run.
+
+commands:
+  report RUN.json --out DIR                  an HTML page with leaderboards, tau and the plot
+  compare A.json B.json --fail policy_acc:2pp
+                                             exit 1 on a significant regression
+  list                                       reward methods, decoders, suites and sizes, by package
+  data [--data DIR]                          each suite, its source, licence and availability
+  data fetch [SUITE...] [--to DIR]           build the suites' data from their public sources
+
+options:
+  -h, --help     show this help and exit
+  -V, --version  show the version and exit
+
+prefalign COMMAND --help shows a command's options. The evaluation itself runs in pytest:
+pytest --prefalign suites/pref_lamp (see pytest --help, group prefalign)."""
 
 COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module, function), imported on use
     "report": ("pytest_prefalign.analysis.report", "report_main"),
@@ -25,8 +38,11 @@ COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module, function), imported
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        print(HELP)
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"prefalign (pytest-prefalign) {version()}")
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(
@@ -34,6 +50,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     return command(name)(rest)
+
+
+def version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("pytest-prefalign")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
 
 
 def command(name: str) -> Callable[[list[str]], int]:
@@ -74,6 +101,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         return 2
     if verdict.comparisons:
         print(table.comparison_table(verdict.comparisons))
+    for side, run in (("baseline", baseline), ("current run", current)):
+        if not run.complete:
+            why = "; ".join(run.outcomes.get("incomplete") or []) or "no record of why"
+            print(f"note: the {side} is a partial run ({why}): tests it lacks are not compared")
     for note in verdict.notes:
         print(note)
     for comparison in verdict.underpowered:

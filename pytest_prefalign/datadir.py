@@ -15,12 +15,9 @@ every place with the path actually tried. Light: imported by the plugin's evalua
 from __future__ import annotations
 
 import argparse
-import configparser
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pytest_prefalign import storage
 from pytest_prefalign.api import DataNotFound, requires_data_dir
@@ -75,6 +72,13 @@ def find_data_dir(
     fetched into the user cache (offline: DataNotFound in one line); else DataNotFound lists
     all four places."""
     places = data_places(option=option, ini=ini, rootdir=rootdir)
+    asked = places[0].path
+    if asked is not None:  # never replaced by another place
+        if places[0].holds(subdir):
+            return asked
+        raise DataNotFound(
+            f"--prefalign-data {asked}: holds no {subdir}/ (give the directory that holds it)"
+        )
     for place in places:
         if place.path is not None and place.holds(subdir):
             return place.path
@@ -135,7 +139,12 @@ def data_main(argv: list[str]) -> int:
         from pytest_prefalign.fetch import fetch_main
 
         return fetch_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="prefalign data", description=data_main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="prefalign data",
+        description="Each registered suite, its source, licence and where its data is found, "
+        "then the four places searched. Exit status 1 where a suite that needs a data directory "
+        "has none. prefalign data fetch [SUITE...] builds the data.",
+    )
     parser.add_argument("--data", metavar="DIR", help="as --prefalign-data in a pytest run")
     args = parser.parse_args(argv)
     ini, inifile = ini_data_value(Path.cwd())
@@ -167,27 +176,16 @@ def data_main(argv: list[str]) -> int:
 
 
 def ini_data_value(start: Path) -> tuple[str | None, Path | None]:
-    """``prefalign_data`` from the first pytest configuration file found from ``start`` upwards
-    (pytest.ini, pyproject.toml, tox.ini, setup.cfg, as pytest looks for them), and that file."""
-    for folder in (start, *start.parents):
-        for name in ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
-            section = _pytest_section(folder / name)
-            if section is not None:
-                value = section.get("prefalign_data")
-                return (str(value) if value else None), folder / name
-    return None, None
+    """``prefalign_data`` from the configuration file that pytest itself finds from ``start``
+    upwards (``pytest.toml``, ``pytest.ini``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``,
+    ... with pytest's own precedence and rules), and that file.
 
+    pytest's discovery (``locate_config``) is private, but pytest is pinned (setup.cfg) and a copy
+    of its rules drifted (it missed ``pytest.toml``); tests/test_datadir.py checks the files it
+    finds, so a change in pytest shows there rather than in a wrong data folder."""
+    from _pytest.config.findpaths import locate_config
 
-def _pytest_section(path: Path) -> dict[str, Any] | None:
-    """The pytest section of a configuration file, or None where it has none."""
-    if not path.is_file():
-        return None
-    if path.suffix == ".toml":
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        return doc.get("tool", {}).get("pytest", {}).get("ini_options")
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read(path, encoding="utf-8")
-    for name in ("tool:pytest", "pytest") if path.name == "setup.cfg" else ("pytest",):
-        if parser.has_section(name):
-            return dict(parser[name])
-    return {} if path.name in ("pytest.ini", ".pytest.ini") else None
+    _, inifile, values, *_ = locate_config(start, [start])
+    value = values.get("prefalign_data")
+    value = getattr(value, "value", value)  # a ConfigValue (pytest 9), or the value itself
+    return (str(value) if value else None), inifile

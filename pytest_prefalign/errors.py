@@ -16,3 +16,12 @@ class MethodFailure(PrefalignError):
 class PrefalignWarning(UserWarning):
     """Something the run went on without that the user should know: a plugin that failed to
     load, a regression gate that cannot detect a drop as large as its tolerance."""
+
+
+class SuiteUnavailable(PrefalignError):
+    """A suite whose data could not be loaded: every test of the suite meets it. ``fetch``: the
+    command that builds the data, where a builder exists."""
+
+    def __init__(self, suite: str, message: str, fetch: str | None = None) -> None:
+        super().__init__(message)
+        self.suite, self.fetch = suite, fetch

@@ -6,7 +6,9 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def make_shareable(folder: Path) -> None:
+    """Give a folder built privately (``mkdtemp``, libraries that write 0600 files) the modes
+    the user's umask gives new files: the cache is meant to be shared like its parent."""
+    mask = _umask()
+    for dirpath, _, filenames in os.walk(folder):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o666 & ~mask)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -117,6 +129,55 @@ def locked(path: Path, timeout: float = 3600) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=timeout):
         yield
+
+
+STALE_AFTER = 3600.0  # seconds: a temporary file this old belongs to no running write
+
+
+def remove_stale_temporaries(root: Path, max_age: float = STALE_AFTER) -> list[Path]:
+    """Remove what interrupted writes left under ``root``: ``.NAME.XXXX.tmp`` files and folders
+    (``atomic_write_bytes``, model conversions). One is stale when the lock its writer holds
+    (``NAME.lock`` beside it) is free, or, for writers without a lock, when nothing in it
+    changed for ``max_age`` seconds: a concurrent run's write in progress is left alone."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for dirpath, dirnames, filenames in os.walk(root):
+        folder = Path(dirpath)
+        for name in [*dirnames, *filenames]:
+            path = folder / name
+            if name.startswith(".") and name.endswith(".tmp") and _stale(path, max_age):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+                removed.append(path)
+        dirnames[:] = [d for d in dirnames if (folder / d).exists()]
+    return removed
+
+
+def _stale(path: Path, max_age: float) -> bool:
+    owner = path.name[1:-4].rpartition(".")[0]  # ".NAME.XXXX.tmp" -> "NAME"
+    lock = path.with_name(owner + ".lock")
+    if owner and lock.exists():
+        from filelock import FileLock, Timeout
+
+        try:
+            with FileLock(str(lock), timeout=0):
+                return True  # nobody holds the writer's lock: the write is over
+        except Timeout:
+            return False
+    return time.time() - _newest_change(path) > max_age
+
+
+def _newest_change(path: Path) -> float:
+    newest = path.lstat().st_mtime
+    if path.is_dir():
+        for dirpath, _, filenames in os.walk(path):
+            for name in filenames:
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+    return newest
 
 
 def _jsonable(obj: Any) -> Any:

@@ -228,10 +228,66 @@ def test_a_corrupt_or_refused_file_is_computed_again(tmp_path: Path) -> None:
     key = cache.make_key("generations", model="m")
     disk.path(key).parent.mkdir(parents=True)
     disk.path(key).write_text('["half a li')
-    assert disk.json(key, lambda: ["fresh"]) == ["fresh"]
+    with pytest.warns(cache.CacheWarning) as caught:
+        assert disk.json(key, lambda: ["fresh"]) == ["fresh"]
+    # one warning, one line, naming the file and what was wrong with it
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith(f"unreadable cache entry {disk.path(key)} (JSONDecodeError: ")
+    assert message.endswith("removed, computed again") and "\n" not in message
     assert disk.json(key, lambda: ["not used"]) == ["fresh"]
     # a value of the wrong shape (another version's layout) is refused and recomputed
-    assert disk.json(key, lambda: ["a", "b"], valid=lambda v: len(v) == 2) == ["a", "b"]
+    with pytest.warns(cache.CacheWarning, match="cached value refused"):
+        assert disk.json(key, lambda: ["a", "b"], valid=lambda v: len(v) == 2) == ["a", "b"]
+
+
+def test_a_file_any_reader_fails_on_is_removed_and_computed_again(tmp_path: Path) -> None:
+    class LibraryError(Exception):  # as safetensors' SafetensorError: no OSError, no ValueError
+        pass
+
+    def read(path: Path) -> str:
+        raise LibraryError("incomplete metadata, file not fully covered")
+
+    disk = cache.Disk(tmp_path)
+    key = cache.make_key("features", texts="t")
+    disk.path(key, ".bin").parent.mkdir(parents=True)
+    disk.path(key, ".bin").write_bytes(b"\x00")
+    written: list[str] = []
+    with pytest.warns(cache.CacheWarning, match="LibraryError: incomplete metadata"):
+        value = disk.load_or_compute(
+            key, lambda: "x", suffix=".bin", read=read, write=lambda p, v: written.append(v)
+        )
+    assert value == "x" and written == ["x"] and not disk.path(key, ".bin").exists()
+
+
+def test_leftover_temporaries_are_removed_unless_a_write_may_still_own_them(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from filelock import FileLock
+
+    from pytest_prefalign import storage
+
+    models = tmp_path / "models"
+    killed = models / ".abc123.x1y2.tmp"  # a conversion killed midway: its lock is free
+    killed.mkdir(parents=True)
+    (killed / "model.safetensors").write_bytes(b"half")
+    (models / "abc123.lock").touch()
+    running = models / ".def456.q9w8.tmp"  # a conversion in progress: its lock is held
+    running.mkdir()
+    old = tmp_path / "generations" / ".k.json.a1b2.tmp"  # no lock, untouched for two hours
+    old.parent.mkdir()
+    old.write_text("[")
+    os.utime(old, (old.stat().st_atime - 7200, old.stat().st_mtime - 7200))
+    fresh = tmp_path / "generations" / ".j.json.c3d4.tmp"  # no lock, just written
+    fresh.write_text("[")
+    kept = tmp_path / "generations" / "k.json"
+    kept.write_text("[]")
+    with FileLock(str(models / "def456.lock")):
+        removed = storage.remove_stale_temporaries(tmp_path)
+    assert sorted(removed) == sorted([killed, old])
+    assert not killed.exists() and not old.exists()
+    assert running.exists() and fresh.exists() and kept.exists()
 
 
 def test_a_folder_reports_whether_it_held_files(tmp_path: Path) -> None:

@@ -28,9 +28,12 @@ def give(place: Path, subdir: str = "acl-anthology") -> None:
     (place / subdir).mkdir(parents=True)
 
 
-def look(places: dict[str, Path], subdir: str = "acl-anthology") -> Path:
+def look(places: dict[str, Path], subdir: str = "acl-anthology", option: bool = True) -> Path:
     return find_data_dir(
-        subdir, option=str(places["option"]), ini="ini", rootdir=places["ini"].parent
+        subdir,
+        option=str(places["option"]) if option else None,
+        ini="ini",
+        rootdir=places["ini"].parent,
     )
 
 
@@ -43,17 +46,29 @@ def test_option_comes_first(places):
 
 def test_ini_then_env_then_cache(places):
     give(places["cache"] / "data")
-    assert look(places) == places["cache"] / "data"
+    assert look(places, option=False) == places["cache"] / "data"
     give(places["env"])
-    assert look(places) == places["env"]
+    assert look(places, option=False) == places["env"]
     give(places["ini"])
-    assert look(places) == places["ini"]
+    assert look(places, option=False) == places["ini"]
 
 
 def test_a_place_without_the_subdir_is_skipped(places):
+    give(places["ini"], "polis")  # another suite's data only
+    give(places["env"])
+    assert look(places, option=False) == places["env"]
+    assert look(places, "polis", option=False) == places["ini"]
+
+
+def test_an_option_without_the_subdir_is_never_replaced_by_another_place(places):
     give(places["option"], "polis")  # another suite's data only
     give(places["env"])
-    assert look(places) == places["env"]
+    with pytest.raises(DataNotFound) as err:
+        look(places)
+    assert str(err.value) == (
+        f"--prefalign-data {places['option']}: holds no acl-anthology/ "
+        "(give the directory that holds it)"
+    )
     assert look(places, "polis") == places["option"]
 
 
@@ -80,19 +95,14 @@ def test_unset_places_are_none_and_order_is_fixed(tmp_path, monkeypatch):
 
 
 def test_not_found_names_the_subdir_every_place_and_the_remedy(places):
-    (places["option"] / "acl-anthology.zip").write_text("not a folder")
     missing_ini = places["ini"].parent / "nowhere"
     with pytest.raises(DataNotFound) as err:
         find_data_dir(
-            "acl-anthology",
-            option=str(places["option"]),
-            ini="nowhere",
-            rootdir=places["ini"].parent,
-            fetch=False,
+            "acl-anthology", option=None, ini="nowhere", rootdir=places["ini"].parent, fetch=False
         )
     lines = str(err.value).splitlines()
     assert "acl-anthology/" in lines[0]
-    assert lines[1] == f"  1. --prefalign-data: {places['option']} (no acl-anthology/ in it)"
+    assert lines[1] == "  1. --prefalign-data: not set"
     assert lines[2] == f"  2. ini prefalign_data: {missing_ini} (no such directory)"
     assert lines[3] == f"  3. $PREFALIGN_DATA: {places['env']} (no acl-anthology/ in it)"
     assert lines[4] == f"  4. user cache: {places['cache'] / 'data'} (no acl-anthology/ in it)"
@@ -136,6 +146,27 @@ def test_ini_value_comes_from_the_first_pytest_config_file_upwards(tmp_path):
     assert ini_data_value(deep) == (None, deep / "pytest.ini")
     (deep / "tox.ini").write_text("[tox]\n")  # no pytest section: not a pytest config file
     assert ini_data_value(deep) == (None, deep / "pytest.ini")
+
+
+def test_ini_value_from_a_pytest_toml_as_pytest_finds_it(tmp_path):
+    """pytest 9's own file, found first, with native TOML values; as pytest, a pytest.toml wins
+    over a pytest.ini in the same folder."""
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = ../shared\n")
+    (tmp_path / "a" / "pytest.toml").write_text('[pytest]\nprefalign_data = "toml-data"\n')
+    assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
+    (tmp_path / "a" / "pytest.ini").write_text("[pytest]\nprefalign_data = ini-data\n")
+    assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
+
+
+def test_the_data_command_and_a_pytest_run_read_the_same_file(pytester, monkeypatch, capsys):
+    """What ``prefalign data`` reports is what ``pytest --prefalign`` reads."""
+    monkeypatch.delenv("PREFALIGN_DATA", raising=False)
+    pytester.makefile(".toml", pytest='[pytest]\nprefalign_data = "from-toml"\n')
+    config = pytester.parseconfig()
+    assert config.getini("prefalign_data") == "from-toml"
+    assert ini_data_value(pytester.path) == ("from-toml", pytester.path / "pytest.toml")
 
 
 class Suite:

@@ -396,7 +396,7 @@ def test_online_a_missing_folder_is_fetched_into_the_user_cache(
         anthology_seed=5,
     )
     monkeypatch.setattr(fetch, "default_options", lambda suite: local)
-    found = find_data_dir("acl-anthology", option=str(tmp_path / "nowhere"))
+    found = find_data_dir("acl-anthology")
     assert found == tmp_path / "cache" / "data"
     assert "fetching it into" in capsys.readouterr().err
     assert set(read_authors(found / "acl-anthology")) >= {"acl:jane-doe"}

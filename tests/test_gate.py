@@ -181,9 +181,9 @@ def test_a_large_significant_drop_fails_with_its_message() -> None:
     lo, hi = gate.ci
     assert lo <= -0.25 <= hi < 0
     message = gate.message()
-    for part in ("policy_acc of args[lore] on pref_lamp (135m) regressed", "100.00 -> 75.00",
-                 "(-25.00 pp, 95% CI [", "McNemar exact p = 1.78e-15", "over 200 pairs of 20 users",
-                 "tolerance 2 pp, alpha 0.05"):  # fmt: skip
+    for part in ("policy_acc of args[lore] on pref_lamp (135m) regressed", "1.000 -> 0.750",
+                 "(-0.250, 95% CI [", "McNemar exact p = 1.78e-15", "over 200 pairs of 20 users",
+                 "tolerance 0.02 (2pp), alpha 0.05"):  # fmt: skip
         assert part in message
 
 

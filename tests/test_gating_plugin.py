@@ -4,7 +4,7 @@ project (pytester), with a toy suite from the project's conftest and the tiny mo
 The toy pairs are built so that the tiny random model's outcome is known: with the sum of token
 log-likelihoods, a response many tokens longer is far less likely, so each user's two pairs whose
 preferred response is the long one are lost (outcome 0) and the other three are won. That gives
-policy accuracy 3/5 for each of the 4 users (60.00), and baselines edited from a saved run give
+policy accuracy 3/5 for each of the 4 users (0.600), and baselines edited from a saved run give
 drops whose McNemar p-values are worked out by hand below.
 """
 
@@ -234,7 +234,7 @@ def test_save_then_identical_rerun_passes(toy):
             "*= prefalign comparison with baseline main =*",
             "suite*method*size*metric*old*new*diff*CI*p*n*tolerance*detectable*status",
             "toy*base*tiny*rouge1*nan*4*too few users to test (4 < 6)",
-            "toy*base*tiny*policy_acc*60.00*60.00*+0.00*[[]+0.00, +0.00]*1*20*0pp*30.00pp*"
+            "toy*base*tiny*policy_acc*0.600*0.600*+0.000*[[]+0.000, +0.000]*1*20*0 (0pp)*30.00pp*"
             "ok, underpowered",
             "0 regression(s); gates: policy_acc:0pp *; alpha 0.05; baseline file: *main.json",
             "underpowered gate: policy_acc of base on toy (tiny)*",
@@ -251,15 +251,15 @@ def test_significant_drop_fails_with_the_figures(toy):
     result.stdout.fnmatch_lines(
         [
             "*regression against baseline 'main': policy_acc of base on toy (tiny) regressed: "
-            "100.00 -> 60.00 (-40.00 pp, 95% CI * pp); McNemar exact p = 0.00781 over 20 pairs "
-            "of 4 users; tolerance 2 pp, alpha 0.05*",
+            "1.000 -> 0.600 (-0.400, 95% CI [[]*]); McNemar exact p = 0.00781 over 20 pairs "
+            "of 4 users; tolerance 0.02 (2pp), alpha 0.05*",
         ]
     )
     result.stdout.fnmatch_lines(
         [
             "*= prefalign comparison with baseline main =*",
-            "toy*base*tiny*policy_acc *100.00*60.00*-40.00*0.00781*20*2pp*REGRESSED",
-            "toy*base*tiny*policy_acc_micro*100.00*60.00*-40.00*0.00781*20*30.00pp",
+            "toy*base*tiny*policy_acc *1.000*0.600*-0.400*0.00781*20*0.02 (2pp)*REGRESSED",
+            "toy*base*tiny*policy_acc_micro*1.000*0.600*-0.400*0.00781*20*30.00pp",
             "1 regression(s); gates: policy_acc:2pp*",
         ]
     )
@@ -273,7 +273,7 @@ def test_drop_not_significant_or_within_tolerance_passes(toy):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "toy*base*tiny*policy_acc *70.00*60.00*-10.00*0.5*20*2pp*30.00pp*"
+            "toy*base*tiny*policy_acc *0.700*0.600*-0.100*0.5*20*0.02 (2pp)*30.00pp*"
             "not significant, underpowered"
         ]
     )
@@ -281,7 +281,7 @@ def test_drop_not_significant_or_within_tolerance_passes(toy):
     edit(toy, saved, "all", won=lambda pair: True)
     result = run(toy, "--prefalign-compare", "all", "--prefalign-compare-fail", "policy_acc:40pp")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["toy*base*tiny*policy_acc *100.00*60.00*-40.00*40pp*ok"])
+    result.stdout.fnmatch_lines(["toy*base*tiny*policy_acc *1.000*0.600*-0.400*0.4 (40pp)*ok"])
 
 
 def test_marker_loosens_the_gate_and_a_bad_marker_fails(toy, monkeypatch):
@@ -289,7 +289,7 @@ def test_marker_loosens_the_gate_and_a_bad_marker_fails(toy, monkeypatch):
     monkeypatch.setenv("TOY_TOLERANCE", "45pp")
     result = run(toy, "--prefalign-compare", "main", "--prefalign-compare-fail", "policy_acc:2pp")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["toy*base*tiny*policy_acc *-40.00*45pp*ok"])
+    result.stdout.fnmatch_lines(["toy*base*tiny*policy_acc *-0.400*0.45 (45pp)*ok"])
     monkeypatch.setenv("TOY_TOLERANCE", "45")
     result = run(toy, "--prefalign-compare", "main")
     result.assert_outcomes(failed=1)
@@ -328,7 +328,7 @@ def test_a_baseline_test_missing_from_a_gated_run_fails_the_run(toy):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
-            "toy*base*tiny*policy_acc *60.00*60.00*ok, underpowered",
+            "toy*base*tiny*policy_acc *0.600*0.600*ok, underpowered",
             "new, not in the baseline: icl_rag on toy (tiny)",
             "FAILED the comparison: in the baseline, not compared in this run: icl on toy (tiny) "
             "(not run, deselected, renamed, or failed before a result)",
@@ -419,8 +419,8 @@ def test_xdist_workers_compare_and_the_controller_summarises(toy):
     result.stdout.fnmatch_lines(
         [
             "*regression against baseline 'main': policy_acc of base on toy (tiny) regressed: "
-            "100.00 -> 60.00*McNemar exact p = 0.00781*",
-            "toy*base*tiny*policy_acc *100.00*60.00*REGRESSED",
+            "1.000 -> 0.600*McNemar exact p = 0.00781*",
+            "toy*base*tiny*policy_acc *1.000*0.600*REGRESSED",
             "1 regression(s)*",
             "new, not in the baseline: icl on toy (tiny)",
         ]
@@ -447,6 +447,6 @@ def test_standalone_compare_exit_codes(toy):
     worse = compare("better")
     assert worse.returncode == 1, worse.stderr
     assert (
-        "FAILED policy_acc of base on toy (tiny) regressed: 100.00 -> 60.00 (-40.00 pp"
+        "FAILED policy_acc of base on toy (tiny) regressed: 1.000 -> 0.600 (-0.400, 95% CI"
         in worse.stdout
     )

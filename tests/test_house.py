@@ -4,7 +4,7 @@ comments that cite the project's own docs.
 
 The layers, lowest first (a module may import its own layer and the ones below):
 
-0. foundation: errors, storage, cache, versions
+0. foundation: errors, storage, cache, versions, events
 1. the model runtime: runtime/
 2. the interfaces plugins implement: api
 3. names and places: registry, method options, hook specifications, data folders, fetching

@@ -365,6 +365,49 @@ def test_a_failed_conversion_leaves_nothing_behind(
     assert len(converter.calls) == 1
 
 
+def test_a_converted_model_that_fails_to_load_is_converted_again(
+    fake_smol: tuple[Path, FakeConverter],
+) -> None:
+    from pytest_prefalign.cache import CacheWarning
+
+    gguf, converter = fake_smol
+    first = load_lm(SMOL, device="cpu")
+    expected = first.response_logprobs(["Hi"], ["x"])[0]
+    folder = storage.cache_root() / "models" / first.weights_fingerprint
+    weights = folder / "model.safetensors"
+    cut = weights.read_bytes()[:1000]  # a copy cut short, a full disk
+    weights.unlink()  # a new file: the loaded model maps the old one's pages
+    weights.write_bytes(cut)
+    del first
+    clear_loaded()
+    with pytest.warns(CacheWarning, match=f"unreadable cache entry {folder} "):
+        again = load_lm(SMOL, device="cpu")
+    assert len(converter.calls) == 2 and [u.hit for u in again.cache_uses] == [False]
+    np.testing.assert_allclose(again.response_logprobs(["Hi"], ["x"])[0], expected)
+
+
+def test_the_converted_model_is_as_readable_as_the_cache(
+    fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import stat
+
+    _, converter = fake_smol
+
+    def private(gguf: Path, out_dir: Path) -> None:  # as transformers writes the weights
+        converter(gguf, out_dir)
+        (out_dir / "model.safetensors").chmod(0o600)
+
+    monkeypatch.setattr(convert, "convert_gguf", private)
+    lm = load_lm(SMOL, device="cpu")
+    folder = storage.cache_root() / "models" / lm.weights_fingerprint
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~mask
+    for path in folder.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path.name
+
+
 def test_concurrent_loaders_convert_once(
     fake_smol: tuple[Path, FakeConverter], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,11 +40,26 @@ def row(
         "per_user": {k: {"u0": v, "u1": v} for k, v in metrics.items()},
         "timings": {"total_s": 2.5},
         "model": {"name": "SmolLM2-135M"},
-        "data": {
-            "source": "acl-anthology",
-            "provenance": {"attribution": "ACL Anthology, https://aclanthology.org, CC BY 4.0"},
-        },
+        "data": DATA[suite],
     }
+
+
+DATA = {
+    "pref_lamp": {
+        "source": "acl-anthology",
+        "provenance": {
+            "licence": "CC BY 4.0 (ACL Anthology, https://aclanthology.org)",
+            "attribution": "ACL Anthology, https://aclanthology.org, CC BY 4.0",
+        },
+    },
+    "polis": {
+        "source": "polis",
+        "provenance": {
+            "licence": "CC BY 4.0",
+            "attribution": "Data was gathered using the Polis software (compdemocracy.org/polis)",
+        },
+    },
+}
 
 
 RESULTS = [
@@ -96,7 +111,10 @@ def test_report_page_has_tables_and_plot(tmp_path: Path) -> None:
     assert "rm_acc ~ policy_acc" in text and "rm_acc ~ rouge1" in text
     assert "1.000 [0.90, 1.10] (circular)" in text and "+0.750" in text  # gap 1.0 - 0.25
     assert "below base" in text  # win 100% under its own RM, ROUGE-1 below base's
-    assert "ACL Anthology, https://aclanthology.org, CC BY 4.0" in text
+    # every suite's licence and attribution (CC BY asks for it wherever its data is used)
+    assert "attribution: ACL Anthology, https://aclanthology.org, CC BY 4.0" in text
+    assert "licence: CC BY 4.0 (ACL Anthology, https://aclanthology.org)" in text
+    assert "attribution: Data was gathered using the Polis software" in text
     png = (tmp_path / "out" / report.PLOT).read_bytes()
     assert png.startswith(PNG_SIGNATURE)
     assert "data:image/png;base64," in text
@@ -117,26 +135,88 @@ def test_plot_has_one_labelled_point_per_reward_method() -> None:
     )
 
 
-def test_labels_of_methods_with_the_same_rm_accuracy_do_not_overlap() -> None:
+def test_plot_draws_each_methods_intervals_and_base_line() -> None:
+    """Error bars at each reward method's intervals (RM accuracy across, policy accuracy up) and
+    base's policy accuracy as a horizontal line, read back from the figure."""
+    pytest.importorskip("matplotlib")
+    results = analysed(RUN).results
+    extras = plot.scatter_extras(results)
+    assert extras[("pref_lamp", "135m")]["base"] == 0.50
+    rm_ci, policy_ci = extras[("pref_lamp", "135m")]["errors"]["args[lore]"]
+    assert rm_ci == pytest.approx([0.7, 0.9]) and policy_ci == pytest.approx([0.45, 0.65])
+    assert "base" not in extras[("polis", "135m")]  # polis has no base row here
+    fig = plot.plot_figure(plot.scatter_points(results), extras)
+    panel = next(ax for ax in fig.axes if ax.get_title().startswith("pref_lamp"))
+    horizontal = [ln.get_ydata() for ln in panel.get_lines() if ln.get_label().startswith("base")]
+    assert [list(y) for y in horizontal] == [[0.5, 0.5]]
+    bars = [
+        seg
+        for coll in panel.collections
+        if hasattr(coll, "get_segments")
+        for seg in coll.get_segments()
+    ]
+    ends = {
+        (round(float(a[0]), 3), round(float(a[1]), 3), round(float(b[0]), 3), round(float(b[1]), 3))
+        for a, b in bars
+    }
+    assert (0.7, 0.55, 0.9, 0.55) in ends  # args[lore]'s RM accuracy interval, across
+    assert (0.8, 0.45, 0.8, 0.65) in ends  # and its policy accuracy interval, up
+
+
+CROWDED = {
     # four methods at RM accuracy 0.95 (as in a real limit-10 run), policy 0.354 to 0.389
-    pts = [
+    ("polis", "135m"): [
         ("args[per_user_bt]", 0.95, 0.354),
         ("args[lore]", 0.95, 0.363),
         ("args[global_bt]", 0.95, 0.380),
         ("bon[per_user_bt]", 0.95, 0.389),
         ("genarm[arm]", 0.73, 0.599),
         ("args[pal]", 0.96, 0.616),
-    ]
-    span = 0.64
-    heights = plot.label_places(pts, span)
-    stacked = sorted(heights[:4])
-    assert heights[0] == 0.354  # the lowest stays at its point
-    gaps = [b - a for a, b in zip(stacked, stacked[1:], strict=False)]
-    assert all(g >= plot.LABEL_GAP * span - 1e-12 for g in gaps)
-    assert heights[4] == 0.599  # far enough from the others to stay
+    ],
+    # a cluster a few pixels wide, as the main job gives on two users
+    ("pref_lamp", "135m"): [
+        ("args[global_bt]", 0.60, 0.52),
+        ("args[lore]", 0.62, 0.52),
+        ("args[pal]", 0.58, 0.53),
+        ("args[per_user_bt]", 0.61, 0.51),
+        ("args[vpl]", 0.60, 0.515),
+        ("genarm[arm]", 0.55, 0.50),
+        ("bon[per_user_bt]", 0.61, 0.55),
+    ],
+}
+
+
+def test_labels_sit_at_their_points_and_do_not_overlap() -> None:
+    """Read back from the drawn figure, on screen: each label is beside its own point (nearer to
+    it than to any other point) or joined to it by a leader line; no two labels overlap, no label
+    hides a point, every label is inside its panel."""
     pytest.importorskip("matplotlib")
-    _, drawn = plot.render_plot({("pref_lamp", "135m"): pts})
-    assert sorted((t[1], t[2], t[3]) for t in drawn) == sorted(pts)  # still at their points
+    from matplotlib.text import Text
+
+    from pytest_prefalign.analysis import plot
+
+    fig = plot.plot_figure(CROWDED)
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = ax.texts
+        assert len(labels) == len(
+            CROWDED[("polis" if "polis" in ax.get_title() else "pref_lamp", "135m")]
+        )
+        frame = ax.get_window_extent(renderer)
+        points = {t.get_text(): ax.transData.transform(t.xy) for t in labels}
+        boxes = {t.get_text(): Text.get_window_extent(t, renderer) for t in labels}
+        for label in labels:
+            name, box = label.get_text(), boxes[label.get_text()]
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1, name
+            assert frame.y0 <= box.y0 and box.y1 <= frame.y1, name
+            assert not any(box.overlaps(boxes[o]) for o in boxes if o != name), name
+            others = [p for o, p in points.items() if o != name]
+            assert not any(box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1 for x, y in others), name
+            near = plot._distance(box, points[name])
+            if label.arrow_patch is None:  # beside it: its own point is the nearest
+                assert near < 20 and all(near < plot._distance(box, p) for p in others), name
+            else:  # further out, with a line to it
+                assert near < 80, name
 
 
 def test_page_without_matplotlib_says_how_to_get_the_plot(

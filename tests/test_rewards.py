@@ -181,6 +181,28 @@ def test_second_fit_loads_from_the_cache(tiny_lm, shared_data, tmp_path):
     assert fewer.trained
 
 
+@pytest.mark.parametrize("broken", [".safetensors", ".json"])
+def test_a_truncated_parameter_file_is_a_miss_named_then_trained_again(
+    tiny_lm, shared_data, tmp_path, broken
+):
+    from pytest_prefalign.cache import CacheWarning
+
+    train, test = shared_data
+    first = GlobalBT()
+    first.fit(tiny_lm, train, tmp_path)
+    (path,) = tmp_path.glob(f"global_bt-*{broken}")
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    again = GlobalBT()
+    with pytest.warns(CacheWarning, match=r"unreadable cache entry .*global_bt-.*safetensors"):
+        again.fit(tiny_lm, train, tmp_path)
+    assert again.trained
+    args = ([p.user for p in test], [p.prompt for p in test], [p.chosen for p in test])
+    np.testing.assert_array_equal(first.score(tiny_lm, *args), again.score(tiny_lm, *args))
+    third = GlobalBT()
+    third.fit(tiny_lm, train, tmp_path)  # the files written again are whole
+    assert not third.trained
+
+
 @pytest.mark.parametrize("cls", METHODS, ids=lambda c: c.name)
 def test_prefix_rewards_end_with_score(cls, fitted, tiny_lm, shared_data):
     _, test = shared_data

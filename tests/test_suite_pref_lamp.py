@@ -17,6 +17,7 @@ from prefalign_suites import pref_lamp
 from prefalign_suites.pref_lamp.negatives import clean_title
 from prefalign_suites.splits import held_out
 from pytest_prefalign.api import DataError, DataNotFound
+from pytest_prefalign.cache import CacheWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = Path(os.environ.get("PREFALIGN_DATA") or ROOT.parent / "shared" / "data")
@@ -338,7 +339,8 @@ def test_a_corrupt_cache_file_is_generated_afresh(tmp_path):
     pref_lamp.PrefLamp().build_pairs(data, ref, tmp_path)
     Path(data.provenance["negatives_cache"]).write_bytes(b'{"titles": {"half')
     again, second = load(real_data(), limit=1), FakeReference()
-    pref_lamp.PrefLamp().build_pairs(again, second, tmp_path)
+    with pytest.warns(CacheWarning, match="unreadable cache entry .*titles-.*JSONDecodeError"):
+        pref_lamp.PrefLamp().build_pairs(again, second, tmp_path)
     assert second.prompts == ref.prompts and again.test_pairs == data.test_pairs
 
 

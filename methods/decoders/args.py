@@ -45,6 +45,7 @@ from prefalign_methods.decoders.args_rule import (
 )
 from prefalign_methods.decoders.args_score import PASSES, args_token_logprobs
 from prefalign_methods.decoders.base import reduce_logprobs
+from pytest_prefalign import events
 from pytest_prefalign.api import CaseContext, DecodeOptions, Decoder, Item, RewardMethod
 from pytest_prefalign.runtime.decoding import KV, Choice, Step, decode
 from pytest_prefalign.runtime.lm import LM, chunks, clean_text
@@ -157,15 +158,19 @@ def args_generate(
     encoded = [lm.prompt_ids(p) for _, p in unique]
     fast = uses_hidden(lm, reward)
     out: dict[tuple[str, str], list[int]] = {}
-    for batch in chunks(sorted(range(len(unique)), key=lambda i: -len(encoded[i])), batch_size):
-        batch_users = [unique[i][0] for i in batch]
-        rule = (
-            HiddenRule(lm, reward, batch_users, k, w)
-            if fast
-            else PrefixRule(lm, reward, batch_users, [unique[i][1] for i in batch], k, w)
-        )
-        tokens = decode(KV.start(lm, [encoded[i] for i in batch]), rule, max_new_tokens, finished)
-        out.update(zip((unique[i] for i in batch), tokens, strict=True))
+    order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
+    with events.step("ARGS", total=len(unique), unit="prompts") as progress:
+        for batch in chunks(order, batch_size):
+            batch_users = [unique[i][0] for i in batch]
+            rule = (
+                HiddenRule(lm, reward, batch_users, k, w)
+                if fast
+                else PrefixRule(lm, reward, batch_users, [unique[i][1] for i in batch], k, w)
+            )
+            kv = KV.start(lm, [encoded[i] for i in batch])
+            tokens = decode(kv, rule, max_new_tokens, finished)
+            out.update(zip((unique[i] for i in batch), tokens, strict=True))
+            progress.advance(len(batch))
     return [list(out[(u, p)]) for u, p in zip(users, prompts, strict=True)]
 
 

@@ -26,6 +26,7 @@ from prefalign_methods.decoders.args_rule import (
     top_candidates,
     uses_hidden,
 )
+from pytest_prefalign import events
 from pytest_prefalign.api import RewardMethod, capable
 from pytest_prefalign.cache import Lru, Slot
 from pytest_prefalign.runtime.decoding import KV
@@ -129,22 +130,28 @@ def args_token_logprobs(
     # pairs that share a prompt share its prefill, so they go in the same batch
     order = sorted(range(len(prompts)), key=lambda n: (-len(prompts[n]), prompts[n]))
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
-    for batch in chunks(order, batch_size):
-        with torch.inference_mode():
-            forced = teacher_force(lm, [prompts[n] for n in batch], [responses[n] for n in batch])
-            cands = top_candidates(forced.logits.flatten(0, 1), k).view(*forced.targets.shape, -1)
-            rewards, true = candidate_rewards_text(
-                lm,
-                reward,
-                [users[n] for n in batch],
-                [prompts[n] for n in batch],
-                [responses[n] for n in batch],
-                forced,
-                cands,
-            )
-            logp = guided_logprobs(forced, cands, rewards, true, w)
-        for n, row, length in zip(batch, logp, forced.lengths, strict=True):
-            results[n] = row[:length].double().cpu().numpy()
+    with events.step("ARGS policy", total=len(order), unit="responses") as progress:
+        for batch in chunks(order, batch_size):
+            with torch.inference_mode():
+                forced = teacher_force(
+                    lm, [prompts[n] for n in batch], [responses[n] for n in batch]
+                )
+                cands = top_candidates(forced.logits.flatten(0, 1), k).view(
+                    *forced.targets.shape, -1
+                )
+                rewards, true = candidate_rewards_text(
+                    lm,
+                    reward,
+                    [users[n] for n in batch],
+                    [prompts[n] for n in batch],
+                    [responses[n] for n in batch],
+                    forced,
+                    cands,
+                )
+                logp = guided_logprobs(forced, cands, rewards, true, w)
+            for n, row, length in zip(batch, logp, forced.lengths, strict=True):
+                results[n] = row[:length].double().cpu().numpy()
+            progress.advance(len(batch))
     return results
 
 
@@ -168,29 +175,33 @@ def forced_tokens(
     missing = sorted(
         {key for key in keys if key not in found}, key=lambda key: (-len(key[0]), key[0], key[1])
     )
-    for batch in chunks(missing, batch_size):
-        with torch.inference_mode():
-            forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
-            cands = top_candidates(forced.logits.flatten(0, 1), k).view(*forced.targets.shape, -1)
-            hidden = candidate_hidden(forced, cands)
-            true_logits = forced.logits.gather(-1, forced.targets[..., None])[..., 0]
-            cand_logits = forced.logits.gather(-1, cands)
-        # kept on the CPU (on a GPU they would hold device memory for the whole session)
-        for b, (key, n) in enumerate(zip(batch, forced.lengths, strict=True)):
-            found[key] = ForcedTokens(
-                *(
-                    t[b, :n].cpu().clone()
-                    for t in (
-                        forced.targets,
-                        cands,
-                        cand_logits,
-                        true_logits,
-                        hidden,
-                        forced.hidden,
+    with events.step("ARGS passes", total=len(missing), unit="responses") as progress:
+        for batch in chunks(missing, batch_size):
+            with torch.inference_mode():
+                forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
+                cands = top_candidates(forced.logits.flatten(0, 1), k).view(
+                    *forced.targets.shape, -1
+                )
+                hidden = candidate_hidden(forced, cands)
+                true_logits = forced.logits.gather(-1, forced.targets[..., None])[..., 0]
+                cand_logits = forced.logits.gather(-1, cands)
+            # kept on the CPU (on a GPU they would hold device memory for the whole session)
+            for b, (key, n) in enumerate(zip(batch, forced.lengths, strict=True)):
+                found[key] = ForcedTokens(
+                    *(
+                        t[b, :n].cpu().clone()
+                        for t in (
+                            forced.targets,
+                            cands,
+                            cand_logits,
+                            true_logits,
+                            hidden,
+                            forced.hidden,
+                        )
                     )
                 )
-            )
-            memo.put(key, found[key])
+                memo.put(key, found[key])
+            progress.advance(len(batch))
     return [found[key] for key in keys]
 
 

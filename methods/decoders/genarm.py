@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from prefalign_methods.decoders.base import BaseDecoder, reduce_logprobs
+from pytest_prefalign import events
 from pytest_prefalign.api import (
     CaseContext,
     DecodeOptions,
@@ -99,23 +100,25 @@ class GenARMDecoder(BaseDecoder):
         order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
         texts: dict[tuple[str, str], str] = {}
         batch_size = ctx.options.batch_size
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            keys = [unique[i] for i in batch]
-            seeds = [_seed(ctx.seed, u, p) for u, p in keys]
-            tokens = guided_generate(
-                ctx.lm,
-                step,
-                keys,
-                [encoded[i] for i in batch],
-                alpha,
-                ctx.options.max_new_tokens,
-                temperature,
-                seeds,
-            )
-            texts.update(
-                zip(keys, (clean_text(ctx.lm.decode_response(t)) for t in tokens), strict=True)
-            )
+        with events.step("GenARM", total=len(order), unit="prompts") as progress:
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                keys = [unique[i] for i in batch]
+                seeds = [_seed(ctx.seed, u, p) for u, p in keys]
+                tokens = guided_generate(
+                    ctx.lm,
+                    step,
+                    keys,
+                    [encoded[i] for i in batch],
+                    alpha,
+                    ctx.options.max_new_tokens,
+                    temperature,
+                    seeds,
+                )
+                texts.update(
+                    zip(keys, (clean_text(ctx.lm.decode_response(t)) for t in tokens), strict=True)
+                )
+                progress.advance(len(batch))
         return [texts[key] for key in zip(users, shown, strict=True)]
 
     def loglik(

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pytest_prefalign import events
 from pytest_prefalign.api import Pair
 from pytest_prefalign.runtime.hidden import predicting_hidden
 
@@ -164,29 +165,41 @@ def train(
         ],
         lr=config.lr,
     )
-    n_pairs = len(data.chosen_rows)
     history = []
-    for _ in range(config.epochs):
-        order = torch.randperm(n_pairs, generator=generator)
-        seen, kls = [], []
-        for start in range(0, n_pairs, config.batch_pairs):
-            batch = order[start : start + config.batch_pairs]
-            optimiser.zero_grad()
-            margin, kl = margins(adapter, data, head, batch, config.beta)
-            loss = -F.logsigmoid(margin).mean() + config.kl * kl
-            (loss + config.user_l2 * adapter.penalty() / n_pairs).backward()
-            optimiser.step()
-            seen.append(margin.detach())
-            kls.append(float(kl.detach()) * len(batch))
-        epoch = torch.cat(seen)
-        history.append(
-            {
-                "loss": float(-F.logsigmoid(epoch).mean()),
-                "accuracy": float((epoch > 0).double().mean()),
-                "kl": sum(kls) / n_pairs,
-            }
-        )
+    with events.step("train", total=config.epochs, unit="epochs") as progress:
+        for _ in range(config.epochs):
+            history.append(_epoch(adapter, data, head, config, generator, optimiser))
+            progress.advance()
     return history
+
+
+def _epoch(
+    adapter: Adapter,
+    data: TokenData,
+    head: tuple[torch.Tensor, torch.Tensor | None],
+    config: ARMConfig,
+    generator: torch.Generator,
+    optimiser: torch.optim.Optimizer,
+) -> dict[str, float]:
+    """One pass over the pairs in the order ``generator`` draws; the epoch's figures."""
+    n_pairs = len(data.chosen_rows)
+    order = torch.randperm(n_pairs, generator=generator)
+    seen, kls = [], []
+    for start in range(0, n_pairs, config.batch_pairs):
+        batch = order[start : start + config.batch_pairs]
+        optimiser.zero_grad()
+        margin, kl = margins(adapter, data, head, batch, config.beta)
+        loss = -F.logsigmoid(margin).mean() + config.kl * kl
+        (loss + config.user_l2 * adapter.penalty() / n_pairs).backward()
+        optimiser.step()
+        seen.append(margin.detach())
+        kls.append(float(kl.detach()) * len(batch))
+    epoch = torch.cat(seen)
+    return {
+        "loss": float(-F.logsigmoid(epoch).mean()),
+        "accuracy": float((epoch > 0).double().mean()),
+        "kl": sum(kls) / n_pairs,
+    }
 
 
 def margins(

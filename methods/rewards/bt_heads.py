@@ -29,7 +29,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from prefalign_methods.rewards.features import remember, response_features
-from pytest_prefalign import storage, versions
+from pytest_prefalign import cache, events, storage, versions
 from pytest_prefalign.api import Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -198,7 +198,8 @@ class HeadRewardMethod(RewardMethod):
         generator = torch.Generator().manual_seed(self.config.seed)
         self._heads = self.build(len(names), chosen.shape[1], generator)
         self._heads.prepare(data)
-        loss = train(self._heads, data, self.config.max_iter)
+        with events.step(f"training {self.name} (L-BFGS)"):
+            loss = train(self._heads, data, self.config.max_iter)
         with torch.no_grad():
             accuracy = float((self._heads.margins(data) > 0).to(DTYPE).mean())
         self.info = {
@@ -327,9 +328,13 @@ def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -
     with storage.locked(meta_path):
         # the JSON is written last, so its presence means both files are complete
         if meta_path.exists() and tensors_path.exists():
-            method._load(tensors_path, meta_path)
-            method.trained = False
-            return
+            try:
+                method._load(tensors_path, meta_path)
+            except Exception as exc:  # truncated or foreign files: a miss, trained again
+                cache.discard(tensors_path, exc, meta_path)
+            else:
+                method.trained = False
+                return
         method._train(lm, pairs)
         method._save(tensors_path, meta_path, lm)
         method.trained = True

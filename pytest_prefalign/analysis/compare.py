@@ -130,12 +130,12 @@ class Comparison:
         unit = "pairs" if self.test == "mcnemar" else "items"
         text = (
             f"{self.metric} of {self.method} on {self.suite} ({self.size}) {head}: "
-            f"{pct(self.old)} -> {pct(self.new)} ({pp(self.diff)} pp, {level} CI "
-            f"[{pp(self.ci[0])}, {pp(self.ci[1])}] pp); {test} p = {p_text(self.p_value)} "
+            f"{fraction(self.old)} -> {fraction(self.new)} ({signed(self.diff)}, {level} CI "
+            f"[{signed(self.ci[0])}, {signed(self.ci[1])}]); {test} p = {p_text(self.p_value)} "
             f"over {self.n} {unit} of {self.n_users} users"
         )
         if self.gated:
-            text += f"; tolerance {self.tolerance * 100:g} pp, alpha {self.alpha:g}"
+            text += f"; tolerance {tolerance_text(self.tolerance)}, alpha {self.alpha:g}"
         return text + (f" ({self.note})" if self.note else "")
 
     def as_dict(self) -> dict[str, Any]:
@@ -373,12 +373,17 @@ def _metric(result: CaseResult, metric: str) -> float | None:
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
-def pct(value: float) -> str:
-    return f"{value * 100:.2f}"
+def fraction(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.3f}"
 
 
-def pp(value: float) -> str:
-    return "nan" if math.isnan(value) else f"{value * 100:+.2f}"
+def signed(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:+.3f}"
+
+
+def tolerance_text(tolerance: float) -> str:
+    """``0.02 (2pp)``: the fraction, and the gate as it is written."""
+    return f"{tolerance:g} ({tolerance * 100:g}pp)"
 
 
 def p_text(value: float) -> str:

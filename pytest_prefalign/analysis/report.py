@@ -4,9 +4,8 @@ base64 and also written beside it).
 
     prefalign report RUN.json --out DIR      (and ``--prefalign-report DIR`` at the end of a run)
 
-The plot needs matplotlib (``pip install pytest-prefalign[report]``); without it the page says so
-and everything else is still written. matplotlib is used through its object API with the Agg
-canvas, so the process-wide pyplot backend is never touched.
+The plot (``plot.py``) needs matplotlib (``pip install pytest-prefalign[report]``); without it the
+page says so and everything else is still written.
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ import argparse
 import base64
 import dataclasses
 import html
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from tabulate import tabulate
 
@@ -247,20 +245,24 @@ def _spread_section(flags: list[dict[str, Any]]) -> str:
 
 
 def _data_section(results: Sequence[CaseResult]) -> str:
+    """Each suite's data: where it was read, its licence and the attribution its licence asks
+    for (CC BY: wherever the data is used, so with every figure computed from it)."""
     seen: dict[str, dict[str, Any]] = {}
     for row in results:
         seen.setdefault(row.suite, row.data)
     lines = []
     for suite, data in sorted(seen.items()):
         provenance = data.get("provenance") or {}
-        credit = provenance.get("attribution") or provenance.get("licence") or ""
-        text = f"{suite}: {data.get('source', '?')}" + (f" — {credit}" if credit else "")
-        lines.append(f"<li>{html.escape(text)}</li>")
-    return f"<ul>{''.join(lines)}</ul>"
-
-
-def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+        parts = [f"<b>{html.escape(suite)}</b>: {html.escape(str(data.get('source', '?')))}"]
+        for field in ("licence", "attribution"):
+            if provenance.get(field):
+                parts.append(f"{field}: {html.escape(str(provenance[field]))}")
+        lines.append(f"<li>{'<br>'.join(parts)}</li>")
+    return (
+        f"<ul>{''.join(lines)}</ul>"
+        '<p class="note">The figures on this page are computed from these data; keep the '
+        "attribution with them wherever they are shown.</p>"
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pytest_prefalign.analysis import catalogue
-from pytest_prefalign.analysis.compare import Comparison, p_text, pct, pp
+from pytest_prefalign.analysis.compare import Comparison, fraction, p_text, signed, tolerance_text
 from pytest_prefalign.runs.records import CaseResult
 
 Row = dict[str, Any]
@@ -106,13 +106,13 @@ def fmt(row: CaseResult, metric: catalogue.Metric) -> str:
 
 
 def comparison_table(comparisons: Sequence[Comparison]) -> str:
-    """All comparisons as a text table; figures in points (x 100), p-values as they are.
+    """All comparisons as a text table; figures as fractions, as on the leaderboard.
     ``detectable``: for a McNemar row, the smallest drop its test could find significant with
     these pairs (``never``: none could)."""
     rows = [
-        [c.suite, c.method, c.size, c.metric, pct(c.old), pct(c.new), pp(c.diff),
-         f"[{pp(c.ci[0])}, {pp(c.ci[1])}]", p_text(c.p_value), c.n,
-         f"{c.tolerance * 100:g}pp" if c.gated else "", _detectable(c.detectable), c.status]
+        [c.suite, c.method, c.size, c.metric, fraction(c.old), fraction(c.new), signed(c.diff),
+         f"[{signed(c.ci[0])}, {signed(c.ci[1])}]", p_text(c.p_value), c.n,
+         tolerance_text(c.tolerance) if c.gated else "", _detectable(c.detectable), c.status]
         for c in comparisons
     ]  # fmt: skip
     headers = ["suite", "method", "size", "metric", "old", "new", "diff", "CI", "p", "n",

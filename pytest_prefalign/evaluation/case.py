@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_prefalign import cache
+from pytest_prefalign import cache, events
 from pytest_prefalign.analysis import catalogue, metrics
 from pytest_prefalign.api import CaseContext
 from pytest_prefalign.errors import PrefalignError
@@ -94,7 +94,8 @@ class Evaluator:
         timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
         key = {"suite": case.suite, "method": str(case.method), "size": case.size}
         items, judge = self._items(case, ctx, fitted, key, timings)
-        records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
+        with events.step(f"scoring {len(ctx.data.test_pairs)} pairs"):
+            records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
         timings["total_s"] = time.perf_counter() - started
         values, ci, per_user = figures({"pair": records, "item": items})
         used = cache.unique([*lm.cache_uses, *state.uses, *(fitted.uses if fitted else []), *uses])
@@ -154,9 +155,9 @@ class Evaluator:
         if ctx.reward is None:
             return items, {}
         t0 = time.perf_counter()
-        won = wins.win_rates(
-            ctx, ctx.data.items, outputs, generation.base_outputs(self.context, ctx)
-        )
+        base = generation.base_outputs(self.context, ctx)
+        with events.step("judging win rates over base"):
+            won = wins.win_rates(ctx, ctx.data.items, outputs, base)
         timings["judge_s"] = time.perf_counter() - t0
         for field, outcomes in (
             ("win_self", won["outcomes_self"]),

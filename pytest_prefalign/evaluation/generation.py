@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_prefalign import cache, versions
+from pytest_prefalign import cache, events, versions
 from pytest_prefalign.analysis import metrics
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.registry import MethodName
@@ -32,10 +32,15 @@ def cached_generate(
         factory = run.registry.decoder(method.decoder).obj
         key = generation_key(ctx, method, factory, reward)
         items = ctx.data.items
+
+        def generate() -> list[str]:
+            with events.step(f"generating {method} ({len(items)} items)"):
+                return checked_outputs(factory().generate(ctx, items), method, len(items))
+
         with cache.recording() as uses:
             outputs = run.disk.json(
                 key,
-                lambda: checked_outputs(factory().generate(ctx, items), method, len(items)),
+                generate,
                 valid=lambda cached: isinstance(cached, list) and len(cached) == len(items),
             )
         memo[str(method)] = outputs, uses[-1]

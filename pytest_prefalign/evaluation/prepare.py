@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_prefalign import cache, storage, versions
+from pytest_prefalign import cache, events, storage, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod
-from pytest_prefalign.errors import MethodFailure, PrefalignError
+from pytest_prefalign.errors import MethodFailure, PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,7 +48,7 @@ class FittedReward:
 def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteState:
     """The suite's data and pairs; a failure is a ``PrefalignError`` naming the suite (raised
     for every test of the suite, without loading again)."""
-    with cache.recording() as uses:
+    with cache.recording() as uses, events.step(f"loading suite {name}"):
         suite = run.registry.suite(name)
         try:
             data_dir, missing = locate_data(run, suite, options)
@@ -60,10 +60,21 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             if not data.train_pairs and not data.test_pairs:
                 reference = load_model(run, "reference")
                 folder, _ = run.disk.folder(cache.make_key("pairs", suite=name))
-                suite.build_pairs(data, reference, folder)
+                with events.step("building pairs"):
+                    suite.build_pairs(data, reference, folder)
                 uses[:0] = reference.cache_uses
         except (DataNotFound, DataError) as exc:
-            raise PrefalignError(f"suite {name!r}: {exc}") from None
+            fetch = f"prefalign data fetch {name}" if getattr(suite, "fetcher", None) else None
+            message = f"suite {name!r}: {exc}"
+            if fetch and isinstance(exc, DataNotFound) and fetch not in message:
+                message += f"\nFetch its data with: {fetch}"
+            raise SuiteUnavailable(name, message, fetch) from None
+    # the data's terms travel with every result to the run file and the report (CC BY asks
+    # for the attribution wherever the data is used)
+    data.provenance.setdefault("licence", suite.licence)
+    attribution = getattr(suite, "attribution", None)  # optional: a suite's own terms
+    if attribution:
+        data.provenance.setdefault("attribution", attribution)
     return SuiteState(suite, data, data_dir, uses, data_fingerprint(data))
 
 
@@ -137,7 +148,7 @@ def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedR
     method keeping files there cannot be handed parameters trained on other data. Disabled
     cache: a fresh folder."""
     entry = run.registry.reward(name)
-    with cache.recording() as uses:
+    with cache.recording() as uses, events.step(f"fitting {name}"):
         try:
             reward: RewardMethod = run.method_options.reward(name, entry.obj)
             key = reward_key(reward, entry.obj, lm, state.data.train_pairs)

@@ -20,7 +20,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
     from pytest_prefalign.runs.records import CaseResult
 
-RESULT_PROPERTY = "prefalign_result"  # the user property that carries a test's result
+RESULT = "prefalign_result"  # the report attribute that carries a test's result
+# plain data a test hands to its report, each value as an attribute of the report's name: it
+# crosses from an xdist worker to the controller with the report, but stays out of the junitxml
+# (which writes every user property); set with ``carry``
+CARRIED = pytest.StashKey[dict[str, Any]]()
 
 
 class Host(Protocol):
@@ -53,9 +57,14 @@ class SuiteFile(pytest.File):
         options = tuple(sorted(suite_options.items()))
         for size in self.host.sizes:
             for method in self.host.methods:
+                name = case_name(suite_name, method, size)
                 yield CaseItem.from_parent(
                     self,
-                    name=f"{suite_name}[{method}-{size}]",
+                    name=name,
+                    # as pytest builds a parametrized test's id ("name[params]" read as params,
+                    # not as part of the name), so that the id written to the cache by --lf and
+                    # the id collected again compare equal
+                    nodeid=f"{self.nodeid}::{name}",
                     suite=suite_name,
                     suite_options=options,
                     method=method,
@@ -70,6 +79,35 @@ class SuiteFile(pytest.File):
         if isinstance(excinfo.value, (self.CollectError, PrefalignError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
+
+
+def carry(item: pytest.Item, name: str, value: Any) -> None:
+    """Hand ``value`` (plain data) to the test's call report as its attribute ``name``."""
+    item.stash.setdefault(CARRIED, {})[name] = value
+
+
+def figure_properties(result: CaseResult) -> list[tuple[str, str]]:
+    """One number per user property, for the junitxml a CI dashboard reads: each metric, its
+    interval as two properties, and the counts (``prefalign.rouge1``,
+    ``prefalign.rouge1.ci_low``, ``prefalign.n_pairs``)."""
+    out = []
+    for name, value in result.metrics.items():
+        out.append((f"prefalign.{name}", _number(value)))
+        for bound, limit in zip(("ci_low", "ci_high"), result.ci.get(name) or (), strict=False):
+            out.append((f"prefalign.{name}.{bound}", _number(limit)))
+    for count in ("n_users", "n_items", "n_pairs"):
+        out.append((f"prefalign.{count}", str(getattr(result, count))))
+    return out
+
+
+def _number(value: float | None) -> str:
+    return "nan" if value is None else f"{value:.6g}"
+
+
+def case_name(suite: str, method: MethodName, size: str) -> str:
+    """A test's name, ``pref_lamp[args[lore]-135m]``: the suite with the method and the size as
+    its parameters (``-k lore``, ``-k args`` and ``-k 135m`` select by them)."""
+    return f"{suite}[{method}-{size}]"
 
 
 def read_suite_toml(path: Path) -> tuple[str, dict[str, str]]:
@@ -106,7 +144,8 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         result = self.host.evaluate(self)
-        self.user_properties.append((RESULT_PROPERTY, result.to_json()))
+        carry(self, RESULT, result.to_json())
+        self.user_properties += figure_properties(result)
         problems = self.host.problems(self, result)
         if problems:
             raise PrefalignError(f"{self.name}: " + "; ".join(problems))

@@ -1,9 +1,8 @@
 """Regression gating inside a pytest run: store a run as a baseline, compare every test with it,
 fail a test whose gated metric dropped or that cannot be compared, warn (or fail) when a gate
 cannot detect a drop as large as its tolerance, and fail the run when nothing was compared or,
-with gates, a baseline test was not (docs/ci-gating.md). The judgement itself is
-``analysis.compare.judge``, the one ``prefalign compare`` makes too; the baseline files live in
-runs/baselines.py, the summary in plumbing/gate_summary.py.
+with gates, a baseline test was not (docs/ci-gating.md). The judgement is compare.judge, as in
+``prefalign compare``; baselines: runs/baselines.py, the summary: plumbing/gate_summary.py.
 
 Built like pytest's ``stepwise.py``: this module owns its options and one stateful plugin,
 ``Gating``, which the prefalign session registers only when a gating option is given. pytest
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_prefalign.errors import PrefalignWarning
+from pytest_prefalign.plumbing.collect import carry
 from pytest_prefalign.plumbing.workers import is_worker
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 T = TypeVar("T")
-PROPERTY = "prefalign_comparison"  # the user property that carries a test's comparison
+PROPERTY = "prefalign_comparison"  # the report attribute that carries a test's comparison
 MARKER = "prefalign_tolerance"
 DEFAULT_ALPHA = 0.05
 POWER = ("warn", "fail")  # what an underpowered gate does
@@ -131,6 +131,13 @@ def addoption(parser: pytest.Parser) -> None:
         help="a gate that cannot detect a drop as large as its tolerance with this run's "
         "pairs: a warning (default) or a failed test (ini: prefalign_compare_power).",
     )
+    group.addoption(
+        "--prefalign-allow-partial",
+        action="store_true",
+        default=False,
+        help="compare with a baseline from an incomplete run (interrupted, or with tests "
+        "deselected, not run or without a result), which is refused otherwise.",
+    )
     parser.addini(
         "prefalign_compare_fail",
         "regression gates METRIC:Npp, comma-separated, used with --prefalign-compare",
@@ -198,7 +205,7 @@ class Gating:
         outcome = compare_result(
             self.baseline, item, result, self.thresholds, self.alpha, self.allow
         )
-        item.user_properties.append((PROPERTY, outcome))  # plain data: it travels to the controller
+        carry(item, PROPERTY, outcome)  # plain data: it travels to the controller
         if self.power == "fail":
             return [*outcome["problems"], *outcome["underpowered"]] or None
         for message in outcome["underpowered"]:  # in the warnings summary, under the test's id
@@ -210,9 +217,9 @@ class Gating:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" or is_worker(self.config):
             return
-        for name, value in report.user_properties:
-            if name == PROPERTY and isinstance(value, dict):
-                self.outcomes.append(value)
+        value = getattr(report, PROPERTY, None)
+        if isinstance(value, dict):
+            self.outcomes.append(value)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """What fails the run as a whole (nothing compared; with gates, a baseline test this
@@ -305,6 +312,14 @@ def _load(config: pytest.Config, value: str) -> Baseline:
         run = records.read(path)
     except (baselines.BaselineNotFound, ValueError) as exc:
         raise pytest.UsageError(f"--prefalign-compare: {exc}") from None
+    if not run.complete and not config.getoption("prefalign_allow_partial"):
+        from pytest_prefalign.plumbing.outcomes import describe
+
+        raise pytest.UsageError(
+            f"--prefalign-compare: the baseline {path} is a partial run "
+            f"({describe(run.outcomes)}); compare with a complete run, or pass "
+            "--prefalign-allow-partial to compare with it anyway"
+        )
     return Baseline(baselines.display_name(path, root), path, run.by_case())
 
 

@@ -15,9 +15,13 @@ DEFAULT_LIMIT = 2  # users; keeps the default main job (all methods) to minutes 
 
 
 def comma_list(text: str) -> list[str]:
+    """``a,b``: each item once (a method or size given twice would make two tests of one id)."""
     items = [part.strip() for part in text.split(",") if part.strip()]
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list, e.g. a,b")
+    twice = sorted({item for item in items if items.count(item) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given twice in {text!r}")
     return items
 
 

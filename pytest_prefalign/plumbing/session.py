@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
-from pytest_prefalign.errors import PrefalignWarning
-from pytest_prefalign.plumbing import gating, options
-from pytest_prefalign.plumbing.collect import RESULT_PROPERTY, CaseItem, SuiteFile
+from pytest_prefalign.errors import PrefalignError, PrefalignWarning, SuiteUnavailable
+from pytest_prefalign.plumbing import gating, options, paths, progress
+from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
+from pytest_prefalign.plumbing.outcomes import Outcomes, describe
 from pytest_prefalign.plumbing.workers import is_worker
 from pytest_prefalign.registry import MethodName, UnknownName
 from pytest_prefalign.runtime.pool import ModelPool
@@ -39,15 +41,36 @@ class PrefalignSession:
             self.method_options = method_options.resolve(self.settings.assignments, self.registry)
         except ValueError as exc:
             raise pytest.UsageError(f"--prefalign-option {exc}") from None
+        # output and data paths, checked before any work
+        self.json_path = paths.given(config, self.settings.json_path)
+        self.report_dir = paths.given(config, self.settings.report_dir)
+        self.data_dir = paths.given(config, self.settings.data)
+        if self.json_path is not None:
+            paths.check_output_file("--prefalign-json", self.json_path)
+        if self.report_dir is not None:
+            paths.check_output_folder("--prefalign-report", self.report_dir)
+        if self.data_dir is not None:
+            paths.check_data_dir(self.data_dir)
         self.models = ModelPool.from_lines(self.settings.models)
         self.models.check(self.settings.sizes)
         # values kept between runs, by content; --prefalign-no-cache: neither read nor written
         self.disk = cache.Disk(storage.cache_root(), enabled=self.settings.use_cache)
+        # what interrupted writes of earlier runs left (a killed conversion, say)
+        self.leftovers = (
+            [] if is_worker(config) else storage.remove_stale_temporaries(self.disk.root)
+        )
         self._evaluator: Evaluator | None = None
         self.results: list[CaseResult] = []
+        self.write_errors: list[str] = []
+        self.unavailable: dict[
+            tuple[str, tuple[tuple[str, str], ...]], str
+        ] = {}  # -> 1st test  # files the end of the run could not write
         self.run: RunFile | None = None
         self.run_path: Path | None = None
         self.report_path: Path | None = None
+        # what becomes of each test, for the run file (its completeness)
+        self.outcomes = Outcomes(config)
+        config.pluginmanager.register(self.outcomes, "prefalign-outcomes")
         if gating.active(config):
             config.pluginmanager.register(gating.Gating(config), "prefalign-gating")
 
@@ -64,12 +87,43 @@ class PrefalignSession:
             methods.append(method)
         return methods
 
+    def pytest_sessionstart(self) -> None:
+        # after every plugin's configure: the terminal reporter is there to write to
+        if progress.wanted(self.config):
+            self.config.pluginmanager.register(progress.Progress(self.config), "prefalign-progress")
+
+    def pytest_report_header(self) -> list[str]:
+        if not self.leftovers:
+            return []
+        return [
+            f"prefalign: removed {len(self.leftovers)} leftover temporary file(s) of interrupted "
+            f"writes from the cache {self.disk.root}"
+        ]
+
     # -- collection and evaluation (the items' host) --------------------------------------------
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == "suite.toml":
             return SuiteFile.from_parent(parent, path=file_path, host=self)
         return None
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """An explicit ``--prefalign-data`` must hold the data of every collected suite that
+        reads a data folder. (Under xdist the workers collect, where a usage error cannot be
+        raised cleanly: there the suite's tests fail once with the same message.)"""
+        if self.data_dir is None or is_worker(self.config):
+            return
+        from pytest_prefalign.api import requires_data_dir
+
+        needed = {}
+        for item in items:
+            if isinstance(item, CaseItem):
+                suite = self.registry.suite(item.suite)
+                if requires_data_dir(suite, dict(item.suite_options)):
+                    needed[item.suite] = suite
+        problem = paths.missing_suite_data(self.data_dir, needed)
+        if problem:
+            raise pytest.UsageError(problem)
 
     @property
     def evaluator(self) -> Evaluator:
@@ -81,7 +135,7 @@ class PrefalignSession:
                 limit=self.settings.limit,
                 seed=self.settings.seed,
                 reduce=self.settings.reduce,
-                data=self.settings.data,
+                data=str(self.data_dir) if self.data_dir is not None else None,
                 data_ini=self.settings.data_ini,
                 rootdir=Path(self.config.rootpath),
             )
@@ -93,7 +147,17 @@ class PrefalignSession:
     def evaluate(self, item: CaseItem) -> CaseResult:
         from pytest_prefalign.evaluation.context import Case
 
-        return self.evaluator.run(Case(item.suite, item.suite_options, item.method, item.size))
+        try:
+            return self.evaluator.run(Case(item.suite, item.suite_options, item.method, item.size))
+        except SuiteUnavailable as exc:
+            # in full once per suite; its other tests point there in one line
+            first = self.unavailable.setdefault((item.suite, item.suite_options), item.name)
+            if first == item.name:
+                raise
+            fetch = f"; fetch its data with: {exc.fetch}" if exc.fetch else ""
+            raise PrefalignError(
+                f"suite {exc.suite!r} could not load: see the failure of {first} above{fetch}"
+            ) from None
 
     def problems(self, item: CaseItem, result: CaseResult) -> list[str]:
         from pytest_prefalign.evaluation.case import check
@@ -106,16 +170,24 @@ class PrefalignSession:
 
     # -- results -------------------------------------------------------------------------------
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):
+        report = yield
+        if call.when == "call":
+            for name, value in item.stash.get(CARRIED, {}).items():
+                setattr(report, name, value)  # pytest and xdist carry a report's extra attributes
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" or is_worker(self.config):
             return
         from pytest_prefalign.runs.records import CaseResult
 
-        for name, value in report.user_properties:
-            if name == RESULT_PROPERTY and isinstance(value, dict):
-                result = CaseResult.from_json(value, report.nodeid)
-                self.results.append(result)
-                self.config.hook.pytest_prefalign_result(result=result.row(), config=self.config)
+        value = getattr(report, RESULT, None)
+        if isinstance(value, dict):
+            result = CaseResult.from_json(value, report.nodeid)
+            self.results.append(result)
+            self.config.hook.pytest_prefalign_result(result=result.row(), config=self.config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -124,18 +196,43 @@ class PrefalignSession:
             return
         from pytest_prefalign.runs import records
 
-        self.run = self.build_run()
-        root = Path(self.config.rootpath)
-        self.run_path = records.write_numbered(self.run, root / ".prefalign" / "runs")
-        if self.settings.json_path:
-            records.write(self.run, Path(self.settings.json_path))
-        if self.settings.report_dir:
+        self.outcomes.stopped(session)
+        run = self.run = self.build_run()
+        runs = Path(self.config.rootpath) / ".prefalign" / "runs"
+        self.run_path = self._written(
+            "the run file", runs, lambda: records.write_numbered(run, runs)
+        )
+        if self.json_path is not None:
+            path = self.json_path
+
+            def write_json() -> Path:
+                records.write(run, path)
+                return path
+
+            self._written("--prefalign-json", path, write_json)
+        if self.report_dir is not None:
             from pytest_prefalign.analysis.report import write_report
 
-            self.report_path = write_report(self.run, Path(self.settings.report_dir))
-        self.config.hook.pytest_prefalign_run_written(
-            path=str(self.run_path), run=self.run, config=self.config
-        )
+            folder = self.report_dir
+            self.report_path = self._written(
+                "--prefalign-report", folder, lambda: write_report(run, folder)
+            )
+        if self.run_path is not None:
+            self.config.hook.pytest_prefalign_run_written(
+                path=str(self.run_path), run=self.run, config=self.config
+            )
+        if self.write_errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # CI must see what is missing
+
+    def _written(self, what: str, where: Path, write: Callable[[], Path]) -> Path | None:
+        """``write()``; a failure (a full disk, a folder removed since the run began) is one line
+        of the summary, after the leaderboard, instead of a traceback that hides it."""
+        try:
+            return write()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            self.write_errors.append(f"could not write {what} {exc.filename or where}: {reason}")
+            return None
 
     def build_run(self) -> RunFile:
         """The run file: every result, and the crisis analysis computed once."""
@@ -143,6 +240,7 @@ class PrefalignSession:
         from pytest_prefalign.runs.records import RunFile
 
         tau, found = crisis.analyse(self.results)
+        complete, outcomes = self.outcomes.summary()
         return RunFile(
             results=list(self.results),
             created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -159,6 +257,8 @@ class PrefalignSession:
             models={r.size: r.model for r in self.results},
             tau=tau,
             crisis=found,
+            complete=complete,
+            outcomes=outcomes,
         )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -179,8 +279,16 @@ class PrefalignSession:
         tr.write_line(cache_line(self.run.results, self.settings.use_cache))
         if self.run_path is not None:
             tr.write_line(f"run file: {self.run_path}")
+        if not self.run.complete:
+            tr.write_line(
+                f"this run is partial ({describe(self.run.outcomes)}): its run file says so "
+                "(complete: false), and --prefalign-compare refuses it as a baseline",
+                yellow=True,
+            )
         if self.report_path is not None:
             tr.write_line(f"report: {self.report_path}")
+        for error in self.write_errors:
+            tr.write_line(f"prefalign: {error}", red=True)
 
 
 def check_plugins(config: pytest.Config, found: registry.Registry, *, strict: bool) -> None:

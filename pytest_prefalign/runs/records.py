@@ -117,6 +117,11 @@ class RunFile:
     tau: list[dict[str, Any]] = field(default_factory=list)
     crisis: dict[str, Any] = field(default_factory=dict)
     version: int = VERSION
+    # whether every selected test ran and left a result (``outcomes`` says what happened to
+    # each test otherwise: interrupted, not run, failed, errors, skipped, deselected); a run
+    # file written before this field existed reads as complete
+    complete: bool = True
+    outcomes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def pairs(self) -> list[dict[str, Any]]:
@@ -143,6 +148,8 @@ class RunFile:
             "results": [r.row() for r in self.results],
             "tau": self.tau,
             "crisis": self.crisis,
+            "complete": self.complete,
+            "outcomes": self.outcomes,
             "pairs": self.pairs,
             "items": self.items,
         }
@@ -188,6 +195,8 @@ class RunFile:
             tau=list(run.get("tau") or []),
             crisis=dict(run.get("crisis") or {}),
             version=int(version),
+            complete=_flag(run.get("complete", True), f"{where}: field 'complete'"),
+            outcomes=_object(run.get("outcomes") or {}, f"{where}: field 'outcomes'"),
         )
 
 
@@ -207,11 +216,13 @@ def write(run: RunFile, path: Path) -> None:
 
 
 def write_numbered(run: RunFile, runs_dir: Path) -> Path:
-    """Write ``run`` as ``runs_dir/NNNN_<commit>_<timestamp>.json``, numbered under a lock."""
+    """Write ``run`` as ``runs_dir/NNNN_<commit>_<timestamp>.json``, numbered under a lock; an
+    incomplete run as ``NNNN_<commit>_<timestamp>.partial.json``, so that its name says it."""
     with storage.locked(runs_dir / "index"):
         number = 1 + sum(1 for _ in runs_dir.glob("[0-9][0-9][0-9][0-9]_*.json"))
         stamp = run.created.replace(":", "").replace("-", "")[:15]
-        path = runs_dir / f"{number:04d}_{run.commit or 'nogit'}_{stamp}.json"
+        partial = "" if run.complete else ".partial"
+        path = runs_dir / f"{number:04d}_{run.commit or 'nogit'}_{stamp}{partial}.json"
         write(run, path)
     return path
 
@@ -237,6 +248,12 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise RunFileError(f"{where}: expected a JSON object, got {type(value).__name__}")
     return dict(value)
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise RunFileError(f"{where}: expected true or false, got {value!r}")
+    return value
 
 
 def _list(value: Any, where: str) -> list[Any]:

@@ -9,10 +9,13 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
-from pytest_prefalign import cache, storage, versions
+from pytest_prefalign import cache, events, storage, versions
+
+T = TypeVar("T")
 
 
 def conversion_key(digest: str) -> cache.Key:
@@ -31,32 +34,53 @@ def ensure_converted(digest: str, gguf: Callable[[], Path], source: str) -> Path
     converted on first use, also with ``--prefalign-no-cache`` (the converted model is the
     model itself, not a result). Workers serialise on a lock; the folder appears whole (built
     beside it, then renamed), so a reader never sees half a model."""
+    folder, hit = _converted(digest, gguf, source)
+    cache.note(conversion_key(digest), hit=hit)
+    return folder
+
+
+def load_converted(
+    digest: str, gguf: Callable[[], Path], source: str, load: Callable[[Path], T]
+) -> T:
+    """``load`` of the converted folder; a folder that fails to load (a truncated file, say) is
+    a miss: one warning naming it, the folder removed, the file converted again."""
+    folder, hit = _converted(digest, gguf, source)
+    try:
+        value = load(folder)
+    except Exception as exc:  # whatever transformers or safetensors raise on a bad file
+        with storage.locked(folder):
+            cache.discard(folder, exc)
+        folder, hit = _converted(digest, gguf, source)
+        value = load(folder)
+    cache.note(conversion_key(digest), hit=hit)
+    return value
+
+
+def _converted(digest: str, gguf: Callable[[], Path], source: str) -> tuple[Path, bool]:
     root = storage.cache_dir("models")
-    key = conversion_key(digest)
-    target = root / key.digest
+    target = root / conversion_key(digest).digest
     if (target / "config.json").is_file():
-        cache.note(key, hit=True)
-        return target
+        return target, True
     with storage.locked(target):
         if (target / "config.json").is_file():  # another worker converted it meanwhile
-            cache.note(key, hit=True)
-            return target
+            return target, True
         if target.exists():  # not made by us: no config.json, so not a finished conversion
             shutil.rmtree(target)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}.", suffix=".tmp"))
         try:
             path = gguf()
-            convert_gguf(path, tmp)
+            with events.step(f"converting {source} to safetensors (once)"):
+                convert_gguf(path, tmp)
             storage.atomic_write_json(
                 tmp / "prefalign.json", {"source": source, "gguf": str(path), "sha256": digest}
             )
-            tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like its parent
+            # mkdtemp makes it private, and the weights come out 0600: the cache is shared
+            storage.make_shareable(tmp)
             os.replace(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    cache.note(key, hit=False)
-    return target
+    return target, False
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
+from pytest_prefalign import events
 from pytest_prefalign.runtime.attention import GROUPED
 from pytest_prefalign.runtime.prefill import Prefill, pad
 
@@ -193,10 +194,18 @@ class Rule(Protocol):
 def decode(kv: KV, rule: Rule, max_new_tokens: int, finished: Finished) -> list[list[int]]:
     """Token ids generated after each row of ``kv`` (a batch of prompts), stop token included
     where one was reached. Rows whose response ``finished`` leave the batch (and the cache)."""
+    with events.step("decode", total=max_new_tokens, unit="tokens") as progress:
+        return _decode(kv, rule, max_new_tokens, finished, progress)
+
+
+def _decode(
+    kv: KV, rule: Rule, max_new_tokens: int, finished: Finished, progress: events.Step
+) -> list[list[int]]:
     tokens: list[list[int]] = [[] for _ in range(kv.mask.shape[0])]
     active = list(range(len(tokens)))
     for n in range(max_new_tokens):
         choice = rule.choose(Step(kv, active, tokens))
+        progress.advance()
         keep = []
         for j, (row, tok) in enumerate(zip(active, choice.tokens, strict=True)):
             tokens[row].append(tok)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytest_prefalign import events
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
 from pytest_prefalign.runtime.decoding import (
     KV,
@@ -150,17 +151,19 @@ class LM:
         self.prefills.warm(encoded, batch_size=batch_size)
         runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[str, list[str]] = {}
-        for batch in chunks(_by_length(encoded), max(1, batch_size // runs)):
-            seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
-            out = self._generate_batch(
-                [encoded[i] for i in batch],
-                runs,
-                max_new_tokens,
-                temperature if sample else None,
-                seeds,
-            )
-            for k, i in enumerate(batch):
-                texts[unique[i]] = [clean_text(self.decode_response(t)) for t in out[k]]
+        with events.step("generate", total=len(unique), unit="prompts") as progress:
+            for batch in chunks(_by_length(encoded), max(1, batch_size // runs)):
+                seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
+                out = self._generate_batch(
+                    [encoded[i] for i in batch],
+                    runs,
+                    max_new_tokens,
+                    temperature if sample else None,
+                    seeds,
+                )
+                for k, i in enumerate(batch):
+                    texts[unique[i]] = [clean_text(self.decode_response(t)) for t in out[k]]
+                progress.advance(len(batch))
         return [texts[p] * (num_samples // runs) for p in prompts]
 
     def _generate_batch(
@@ -250,14 +253,16 @@ class LM:
         for n, p in enumerate(prompts):
             groups[where[p]].append(n)
         results: dict[int, torch.Tensor] = {}
-        for batch in _plan(_by_length(encoded), groups, batch_size):
-            prompt_rows = list(dict.fromkeys(i for i, _ in batch))
-            kv = KV.start(self, [encoded[i] for i in prompt_rows])
-            pairs = [n for _, chunk in batch for n in chunk]
-            kv.select([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
-            scored = self._continue(kv, [answers[n] for n in pairs], hidden, predicting)
-            for n, value in zip(pairs, scored, strict=True):
-                results[n] = value
+        with events.step("read", total=len(prompts), unit="responses") as progress:
+            for batch in _plan(_by_length(encoded), groups, batch_size):
+                prompt_rows = list(dict.fromkeys(i for i, _ in batch))
+                kv = KV.start(self, [encoded[i] for i in prompt_rows])
+                pairs = [n for _, chunk in batch for n in chunk]
+                kv.select([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
+                scored = self._continue(kv, [answers[n] for n in pairs], hidden, predicting)
+                for n, value in zip(pairs, scored, strict=True):
+                    results[n] = value
+                progress.advance(len(pairs))
         return [results[n] for n in range(len(prompts))]
 
     def _continue(

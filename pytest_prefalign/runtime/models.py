@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from pytest_prefalign import cache, storage
+from pytest_prefalign import cache, events, storage
 from pytest_prefalign.runtime import convert
 from pytest_prefalign.runtime.lm import LM
 
@@ -149,7 +149,7 @@ def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bo
     if key not in labelled:
         source_key = (spec.source, where, trust_remote_code)
         if source_key not in sources:
-            with cache.recording() as uses:
+            with cache.recording() as uses, events.step(f"loading model {spec.label}"):
                 lm = _load_source(spec, where, trust_remote_code)
             lm.cache_uses = uses  # the converted model, for the run file of each test using it
             sources[source_key] = lm
@@ -208,8 +208,11 @@ def _load_embedded(spec: ModelSpec, device: str) -> LM:
     name = spec.source[len("embedded:") :]
     entry = EMBEDDED[name]
     digest, gguf = _locate_gguf(name, entry)
-    folder = convert.ensure_converted(digest, gguf, spec.source)
-    model, tokenizer = _from_folder(folder, device)
+
+    def load(folder: Path) -> tuple[Path, Any, Any]:
+        return folder, *_from_folder(folder, device)
+
+    folder, model, tokenizer = convert.load_converted(digest, gguf, spec.source, load)
     return LM(
         model,
         tokenizer,

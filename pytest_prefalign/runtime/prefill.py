@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from pytest_prefalign import events
+
 MIN_SHARED = 32  # tokens: a shorter common prefix is not worth a pass of its own
 MAX_DEPTH = 16  # levels of prefixes of prefixes; deeper nesting runs whole
 BUDGET_ENV = "PREFALIGN_PREFILL_MB"  # the store's memory budget in MiB (0 keeps nothing)
@@ -165,14 +167,17 @@ class PrefillStore:
             (i for i, k in enumerate(order) if k not in out),
             key=lambda i: -(len(order[i]) - shared[i]),
         )
-        for chunk in chunks(todo, batch_size):
-            rows = self._extend(
-                [heads.get(order[i][: shared[i]]) if shared[i] else None for i in chunk],
-                [order[i][shared[i] :] for i in chunk],
-            )
-            for i, row in zip(chunk, rows, strict=True):
-                out[order[i]] = row
-                self._keep(order[i], row)
+        counted = events.step("prefill", total=len(todo), unit="prompts")
+        with counted if depth == 0 else events.unseen() as progress:
+            for chunk in chunks(todo, batch_size):
+                rows = self._extend(
+                    [heads.get(order[i][: shared[i]]) if shared[i] else None for i in chunk],
+                    [order[i][shared[i] :] for i in chunk],
+                )
+                for i, row in zip(chunk, rows, strict=True):
+                    out[order[i]] = row
+                    self._keep(order[i], row)
+                progress.advance(len(chunk))
         self.stats["computed"] += len(keys)
         return out
 

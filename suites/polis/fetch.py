@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
+from prefalign_suites.polis.suite import Polis
 from pytest_prefalign import storage
 from pytest_prefalign.fetch import Built, FetchError, Progress
 
@@ -97,10 +98,7 @@ FILES = {  # path in the repository -> SHA-256
     "README.md": README_SHA256,
 }
 LICENCE = "CC BY 4.0"
-ATTRIBUTION = (
-    "Data was gathered using the Polis software (compdemocracy.org/polis) and is sub-licensed "
-    "under CC BY 4.0 with Attribution to The Computational Democracy Project"
-)
+ATTRIBUTION = Polis.attribution
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

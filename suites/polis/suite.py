@@ -34,6 +34,10 @@ class Polis:
         "the statements they wrote themselves, in real public deliberations"
     )
     licence = "CC BY 4.0 (Polis open data, The Computational Democracy Project)"
+    attribution = (  # the data's own statement, shown with every result
+        "Data was gathered using the Polis software (compdemocracy.org/polis) and is sub-licensed "
+        "under CC BY 4.0 with Attribution to The Computational Democracy Project"
+    )
     source = "polis"
     fetcher = "prefalign_suites.polis.fetch"  # builds source/: prefalign data fetch polis
     requires_data_dir = True

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from prefalign_suites.pref_lamp.suite import PrefLamp
 from pytest_prefalign import storage
 from pytest_prefalign.fetch import Built, FetchError, Progress
 
@@ -52,7 +53,7 @@ AUTHORS = 200  # authors drawn
 SEED = 5  # the draw's seed (the shipped set's)
 PAPERS_PER_FILE = 2000
 LICENCE = "CC BY 4.0 (ACL Anthology materials published in or after 2016)"
-ATTRIBUTION = "ACL Anthology, https://aclanthology.org, CC BY 4.0"
+ATTRIBUTION = PrefLamp.attribution
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

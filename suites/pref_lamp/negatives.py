@@ -187,9 +187,12 @@ def cached_generations(
 
 def _read_titles(path: Path) -> dict[str, str]:
     """The cached titles; a file that cannot be read is started afresh (it is only a cache)."""
+    if not path.exists():
+        return {}
     try:
         doc = storage.read_json(path)
-    except (FileNotFoundError, ValueError):  # JSON and UTF-8 errors are ValueErrors
+    except (OSError, ValueError) as exc:  # JSON and UTF-8 errors are ValueErrors
+        cache.discard(path, exc)
         return {}
     titles = doc.get("titles") if isinstance(doc, dict) else None
     return dict(titles) if isinstance(titles, dict) else {}

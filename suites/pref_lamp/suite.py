@@ -38,6 +38,7 @@ class PrefLamp:
         "ACL Anthology authors, split in time, with ground-truth titles"
     )
     licence = "CC BY 4.0 (ACL Anthology, https://aclanthology.org)"
+    attribution = "ACL Anthology, https://aclanthology.org, CC BY 4.0"  # shown with every result
     source = "acl-anthology"
     fetcher = "prefalign_suites.pref_lamp.fetch"  # builds source/: prefalign data fetch pref_lamp
 

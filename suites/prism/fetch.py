@@ -8,11 +8,11 @@ import argparse
 from pathlib import Path
 
 from prefalign_suites import hf_fetch
-from prefalign_suites.prism.suite import DATASET
+from prefalign_suites.prism.suite import DATASET, Prism
 from pytest_prefalign.fetch import Built, Progress
 
 LICENCE = "prompts CC BY 4.0, model responses CC BY-NC 4.0 (and the model providers' terms)"
-ATTRIBUTION = "Kirk et al., The PRISM Alignment Project (arXiv 2404.16019)"
+ATTRIBUTION = Prism.attribution
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

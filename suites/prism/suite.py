@@ -60,6 +60,7 @@ class Prism:
         "CC BY 4.0 (human-written text), CC BY-NC 4.0 (model responses); "
         "PRISM Alignment Dataset, Kirk et al. 2024"
     )
+    attribution = "Kirk et al., The PRISM Alignment Project (arXiv 2404.16019)"
     source = DATASET.dataset_id
     fetcher = "prefalign_suites.prism.fetch"  # a local copy: prefalign data fetch prism
     requires_data_dir = False  # the datasets library can find it in the Hugging Face cache

@@ -8,14 +8,11 @@ import argparse
 from pathlib import Path
 
 from prefalign_suites import hf_fetch
-from prefalign_suites.tldr.suite import DATASET
+from prefalign_suites.tldr.suite import DATASET, Tldr
 from pytest_prefalign.fetch import Built, Progress
 
 LICENCE = "MIT (OpenAI summarize-from-feedback); Reddit posts from the TL;DR corpus"
-ATTRIBUTION = (
-    "Stiennon et al., Learning to summarize from human feedback, NeurIPS 2020 "
-    "(github.com/openai/summarize-from-feedback)"
-)
+ATTRIBUTION = Tldr.attribution
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

@@ -75,6 +75,10 @@ class Tldr:
         "summarize-from-feedback); one user per worker, no ground-truth text"
     )
     licence = "MIT (OpenAI summarize-from-feedback); Reddit posts from the TL;DR corpus"
+    attribution = (
+        "Stiennon et al., Learning to summarize from human feedback, NeurIPS 2020 "
+        "(github.com/openai/summarize-from-feedback)"
+    )
     source = DATASET.dataset_id
     fetcher = "prefalign_suites.tldr.fetch"  # a local copy: prefalign data fetch tldr
     requires_data_dir = False  # the datasets library can find it in the Hugging Face cache
