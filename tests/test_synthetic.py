@@ -6,9 +6,11 @@ rule is in the user id), so the tool's figures must come out as the rules imply.
 - The ``oracle`` reward method (registered through the entry-point group like a third party): RM
   accuracy exactly 1, ``oracle_negated`` exactly 0; guided by it, ``bon`` and ``args`` rank
   pairs better than ``base``, and the negated rule worse.
-- The analysis: with ``oracle``, ``oracle_noisy`` and ``oracle_negated`` under ``bon``, RM accuracy
-  and policy accuracy order the three the same way (Kendall's tau +1, no inversion): where the RM
-  is right, the tool reports no crisis.
+- The analysis: with the noise ladder (``oracle``, ``oracle_noise1``, ``oracle_noisy``,
+  ``oracle_noise4``, ``oracle_noise8``) and ``oracle_negated`` under ``bon``, RM accuracy falls
+  with the noise and policy accuracy with it; the analysis finds Kendall's tau +1 over the six,
+  with its exact p and an interval above 0, calls it a finding, and sees no inversion and no
+  regret: where the RM is right, the tool reports no crisis.
 
 Margins asserted, and what was measured with the tiny model (6 users, 18 test pairs) over suite
 seeds 0 to 9: base policy accuracy 0.39 to 0.67; ``bon[oracle]`` 1.0 and ``bon[oracle_negated]``
@@ -241,9 +243,19 @@ METHODS = [
     "lead",
     "profile_copy",
     "bon[oracle]",
+    "bon[oracle_noise1]",
     "bon[oracle_noisy]",
+    "bon[oracle_noise4]",
+    "bon[oracle_noise8]",
     "bon[oracle_negated]",
     "args[oracle]",
+]
+LADDER = [  # noise 0, 1, 2, 4, 8 rule units
+    "bon[oracle]",
+    "bon[oracle_noise1]",
+    "bon[oracle_noisy]",
+    "bon[oracle_noise4]",
+    "bon[oracle_noise8]",
 ]
 
 
@@ -306,23 +318,37 @@ def test_guidance_by_the_rule_raises_policy_accuracy_and_the_negated_rule_lowers
 
 
 def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> None:
-    """Where the RM is right, the tool must not report a crisis."""
+    """Where the RM is right, the tool must not report a crisis: RM accuracy falls along the
+    noise ladder and below it the negated rule; policy accuracy under ``bon`` falls with it, and
+    the analysis calls that a finding (tau +1, exact p, interval above 0)."""
     got = rows(synthetic_run)
-    order = ["bon[oracle]", "bon[oracle_noisy]", "bon[oracle_negated]"]
+    order = [*LADDER, "bon[oracle_negated]"]
     for metric in ("rm_acc", "policy_acc"):
         values = [got[m][metric] for m in order]
-        assert values[0] > values[1] > values[2], (metric, values)
+        assert values == sorted(values, reverse=True) and len(set(values)) == 6, (metric, values)
+    assert got["bon[oracle_noise8]"]["rm_acc"] >= 0.4  # noise pulls towards 1/2, not below
     (tau,) = [
         t
         for t in synthetic_run["tau"]
         if (t["suite"], t["decoder"], t["x"], t["y"])
         == ("synthetic", "bon", "rm_acc", "policy_acc")
     ]
-    assert tau["tau"] == 1.0 and tau["n_methods"] == 3 and sorted(tau["methods"]) == sorted(order)
-    # where the analysis gives a verdict, it must not be that RM accuracy misleads
-    assert "opposite" not in str(tau.get("verdict", ""))
+    assert sorted(tau["methods"]) == sorted(order) and tau["n_methods"] == 6
+    assert tau["tau"] == 1.0 and tau["n_users"] == 6 and tau["enough"]
+    # six methods, ranked perfectly: the exact permutation p is 2 / 6!
+    assert tau["p_method"] == "exact permutation" and tau["p_value"] == pytest.approx(2 / 720)
+    assert tau["ci"][0] > 0 and tau["ci"][1] == 1.0
+    assert tau["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
     inversions = synthetic_run["crisis"].get("inversions", [])
     assert [i for i in inversions if i["y"] == "policy_acc"] == []
+    # picking by RM accuracy picks the best: no regret
+    (regret,) = [
+        r
+        for r in synthetic_run["crisis"]["regret"]
+        if (r["decoder"], r["y"]) == ("bon", "policy_acc")
+    ]
+    assert regret["picked"] == ["bon[oracle]"] and regret["regret"] == 0.0
+    assert not regret["significant"]
 
 
 def test_baselines_have_rouge_and_no_policy_accuracy(synthetic_run) -> None:

@@ -8,7 +8,12 @@ draw fixed by a hash of ``(seed, u, x, y)`` (the same input always gets the same
 - ``oracle``: the rule itself (sign +1, no noise): RM accuracy 1 on the suite's pairs;
 - ``oracle_noisy``: the rule plus noise of two rule units (sd): right on about two pairs in
   three;
-- ``oracle_negated``: the rule reversed (sign -1): RM accuracy 0.
+- ``oracle_negated``: the rule reversed (sign -1): RM accuracy 0;
+- the noise ladder ``oracle``, ``oracle_noise1``, ``oracle_noisy`` (2), ``oracle_noise4``,
+  ``oracle_noise8``: noise of 0, 1, 2, 4 and 8 rule units. The noise draw ``z`` does not depend
+  on the noise level, so a pair the oracle gets wrong at one level it gets wrong at every
+  higher level: RM accuracy falls with the noise by construction (towards 1/2), and the
+  analysis has five reward methods whose true order is known.
 
 Each takes ``--prefalign-option oracle.sign=-1`` (``noise``, ``scale``, ``seed`` too).
 
@@ -150,6 +155,40 @@ class NegatedOracle(Oracle):
     Config = NegatedConfig
 
 
+@dataclass(frozen=True)
+class Noise1Config(OracleConfig):
+    noise: float = 1.0
+
+
+@dataclass(frozen=True)
+class Noise4Config(OracleConfig):
+    noise: float = 4.0
+
+
+@dataclass(frozen=True)
+class Noise8Config(OracleConfig):
+    noise: float = 8.0
+
+
+class Noise1Oracle(Oracle):
+    name = "oracle_noise1"
+    Config = Noise1Config
+
+
+class Noise4Oracle(Oracle):
+    name = "oracle_noise4"
+    Config = Noise4Config
+
+
+class Noise8Oracle(Oracle):
+    name = "oracle_noise8"
+    Config = Noise8Config
+
+
+# oracle (noise 0), oracle_noise1, oracle_noisy (2), oracle_noise4, oracle_noise8
+LADDER: tuple[type[Oracle], ...] = (Oracle, Noise1Oracle, NoisyOracle, Noise4Oracle, Noise8Oracle)
+
+
 def noise(seed: int, user: str, prompt: str, text: str) -> float:
     """A standard normal value fixed by the input (a hash, not a generator's state)."""
     digest = hashlib.blake2b(
@@ -178,3 +217,5 @@ def pytest_prefalign_register(registry: Registry) -> None:
     registry.add_reward("oracle", Oracle)
     registry.add_reward("oracle_noisy", NoisyOracle)
     registry.add_reward("oracle_negated", NegatedOracle)
+    for cls in (Noise1Oracle, Noise4Oracle, Noise8Oracle):
+        registry.add_reward(cls.name, cls)
