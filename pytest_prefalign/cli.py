@@ -16,6 +16,7 @@ commands:
   report RUN.json --out DIR                  an HTML page with leaderboards, tau and the plot
   compare A.json B.json --fail policy_acc:2pp
                                              exit 1 on a significant regression
+  compare RUN.json --rows A,B                two rows of one run, paired over users
   list                                       reward methods, decoders, suites and sizes, by package
   data [--data DIR]                          each suite, its source, licence and availability
   data fetch [SUITE...] [--to DIR]           build the suites' data from their public sources
@@ -72,7 +73,8 @@ def command(name: str) -> Callable[[list[str]], int]:
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
     """``prefalign compare BASELINE CURRENT [--fail EXPR] [--alpha A] [--allow KINDS] [--power
-    warn|fail]`` (argv without ``compare``).
+    warn|fail]`` (argv without ``compare``); ``prefalign compare RUN --rows A,B`` compares two
+    rows of one run instead (``compare_rows_main``).
 
     The same judgement as the pytest gate (``compare.judge``). Returns 2 on a usage error or
     when something cannot be compared (other data, model or environment, nothing shared, or,
@@ -87,6 +89,23 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on errors and --help; a caller wants a code
         return exc.code if isinstance(exc.code, int) else 2
+    if args.rows is not None:
+        if args.current is not None or args.fail:
+            given = "a second run file" if args.current is not None else "--fail"
+            print(
+                f"prefalign compare: error: --rows compares two rows of one run: {given} "
+                "does not go with it",
+                file=sys.stderr,
+            )
+            return 2
+        return compare_rows_main(args.baseline, args.rows)
+    if args.current is None:
+        print(
+            "prefalign compare: error: give two run files (BASELINE CURRENT), or one with "
+            "--rows A,B",
+            file=sys.stderr,
+        )
+        return 2
     thresholds = [t for group in args.fail for t in group]
     try:
         compare.check_unique(thresholds)
@@ -121,15 +140,61 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     return 1 if verdict.regressions or weak else 0
 
 
+def compare_rows_main(run_name: str, rows: list[str]) -> int:
+    """``prefalign compare RUN --rows A,B``: every metric with per-user figures of rows A and B
+    of one run (``selection.compare_rows``), paired over their users. 0 when printed, 2 when the
+    run cannot be read or a row is not in it (the run's rows are listed)."""
+    from pytest_prefalign.analysis import selection, summary
+    from pytest_prefalign.runs import baselines
+
+    a, b = rows
+    try:
+        run = baselines.load(run_name, Path.cwd())
+        methods = sorted({r.method for r in run.results})
+        missing = [name for name in rows if name not in methods]
+        if missing:
+            raise ValueError(
+                f"no row {', '.join(map(repr, missing))} in {run_name}; its rows: "
+                + ", ".join(methods)
+            )
+        found = selection.compare_rows(run.results, a, b)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"prefalign compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"A = {a}, B = {b}: A - B over the users both have (95% interval with users "
+        "resampled; p: exact sign-flip test over users)"
+    )
+    print(summary.rows_table(found))
+    return 0
+
+
+def two_rows(text: str) -> list[str]:
+    """``A,B``: two different method names of one run."""
+    names = [part.strip() for part in text.split(",")]
+    if len(names) != 2 or not all(names) or names[0] == names[1]:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected two different rows, e.g. icl,args[lore]"
+        )
+    return names
+
+
 def _compare_parser() -> argparse.ArgumentParser:
     from pytest_prefalign.analysis import comparable, compare
 
     parser = argparse.ArgumentParser(
         prog="prefalign compare",
-        description="Compare two prefalign run files on the same pairs and fail on regressions.",
+        description="Compare two prefalign run files on the same pairs and fail on regressions; "
+        "or, with --rows A,B, two rows of one run, paired over its users.",
     )
     parser.add_argument("baseline", help="run file (path) or saved baseline name")
-    parser.add_argument("current", help="run file (path) or saved baseline name")
+    parser.add_argument(
+        "current", nargs="?", default=None, help="run file (path) or saved baseline name"
+    )
+    parser.add_argument(
+        "--rows", type=two_rows, default=None, metavar="A,B",
+        help="compare two rows (methods) of the one run given, e.g. icl,args[lore]",
+    )  # fmt: skip
     parser.add_argument(
         "--fail", action="append", type=compare.parse_thresholds, default=[], metavar="EXPR",
         help=f"gate, {compare.form()}; comma-separated or repeated",

@@ -277,6 +277,7 @@ def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run = json.loads((root / "run.json").read_text())
     run["stdout"] = out.stdout
+    run["path"] = str(root / "run.json")
     return run
 
 
@@ -349,6 +350,29 @@ def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> Non
     ]
     assert regret["picked"] == ["bon[oracle]"] and regret["regret"] == 0.0
     assert not regret["significant"]
+
+
+def test_compare_two_rows_of_the_run(synthetic_run) -> None:
+    """``prefalign compare RUN --rows A,B`` as a user runs it, on the run's file: the oracle
+    against the negated oracle, right and wrong on every pair of every user."""
+    command = [sys.executable, "-m", "pytest_prefalign.cli", "compare", synthetic_run["path"]]
+    out = subprocess.run(
+        [*command, "--rows", "bon[oracle],bon[oracle_negated]"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    (policy,) = [x.split() for x in out.stdout.splitlines() if " policy_acc " in x]
+    # +1 for each of the 6 users: exact sign-flip p = 2 / 2^6
+    assert policy[3:] == ["policy_acc", "1.000", "0.000", "+1.000", "[+1.000,", "+1.000]"] + [
+        "0.0312",
+        "6",
+        "bon[oracle]",
+        "better",
+    ]
+    out = subprocess.run(
+        [*command, "--rows", "bon[oracle],bon[nothing]"], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "no row 'bon[nothing]'" in out.stderr
+    assert "its rows: args[oracle], base, bon[oracle]," in out.stderr
 
 
 def test_baselines_have_rouge_and_no_policy_accuracy(synthetic_run) -> None:

@@ -174,31 +174,12 @@ def _regret_section(entries: list[dict[str, Any]]) -> str:
 def _icl_section(entries: list[dict[str, Any]]) -> str:
     if not entries:
         return '<p class="note">No ICL row beside a reward-guided row in this run.</p>'
-    body = [
-        [
-            f"{e['suite']} · {e['size']}",
-            e["metric"],
-            e["icl"],
-            e["rgd"],
-            f"{e['diff']:+.3f}",
-            "-" if not e["ci"] else f"[{e['ci'][0]:+.3f}, {e['ci'][1]:+.3f}]",
-            e["n_users"],
-            e["verdict"],
-        ]
-        for e in entries
-    ]
-    return _html_table(
-        body,
-        [
-            "suite · size",
-            "metric",
-            "ICL",
-            "best reward-guided",
-            "ICL - it",
-            "95% CI",
-            "users",
-            "verdict",
-        ],
+    return summary.icl_table(entries, tablefmt="html") + (
+        '<p class="note">Each ICL row minus the best reward-guided row of its suite and size, '
+        "paired over the users both have: the interval resamples users, p is the exact "
+        "sign-flip test over users; one row is called better only when p is below 0.05 and the "
+        "interval excludes 0, and with fewer than 6 users, where no such test can, there is not "
+        "enough evidence.</p>"
     )
 
 

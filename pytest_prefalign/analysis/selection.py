@@ -8,10 +8,15 @@
   only when its interval's lower end is above 0.
 - **In-context learning against reward-guided decoding** (per suite and size): each ICL row
   (``icl``, ``icl_rag``) minus the best reward-guided row by ROUGE-1 (by policy accuracy where
-  the suite has no ROUGE), with an interval over the shared users: the paper's central
-  comparison.
+  the suite has no ROUGE), paired over the shared users: the paper's central comparison.
 - ``compare_rows``: every metric of two rows of one run, paired over their shared users (the
   ``prefalign compare RUN --rows A,B`` command).
+
+Every paired comparison (``paired``) gives the difference over the shared users, its interval
+with users resampled, the exact sign-flip p-value over users (``stats.sign_flip``) and a
+verdict: one row better only when the p-value is below ``ALPHA`` and the interval excludes 0;
+"not enough evidence" below ``stats.sign_test_floor(ALPHA)`` users (6), where no sign-flip test
+can reach ``ALPHA``; else no significant difference.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign.analysis import catalogue, users
+from pytest_prefalign.analysis import catalogue, stats, users
 from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
 Y_METRICS = ("policy_acc", "rouge1")
 ICL_DECODERS = ("icl", "icl_rag")
+ALPHA = 0.05
 
 Row = dict[str, Any]
 
@@ -113,7 +119,6 @@ def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
         for icl in (r for r in rows if r.decoder in ICL_DECODERS and not r.reward):
             if metric not in icl.per_user:
                 continue
-            diff, ci, n = users.difference(icl, best, metric)
             entries.append(
                 {
                     "suite": suite,
@@ -121,22 +126,49 @@ def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
                     "metric": metric,
                     "icl": icl.method,
                     "rgd": best.method,
-                    "diff": diff,
-                    "ci": ci,
-                    "n_users": n,
-                    "verdict": _verdict(icl.method, best.method, ci),
+                    **paired(icl, best, metric),
                 }
             )
     return entries
 
 
-def _verdict(a: str, b: str, ci: list[float] | None) -> str:
-    if ci is None:
-        return "no interval"
-    if ci[0] > 0:
-        return f"{a} better"
-    if ci[1] < 0:
-        return f"{b} better"
+def paired(a: CaseResult, b: CaseResult, metric: str, n_boot: int = users.N_BOOT) -> Row:
+    """``a - b`` on ``metric`` over the users both rows have: ``diff``, its interval ``ci``
+    with users resampled, ``n_users``, the sign-flip ``p_value`` over users, and a
+    ``verdict``."""
+    diff, ci, n = users.difference(a, b, metric, n_boot)
+    p_value, exact = math.nan, True
+    if n:
+        _, d, w = users.paired_differences(a, b, metric)
+        p_value, exact = stats.sign_flip(d, w)
+    return {
+        "diff": diff,
+        "ci": ci,
+        "n_users": n,
+        "p_value": p_value if math.isfinite(p_value) else None,
+        "p_method": "exact sign flip" if exact else "sign flip (sampled)",
+        "verdict": verdict(a.method, b.method, metric, ci, p_value, n),
+    }
+
+
+def verdict(
+    a: str, b: str, metric: str, ci: list[float] | None, p_value: float, n_users: int
+) -> str:
+    """Which of two rows is better on ``metric``, when the data can say."""
+    floor = stats.sign_test_floor(ALPHA)
+    if n_users == 0:
+        return "not enough evidence: no shared users"
+    if n_users < floor:
+        return (
+            f"not enough evidence: {n_users} users: p >= {2 * 0.5**n_users:.2g} "
+            "even if every user moved one way"
+        )
+    if ci is None or not math.isfinite(p_value):
+        return "not enough evidence: no interval"
+    if p_value < ALPHA and (ci[0] > 0 or ci[1] < 0):
+        found = catalogue.find(metric)
+        higher = found.higher_is_better if found is not None else True
+        return f"{a if (ci[0] > 0) == higher else b} better"
     return "no significant difference"
 
 
@@ -156,7 +188,6 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
             continue
         for metric in catalogue.METRICS:
             if metric.name in rows[a].per_user and metric.name in rows[b].per_user:
-                diff, ci, n = users.difference(rows[a], rows[b], metric.name)
                 found.append(
                     {
                         "suite": suite,
@@ -166,10 +197,7 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
                         "b": b,
                         "value_a": rows[a].metrics.get(metric.name),
                         "value_b": rows[b].metrics.get(metric.name),
-                        "diff": diff,
-                        "ci": ci,
-                        "n_users": n,
-                        "verdict": _verdict(a, b, ci),
+                        **paired(rows[a], rows[b], metric.name),
                     }
                 )
     if not found:

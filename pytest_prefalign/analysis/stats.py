@@ -209,6 +209,48 @@ def paired_bootstrap(
     return diff, percentile_interval(boots, level), float(min(1.0, 2.0 * min(below, above)))
 
 
+def sign_flip(
+    diffs: Sequence[float], weights: Sequence[float] | None = None, *, seed: int = 0
+) -> tuple[float, bool]:
+    """Two-sided p-value of the paired sign-flip test of a mean difference over users, and
+    whether it is exact.
+
+    ``diffs``: each user's difference between two methods (``a_u - b_u``); the statistic is
+    their weighted mean (``weights``: each user's number of observations for a micro figure;
+    without, every user weighs 1). Under the null the two methods are exchangeable within a
+    user, so each difference is as likely negative as positive; the p-value is the share of the
+    2^n sign patterns whose mean is at least as far from 0 as the observed one
+    (``scipy.stats.permutation_test``, paired). Exact up to 15 users (2^15 <= PERMUTATIONS),
+    sampled, seeded, beyond. With n users no p-value is below ``2 / 2^n``, so below
+    ``sign_test_floor(alpha)`` users nothing can be significant.
+    """
+    d = np.asarray(diffs, dtype=float)
+    w = np.ones_like(d) if weights is None else np.asarray(weights, dtype=float)
+    if d.ndim != 1 or d.shape != w.shape or len(d) == 0:
+        raise ValueError(
+            f"expected one difference and one weight per user, got {d.shape}, {w.shape}"
+        )
+    if not (np.isfinite(d).all() and np.isfinite(w).all() and (w > 0).all()):
+        raise ValueError("differences must be finite and weights positive")
+    if not d.any():
+        return 1.0, True
+
+    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return ((x - y) * w).sum(axis=axis) / w.sum()
+
+    exact = 2 ** len(d) <= PERMUTATIONS
+    result = sps.permutation_test(
+        (d, np.zeros_like(d)),
+        statistic,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=PERMUTATIONS,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    return float(min(1.0, result.pvalue)), exact
+
+
 # --------------------------------------------------------------------------------------------
 # Input checks
 # --------------------------------------------------------------------------------------------

@@ -187,8 +187,18 @@ def icl_lines(entries: list[Row]) -> list[str]:
         return []
     lines = [
         "",
-        "In-context learning against the best reward-guided row (paired over users; 95% interval)",
+        "In-context learning against the best reward-guided row (paired over users; 95% "
+        "interval with users resampled; p: exact sign-flip test over users)",
     ]
+    return lines + icl_table(entries).splitlines()
+
+
+def _p(entry: Row) -> str:
+    value = entry.get("p_value")
+    return "-" if value is None else format(value, ".3g")
+
+
+def icl_table(entries: list[Row], tablefmt: str = "simple") -> str:
     body = [
         [
             _where(e),
@@ -197,26 +207,45 @@ def icl_lines(entries: list[Row]) -> list[str]:
             e["rgd"],
             _num(e["diff"], "+.3f"),
             _ci(e["ci"], "+.3f"),
+            _p(e),
             e["n_users"],
             e["verdict"],
         ]
         for e in entries
     ]
-    lines += tabulate(
-        body,
-        headers=[
-            "suite · size",
-            "metric",
-            "ICL",
-            "best reward-guided",
-            "ICL - it",
-            "95% CI",
-            "users",
-            "verdict",
-        ],
-        disable_numparse=True,
-    ).splitlines()
-    return lines
+    headers = [
+        "suite · size",
+        "metric",
+        "ICL",
+        "best reward-guided",
+        "ICL - it",
+        "95% CI",
+        "p",
+        "users",
+        "verdict",
+    ]
+    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def rows_table(entries: list[Row], tablefmt: str = "simple") -> str:
+    """``prefalign compare RUN --rows A,B``: every metric of two rows, ``A - B`` paired over
+    the users both have."""
+    body = [
+        [
+            _where(e),
+            e["metric"],
+            _num(e["value_a"]),
+            _num(e["value_b"]),
+            _num(e["diff"], "+.3f"),
+            _ci(e["ci"], "+.3f"),
+            _p(e),
+            e["n_users"],
+            e["verdict"],
+        ]
+        for e in entries
+    ]
+    headers = ["suite · size", "metric", "A", "B", "A - B", "95% CI", "p", "users", "verdict"]
+    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 
 def circular_lines(entries: list[Row]) -> list[str]:

@@ -90,6 +90,19 @@ def difference(
     return float(observed[0] - observed[1]), interval(diffs), len(shared)
 
 
+def paired_differences(
+    a: CaseResult, b: CaseResult, metric: str
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The users both rows have on ``metric``, each one's ``a - b``, and its weight (the mean of
+    the two rows' weights: 1 for a macro figure, the observations for a micro one), so that the
+    weighted mean of the differences is ``difference``'s figure where the weights agree."""
+    shared = sorted(set(a.per_user.get(metric, {})) & set(b.per_user.get(metric, {})))
+    if not shared:
+        return [], np.zeros(0), np.zeros(0)
+    t = table([_only(a, metric, shared), _only(b, metric, shared)], metric)
+    return shared, t.values[0] - t.values[1], t.weights.mean(axis=0)
+
+
 def _only(row: CaseResult, metric: str, users: list[str]) -> CaseResult:
     keep = {u: v for u, v in row.per_user[metric].items() if u in set(users)}
     return CaseResult(
