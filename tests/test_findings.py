@@ -1,0 +1,136 @@
+"""benchmarks/findings.py's rendering, on a small run file made by hand whose answers are known:
+a verdict per claim of the paper from the run file alone, with the figures, intervals and the
+command; a size that could not run is named with the reason."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from pytest_prefalign.analysis import crisis
+from pytest_prefalign.runs import records
+from pytest_prefalign.runs.records import CaseResult, RunFile
+
+USERS = [f"u{i:02d}" for i in range(10)]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def findings() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("findings", ROOT / "benchmarks" / "findings.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["findings"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["findings"]
+
+
+def row(method: str, **figures: float) -> CaseResult:
+    """Every user near the figure (-0.01, 0, +0.01 in turn: the mean over ten users is 0.001
+    below it); every method the same pattern, so paired differences are the same for all."""
+    decoder, _, reward = method.partition("[")
+    per_user = {
+        name: {u: value + 0.01 * ((i % 3) - 1) for i, u in enumerate(USERS)}
+        for name, value in figures.items()
+    }
+    return CaseResult(
+        suite="pref_lamp",
+        size="135m",
+        method=method,
+        decoder=decoder,
+        reward=reward.rstrip("]") or None,
+        n_users=len(USERS),
+        metrics={k: float(np.mean(list(v.values()))) for k, v in per_user.items()},
+        per_user=per_user,
+    )
+
+
+def results() -> list[CaseResult]:
+    """Five ARGS rows whose RM accuracy orders policy accuracy perfectly (tau +1) while their
+    ROUGE-1 is within half a point; ICL five points above the best of them; lead above all."""
+    rows = [
+        row(f"args[{name}]", rm_acc=rm, policy_acc=policy, rouge1=rouge)
+        for name, rm, policy, rouge in [
+            ("a", 0.90, 0.80, 0.300),
+            ("b", 0.80, 0.70, 0.302),
+            ("c", 0.75, 0.65, 0.299),
+            ("d", 0.70, 0.60, 0.301),
+            ("e", 0.60, 0.50, 0.303),
+        ]
+    ]
+    rows += [row("base", policy_acc=0.55, rouge1=0.28), row("icl", policy_acc=0.5, rouge1=0.353)]
+    return rows + [row("lead", rouge1=0.40)]
+
+
+@pytest.fixture
+def rendered(findings: ModuleType, tmp_path: Path) -> str:
+    rows = results()
+    tau, found = crisis.analyse(rows)
+    path = tmp_path / "pref_lamp-135m.json"
+    records.write(RunFile(rows, tau=tau, crisis=found), path)
+    command = "pytest --prefalign suites/pref_lamp --prefalign-sizes 135m --prefalign-limit 10"
+    runs = [
+        findings.Run(
+            "pref_lamp", "135m", command=command, path=str(path), seconds=600.0, returncode=0
+        ),
+        findings.Run("pref_lamp", "270m", note="skipped: SmolLM2-360M is not installed"),
+    ]
+    return findings.render(runs)
+
+
+def line_with(text: str, *parts: str) -> str:
+    (found,) = [line for line in text.splitlines() if all(p in line for p in parts)]
+    return found
+
+
+def test_claim_one_does_not_hold_where_rm_accuracy_orders_policy_accuracy(rendered: str) -> None:
+    line = line_with(rendered, "| pref_lamp · 135m | args | policy_acc |")
+    # five methods ranked perfectly: exact p 2/5! = 0.0167, interval above the paper's 0.31
+    assert "| 5 | 10 | +1.000 | 0.0167 | [+1.00, +1.00] |" in line
+    assert line.endswith("| finding: RM accuracy orders the methods the same way as policy_acc "
+                         "| does not hold |")  # fmt: skip
+
+
+def test_claim_two_holds_where_rouge_is_nearly_the_same(rendered: str) -> None:
+    line = line_with(rendered, "| pref_lamp · 135m | args | args[a] 0.899 | args[e] 0.599 |")
+    assert "+0.300 [+0.300, +0.300] p 0.00195" in line  # every user: 2 / 2^10
+    assert line.endswith("| 10 | holds |")
+
+
+def test_claim_three_and_the_baselines(rendered: str) -> None:
+    line = line_with(rendered, "| pref_lamp · 135m | icl | args[e] | rouge1 |")
+    assert "| +0.050 | [+0.050, +0.050] | 0.00195 | 10 | icl better | holds at this size |" in line
+    line = line_with(rendered, "| pref_lamp · 135m | icl | lead |")
+    assert "| -0.047 |" in line and line.endswith("| lead better |")
+
+
+def test_runs_commands_and_tables(rendered: str) -> None:
+    assert "| pref_lamp | 270m | - | - | - | skipped: SmolLM2-360M is not installed |" in rendered
+    assert line_with(rendered, "| pref_lamp | 135m |").endswith("| 10 min | exit status 0 |")
+    # the tables as the run printed them, under the command that produced them
+    section = rendered.split("### pref_lamp · 135m")[1]
+    assert "`pytest --prefalign suites/pref_lamp --prefalign-sizes 135m --prefalign-limit 10`" in (
+        section
+    )
+    assert "args[a]" in section and "Kendall's tau-b" in section
+
+
+@pytest.mark.parametrize(
+    ("entry", "claim"),
+    [
+        ({"enough": False, "verdict": "not enough evidence: 4 methods"}, "not enough evidence"),
+        ({"enough": True, "verdict": "no evidence of association", "tau": 0.2}, "holds"),
+        ({"enough": True, "verdict": "finding: ...", "tau": -0.9, "ci": [-1, -0.5]}, "holds"),
+        ({"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.2, 1]}, "holds"),
+        ({"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.4, 1]}, "does not hold"),
+    ],
+)
+def test_tau_verdicts(findings: ModuleType, entry: dict, claim: str) -> None:
+    assert findings.tau_verdict(entry) == claim
