@@ -122,7 +122,7 @@ def addoption(parser: pytest.Parser) -> None:
         "--prefalign-reduce",
         type=reduce_kind,
         metavar="sum|mean",
-        help="policy accuracy: sum or mean of token log-likelihoods (default: sum).",
+        help="policy accuracy: mean or sum of token log-likelihoods (default: mean).",
     )
     group.addoption(
         "--prefalign-seed",
