@@ -65,15 +65,18 @@ def main() -> None:
     runs_dir = Path(args.runs)
     index = runs_dir / "runs.json"
     if args.render_only:
-        runs = [Run(**r) for r in json.loads(index.read_text())]
+        saved = json.loads(index.read_text())
+        invocation, runs = saved["invocation"], [Run(**r) for r in saved["runs"]]
     else:
+        invocation = shlex.join(["python", "benchmarks/findings.py", *sys.argv[1:]])
         runs_dir.mkdir(parents=True, exist_ok=True)
         runs = []
         for size in args.sizes.split(","):
             for suite in args.suites.split(","):
                 runs.append(run_one(suite, size, args.limit, runs_dir))
-                index.write_text(json.dumps([dataclasses.asdict(r) for r in runs], indent=1))
-    Path(args.out).write_text(render(runs))
+                saved = {"invocation": invocation, "runs": [dataclasses.asdict(r) for r in runs]}
+                index.write_text(json.dumps(saved, indent=1))
+    Path(args.out).write_text(render(runs, invocation))
     print(f"wrote {args.out}")
 
 
@@ -126,15 +129,15 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
 # --------------------------------------------------------------------------------------------
 
 
-def render(runs: list[Run]) -> str:
+def render(runs: list[Run], invocation: str = "python benchmarks/findings.py") -> str:
     from pytest_prefalign.runs import records
 
     loaded = [(r, records.read(Path(r.path))) for r in runs if r.path]
     lines = [
         "# Findings: the paper's claims at this scale",
         "",
-        "Written by `python benchmarks/findings.py` from the run files of real runs; every",
-        "figure below comes from them (regenerate, never edit). Verdicts: **holds**, **does not",
+        f"Written by `{invocation}` from the run files of the real runs below;",
+        "every figure comes from them (regenerate, never edit). Verdicts: **holds**, **does not",
         "hold**, or **not enough evidence** at this scale, by the rules under each claim.",
         "",
         "## Runs",

@@ -82,7 +82,7 @@ def rendered(findings: ModuleType, tmp_path: Path) -> str:
         ),
         findings.Run("pref_lamp", "270m", note="skipped: SmolLM2-360M is not installed"),
     ]
-    return findings.render(runs)
+    return findings.render(runs, "python benchmarks/findings.py --limit 10")
 
 
 def line_with(text: str, *parts: str) -> str:
@@ -112,6 +112,7 @@ def test_claim_three_and_the_baselines(rendered: str) -> None:
 
 
 def test_runs_commands_and_tables(rendered: str) -> None:
+    assert "Written by `python benchmarks/findings.py --limit 10` from the run files" in rendered
     assert "| pref_lamp | 270m | - | - | - | skipped: SmolLM2-360M is not installed |" in rendered
     assert line_with(rendered, "| pref_lamp | 135m |").endswith("| 10 min | exit status 0 |")
     # the tables as the run printed them, under the command that produced them
