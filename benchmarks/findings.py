@@ -142,6 +142,8 @@ def render(runs: list[Run], invocation: str = "python benchmarks/findings.py") -
         "",
         "## Runs",
         "",
+        "Time: the wall time of the run on the machine that made it, with what its cache held.",
+        "",
         "| suite | size | command | started | time | result |",
         "|---|---|---|---|---|---|",
     ]
@@ -188,13 +190,14 @@ def claim_tau(loaded: list) -> list[str]:
         "The claim **does not hold** where RM accuracy orders the methods significantly the same",
         f"way as policy accuracy with an interval above {PAPER_TAU[1]}; it **holds** where the",
         "analysis has enough evidence and finds no such order; **not enough evidence** where the",
-        "analysis says so (the reasons are its own). ROUGE-1 rows are shown for reference.",
+        "analysis says so (the reasons are its own). ROUGE-1 rows are shown for reference;",
+        "decoders with fewer than 3 reward methods have no tau and are left out.",
         "",
         "| suite · size | decoder | y | methods | users | tau | p | 95% CI | analysis | claim |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
-        for e in run.tau:
+        for e in (e for e in run.tau if e["n_methods"] >= 3):
             claim = tau_verdict(e) if e["y"] == "policy_acc" else ""
             lines.append(
                 f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['y']} | {e['n_methods']} | "

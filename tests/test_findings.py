@@ -66,6 +66,7 @@ def results() -> list[CaseResult]:
         ]
     ]
     rows += [row("base", policy_acc=0.55, rouge1=0.28), row("icl", policy_acc=0.5, rouge1=0.353)]
+    rows += [row("bon[a]", rm_acc=0.90, policy_acc=0.7, rouge1=0.2)]  # one method: no tau
     return rows + [row("lead", rouge1=0.40)]
 
 
@@ -96,6 +97,9 @@ def test_claim_one_does_not_hold_where_rm_accuracy_orders_policy_accuracy(render
     assert "| 5 | 10 | +1.000 | 0.0167 | [+1.00, +1.00] |" in line
     assert line.endswith("| finding: RM accuracy orders the methods the same way as policy_acc "
                          "| does not hold |")  # fmt: skip
+    # a decoder with one reward method has no tau: left out of the claim's table
+    claim = rendered.split("## 1.")[1].split("## 2.")[0]
+    assert "| bon |" not in claim and "fewer than 3 reward methods" in claim
 
 
 def test_claim_two_holds_where_rouge_is_nearly_the_same(rendered: str) -> None:
