@@ -128,7 +128,10 @@ class Evaluator:
 
         results = results_key(self.context, case, ctx, factory, plan, state)
         value = self.disk.json(results, compute, valid=_valid_results)
-        items, records, judge = value["items"], value["pairs"], value["judge"]
+        # the records name their test: two sizes with one model share the cached records
+        items = [{**record, **key} for record in value["items"]]
+        records = [{**record, **key} for record in value["pairs"]]
+        judge = value["judge"]
         timings["total_s"] = time.perf_counter() - started
         values, ci, per_user = figures({"pair": records, "item": items})
         used = cache.unique([*lm.cache_uses, *state.uses, *fitted_uses, *uses])
