@@ -17,6 +17,7 @@ commands:
   compare A.json B.json --fail policy_acc:2pp
                                              exit 1 on a significant regression
   compare RUN.json --rows A,B                two rows of one run, paired over users
+  merge SHARD.json... --out RUN.json         join the run files of --prefalign-shard runs
   list                                       reward methods, decoders, suites and sizes, by package
   data [--data DIR]                          each suite, its source, licence and availability
   data fetch [SUITE...] [--to DIR]           build the suites' data from their public sources
@@ -31,6 +32,7 @@ pytest --prefalign suites/pref_lamp (see pytest --help, group prefalign)."""
 COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module, function), imported on use
     "report": ("pytest_prefalign.analysis.report", "report_main"),
     "compare": ("pytest_prefalign.cli", "compare_main"),
+    "merge": ("pytest_prefalign.cli", "merge_main"),
     "list": ("pytest_prefalign.cli", "list_main"),
     "data": ("pytest_prefalign.datadir", "data_main"),
 }
@@ -211,6 +213,39 @@ def _compare_parser() -> argparse.ArgumentParser:
         help="a gate that cannot detect a drop as large as its tolerance: warn (default) or fail",
     )  # fmt: skip
     return parser
+
+
+def merge_main(argv: Sequence[str] | None = None) -> int:
+    """``prefalign merge RUN... --out RUN`` (argv without ``merge``): the run files of the
+    shards of one run (``--prefalign-shard K/N``) joined into one, its analysis computed on
+    the joined results. Returns 2 when they cannot be merged (the message says why), else 0."""
+    from pytest_prefalign.analysis import merge, summary, table
+    from pytest_prefalign.runs import records
+
+    parser = argparse.ArgumentParser(
+        prog="prefalign merge",
+        description="Join the run files of the shards of one run (--prefalign-shard K/N) into "
+        "one run file, its tau, inversions and gates computed on all the results.",
+    )
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="a shard's run file")
+    parser.add_argument("--out", required=True, type=Path, help="the merged run file to write")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        shards = [(path, records.read(path)) for path in args.runs]
+        run = merge.merge(shards)
+        records.write(run, args.out)
+    except (ValueError, OSError) as exc:
+        print(f"prefalign merge: error: {exc}", file=sys.stderr)
+        return 2
+    for line in table.leaderboards(run.results):
+        print(line)
+    for line in summary.summary_lines(run):
+        print(line)
+    print(f"merged {len(shards)} shards, {len(run.results)} results: {args.out}")
+    return 0
 
 
 def list_main(argv: Sequence[str] | None = None) -> int:

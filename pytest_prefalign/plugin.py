@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_prefalign.plumbing import gating, options
+from pytest_prefalign.plumbing import gating, options, workers
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.plumbing.session import PrefalignSession
@@ -30,6 +30,30 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.addoption(parser)
     gating.addoption(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n``) a prefalign run distributes by group (``--dist loadgroup``)
+    unless ``--dist`` says otherwise: the tests of a (suite, size) share a model, pairs,
+    prefills and fitted reward methods, and one worker does that work, not each."""
+    workers.prefer_loadgroup(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` with ``--prefalign`` on a machine with GPUs: one worker per GPU (each
+    pinned to its own, ``runtime/devices.py``); without GPUs xdist's own count."""
+    return workers.gpu_workers(config)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` in a prefalign run: each (suite, size) to one worker, whole."""
+    session = config.stash.get(session_key, None)
+    if session is None or config.getoption("dist", None) != "loadgroup":
+        return None
+    return workers.make_scheduler(config, log, session.sizes)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -199,25 +199,40 @@ def misses(run_file: dict[str, Any]) -> set[tuple[str, str, str]]:
 GUIDED = "base,icl,args[global_bt],genarm[arm]"
 
 
+def results_of(methods: str) -> set[tuple[str, str, str]]:
+    """Each test's own results (its records, the figures' source), by method."""
+    return {(m, "results", m) for m in methods.split(",")}
+
+
+def keys(run_file: dict[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (u["artifact"], u["key"])
+        for r in run_file["results"]
+        for u in r["cache"]
+        if u["artifact"] != "features"
+    }
+
+
 def test_an_unchanged_rerun_hits_every_cached_value_with_the_same_figures(project):
     first = run(project, GUIDED, out="first.json")
     assert misses(first) == set(uses(first))  # a cold cache computes everything
     kinds = {artifact for _, artifact, _ in uses(first)}
-    assert {"generations", "rewards", "judges"} <= kinds
+    assert {"generations", "rewards", "judges", "results"} <= kinds
     again = run(project, GUIDED, out="again.json")
-    assert uses(again) and misses(again) == set()
+    # each test's results come whole from the cache: nothing inside them is consulted, no
+    # reward method is fitted
+    assert set(uses(again)) == results_of(GUIDED) and misses(again) == set()
     assert same_figures(again, first)
-    # the same keys both times
-    keys = [
-        {
-            (u["artifact"], u["key"])
-            for r in f["results"]
-            for u in r["cache"]
-            if u["artifact"] != "features"
-        }
-        for f in (first, again)
-    ]
-    assert keys[0] == keys[1]
+    assert keys(again) <= keys(first)  # the same keys both times
+    # the phases: a cold run generated and scored in each test, trained once per reward
+    # method; the warm run did neither
+    cold = {r["method"]: r["timings"] for r in first["results"]}
+    warm = {r["method"]: r["timings"] for r in again["results"]}
+    assert all(t["generate_tokens"] > 0 and t["policy_tokens"] > 0 for t in cold.values())
+    assert cold["args[global_bt]"]["fit_s"] > 0 and cold["genarm[arm]"]["fit_s"] > 0
+    assert all(t["total_s"] >= t["generate_s"] + t["policy_s"] for t in cold.values())
+    assert not any("generate_tokens" in t or "policy_tokens" in t for t in warm.values())
+    assert all(t.get("fit_s", 0.0) == 0.0 for t in warm.values())
 
 
 def edit_training_pair(project: pytest.Pytester) -> list[str]:
@@ -228,7 +243,7 @@ def edit_training_pair(project: pytest.Pytester) -> list[str]:
 
 
 def reward_guided_misses(method: str, reward: str) -> set[tuple[str, str, str]]:
-    return {(method, "rewards", reward), (method, "generations", method)}
+    return {(method, "rewards", reward), (method, "generations", method), *results_of(method)}
 
 
 SCENARIOS = {
@@ -256,7 +271,12 @@ SCENARIOS = {
     "decoder option": (
         "args[global_bt],genarm[arm]",
         lambda p: ["--prefalign-option", "args.k=3"],
-        {("args[global_bt]", "generations", "args[global_bt]")},
+        {("args[global_bt]", "generations", "args[global_bt]"), *results_of("args[global_bt]")},
+    ),
+    "policy reduction": (  # scores the pairs again; the outputs stay
+        "base,args[global_bt]",
+        lambda p: ["--prefalign-reduce", "sum"],
+        results_of("base,args[global_bt]"),
     ),
     "seed": (
         "base,icl,args[global_bt]",
@@ -266,6 +286,7 @@ SCENARIOS = {
             ("icl", "generations", "icl"),
             ("args[global_bt]", "generations", "args[global_bt]"),
             ("args[global_bt]", "generations", "base"),
+            *results_of("base,icl,args[global_bt]"),
         },
     ),
     "code": (
@@ -288,19 +309,27 @@ def test_each_input_changed_alone_recomputes_exactly_what_depends_on_it(project,
     args = change(project) or []
     second = run(project, methods, *args, out="second.json")
     assert misses(second) == expected
-    assert set(uses(second)) == set(uses(first))
+    # a test whose results were recomputed consulted what it did the first time (and what
+    # another test had loaded for it then: the judge); any other took its results whole
+    recomputed = {m for m, artifact, _ in expected if artifact == "results"}
+    for method in recomputed:
+        again = {u for u in uses(second) if u[0] == method}
+        before = {u for u in uses(first) if u[0] == method}
+        shared = {(method, artifact, of) for _, artifact, of in uses(first)}
+        assert before <= again <= shared
+    assert {u for u in uses(second) if u[0] not in recomputed} == results_of(methods) - expected
 
 
 def test_the_summary_says_how_much_came_from_the_cache(project):
     args = ("--prefalign", "toy", "-p", "no:cacheprovider", "--prefalign-methods", "base,icl")
     project.runpytest_inprocess(*args).stdout.fnmatch_lines(
-        ["cache: 0 of 2 values reused, 2 computed (each keyed by *"]
+        ["cache: 0 of 4 values reused, 4 computed (each keyed by *"]  # generations, results
     )
     project.runpytest_inprocess(*args).stdout.fnmatch_lines(
         ["cache: 2 of 2 values reused, 0 computed *"]
     )
     project.runpytest_inprocess(*args, "--prefalign-no-cache").stdout.fnmatch_lines(
-        ["cache: off (--prefalign-no-cache), 2 values computed"]
+        ["cache: off (--prefalign-no-cache), 4 values computed"]
     )
 
 
@@ -329,6 +358,7 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
         ("args[global_bt]", "generations", "base"),
         ("args[global_bt]", "generations", "args[global_bt]"),
         ("args[global_bt]", "rewards", "global_bt"),
+        *results_of("base,args[global_bt]"),
     }
     assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
 

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class BoNOptions(DecodeOptions):
     n: int = 8  # samples per prompt
+    # sampled sequences per forward pass: n of each of 8 prompts (a sample's draw does not
+    # depend on its batch; measured here, 64 samples a pass sampled 20-25% faster than 16)
+    batch_size: int = 64
     beta: float = 1.0  # the policy it approximates: log pi_base + r / beta
     temperature: float = 1.0  # sampling temperature of the base LM
 

@@ -9,19 +9,23 @@ Imported lazily by the test items: it pulls in torch through the model runtime.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_prefalign import cache, events
+from pytest_prefalign import cache, events, versions
 from pytest_prefalign.analysis import catalogue, metrics
 from pytest_prefalign.api import CaseContext
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation import generation, pairs, prepare, wins
 from pytest_prefalign.evaluation.context import Case, RunContext
+from pytest_prefalign.registry import MethodName
 from pytest_prefalign.runs.records import CaseResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +34,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # a loaded suite (or why it failed) by (name, options), per run
 SUITES = cache.Slot("suites", dict[tuple[str, tuple[tuple[str, str], ...]], Any])
-# a fitted reward method (or why it failed) by name, per (suite, size)
+# a reward method configured (or why it failed), and fitted (or why it failed), by name, per
+# (suite, size)
+PLANS = cache.Slot("configured reward methods", dict[str, Any])
 REWARDS = cache.Slot("fitted reward methods", dict[str, Any])
 
 
@@ -64,41 +70,71 @@ class Evaluator:
             lambda: prepare.load_suite(self.context, case.suite, dict(case.options)),
         )
 
-    def reward(self, case: Case, state: prepare.SuiteState, lm: Any) -> prepare.FittedReward | None:
+    def plan(self, case: Case, state: prepare.SuiteState, lm: Any) -> prepare.RewardPlan | None:
         name = case.method.reward
         if name is None:
             return None
         return _kept(
-            self.group(case)[REWARDS],
+            self.group(case)[PLANS],
             name,
-            lambda: prepare.fit_reward(self.context, name, state, lm),
+            lambda: prepare.plan_reward(self.context, name, state, lm),
+        )
+
+    def reward(
+        self, case: Case, state: prepare.SuiteState, lm: Any, plan: prepare.RewardPlan | None
+    ) -> prepare.FittedReward | None:
+        if plan is None:
+            return None
+        return _kept(
+            self.group(case)[REWARDS],
+            plan.name,
+            lambda: prepare.fit_reward(self.context, plan, state, lm),
         )
 
     def _run(self, case: Case, uses: list[cache.Use]) -> CaseResult:
         started = time.perf_counter()
-        state = self.suite(case)
-        lm = prepare.load_model(self.context, case.size)
-        fitted = self.reward(case, state, lm)
+        timings: dict[str, float] = {}
+        with _timed(timings, "data_s"):
+            state = self.suite(case)
+        with _timed(timings, "model_s"):
+            lm = prepare.load_model(self.context, case.size)
+        plan = self.plan(case, state, lm)
         factory = self.registry.decoder(case.method.decoder).obj
-        decoder: Decoder = factory()
         ctx = CaseContext(
             lm=lm,
             suite=state.suite,
             data=state.data,
-            reward=fitted.reward if fitted else None,
+            reward=None,  # fitted only if the case's results are not in the cache
             options=self.method_options.decoder_options(case.method.decoder, factory),
             seed=self.settings.seed,
             reduce=self.settings.reduce,
             shared=self.group(case),
         )
-        timings: dict[str, float] = {"setup_s": time.perf_counter() - started}
         key = {"suite": case.suite, "method": str(case.method), "size": case.size}
-        items, judge = self._items(case, ctx, fitted, key, timings)
-        with events.step(f"scoring {len(ctx.data.test_pairs)} pairs"):
-            records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
+        fitted_uses: list[cache.Use] = []
+
+        def compute() -> dict[str, Any]:
+            nonlocal ctx
+            with _timed(timings, "fit_s"):
+                fitted = self.reward(case, state, lm, plan)
+            if fitted is not None:
+                ctx = dataclasses.replace(ctx, reward=fitted.reward)
+                fitted_uses.extend(fitted.uses)
+            items, judge = self._items(case, ctx, fitted, key, timings)
+            decoder: Decoder = factory()
+            with events.step(f"scoring {len(ctx.data.test_pairs)} pairs"):
+                records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
+            return {"items": items, "pairs": records, "judge": judge}
+
+        results = results_key(self.context, case, ctx, factory, plan, state)
+        value = self.disk.json(results, compute, valid=_valid_results)
+        # the records name their test: two sizes with one model share the cached records
+        items = [{**record, **key} for record in value["items"]]
+        records = [{**record, **key} for record in value["pairs"]]
+        judge = value["judge"]
         timings["total_s"] = time.perf_counter() - started
         values, ci, per_user = figures({"pair": records, "item": items})
-        used = cache.unique([*lm.cache_uses, *state.uses, *(fitted.uses if fitted else []), *uses])
+        used = cache.unique([*lm.cache_uses, *state.uses, *fitted_uses, *uses])
         return CaseResult(
             suite=case.suite,
             method=str(case.method),
@@ -125,9 +161,9 @@ class Evaluator:
                 "fingerprint": state.fingerprint,
             },
             environment=prepare.environment(lm),
-            reward_fingerprint=fitted.fingerprint if fitted else None,
-            reward_package=fitted.package if fitted else None,
-            reward_version=fitted.version if fitted else None,
+            reward_fingerprint=plan.fingerprint if plan else None,
+            reward_package=plan.package if plan else None,
+            reward_version=plan.version if plan else None,
             options=_asdict(ctx.options),
             cache=[u.to_json() for u in used],
             pairs=records,
@@ -146,12 +182,15 @@ class Evaluator:
         what the judges were."""
         if not ctx.data.items:
             return [], {}
-        t0 = time.perf_counter()
-        outputs = generation.cached_generate(
-            self.context, ctx, case.method, fitted.key if fitted else None
-        )
-        timings["generate_s"] = time.perf_counter() - t0
-        items = generation.item_records(ctx, outputs, key)
+        with _timed(timings, "generate_s"):
+            outputs = generation.cached_generate(
+                self.context, ctx, case.method, fitted.key if fitted else None
+            )
+        _, got = ctx.shared[generation.OUTPUTS][str(case.method)]
+        if not got.hit:  # generated here: its tokens give the decoder's rate
+            timings["generate_tokens"] = float(sum(len(ctx.lm.response_ids(o)) for o in outputs))
+        with _timed(timings, "rouge_s"):
+            items = generation.item_records(ctx, outputs, key)
         if ctx.reward is None:
             return items, {}
         t0 = time.perf_counter()
@@ -175,6 +214,69 @@ class Evaluator:
         return items, judge
 
 
+def results_key(
+    run: RunContext,
+    case: Case,
+    ctx: CaseContext,
+    factory: Any,
+    plan: prepare.RewardPlan | None,
+    state: prepare.SuiteState,
+) -> cache.Key:
+    """What a case's records (outputs, ROUGE, win outcomes, the pairs' scores) depend on: this
+    evaluation's code (the metrics, the guard, the judges' training included), the decoder's
+    code, options and seed, the policy score's reduction, the model, the reward method's key
+    (its configuration, code and training pairs), the suite's code, the exact data, and for
+    the win rates base's generations and the independent judge's encoder."""
+    base = judge = None
+    if plan is not None and ctx.data.items:
+        base_factory = run.registry.decoder("base").obj
+        base_ctx = dataclasses.replace(
+            ctx, options=run.method_options.decoder_options("base", base_factory)
+        )
+        base_name = MethodName("base", None)
+        base = generation.generation_key(base_ctx, base_name, base_factory, None).digest
+        judge = wins.judge_identity()
+    return cache.make_key(
+        "results",
+        method=str(case.method),
+        evaluation=versions.code_version(sys.modules[__name__]),
+        decoder=versions.code_version(factory),
+        options=dataclasses.asdict(ctx.options),
+        seed=ctx.seed,
+        reduce=ctx.reduce,
+        model=ctx.lm.fingerprint,
+        reward=plan.key.digest if plan is not None else None,
+        suite=f"{case.suite}@{versions.code_version(state.suite)}",
+        # a decoder reads the items and profiles (as generations are keyed); the training
+        # pairs matter through the reward method's key and the judge
+        test_pairs=state.fingerprint["test_pairs"],
+        items=state.fingerprint["items"],
+        profiles=state.fingerprint["profiles"],
+        train_pairs=state.fingerprint["train_pairs"] if plan is not None else None,
+        base=base,
+        judge=judge,
+    )
+
+
+def _valid_results(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("items"), list)
+        and isinstance(value.get("pairs"), list)
+        and isinstance(value.get("judge"), dict)
+    )
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the block's wall time to ``timings[phase]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
+
+
 def _kept(store: dict[Any, Any], key: Any, make: Any) -> Any:
     """``make()`` once per key, its value or its ``PrefalignError`` kept (and raised again)."""
     if key not in store:
@@ -189,8 +291,6 @@ def _kept(store: dict[Any, Any], key: Any, make: Any) -> Any:
 
 
 def _asdict(options: Any) -> dict[str, Any]:
-    import dataclasses
-
     return dataclasses.asdict(options)
 
 

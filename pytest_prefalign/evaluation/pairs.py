@@ -50,6 +50,12 @@ def pair_records(
             pairs,
         )
         timings["policy_s"] = time.perf_counter() - t0
+        timings["policy_tokens"] = float(  # the responses' tokens scored, both sides
+            sum(
+                len(ctx.lm.response_ids(p.chosen)) + len(ctx.lm.response_ids(p.rejected))
+                for p in pairs
+            )
+        )
         policy = metrics.pair_outcomes(chosen, rejected)
     rm_out = metrics.pair_outcomes(*rm) if rm is not None else None
 

@@ -142,16 +142,44 @@ def load_model(run: RunContext, label: str) -> LM:
         raise PrefalignError(f"model {label}: {exc}") from None
 
 
-def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedReward:
+@dataclass
+class RewardPlan:
+    """A reward method configured for one (suite, size), not yet fitted: its cache key (what
+    its parameters would depend on) and where it comes from. A rerun whose results are all in
+    the cache never fits it."""
+
+    name: str
+    method: RewardMethod
+    key: cache.Key
+    package: str | None  # the distribution that provided it, and its version
+    version: str | None
+
+    @property
+    def fingerprint(self) -> str:  # the method's fingerprint()
+        return str(self.key.inputs["config"])
+
+
+def plan_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> RewardPlan:
+    """The reward method configured with its options, and its key."""
+    entry = run.registry.reward(name)
+    try:
+        reward: RewardMethod = run.method_options.reward(name, entry.obj)
+        key = reward_key(reward, entry.obj, lm, state.data.train_pairs)
+    except Exception as exc:  # the method's own code: its traceback is shown below
+        raise MethodFailure(
+            f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}"
+        ) from exc
+    return RewardPlan(name, reward, key, entry.package, entry.version)
+
+
+def fit_reward(run: RunContext, plan: RewardPlan, state: SuiteState, lm: LM) -> FittedReward:
     """Fit the reward method in a cache folder of its own key: everything its parameters
     depend on (its configuration and code, the model, the exact training pairs), so that a
     method keeping files there cannot be handed parameters trained on other data. Disabled
     cache: a fresh folder."""
-    entry = run.registry.reward(name)
+    name, reward, key = plan.name, plan.method, plan.key
     with cache.recording() as uses, events.step(f"fitting {name}"):
         try:
-            reward: RewardMethod = run.method_options.reward(name, entry.obj)
-            key = reward_key(reward, entry.obj, lm, state.data.train_pairs)
             folder, had_files = run.disk.folder(key, name)
             reward.fit(lm, state.data.train_pairs, folder)
         except Exception as exc:  # the method's own code: its traceback is shown below
@@ -163,8 +191,7 @@ def fit_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> FittedR
     hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
     uses.append(cache.Use(key, hit))
     guarded = cast(RewardMethod, GuardedReward(reward, name, state.data))
-    fingerprint = str(key.inputs["config"])
-    return FittedReward(guarded, key, uses, fingerprint, entry.package, entry.version)
+    return FittedReward(guarded, key, uses, plan.fingerprint, plan.package, plan.version)
 
 
 def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pair]) -> cache.Key:

@@ -12,11 +12,18 @@ A tie (equal scores, or the same text from both decoders) counts 1/2.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
-from prefalign_methods.rewards.judge import JudgeUnavailable, independent_judge
+from prefalign_methods.rewards.judge import (
+    CONFIG,
+    ENCODER_PACKAGE,
+    JudgeUnavailable,
+    independent_judge,
+)
+from pytest_prefalign import versions
 from pytest_prefalign.analysis import metrics
 from pytest_prefalign.api import CaseContext, Item, RewardMethod
 
@@ -58,6 +65,15 @@ def win_rates(
         outcomes_independent=won.tolist(),
     )
     return result
+
+
+def judge_identity() -> dict[str, Any]:
+    """What the independent judge is, short of its training pairs (the data) and its code
+    (the evaluation's): its configuration and the installed encoder's version."""
+    return {
+        "config": asdict(CONFIG),
+        "encoder": versions.library_versions(ENCODER_PACKAGE.replace("_", "-")),
+    }
 
 
 def outcomes(method: np.ndarray, base: np.ndarray, same_text: Sequence[bool]) -> np.ndarray:

@@ -104,6 +104,13 @@ def _number(value: float | None) -> str:
     return "nan" if value is None else f"{value:.6g}"
 
 
+def group_name(suite: str, options: tuple[tuple[str, str], ...], size: str) -> str:
+    """The name of a (suite, options, size) group: its tests share a model, data, pairs,
+    prefills and fitted reward methods (``xdist_group``, ``--prefalign-shard``)."""
+    where = ",".join(f"{k}={v}" for k, v in options)
+    return f"{suite}[{where}]-{size}" if where else f"{suite}-{size}"
+
+
 def case_name(suite: str, method: MethodName, size: str) -> str:
     """A test's name, ``pref_lamp[args[lore]-135m]``: the suite with the method and the size as
     its parameters (``-k lore``, ``-k args`` and ``-k 135m`` select by them)."""

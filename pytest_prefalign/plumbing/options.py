@@ -10,6 +10,7 @@ import pytest
 
 from pytest_prefalign import method_options
 from pytest_prefalign.analysis import catalogue
+from pytest_prefalign.plumbing.shards import Shard
 
 DEFAULT_LIMIT = 2  # users; keeps the default main job (all methods) to minutes on 2 CPU cores
 
@@ -156,6 +157,14 @@ def addoption(parser: pytest.Parser) -> None:
         help="a prefalign plugin that fails to load is a usage error, not a warning "
         "(ini: prefalign_strict_plugins).",
     )
+    group.addoption(
+        "--prefalign-shard",
+        type=Shard.parse,
+        default=None,
+        metavar="K/N",
+        help="run shard K of N (1 <= K <= N): a deterministic share of the tests, each "
+        "(suite, size) whole; join the shards' run files with: prefalign merge.",
+    )
     parser.addini("prefalign_data", "data directory for prefalign suites (relative to rootdir)")
     parser.addini("prefalign_methods", "methods to run (comma-separated)")
     parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
@@ -191,6 +200,7 @@ class Settings:
     models: list[str]
     assignments: list[method_options.Assignment]  # ini lines first, the command line after
     strict_plugins: bool  # a plugin that fails to load is a usage error
+    shard: Shard | None = None  # --prefalign-shard K/N
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -233,6 +243,7 @@ def settings(config: pytest.Config) -> Settings:
             config.getoption("prefalign_strict_plugins")
             or config.getini("prefalign_strict_plugins")
         ),
+        shard=config.getoption("prefalign_shard"),
     )
 
 

@@ -32,6 +32,8 @@ class Outcomes:
         self.status: dict[str, str] = {}  # nodeid -> passed, failed, error, skipped
         self.with_result: set[str] = set()
         self.interrupted: str | None = None
+        # with --prefalign-shard: (K/N, the tests other shards run); those are not deselected
+        self.shard: tuple[str, set[str]] | None = None
 
     # -- collection ---------------------------------------------------------------------------
 
@@ -43,8 +45,9 @@ class Outcomes:
         self.selected = [nodeid for nodeid in ids if is_case(nodeid)]
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        others = self.shard[1] if self.shard else set()
         ids = [item.nodeid for item in items if isinstance(item, CaseItem)]
-        self.deselected.update(ids)
+        self.deselected.update(i for i in ids if i not in others)
         if is_worker(self.config):
             self.config.workeroutput[DESELECTED] = sorted(self.deselected)  # type: ignore[attr-defined]
 
@@ -83,9 +86,9 @@ class Outcomes:
 
     def summary(self) -> tuple[bool, dict[str, Any]]:
         """``(complete, outcomes)``: complete when the run was not interrupted, nothing was
-        deselected, and every selected test ran and left a result (a test failed by a floor or
-        a gate keeps its result; one that errored, was skipped or failed in its method has
-        none)."""
+        deselected (other than the tests of other shards), and every selected test ran and
+        left a result (a test failed by a floor or a gate keeps its result; one that errored,
+        was skipped or failed in its method has none)."""
         by = {k: sorted(n for n, s in self.status.items() if s == k) for k in _KINDS}
         not_run = [n for n in self.selected if n not in self.status]
         no_result = [n for n in self.selected if n in self.status and n not in self.with_result]
@@ -106,6 +109,8 @@ class Outcomes:
             "interrupted": self.interrupted,
             "incomplete": reasons,
         }
+        if self.shard:
+            outcomes["shard"] = {"shard": self.shard[0], "other_shards": sorted(self.shard[1])}
         return not reasons, outcomes
 
 

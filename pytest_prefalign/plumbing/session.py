@@ -14,7 +14,7 @@ import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
 from pytest_prefalign.errors import PrefalignError, PrefalignWarning, SuiteUnavailable
-from pytest_prefalign.plumbing import gating, options, paths, progress
+from pytest_prefalign.plumbing import gating, options, paths, progress, shards
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
 from pytest_prefalign.plumbing.outcomes import Outcomes, describe
 from pytest_prefalign.plumbing.workers import is_worker
@@ -71,6 +71,10 @@ class PrefalignSession:
         # what becomes of each test, for the run file (its completeness)
         self.outcomes = Outcomes(config)
         config.pluginmanager.register(self.outcomes, "prefalign-outcomes")
+        if self.settings.shard is not None:
+            sharding = shards.Sharding(config, self.settings.shard)
+            self.outcomes.shard = (str(self.settings.shard), sharding.left_out)
+            config.pluginmanager.register(sharding, "prefalign-shard")
         if gating.active(config):
             config.pluginmanager.register(gating.Gating(config), "prefalign-gating")
 
@@ -253,6 +257,7 @@ class PrefalignSession:
                 "seed": self.settings.seed,
                 "options": [str(a) for a in self.settings.assignments],
                 "args": list(self.config.invocation_params.args),
+                "shard": str(self.settings.shard) if self.settings.shard else None,
             },
             models={r.size: r.model for r in self.results},
             tau=tau,

@@ -1,6 +1,10 @@
-"""pytest-xdist: workers run tests; only the controller summarises and writes files."""
+"""pytest-xdist: workers run tests; only the controller summarises and writes files. A
+prefalign run distributes by (suite, size) group and, on a machine with GPUs, starts one worker
+per GPU under ``-n auto``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -8,3 +12,50 @@ import pytest
 def is_worker(config: pytest.Config) -> bool:
     """Whether this process is an xdist worker (xdist gives workers a ``workerinput``)."""
     return hasattr(config, "workerinput")
+
+
+def prefer_loadgroup(config: pytest.Config) -> None:
+    """``--dist loadgroup`` for a prefalign run under ``-n`` where ``--dist`` was not given
+    (xdist would choose ``load``, which spreads a group's tests over every worker)."""
+    option = config.option
+    if not getattr(option, "prefalign", False) or not getattr(option, "numprocesses", None):
+        return
+    if getattr(option, "dist", None) == "no" and not getattr(option, "distload", False):
+        option.dist = "loadgroup"
+
+
+def make_scheduler(config: pytest.Config, log: Any, sizes: list[str]) -> Any:
+    """Under ``--dist loadgroup`` (the default of a prefalign run under ``-n``), a scheduler
+    that sends all the tests of a (suite, size) to one worker, each group whole: xdist's own
+    ``loadgroup`` relies on renaming test ids, which pytest 9 no longer allows. Other tests go
+    one by one, as ``--dist load`` sends them."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    by_length = sorted(sizes, key=len, reverse=True)  # "tiny2" before "tiny"
+
+    class PrefalignGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_scope(nodeid, by_length)
+
+    return PrefalignGroupScheduling(config, log)
+
+
+def group_scope(nodeid: str, sizes: list[str]) -> str:
+    """``path/suite.toml::size`` for an evaluation test ``path/suite.toml::suite[method-size]``
+    (its suite file names the suite and its options), else the test's own id."""
+    path, _, name = nodeid.partition("::")
+    if path.endswith("suite.toml"):
+        for size in sizes:
+            if name.endswith(f"-{size}]"):
+                return f"{path}::{size}"
+    return nodeid
+
+
+def gpu_workers(config: pytest.Config) -> int | None:
+    """The number of GPUs, for ``-n auto`` with ``--prefalign``; ``None`` (xdist counts CPUs)
+    without ``--prefalign`` or without a GPU. Only here is torch imported by the controller."""
+    if not config.getoption("prefalign", False):
+        return None
+    from pytest_prefalign.runtime.devices import gpu_count
+
+    return gpu_count() or None

@@ -73,7 +73,9 @@ class KV:
         """Keep these rows, in this order (repeats allowed: a prompt's row copied for each of
         its responses)."""
         index = torch.as_tensor(rows, device=self.mask.device)
-        self.cache.batch_select_indices(index)
+        # a model spread over devices (accelerate) keeps each layer's cache on its own device,
+        # which a CPU index can select from
+        self.cache.batch_select_indices(index.cpu() if spread(self.lm.model) else index)
         self.mask, self.positions, self.last = (
             self.mask[index],
             self.positions[index],
@@ -135,7 +137,8 @@ class KV:
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 states = getattr(layer, name)  # (B, heads, width + n, head_dim)
-                states[:, :, width] = states[rows, :, width + win]
+                at = states.device  # the layer's own, where a model is spread over devices
+                states[:, :, width] = states[rows.to(at), :, width + win.to(at)]
         if n > 1:
             self.cache.crop(-(n - 1))
         self.last = self.pending[rows, win]
@@ -153,6 +156,12 @@ class KV:
     def _check_no_pending(self) -> None:
         if self.pending is not None:
             raise RuntimeError("accept() or drop_queries() before running more tokens")
+
+
+def spread(model: Any) -> bool:
+    """Whether accelerate placed the model's layers on more than one device."""
+    placement = getattr(model, "hf_device_map", None) or {}
+    return len(set(placement.values())) > 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,14 +9,15 @@ scores and conditions on exactly the same tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from pytest_prefalign import events
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
+from pytest_prefalign.runtime.batching import by_length, check_positive, plan
 from pytest_prefalign.runtime.decoding import (
     KV,
     Choice,
@@ -25,7 +26,9 @@ from pytest_prefalign.runtime.decoding import (
     generator,
     greedy,
     gumbel_choice,
+    spread,
 )
+from pytest_prefalign.runtime.devices import halving
 from pytest_prefalign.runtime.prefill import (
     Prefill,
     PrefillStore,
@@ -33,13 +36,13 @@ from pytest_prefalign.runtime.prefill import (
     full_attention,
     pad,
 )
+from pytest_prefalign.runtime.text import clean_text, end_of_turn_id
 from pytest_prefalign.storage import content_key
 from pytest_prefalign.versions import code_version
 
-__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad"]
+T = TypeVar("T")
 
-# Markers that end an assistant turn in common chat templates (SmolLM2/Qwen, Gemma, Llama 3, Phi 3).
-END_OF_TURN_MARKERS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad"]
 
 
 class LM:
@@ -62,8 +65,13 @@ class LM:
     ) -> None:
         self.label, self.name, self.source = label, name, source
         self.tokenizer = tokenizer
-        self.device = torch.device(device) if device is not None else _model_device(model)
-        self.model = model.to(self.device).eval()
+        if getattr(model, "hf_device_map", None):  # placed across devices by accelerate
+            self.device = model.get_input_embeddings().weight.device
+            self.model = model.eval()
+        else:
+            self.device = torch.device(device) if device is not None else _model_device(model)
+            self.model = model.to(self.device).eval()
+        self.batch_cap: int | None = None  # the batch size that fit after an out-of-memory
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
@@ -89,6 +97,8 @@ class LM:
         self.full_attention = full_attention(self.model.config)
         # prompts' prefills, kept within a memory budget (see runtime/prefill.py)
         self.prefills = PrefillStore(self.model, self.pad_id, self.device)
+        if spread(self.model):  # kept rows live on one device; a spread model's layers on many
+            self.prefills.enabled = False
 
     def __repr__(self) -> str:
         return f"LM(label={self.label!r}, name={self.name!r}, fingerprint={self.fingerprint!r})"
@@ -141,18 +151,33 @@ class LM:
         it ran in. A text is the decoded response up to ``eos_id``, its first non-empty line,
         whitespace collapsed. ``batch_size`` counts sequences (prompts x samples) per forward.
         """
-        _check_positive(
+        check_positive(
             max_new_tokens=max_new_tokens, batch_size=batch_size, num_samples=num_samples
         )
         if sample and not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+        options = (max_new_tokens, sample, temperature, num_samples, seed)
+        return self.within_memory(
+            lambda size: self._generate(prompts, size, *options), batch_size, "generate"
+        )
+
+    def _generate(
+        self,
+        prompts: Sequence[str],
+        batch_size: int,
+        max_new_tokens: int,
+        sample: bool,
+        temperature: float,
+        num_samples: int,
+        seed: int,
+    ) -> list[list[str]]:
         unique = list(dict.fromkeys(prompts))  # the same prompt gives the same texts
         encoded = [self.prompt_ids(p) for p in unique]
         self.prefills.warm(encoded, batch_size=batch_size)
         runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[str, list[str]] = {}
         with events.step("generate", total=len(unique), unit="prompts") as progress:
-            for batch in chunks(_by_length(encoded), max(1, batch_size // runs)):
+            for batch in chunks(by_length(encoded), max(1, batch_size // runs)):
                 seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
                 out = self._generate_batch(
                     [encoded[i] for i in batch],
@@ -228,7 +253,19 @@ class LM:
             prompts, responses, batch_size, hidden=True, predicting=predicting
         )
 
-    @torch.inference_mode()
+    def within_memory(self, work: Callable[[int], T], batch_size: int, what: str) -> T:
+        """``work(batch size)``, the batch halved while the GPU runs out of memory
+        (``devices.halving``); the size that fit is kept as ``batch_cap`` for later calls."""
+
+        def attempt(size: int) -> T:
+            out = work(size)
+            if size < batch_size:
+                self.batch_cap = size
+            return out
+
+        start = min(batch_size, self.batch_cap or batch_size)
+        return halving(attempt, start, what=f"model {self.label}: {what}")
+
     def _teacher_forced(
         self,
         prompts: Sequence[str],
@@ -243,7 +280,22 @@ class LM:
         responses share their prompt)."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
-        _check_positive(batch_size=batch_size)
+        check_positive(batch_size=batch_size)
+        return self.within_memory(
+            lambda size: self._forced(prompts, responses, size, hidden, predicting),
+            batch_size,
+            "read",
+        )
+
+    @torch.inference_mode()
+    def _forced(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        batch_size: int,
+        hidden: bool,
+        predicting: bool,
+    ) -> list[torch.Tensor]:
         unique = list(dict.fromkeys(prompts))
         where = {p: i for i, p in enumerate(unique)}
         encoded = [self.prompt_ids(p) for p in unique]
@@ -254,7 +306,7 @@ class LM:
             groups[where[p]].append(n)
         results: dict[int, torch.Tensor] = {}
         with events.step("read", total=len(prompts), unit="responses") as progress:
-            for batch in _plan(_by_length(encoded), groups, batch_size):
+            for batch in plan(by_length(encoded), groups, batch_size):
                 prompt_rows = list(dict.fromkeys(i for i, _ in batch))
                 kv = KV.start(self, [encoded[i] for i in prompt_rows])
                 pairs = [n for _, chunk in batch for n in chunk]
@@ -306,50 +358,8 @@ class LM:
 # -------------------------------------------------------------------------------------------
 
 
-def end_of_turn_id(tokenizer: Any) -> int:
-    """The token that ends an assistant turn: a known end-of-turn marker that the chat template
-    uses, else the tokenizer's eos."""
-    template = str(tokenizer.chat_template or "")
-    vocab = tokenizer.get_vocab()
-    for marker in END_OF_TURN_MARKERS:
-        if marker in template and marker in vocab:
-            return int(vocab[marker])
-    if tokenizer.eos_token_id is None:
-        raise ValueError("the tokenizer has neither an end-of-turn token nor an eos token")
-    return int(tokenizer.eos_token_id)
-
-
-def clean_text(text: str) -> str:
-    """The first non-empty line, whitespace collapsed to single spaces."""
-    first = text.strip().split("\n", 1)[0]
-    return " ".join(first.split())
-
-
 def _model_device(model: Any) -> torch.device:
     return next(model.parameters()).device
-
-
-def _by_length(seqs: list[list[int]]) -> list[int]:
-    """Indices, longest first: similar lengths share a batch and an oversized batch fails early."""
-    return sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
-
-
-def _plan(
-    order: list[int], groups: list[list[int]], batch_size: int
-) -> Iterator[list[tuple[int, list[int]]]]:
-    """Batches of ``(prompt, its pairs)`` with at most ``batch_size`` pairs each; a prompt with
-    more pairs than that is split (and prefilled once per batch it lands in)."""
-    batch: list[tuple[int, list[int]]] = []
-    used = 0
-    for prompt in order:
-        for chunk in chunks(groups[prompt], batch_size):
-            if used + len(chunk) > batch_size:
-                yield batch
-                batch, used = [], 0
-            batch.append((prompt, chunk))
-            used += len(chunk)
-    if batch:
-        yield batch
 
 
 def _sample_seed(seed: int, prompt: str, index: int) -> int:
@@ -372,9 +382,3 @@ class _Plain:
         return Choice(
             gumbel_choice(logits, self.temperature or 1.0, [self.gens[r] for r in step.active])
         )
-
-
-def _check_positive(**values: int) -> None:
-    for name, value in values.items():
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")

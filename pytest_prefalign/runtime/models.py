@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from pytest_prefalign import cache, events, storage
-from pytest_prefalign.runtime import convert
+from pytest_prefalign.runtime import convert, devices
 from pytest_prefalign.runtime.lm import LM
 
 DEFAULT_MODELS: dict[str, str] = {
@@ -29,7 +27,11 @@ DEFAULT_MODELS: dict[str, str] = {
     "tiny": "tiny",
 }
 
-LINE_FORM = "'LABEL = SOURCE', SOURCE one of embedded:NAME, tiny, a folder or a Hugging Face id"
+LINE_FORM = (
+    "'LABEL = SOURCE [device_map=auto]', SOURCE one of embedded:NAME, tiny, a folder or a "
+    "Hugging Face id"
+)
+DEVICE_MAPS = ("auto",)  # accelerate's placements a line may ask for
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
@@ -42,6 +44,8 @@ class ModelSpec:
 
     label: str
     source: str
+    # ``auto``: accelerate spreads the model over the GPUs (and the CPU) it does not fit on one
+    device_map: str | None = None
 
     @property
     def kind(self) -> str:
@@ -116,15 +120,31 @@ def parse_models(lines: list[str]) -> dict[str, ModelSpec]:
 
 
 def _parse_line(text: str) -> ModelSpec:
-    label, sep, source = (part.strip() for part in text.partition("="))
-    if not sep or not _LABEL.fullmatch(label) or not source or len(source.split()) != 1:
+    label, sep, rest = (part.strip() for part in text.partition("="))
+    source, *extra = rest.split() or [""]
+    if not sep or not _LABEL.fullmatch(label) or not source or len(extra) > 1:
         raise ValueError(f"bad line {text!r}: expected {LINE_FORM}")
+    device_map = _device_map(text, extra[0]) if extra else None
+    if device_map and source == "tiny":
+        raise ValueError(f"bad line {text!r}: device_map is for models with weights, not tiny")
     if source.startswith("embedded:") and source[len("embedded:") :] not in EMBEDDED:
         raise ValueError(
             f"bad line {text!r}: unknown embedded model; known: "
             + ", ".join(f"embedded:{name}" for name in EMBEDDED)
         )
-    return ModelSpec(label, source)
+    return ModelSpec(label, source, device_map)
+
+
+def _device_map(text: str, option: str) -> str:
+    name, _, value = option.partition("=")
+    if name != "device_map" or value not in DEVICE_MAPS:
+        raise ValueError(f"bad line {text!r}: unknown option {option!r}; expected {LINE_FORM}")
+    if importlib.util.find_spec("accelerate") is None:
+        raise ValueError(
+            f"line {text!r}: device_map={value} needs the Python package 'accelerate', which "
+            "is not installed (pip install accelerate)"
+        )
+    return value
 
 
 # -------------------------------------------------------------------------------------------
@@ -140,10 +160,15 @@ _LMS = cache.Slot("models by size label", dict[tuple[ModelSpec, str, bool], LM])
 def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bool = False) -> LM:
     """The LM of a spec, loaded once per process (labels sharing a source share the weights).
 
-    ``device``: default ``cuda`` when available, else ``cpu`` (the tiny model stays on the CPU).
-    Weights are fp32 on the CPU and bf16 on CUDA. Raises ``ModelUnavailable``.
+    ``device``: by default this process's GPU (``devices.default_device``: one per xdist
+    worker) when there is one, else ``cpu``; the tiny model stays on the CPU unless a device
+    is given, and a spec with ``device_map`` is placed by accelerate. Weights are fp32 on the
+    CPU and bf16 on CUDA. Raises ``ModelUnavailable``.
     """
-    where = device or ("cpu" if spec.kind == "tiny" else _default_device())
+    if spec.device_map:
+        where = f"device_map={spec.device_map}"
+    else:
+        where = device or ("cpu" if spec.kind == "tiny" else devices.default_device())
     key = (spec, where, trust_remote_code)
     labelled, sources = cache.PROCESS[_LMS], cache.PROCESS[_SOURCES]
     if key not in labelled:
@@ -170,7 +195,7 @@ def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
     if kind == "tiny":
         from pytest_prefalign.runtime.tiny import build_tiny_lm
 
-        return build_tiny_lm(0)
+        return build_tiny_lm(0, device=device)
     if kind == "embedded":
         return _load_embedded(spec, device)
     if kind == "hub":
@@ -178,25 +203,21 @@ def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
     return _load_folder(spec, device, trust_remote_code)
 
 
-def _default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _dtype(device: str) -> torch.dtype:
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
-
-
 def _from_folder(
     folder: Path | str, device: str, trust_remote_code: bool = False
 ) -> tuple[Any, Any]:
-    """Model (in ``device``'s dtype; ``LM`` moves it there) and tokenizer from a folder or an id."""
+    """Model (in ``device``'s dtype; ``LM`` moves it there) and tokenizer from a folder or an id.
+    ``device`` ``device_map=auto``: accelerate places the layers over the GPUs (bf16) or, with
+    none, on the CPU (fp32)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    placed: dict[str, Any] = {}
+    if device.startswith("device_map="):
+        placed["device_map"] = device.removeprefix("device_map=")
+        device = devices.default_device()
     model = AutoModelForCausalLM.from_pretrained(
-        folder, dtype=_dtype(device), trust_remote_code=trust_remote_code
+        folder, dtype=devices.dtype_for(device), trust_remote_code=trust_remote_code, **placed
     )
     return model, tokenizer
 

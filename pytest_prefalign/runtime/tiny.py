@@ -98,18 +98,21 @@ def build_tiny_model(seed: int = 0) -> LlamaForCausalLM:
     return model.float().eval()
 
 
-def build_tiny_lm(seed: int = 0) -> LM:
-    """The tiny model wrapped as an ``LM`` on the CPU, labelled ``tiny``."""
+def build_tiny_lm(seed: int = 0, *, device: str = "cpu", dtype: torch.dtype = torch.float32) -> LM:
+    """The tiny model wrapped as an ``LM``, labelled ``tiny``: fp32 on the CPU by default; on a
+    CUDA ``device`` in fp32 too unless ``dtype`` says otherwise (the same weights: what the
+    CPU-against-CUDA equivalence check compares)."""
     tokenizer = build_tokenizer()
     model = build_tiny_model(seed)
+    fingerprint = tiny_fingerprint(model, tokenizer, seed)  # of the fp32 weights it is built with
     return LM(
-        model,
+        model.to(dtype),
         tokenizer,
         label="tiny",
         name=f"tiny-llama(seed={seed})",
         source="tiny",
-        fingerprint=tiny_fingerprint(model, tokenizer, seed),
-        device="cpu",
+        fingerprint=fingerprint,
+        device=device,
     )
 
 

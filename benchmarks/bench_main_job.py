@@ -1,0 +1,136 @@
+"""The main job, cold and warm, with the time of each phase.
+
+Runs ``pytest --prefalign suites/pref_lamp`` twice in fresh processes sharing one new, empty
+cache folder: *cold* (nothing cached: the model is converted, the pairs built, every reward
+method trained, every output generated, every pair scored) and *warm* (the same run again: each
+test's results come from the cache). Prints, per phase, the seconds summed over the tests and,
+where the phase processes tokens, tokens per second; the last line is
+
+    main job: cold <C> s, warm <W> s, users <U>, pairs <P>
+
+with the wall time of each pytest process (start-up and the summary included). The phases are
+the run file's per-test ``timings``: model (load, and convert once), data (the suite's data and
+its pairs), fit (reward training), generate (per decoder), rouge, judge (win rates over base,
+the independent judge's training included), rm (reward scores of the test pairs) and policy
+(the guided policy's log-likelihoods of the test pairs); "other" is the rest of each process
+(start-up, collection, the analysis, the summary and the run file).
+
+    python benchmarks/bench_main_job.py                 # the default user count
+    python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
+
+Run it on a machine doing nothing else if the figures are to be compared: it prints the load
+average beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("model", "data", "fit", "generate", "rouge", "judge", "rm", "policy")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, help="users (default: the plugin's default)")
+    parser.add_argument("--methods", help="--prefalign-methods (default: the default methods)")
+    parser.add_argument("--suite", default="suites/pref_lamp", help="the suite to run")
+    parser.add_argument("--keep", type=Path, help="keep the cache and run files in this folder")
+    args = parser.parse_args()
+
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="prefalign-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PREFALIGN_CACHE": str(folder / "cache")}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if list((folder / "cache").glob("*")):
+        sys.exit(f"{folder / 'cache'} is not empty: a cold run needs an empty cache")
+
+    runs = {}
+    for phase in ("cold", "warm"):
+        runs[phase] = timed_run(args, folder / f"{phase}.json", env)
+        print(f"{phase}: {runs[phase]['wall']:.1f} s", flush=True)
+
+    print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    cold, warm = runs["cold"], runs["warm"]
+    rows = []
+    for phase in (*PHASES, "other"):
+        c, w = cold["phases"].get(phase, 0.0), warm["phases"].get(phase, 0.0)
+        tokens = cold["tokens"].get(phase)
+        rate = f"{tokens / c:.0f}" if tokens and c > 0 else ""
+        rows.append([phase, f"{c:.1f}", f"{w:.1f}", f"{tokens:.0f}" if tokens else "", rate])
+    rows.append(["total (wall)", f"{cold['wall']:.1f}", f"{warm['wall']:.1f}", "", ""])
+    print(tabulate(rows, ["phase", "cold s", "warm s", "tokens (cold)", "tok/s (cold)"]))
+    print("\ngeneration per decoder (cold):")
+    gen = [
+        [d, f"{s:.1f}", f"{t:.0f}", f"{t / s:.0f}" if s else ""]
+        for d, (s, t) in sorted(cold["decoders"].items())
+    ]
+    print(tabulate(gen, ["decoder", "seconds", "tokens", "tok/s"]))
+    same = same_figures(cold["file"], warm["file"])
+    print(f"\nwarm figures equal cold figures: {'yes' if same else 'NO'}")
+    print(
+        f"main job: cold {cold['wall']:.0f} s, warm {warm['wall']:.0f} s, "
+        f"users {cold['users']}, pairs {cold['pairs']}"
+    )
+
+
+def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "pytest", "--prefalign", args.suite, "-p", "no:cacheprovider"]
+    command += ["-q", "--prefalign-json", str(out)]
+    if args.limit:
+        command += ["--prefalign-limit", str(args.limit)]
+    if args.methods:
+        command += ["--prefalign-methods", args.methods]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-4000:]}")
+    run_file = json.loads(out.read_text())
+    phases: dict[str, float] = defaultdict(float)
+    tokens: dict[str, float] = defaultdict(float)
+    decoders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    users, pairs = set(), 0
+    for row in run_file["results"]:
+        timings = row["timings"]
+        for phase in PHASES:
+            phases[phase] += timings.get(f"{phase}_s", 0.0)
+            tokens[phase] += timings.get(f"{phase}_tokens", 0.0)
+        if "generate_tokens" in timings:
+            decoders[row["method"]][0] += timings["generate_s"]
+            decoders[row["method"]][1] += timings["generate_tokens"]
+        users |= {p["user"] for p in row["pairs"]} | {i["user"] for i in row["items"]}
+        pairs = max(pairs, row["n_pairs"])
+    phases["other"] = wall - sum(phases[p] for p in PHASES)
+    return {
+        "wall": wall,
+        "phases": phases,
+        "tokens": tokens,
+        "decoders": decoders,
+        "users": len(users),
+        "pairs": pairs,
+        "file": run_file,
+    }
+
+
+def same_figures(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    def figures(run_file: dict[str, Any]) -> dict[str, Any]:
+        return {(r["method"], r["size"]): (r["metrics"], r["ci"]) for r in run_file["results"]}
+
+    return figures(a) == figures(b)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Where models run: the device of this process (one GPU per pytest-xdist worker), the dtype of a
+device, and batches that halve when the GPU runs out of memory.
+
+A run with G GPUs under ``pytest -n auto`` starts G workers (``plugin.py`` answers xdist's
+``pytest_xdist_auto_num_workers``) and worker ``gwN`` loads its models on ``cuda:{N mod G}``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from pytest_prefalign import events
+from pytest_prefalign.errors import PrefalignWarning
+
+WORKER_ENV = "PYTEST_XDIST_WORKER"  # xdist names each worker gw0, gw1, ... in its environment
+R = TypeVar("R")
+
+
+def gpu_count() -> int:
+    """CUDA devices this process sees (``CUDA_VISIBLE_DEVICES`` applied)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def worker_index(environ: dict[str, str] | None = None) -> int | None:
+    """``N`` of the xdist worker ``gwN`` this process is, else ``None``."""
+    name = (os.environ if environ is None else environ).get(WORKER_ENV, "")
+    match = re.fullmatch(r"gw(\d+)", name)
+    return int(match.group(1)) if match else None
+
+
+def default_device(environ: dict[str, str] | None = None, gpus: int | None = None) -> str:
+    """``cuda:{N mod G}`` in xdist worker ``gwN`` on a machine with ``G`` GPUs, ``cuda`` in a
+    process that is not a worker, ``cpu`` where there is no GPU."""
+    gpus = gpu_count() if gpus is None else gpus
+    if gpus == 0:
+        return "cpu"
+    index = worker_index(environ)
+    return "cuda" if index is None else f"cuda:{index % gpus}"
+
+
+def dtype_for(device: str | torch.device) -> torch.dtype:
+    """bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on the CPU."""
+    if torch.device(device).type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+# -------------------------------------------------------------------------------------------
+# Batches that adapt to free memory
+# -------------------------------------------------------------------------------------------
+
+_WARNED: set[str] = set()  # what has said it halved its batch, once per process
+
+
+def halving(work: Callable[[int], R], batch_size: int, *, what: str) -> R:
+    """``work(batch_size)``; on ``torch.cuda.OutOfMemoryError`` the GPU's cached blocks are
+    freed and ``work`` runs again with half the batch, down to 1 (an out-of-memory error at
+    batch size 1 is raised). The first halving of each ``what`` warns (``PrefalignWarning``:
+    in pytest's warnings summary) and logs; the later ones only log."""
+    while True:
+        try:
+            return work(batch_size)
+        except torch.cuda.OutOfMemoryError:
+            if batch_size <= 1:
+                raise
+            smaller = batch_size // 2
+            message = (
+                f"{what}: out of GPU memory at batch size {batch_size}; retrying with "
+                f"{smaller} (set a smaller batch size to avoid the retry)"
+            )
+            events.LOGGER.warning("%s", message)
+            if what not in _WARNED:
+                _WARNED.add(what)
+                warnings.warn(PrefalignWarning(message), stacklevel=2)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            batch_size = smaller
