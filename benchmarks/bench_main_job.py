@@ -102,7 +102,7 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     phases: dict[str, float] = defaultdict(float)
     tokens: dict[str, float] = defaultdict(float)
     decoders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    users, pairs = set(), 0
+    users = pairs = 0
     for row in run_file["results"]:
         timings = row["timings"]
         for phase in PHASES:
@@ -111,15 +111,14 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         if "generate_tokens" in timings:
             decoders[row["method"]][0] += timings["generate_s"]
             decoders[row["method"]][1] += timings["generate_tokens"]
-        users |= {p["user"] for p in row["pairs"]} | {i["user"] for i in row["items"]}
-        pairs = max(pairs, row["n_pairs"])
+        users, pairs = max(users, row["n_users"]), max(pairs, row["n_pairs"])
     phases["other"] = wall - sum(phases[p] for p in PHASES)
     return {
         "wall": wall,
         "phases": phases,
         "tokens": tokens,
         "decoders": decoders,
-        "users": len(users),
+        "users": users,
         "pairs": pairs,
         "file": run_file,
     }

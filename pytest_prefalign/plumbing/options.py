@@ -12,7 +12,7 @@ from pytest_prefalign import method_options
 from pytest_prefalign.analysis import catalogue
 from pytest_prefalign.plumbing.shards import Shard
 
-DEFAULT_LIMIT = 2  # users; keeps the default main job (all methods) to minutes on 2 CPU cores
+DEFAULT_LIMIT = 8  # users: enough for a comparison paired over users to reach a finding
 
 
 def comma_list(text: str) -> list[str]:
