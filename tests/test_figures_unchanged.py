@@ -41,6 +41,8 @@ def test_main_job_figures_are_unchanged(
         "run.json",
         "--prefalign-methods",
         ",".join(recorded["results"]),
+        "--prefalign-limit",
+        "2",  # the users recorded (the default then)
     )
     result.assert_outcomes(passed=10)
     run = json.loads((pytester.path / "run.json").read_text())
