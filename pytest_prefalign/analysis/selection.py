@@ -140,7 +140,7 @@ def paired(a: CaseResult, b: CaseResult, metric: str, n_boot: int = users.N_BOOT
     p_value, exact = math.nan, True
     if n:
         _, d, w = users.paired_differences(a, b, metric)
-        p_value, exact = stats.sign_flip(d, w)
+        p_value, exact = stats.sign_flip(d.tolist(), w.tolist())
     return {
         "diff": diff,
         "ci": ci,

@@ -100,7 +100,7 @@ class Outcomes:
                 reasons.append(f"{len(ids)} test(s) {what}")
         if no_result:
             reasons.append(f"{len(no_result)} test(s) without a result ({_kinds(no_result, by)})")
-        outcomes = {
+        outcomes: dict[str, Any] = {
             "selected": len(self.selected),
             **by,
             "deselected": sorted(self.deselected),

@@ -54,7 +54,8 @@ def split(items: list[pytest.Item], shard: Shard) -> tuple[list[pytest.Item], li
     """``(kept, left out)``: the tests of this shard's groups (other tests are kept)."""
     groups = sorted({item_group(item) for item in items if isinstance(item, CaseItem)})
     mine = {name for n, name in enumerate(groups) if n % shard.count == shard.index - 1}
-    kept, left = [], []
+    kept: list[pytest.Item] = []
+    left: list[pytest.Item] = []
     for item in items:
         if isinstance(item, CaseItem) and item_group(item) not in mine:
             left.append(item)

@@ -106,7 +106,7 @@ def build_tiny_lm(seed: int = 0, *, device: str = "cpu", dtype: torch.dtype = to
     model = build_tiny_model(seed)
     fingerprint = tiny_fingerprint(model, tokenizer, seed)  # of the fp32 weights it is built with
     return LM(
-        model.to(dtype),
+        model.to(dtype),  # type: ignore[arg-type]  # transformers types .to as one overload
         tokenizer,
         label="tiny",
         name=f"tiny-llama(seed={seed})",
