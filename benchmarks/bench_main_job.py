@@ -17,6 +17,7 @@ the independent judge's training included), rm (reward scores of the test pairs)
 
     python benchmarks/bench_main_job.py                 # the default user count
     python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
+    python benchmarks/bench_main_job.py --dtype bfloat16  # the model's weights in bf16
 
 Run it on a machine doing nothing else if the figures are to be compared: it prints the load
 average beside them.
@@ -46,6 +47,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="users (default: the plugin's default)")
     parser.add_argument("--methods", help="--prefalign-methods (default: the default methods)")
     parser.add_argument("--suite", default="suites/pref_lamp", help="the suite to run")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        help="the 135m model's weights (default: the ini's, fp32 on the CPU)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the cache and run files in this folder")
     args = parser.parse_args()
 
@@ -93,6 +99,8 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         command += ["--prefalign-limit", str(args.limit)]
     if args.methods:
         command += ["--prefalign-methods", args.methods]
+    if args.dtype:
+        command += ["-o", f"prefalign_models=135m = embedded:smollm2-135m dtype={args.dtype}"]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started

@@ -11,6 +11,7 @@ for two suite options sharing one cache (in fresh processes, so that no in-proce
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from typing import Any
 
@@ -361,6 +362,20 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
         *results_of("base,args[global_bt]"),
     }
     assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
+
+
+def test_bf16_weights_on_the_cpu_run_every_decoder_and_recompute_what_reads_the_model(project):
+    first = run(project, GUIDED, out="first.json")
+    write_ini(project, "tiny = tiny dtype=bfloat16")
+    second = run(project, GUIDED, out="second.json")
+    assert {r["environment"]["dtype"] for r in first["results"]} == {"float32"}
+    assert {r["environment"]["dtype"] for r in second["results"]} == {"bfloat16"}
+    assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
+    # every value that reads the model is computed again; the judge reads only its encoder
+    assert {u for u in uses(second) if u[1] != "judges"} == misses(second)
+    assert {u for u in uses(second) if u[1] == "judges"} <= set(uses(second)) - misses(second)
+    for row in second["results"]:
+        assert row["metrics"] and all(math.isfinite(v) for v in row["metrics"].values())
 
 
 def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):

@@ -16,7 +16,8 @@ import torch
 from pytest_prefalign.errors import PrefalignWarning
 from pytest_prefalign.plumbing.workers import group_scope
 from pytest_prefalign.runtime import devices
-from pytest_prefalign.runtime.models import ModelSpec, parse_models
+from pytest_prefalign.runtime.model_lines import parse_models
+from pytest_prefalign.runtime.models import ModelSpec
 
 # CPU against CUDA, both fp32: the same greedy tokens, log-likelihoods within this
 LOGPROB_TOLERANCE = 1e-3
@@ -81,6 +82,21 @@ def test_device_map_auto_is_read_from_the_ini_lines():
         ("x = org/m device_map=balanced", "unknown option 'device_map=balanced'"),
         ("x = org/m gpus=2", "unknown option 'gpus=2'"),
         ("x = tiny device_map=auto", "not tiny"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            parse_models([line])
+
+
+def test_dtype_is_read_from_the_ini_lines():
+    specs = parse_models(["a = org/m dtype=bfloat16", "b = tiny dtype=float32 ", "c = org/m"])
+    assert specs["a"].dtype == "bfloat16" and specs["b"].dtype == "float32"
+    assert specs["c"].dtype is None
+    both = parse_models(["x = org/m device_map=auto dtype=bfloat16"])["x"]
+    assert (both.device_map, both.dtype) == ("auto", "bfloat16")
+    for line, message in (
+        ("x = org/m dtype=float16", "unknown dtype 'float16'; expected one of float32, bfloat16"),
+        ("x = org/m dtype=bfloat16 dtype=float32", "given twice"),
+        ("x = org/m dtype=bfloat16 device_map=auto gpus=2", "expected 'LABEL = SOURCE"),
     ):
         with pytest.raises(ValueError, match=message):
             parse_models([line])

@@ -18,13 +18,13 @@ import torch
 
 from pytest_prefalign import storage
 from pytest_prefalign.runtime import convert, models
+from pytest_prefalign.runtime.model_lines import parse_models
 from pytest_prefalign.runtime.models import (
     DEFAULT_MODELS,
     ModelSpec,
     ModelUnavailable,
     clear_loaded,
     load_lm,
-    parse_models,
 )
 from pytest_prefalign.runtime.tiny import build_tiny_lm, build_tiny_model
 

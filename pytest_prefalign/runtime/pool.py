@@ -20,7 +20,7 @@ class ModelPool:
 
     @classmethod
     def from_lines(cls, lines: list[str]) -> ModelPool:
-        from pytest_prefalign.runtime.models import parse_models
+        from pytest_prefalign.runtime.model_lines import parse_models
 
         try:
             return cls(parse_models(lines))
