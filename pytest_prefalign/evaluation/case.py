@@ -164,7 +164,7 @@ class Evaluator:
             reward_fingerprint=plan.fingerprint if plan else None,
             reward_package=plan.package if plan else None,
             reward_version=plan.version if plan else None,
-            options=_asdict(ctx.options),
+            options=dataclasses.asdict(ctx.options),
             cache=[u.to_json() for u in used],
             pairs=records,
             items=items,
@@ -193,11 +193,10 @@ class Evaluator:
             items = generation.item_records(ctx, outputs, key)
         if ctx.reward is None:
             return items, {}
-        t0 = time.perf_counter()
-        base = generation.base_outputs(self.context, ctx)
-        with events.step("judging win rates over base"):
-            won = wins.win_rates(ctx, ctx.data.items, outputs, base)
-        timings["judge_s"] = time.perf_counter() - t0
+        with _timed(timings, "judge_s"):
+            base = generation.base_outputs(self.context, ctx)
+            with events.step("judging win rates over base"):
+                won = wins.win_rates(ctx, ctx.data.items, outputs, base)
         for field, outcomes in (
             ("win_self", won["outcomes_self"]),
             ("win_independent", won["outcomes_independent"]),
@@ -288,10 +287,6 @@ def _kept(store: dict[Any, Any], key: Any, make: Any) -> Any:
     if isinstance(value, PrefalignError):
         raise value
     return value
-
-
-def _asdict(options: Any) -> dict[str, Any]:
-    return dataclasses.asdict(options)
 
 
 # --------------------------------------------------------------------------------------------

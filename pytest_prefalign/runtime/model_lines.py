@@ -40,8 +40,8 @@ def _parse_line(text: str) -> ModelSpec:
     source, *extra = rest.split() or [""]
     if not sep or not _LABEL.fullmatch(label) or not source or len(extra) > 2:
         raise ValueError(f"bad line {text!r}: expected {LINE_FORM}")
-    options = dict(option.partition("=")[::2] for option in extra)
-    if len(options) < len(extra):
+    names = [option.partition("=")[0] for option in extra]
+    if len(set(names)) < len(names):
         raise ValueError(f"bad line {text!r}: an option is given twice; expected {LINE_FORM}")
     device_map = dtype = None
     for option in extra:
