@@ -154,18 +154,20 @@ def _constant_head(lm: LM, token: int) -> LM:
 def test_generation_stops_at_end_of_turn_and_at_a_complete_line(tiny_lm: LM) -> None:
     tok = tiny_lm.tokenizer
     calls: list[int] = []
-    for token, expected, forwards in [
-        (tok.convert_tokens_to_ids("a"), "a" * 7, 7),  # runs to max_new_tokens
-        (tiny_lm.eos_id, "", 1),  # stops after the prefill
-        (tok.convert_tokens_to_ids("Ċ"), "", 7),  # newlines only: no line is ever complete
+    for token, expected, steps in [
+        (tok.convert_tokens_to_ids("a"), "a" * 7, 6),  # runs to max_new_tokens
+        (tiny_lm.eos_id, "", 0),  # stops after the prefill
+        (tok.convert_tokens_to_ids("Ċ"), "", 6),  # newlines only: no line is ever complete
     ]:
         lm = _constant_head(tiny_lm, token)
         calls.clear()
-        # every pass of the transformer body: the prompts' prefill, then one per step
+        # every pass of the transformer body: the prompts' prefill (in as many passes as
+        # their lengths call for), then one per step after the first token
         hook = lm.model.base_model.register_forward_hook(lambda *args: calls.append(1))
         assert lm.generate(["Hi", PROMPTS[0]], max_new_tokens=7) == [[expected], [expected]]
         hook.remove()
-        assert len(calls) == forwards
+        assert lm.prefills.stats["passes"] >= 1
+        assert len(calls) == lm.prefills.stats["passes"] + steps
     a, newline = tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("Ċ")
     assert tiny_lm.finished([newline, a, newline]) and not tiny_lm.finished([newline, a])
 
@@ -238,3 +240,38 @@ def test_total_logprob_is_a_proper_distribution_over_single_tokens(tiny_lm: LM) 
     scores = tiny_lm.response_logprobs(["Hi"] * len(singles), singles, batch_size=16)
     total = sum(math.exp(float(s.sum())) for s in scores)
     assert 0 < total < 1
+
+
+def test_grouped_attention_gives_the_same_bits_as_transformers_sdpa(tiny_lm: LM) -> None:
+    """Every masked pass over more than one token runs ``runtime.attention``'s grouped kernel on
+    the CPU; it must give exactly what transformers' own SDPA path gives (left padding, a
+    prompt's cache and right-padded responses on it)."""
+    from pytest_prefalign.runtime.attention import NAME
+    from pytest_prefalign.runtime.prefill import pad
+
+    assert tiny_lm.model.config._attn_implementation == NAME
+    plain = copy.deepcopy(tiny_lm.model)
+    plain.set_attn_implementation("sdpa")
+    seqs = [tiny_lm.prompt_ids(p) for p in PROMPTS]
+    ids, mask = pad(seqs, tiny_lm.pad_id, left=True, device=torch.device("cpu"))
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    answers = [tiny_lm.response_ids(r) for r in SCORED_RESPONSES[:3]]
+    more, more_mask = pad(answers, tiny_lm.pad_id, left=False, device=torch.device("cpu"))
+    outs = []
+    with torch.inference_mode():
+        for model in (tiny_lm.model, plain):
+            first = model.base_model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+            )
+            whole = torch.cat([mask, more_mask], dim=1)
+            then = positions[:, -1:] + 1 + torch.arange(more.shape[1])
+            second = model.base_model(
+                input_ids=more,
+                attention_mask=whole,
+                position_ids=then,
+                cache=first.cache,
+                use_cache=True,
+            )
+            outs.append((first.last_hidden_state, second.last_hidden_state))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert torch.equal(outs[0][1], outs[1][1])

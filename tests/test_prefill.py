@@ -13,6 +13,7 @@ from pytest_prefalign.runtime.prefill import (  # noqa: E402
     budget_from_env,
     full_attention,
     shared_lengths,
+    snug,
 )
 
 
@@ -104,6 +105,44 @@ def test_shared_lengths_by_hand():
         2,
         1,
     ]
+
+
+def test_snug_batches_by_hand():
+    # one long prompt and three short ones: 1.5 * 100 + 3.5 * 10 = 185 beats 4.5 * 100 = 450
+    assert snug([100, 10, 10, 9], 16, 0.5) == [(0, 1), (1, 4)]
+    # similar lengths stay together: 4.5 * 100 = 450 beats 1.5 * 100 + 3.5 * 99 = 496.5
+    assert snug([100, 99, 98, 97], 16, 0.5) == [(0, 4)]
+    # never more than ``most`` rows in a pass
+    assert snug([5] * 5, 2, 0.5) == [(0, 1), (1, 3), (3, 5)]
+    # a high overhead keeps one pass, as fixed chunks would
+    assert snug([100, 10, 10, 9], 16, 100.0) == [(0, 4)]
+    assert snug([], 16, 0.5) == []
+    with pytest.raises(ValueError, match="most"):
+        snug([1], 0, 0.5)
+
+
+def test_the_store_cuts_its_passes_where_padding_costs_more_than_a_pass(tiny_lm):
+    """One long prompt and four short ones: the long one runs alone, so the short ones are not
+    padded to its length; the numbers are the plain pass's."""
+    g = torch.Generator().manual_seed(3)
+    vocab = tiny_lm.model.config.vocab_size
+    prompts = [random_ids(g, n, vocab) for n in (90, 8, 9, 7, 8)]
+    store = store_of(tiny_lm)
+    widths = []
+    original = store._extend
+
+    def spy(heads, tails):
+        widths.append(sorted(len(t) for t in tails))
+        return original(heads, tails)
+
+    store._extend = spy
+    got = store.prefill(prompts, batch_size=16)
+    assert widths == [[90], [7, 8, 8, 9]]
+    plain = store._plain(prompts)
+    torch.testing.assert_close(got.last, plain.last, rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        next_logits(tiny_lm, got), next_logits(tiny_lm, plain), rtol=0, atol=1e-5
+    )
 
 
 def test_prompts_that_begin_other_prompts_are_run_once(tiny_lm):

@@ -30,7 +30,7 @@ from pytest_prefalign import events
 from pytest_prefalign.api import RewardMethod, capable
 from pytest_prefalign.cache import Lru, Slot
 from pytest_prefalign.runtime.decoding import KV
-from pytest_prefalign.runtime.lm import LM, chunks, pad
+from pytest_prefalign.runtime.lm import LM, chunks, pad, passes
 
 QUERY_BLOCK = 512  # most candidate query tokens per row in one teacher-forced pass
 
@@ -171,12 +171,14 @@ def forced_tokens(
     for key in dict.fromkeys(keys):
         if (kept := memo.get(key)) is not None:
             found[key] = kept
-    # pairs that share a prompt share its prefill, so they go in the same batch
-    missing = sorted(
-        {key for key in keys if key not in found}, key=lambda key: (-len(key[0]), key[0], key[1])
-    )
+    # by response length, longest first, cut where padding would cost more than another pass:
+    # every step of every row takes k query tokens, padding steps too (the prompts' prefills
+    # come from the LM's store, so a prompt in two batches is not run twice)
+    lengths = {key: len(lm.response_ids(key[1])) for key in keys if key not in found}
+    missing = sorted(lengths, key=lambda key: (-lengths[key], key[0], key[1]))
     with events.step("ARGS passes", total=len(missing), unit="responses") as progress:
-        for batch in chunks(missing, batch_size):
+        for a, b in passes([lengths[key] for key in missing], batch_size, lm.device):
+            batch = missing[a:b]
             with torch.inference_mode():
                 forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
                 cands = top_candidates(forced.logits.flatten(0, 1), k).view(

@@ -46,7 +46,7 @@ def response_features(
     prompts: Sequence[str],
     responses: Sequence[str],
     *,
-    batch_size: int = 16,
+    batch_size: int = 48,  # responses per pass at most (runtime/batching.py cuts by length)
     cache_dir: Path | None = None,
 ) -> torch.Tensor:
     """``(N, H)`` float32: the final hidden state after each response's ``eos_id``.

@@ -1,14 +1,17 @@
 """The attention the project's models run with on the CPU: transformers' SDPA attention, except
-for blocks of query tokens (``KV.queries``, ARGS's candidates), whose grouped key/value heads go
-to PyTorch's kernel as they are.
+that blocks of query tokens with a mask give their grouped key/value heads to PyTorch's kernel as
+they are.
 
 With a mask, transformers' SDPA path copies every cached key and value once per query head of
-its group (grouped-query attention, as in SmolLM2) at every layer and step; PyTorch's CPU kernel
-takes grouped heads with a mask directly (``enable_gqa``), which measured about a quarter off an
-ARGS step at ICL prompt lengths. The other passes keep transformers' path, so that their numbers
-are exactly what they were. On CUDA the grouped path would force the slow math kernel, so GPU
-models keep plain ``sdpa``. Registered once under ``NAME`` through transformers' attention
-interface and asked for per call (``GROUPED``); no environment variable is touched.
+its group (grouped-query attention, as in SmolLM2) at every layer of every pass over more than
+one token: prefills, teacher-forced responses, ARGS's candidates (``KV.queries``). PyTorch's CPU
+kernel takes grouped heads with a mask directly (``enable_gqa``): bit for bit the same output
+(checked in tests/test_lm.py), without the copies, which measured about a quarter off an ARGS
+step at ICL prompt lengths. One-token passes keep transformers' path (it packs the group's heads
+and copies nothing). On CUDA the grouped path would force the slow math kernel, so GPU models
+keep plain ``sdpa``. Registered once under ``NAME`` through transformers' attention interface;
+no environment variable is touched. ``GROUPED`` is the keyword ``KV.queries`` still passes, for
+a block of one query token.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def grouped_sdpa(
     grouped = kwargs.pop(GROUPED, False)
     groups = getattr(module, "num_key_value_groups", 1)
     if (
-        not grouped
+        not (grouped or query.shape[2] > 1)
         or attention_mask is None
         or groups == 1
         or query.device.type != "cpu"

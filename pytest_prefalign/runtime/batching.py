@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pytest_prefalign.runtime.prefill import chunks
+import torch
+
+from pytest_prefalign.runtime.prefill import chunks, passes
 
 
 def by_length(seqs: list[list[int]]) -> list[int]:
@@ -28,6 +30,29 @@ def plan(
             used += len(chunk)
     if batch:
         yield batch
+
+
+def read_batches(
+    encoded: list[list[int]],
+    prompt_of: list[int],
+    answers: list[list[int]],
+    size: int,
+    device: torch.device,
+    *,
+    kept: bool,
+) -> list[list[int]]:
+    """Batches of responses (indices into ``answers``; response ``n`` follows prompt
+    ``encoded[prompt_of[n]]``) for teacher forcing. With every prompt ``kept`` in the prefill
+    store: by response length, cut where padding costs more than a pass (``passes``).
+    Otherwise a prompt's responses share a batch, so that it is prefilled once (``plan``)."""
+    if kept:
+        order = sorted(range(len(answers)), key=lambda n: -len(answers[n]))
+        return [order[a:b] for a, b in passes([len(answers[n]) for n in order], size, device)]
+    groups: list[list[int]] = [[] for _ in encoded]
+    for n, i in enumerate(prompt_of):
+        groups[i].append(n)
+    batches = plan(by_length(encoded), groups, size)
+    return [[n for _, chunk in batch for n in chunk] for batch in batches]
 
 
 def check_positive(**values: int) -> None:

@@ -29,7 +29,7 @@ HIDDEN = Slot(
 
 
 def predicting_hidden(
-    lm: LM, prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 16
+    lm: LM, prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 48
 ) -> list[torch.Tensor]:
     """``(T_y, H)`` float32 CPU per pair: row ``t`` is the LM's final hidden state (after the
     final norm) that predicts ``y_t``: at the prompt's last token for ``t = 0``, at ``y_{t-1}``

@@ -17,7 +17,7 @@ import torch
 
 from pytest_prefalign import events
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
-from pytest_prefalign.runtime.batching import by_length, check_positive, plan
+from pytest_prefalign.runtime.batching import by_length, check_positive, read_batches
 from pytest_prefalign.runtime.decoding import (
     KV,
     Choice,
@@ -35,6 +35,7 @@ from pytest_prefalign.runtime.prefill import (
     chunks,
     full_attention,
     pad,
+    passes,
 )
 from pytest_prefalign.runtime.text import clean_text, end_of_turn_id
 from pytest_prefalign.storage import content_key
@@ -42,7 +43,7 @@ from pytest_prefalign.versions import code_version
 
 T = TypeVar("T")
 
-__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad"]
+__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad", "passes"]
 
 
 class LM:
@@ -301,16 +302,16 @@ class LM:
         encoded = [self.prompt_ids(p) for p in unique]
         self.prefills.warm(encoded, batch_size=batch_size)
         answers = [self.response_ids(r) for r in responses]
-        groups: list[list[int]] = [[] for _ in unique]
-        for n, p in enumerate(prompts):
-            groups[where[p]].append(n)
         results: dict[int, torch.Tensor] = {}
+        kept = self.prefills.enabled and all(tuple(e) in self.prefills.rows for e in encoded)
+        batches = read_batches(
+            encoded, [where[p] for p in prompts], answers, batch_size, self.device, kept=kept
+        )
         with events.step("read", total=len(prompts), unit="responses") as progress:
-            for batch in plan(by_length(encoded), groups, batch_size):
-                prompt_rows = list(dict.fromkeys(i for i, _ in batch))
+            for pairs in batches:
+                prompt_rows = list(dict.fromkeys(where[prompts[n]] for n in pairs))
                 kv = KV.start(self, [encoded[i] for i in prompt_rows])
-                pairs = [n for _, chunk in batch for n in chunk]
-                kv.select([prompt_rows.index(i) for i, chunk in batch for _ in chunk])
+                kv.select([prompt_rows.index(where[prompts[n]]) for n in pairs])
                 scored = self._continue(kv, [answers[n] for n in pairs], hidden, predicting)
                 for n, value in zip(pairs, scored, strict=True):
                     results[n] = value

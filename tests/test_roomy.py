@@ -1,0 +1,83 @@
+"""The cache layer that appends in place: what it holds is exactly what transformers'
+``DynamicLayer`` holds after the same updates, crops and row selections, and an append into its
+room copies nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from transformers.cache_utils import DynamicLayer  # noqa: E402
+
+from pytest_prefalign.runtime.roomy import ROOM, RoomyLayer, roomy_cache  # noqa: E402
+
+
+def states(g, rows, n):
+    return torch.randn(rows, 2, n, 4, generator=g), torch.randn(rows, 2, n, 4, generator=g)
+
+
+def same(a, b):
+    return torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_roomy_holds_what_a_dynamic_layer_holds_through_every_operation():
+    g = torch.Generator().manual_seed(0)
+    roomy, plain = RoomyLayer(), DynamicLayer()
+    for layer in (roomy, plain):
+        assert layer.get_seq_length() == 0
+    script = [
+        ("update", states(g, 3, 5)),  # a prompt
+        ("update", states(g, 3, 1)),  # a decode step
+        ("update", states(g, 3, 10)),  # ARGS's candidates as queries
+        ("crop", -9),  # the winner kept
+        ("select", torch.tensor([2, 0, 0])),  # rows leave, a row repeated
+        ("update", states(g, 3, ROOM + 7)),  # more than the room left: the buffer grows
+        ("crop", -3),
+        ("update", states(g, 3, 2)),
+    ]
+    for op, arg in script:
+        for layer in (roomy, plain):
+            if op == "update":
+                out = layer.update(*arg)
+                assert torch.equal(out[0], layer.keys)
+            elif op == "crop":
+                layer.crop(arg)
+            else:
+                layer.batch_select_indices(arg)
+        assert same(roomy, plain), op
+        assert roomy.get_seq_length() == plain.get_seq_length()
+        assert roomy.get_mask_sizes(1) == plain.get_mask_sizes(1)
+
+
+def test_an_append_into_the_room_writes_the_same_buffer():
+    g = torch.Generator().manual_seed(1)
+    layer = RoomyLayer()
+    layer.update(*states(g, 2, 5))
+    buffer = layer.key_room
+    assert buffer is not None and buffer.shape[-2] >= 5 + ROOM
+    for _ in range(ROOM):
+        layer.update(*states(g, 2, 1))
+    assert layer.key_room is buffer  # no copy while the room lasts
+    assert layer.keys.data_ptr() == buffer.data_ptr()
+    layer.update(*states(g, 2, 1))
+    assert layer.key_room is not buffer and layer.get_seq_length() == 5 + ROOM + 1
+
+
+def test_a_buffer_made_in_inference_mode_is_copied_before_a_write_outside_it():
+    g = torch.Generator().manual_seed(2)
+    layer, plain = RoomyLayer(), DynamicLayer()
+    first, second = states(g, 1, 4), states(g, 1, 2)
+    with torch.inference_mode():
+        layer.update(*first)
+    plain.update(*first)
+    layer.update(*second)  # would raise if it wrote into the inference tensor
+    plain.update(*second)
+    assert same(layer, plain) and not layer.key_room.is_inference()
+
+
+def test_roomy_cache_replaces_the_full_attention_layers_only(tiny_lm):
+    cache = roomy_cache(tiny_lm.model.config)
+    assert cache.layers and all(isinstance(layer, RoomyLayer) for layer in cache.layers)
+    with pytest.raises(ValueError, match="negative"):
+        cache.layers[0].crop(2)
