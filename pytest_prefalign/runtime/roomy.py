@@ -55,8 +55,7 @@ class RoomyLayer(DynamicLayer):
         self.key_room[:, :, start:end] = key_states
         self.value_room[:, :, start:end] = value_states
         self.length = end
-        self._views()
-        return self.keys, self.values
+        return self._views()
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
@@ -97,10 +96,11 @@ class RoomyLayer(DynamicLayer):
             values[:, :, : self.length] = self.value_room[:, :, : self.length]
         self.key_room, self.value_room = keys, values
 
-    def _views(self) -> None:
+    def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.key_room is not None and self.value_room is not None
-        self.keys = self.key_room[:, :, : self.length]
-        self.values = self.value_room[:, :, : self.length]
+        keys = self.keys = self.key_room[:, :, : self.length]
+        values = self.values = self.value_room[:, :, : self.length]
+        return keys, values
 
 
 def roomy_cache(config: Any) -> Any:
