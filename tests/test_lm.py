@@ -139,6 +139,19 @@ def test_gumbel_choice_draws_from_the_tempered_softmax() -> None:
         assert np.all(np.abs(freq - expected) < 4 * sigma), (freq, expected)
 
 
+def test_gumbel_choice_is_argmax_of_scaled_logits_plus_each_rows_own_gumbel_noise() -> None:
+    """The draw, worked out row by row: u from the row's generator, -log(-log u) added to
+    logits / T; the argmax is the token (the recorded figures' samples depend on these bits)."""
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(7))
+    got = gumbel_choice(logits, 0.7, [torch.Generator().manual_seed(s) for s in range(5)])
+    want = []
+    for s in range(5):
+        u = torch.rand(300, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+        noise = -torch.log(-torch.log(u.clamp(min=1e-300)))
+        want.append(int((logits[s].double() / 0.7 + noise).argmax()))
+    assert got == want
+
+
 def _constant_head(lm: LM, token: int) -> LM:
     """A copy of the LM whose next token is always ``token``."""
     model = copy.deepcopy(lm.model)
