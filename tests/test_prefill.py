@@ -67,11 +67,13 @@ def test_shared_prefix_runs_once_and_gives_the_plain_pass_numbers(tiny_lm, promp
 def test_a_kept_prompt_is_not_run_again(tiny_lm, prompts):
     store = store_of(tiny_lm)
     first = store.prefill(prompts[::2])
+    assert store.holds(prompts[::2]) and not store.holds(prompts)
     ran = store.stats["tokens_run"]
     again = store.prefill(prompts[::-1])  # other batches, other order: the kept rows
     # only the two not asked before; one of them on the common prefix kept from the first call
     assert store.stats["tokens_run"] == ran + 10 + 40
     torch.testing.assert_close(again.last.flip(0)[::2], first.last, rtol=0, atol=0)
+    assert store.holds(prompts)
 
 
 def test_the_budget_evicts_least_recently_used_rows(tiny_lm, prompts):

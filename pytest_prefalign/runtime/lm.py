@@ -303,9 +303,13 @@ class LM:
         self.prefills.warm(encoded, batch_size=batch_size)
         answers = [self.response_ids(r) for r in responses]
         results: dict[int, torch.Tensor] = {}
-        kept = self.prefills.enabled and all(tuple(e) in self.prefills.rows for e in encoded)
         batches = read_batches(
-            encoded, [where[p] for p in prompts], answers, batch_size, self.device, kept=kept
+            encoded,
+            [where[p] for p in prompts],
+            answers,
+            batch_size,
+            self.device,
+            kept=self.prefills.holds(encoded),
         )
         with events.step("read", total=len(prompts), unit="responses") as progress:
             for pairs in batches:

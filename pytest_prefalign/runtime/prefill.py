@@ -117,6 +117,10 @@ class PrefillStore:
             return
         self._rows(keys, batch_size)
 
+    def holds(self, seqs: Sequence[Sequence[int]]) -> bool:
+        """Whether every one of these prompts is kept (a ``prefill`` of them runs nothing)."""
+        return self.enabled and all(tuple(s) in self.rows for s in seqs)
+
     @property
     def bytes_per_token(self) -> int:
         """Bytes of one token's keys and values over all layers (46 KB for SmolLM2-135M)."""
