@@ -198,32 +198,18 @@ def _p(entry: Row) -> str:
     return "-" if value is None else format(value, ".3g")
 
 
+def _paired(e: Row) -> list[Any]:
+    """The cells every paired comparison ends with: the difference, its interval, the exact p,
+    the users and the verdict (``PAIRED`` names them, after the difference's own header)."""
+    return [_num(e["diff"], "+.3f"), _ci(e["ci"], "+.3f"), _p(e), e["n_users"], e["verdict"]]
+
+
+PAIRED = ["95% CI", "p", "users", "verdict"]
+
+
 def icl_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    body = [
-        [
-            _where(e),
-            e["metric"],
-            e["icl"],
-            e["rgd"],
-            _num(e["diff"], "+.3f"),
-            _ci(e["ci"], "+.3f"),
-            _p(e),
-            e["n_users"],
-            e["verdict"],
-        ]
-        for e in entries
-    ]
-    headers = [
-        "suite · size",
-        "metric",
-        "ICL",
-        "best reward-guided",
-        "ICL - it",
-        "95% CI",
-        "p",
-        "users",
-        "verdict",
-    ]
+    body = [[_where(e), e["metric"], e["icl"], e["rgd"], *_paired(e)] for e in entries]
+    headers = ["suite · size", "metric", "ICL", "best reward-guided", "ICL - it", *PAIRED]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 
@@ -231,20 +217,10 @@ def rows_table(entries: list[Row], tablefmt: str = "simple") -> str:
     """``prefalign compare RUN --rows A,B``: every metric of two rows, ``A - B`` paired over
     the users both have."""
     body = [
-        [
-            _where(e),
-            e["metric"],
-            _num(e["value_a"]),
-            _num(e["value_b"]),
-            _num(e["diff"], "+.3f"),
-            _ci(e["ci"], "+.3f"),
-            _p(e),
-            e["n_users"],
-            e["verdict"],
-        ]
+        [_where(e), e["metric"], _num(e["value_a"]), _num(e["value_b"]), *_paired(e)]
         for e in entries
     ]
-    headers = ["suite · size", "metric", "A", "B", "A - B", "95% CI", "p", "users", "verdict"]
+    headers = ["suite · size", "metric", "A", "B", "A - B", *PAIRED]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 
