@@ -46,6 +46,21 @@ class Counting(RewardMethod):
 """
 
 
+def write_ini(pytester: pytest.Pytester, methods: str) -> None:
+    """Two sizes of the tiny model (two groups), these methods, the toy data."""
+    pytester.makeini(
+        textwrap.dedent(f"""
+        [pytest]
+        prefalign_models =
+            tiny = tiny
+            tiny2 = tiny
+        prefalign_sizes = tiny,tiny2
+        prefalign_methods = {methods}
+        prefalign_data = data
+        """)
+    )
+
+
 @pytest.fixture
 def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """The toy project with two sizes (two groups) and a reward method that counts its fits."""
@@ -60,17 +75,7 @@ def toy(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Py
     data.joinpath("records.json").write_text(json.dumps(toy_project.RECORDS))
     pytester.mkdir("toy").joinpath("suite.toml").write_text('[suite]\nname = "toy"\n')
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
-    pytester.makeini(
-        textwrap.dedent("""
-        [pytest]
-        prefalign_models =
-            tiny = tiny
-            tiny2 = tiny
-        prefalign_sizes = tiny,tiny2
-        prefalign_methods = base,icl,bon[counting]
-        prefalign_data = data
-        """)
-    )
+    write_ini(pytester, "base,icl,bon[counting]")
     monkeypatch.setenv("PREFALIGN_FIT_LOG", str(pytester.path / "fits.log"))
     return pytester
 
@@ -181,17 +186,7 @@ def test_shard_option_is_checked(toy):
 
 
 def test_xdist_runs_each_group_on_one_worker_and_fits_once(toy):
-    toy.makeini(
-        textwrap.dedent("""
-        [pytest]
-        prefalign_models =
-            tiny = tiny
-            tiny2 = tiny
-        prefalign_sizes = tiny,tiny2
-        prefalign_methods = bon[counting],args[counting]
-        prefalign_data = data
-        """)
-    )
+    write_ini(toy, "bon[counting],args[counting]")
     result = toy.runpytest_subprocess(
         "--prefalign", "toy", "-n", "2", "-v", "-p", "no:cacheprovider",
         "--prefalign-option", "max_new_tokens=4", "--prefalign-no-cache",
