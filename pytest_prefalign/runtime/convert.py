@@ -4,12 +4,14 @@ it. Workers serialise on a lock; a folder appears whole or not at all."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -83,6 +85,34 @@ def _converted(digest: str, gguf: Callable[[], Path], source: str) -> tuple[Path
     return target, False
 
 
+@contextmanager
+def _parsed_once() -> Iterator[None]:
+    """While converting, one ``gguf.GGUFReader`` per file and one tensor-name map per
+    architecture. transformers reads the file three times (the tokenizer, the config, the
+    weights), each read parsing the whole vocabulary one Python call per entry (about 3 s for
+    49k tokens), and it builds the same name map once per module (about 6 s for the 135M
+    model). Both are only read, so sharing them changes nothing in what is written (a test
+    compares the bytes)."""
+    import gguf as module
+
+    gguf: Any = module  # its names are replaced for the while
+    made, mapped = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: Any = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = made(path, mode)
+        return readers[key]
+
+    # transformers imports both from gguf inside each call, so the module's names are the ones
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(mapped)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = made, mapped
+
+
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantize a GGUF file into a plain fp32 safetensors folder (model and tokenizer).
 
@@ -91,10 +121,11 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
+    with _parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
     config = loaded.config.to_dict()
     config.pop("quantization_config", None)
     plain = AutoModelForCausalLM.from_config(
