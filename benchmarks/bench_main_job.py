@@ -13,7 +13,10 @@ the run file's per-test ``timings``: model (load, and convert once), data (the s
 its pairs), fit (reward training), generate (per decoder), rouge, judge (win rates over base,
 the independent judge's training included), rm (reward scores of the test pairs) and policy
 (the guided policy's log-likelihoods of the test pairs); "other" is the rest of each process
-(start-up, collection, the analysis, the summary and the run file).
+(start-up, collection, the analysis, the summary and the run file). A line on the model's
+body follows: the token positions the cold run ran through it (``forward_*`` in the timings)
+and the least time their weight FLOPs take at this machine's matmul rate, measured after the
+runs at the same thread count: how far the cold time is from what the work itself costs.
 
     python benchmarks/bench_main_job.py                 # the default user count
     python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
@@ -84,11 +87,32 @@ def main() -> None:
         for d, (s, t) in sorted(cold["decoders"].items())
     ]
     print(tabulate(gen, ["decoder", "seconds", "tokens", "tok/s"]))
+    print_floor(cold, args.dtype or "float32")
     same = same_figures(cold["file"], warm["file"])
     print(f"\nwarm figures equal cold figures: {'yes' if same else 'NO'}")
     print(
         f"main job: cold {cold['wall']:.0f} s, warm {warm['wall']:.0f} s, "
         f"users {cold['users']}, pairs {cold['pairs']}"
+    )
+
+
+def print_floor(cold: dict[str, Any], dtype: str) -> None:
+    """The cold run's forward passes against this machine's matmul rate: their weight FLOPs
+    at that rate are the least time the same work can take (attention over the cache and the
+    output head not counted), whatever the code around them."""
+    import torch
+    from bench_scoring import matmul_rate  # this folder is the script's own
+
+    forward = cold["forward"]
+    if not forward["tokens"]:
+        return
+    rate = matmul_rate(2048, torch.get_num_threads(), getattr(torch, dtype))
+    floor = forward["flops"] / rate
+    print(
+        f"\nmodel body (cold): {forward['tokens']:.0f} token positions in {forward['s']:.1f} s "
+        f"({forward['tokens'] / forward['s']:.0f} tok/s); its weight FLOPs at this machine's "
+        f"{dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s) take at least {floor:.0f} s, "
+        f"{forward['flops'] / forward['s'] / rate:.0%} of that rate achieved"
     )
 
 
@@ -110,9 +134,12 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     phases: dict[str, float] = defaultdict(float)
     tokens: dict[str, float] = defaultdict(float)
     decoders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    forward: dict[str, float] = defaultdict(float)
     users = pairs = 0
     for row in run_file["results"]:
         timings = row["timings"]
+        for name in ("tokens", "flops", "s"):
+            forward[name] += timings.get(f"forward_{name}", 0.0)
         for phase in PHASES:
             phases[phase] += timings.get(f"{phase}_s", 0.0)
             tokens[phase] += timings.get(f"{phase}_tokens", 0.0)
@@ -126,6 +153,7 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         "phases": phases,
         "tokens": tokens,
         "decoders": decoders,
+        "forward": forward,
         "users": users,
         "pairs": pairs,
         "file": run_file,

@@ -120,11 +120,11 @@ def workload(papers_dir: Path, n_pairs: int) -> Workload:
     return Workload(prompts, responses)
 
 
-def matmul_rate(n: int, threads: int) -> float:
-    """fp32 FLOP/s of an ``n x n`` matmul at ``threads`` threads (best of several runs)."""
+def matmul_rate(n: int, threads: int, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of an ``n x n`` matmul in ``dtype`` at ``threads`` threads (best of several runs)."""
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
-    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
     torch.matmul(a, b)  # warm up the kernels
     seconds = best_time(lambda: torch.matmul(a, b), 5)
     return 2 * n**3 / seconds

@@ -288,3 +288,27 @@ def test_grouped_attention_gives_the_same_bits_as_transformers_sdpa(tiny_lm: LM)
             outs.append((first.last_hidden_state, second.last_hidden_state))
     assert torch.equal(outs[0][0], outs[1][0])
     assert torch.equal(outs[0][1], outs[1][1])
+
+
+def test_the_meter_counts_every_position_the_body_runs_and_its_weight_flops(
+    tiny_lm: LM,
+) -> None:
+    # per layer: q 32x32, k and v 16x32 (two key-value heads of 8), o 32x32, gate, up and down
+    # 64x32 each; two layers, two FLOPs per weight and position
+    assert tiny_lm.meter.per_token == 2 * 2 * (1024 + 512 + 512 + 1024 + 3 * 2048)
+    before = tiny_lm.meter.reading()
+    with torch.no_grad():
+        tiny_lm.model(torch.ones((3, 5), dtype=torch.long))  # through the head: counted
+        tiny_lm.model.base_model(inputs_embeds=torch.zeros((2, 4, 32)))
+    done = tiny_lm.meter.since(before, tiny_lm.meter.reading())
+    assert done["forward_tokens"] == 3 * 5 + 2 * 4
+    assert done["forward_flops"] == 23 * tiny_lm.meter.per_token
+    assert done["forward_s"] > 0
+    # the wrapper's own passes go through the body too: the prompt's prefill, then a step
+    # per new token after the first
+    fresh = build_tiny_lm(0)
+    [[text]] = fresh.generate([PROMPTS[2]], max_new_tokens=3)
+    prompt = len(fresh.prompt_ids(PROMPTS[2]))
+    steps = len(fresh.tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert prompt <= fresh.meter.tokens <= prompt + 3
+    assert fresh.meter.tokens >= prompt + min(steps, 3) - 1

@@ -115,6 +115,7 @@ class Evaluator:
 
         def compute() -> dict[str, Any]:
             nonlocal ctx
+            before = lm.meter.reading()
             with _timed(timings, "fit_s"):
                 fitted = self.reward(case, state, lm, plan)
             if fitted is not None:
@@ -124,6 +125,7 @@ class Evaluator:
             decoder: Decoder = factory()
             with events.step(f"scoring {len(ctx.data.test_pairs)} pairs"):
                 records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
+            timings.update(lm.meter.since(before, lm.meter.reading()))
             return {"items": items, "pairs": records, "judge": judge}
 
         results = results_key(self.context, case, ctx, factory, plan, state)

@@ -29,6 +29,7 @@ from pytest_prefalign.runtime.decoding import (
     spread,
 )
 from pytest_prefalign.runtime.devices import halving
+from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.prefill import (
     Prefill,
     PrefillStore,
@@ -75,6 +76,7 @@ class LM:
         self.batch_cap: int | None = None  # the batch size that fit after an out-of-memory
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
+        self.meter = ForwardMeter(self.model.base_model)  # positions run, seconds inside
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
         # on the dtype, the device and this code with the libraries it runs on, and every cached
         # value computed with the model is keyed by all of it
