@@ -10,7 +10,12 @@ torch = pytest.importorskip("torch")
 
 from transformers.cache_utils import DynamicLayer  # noqa: E402
 
-from pytest_prefalign.runtime.roomy import ROOM, RoomyLayer, roomy_cache  # noqa: E402
+from pytest_prefalign.runtime.roomy import (  # noqa: E402
+    ROOM,
+    RoomyLayer,
+    roomy_cache,
+    select_rows,
+)
 
 
 def states(g, rows, n):
@@ -32,9 +37,13 @@ def test_roomy_holds_what_a_dynamic_layer_holds_through_every_operation():
         ("update", states(g, 3, 10)),  # ARGS's candidates as queries
         ("crop", -9),  # the winner kept
         ("select", torch.tensor([2, 0, 0])),  # rows leave, a row repeated
-        ("update", states(g, 3, ROOM + 7)),  # more than the room left: the buffer grows
+        ("update", states(g, 3, 4)),
+        ("select", torch.tensor([0, 2])),  # a finished row leaves: moved up in place
+        ("update", states(g, 2, 3)),
+        ("select", torch.tensor([1])),
+        ("update", states(g, 1, ROOM + 7)),  # more than the room left: the buffer grows
         ("crop", -3),
-        ("update", states(g, 3, 2)),
+        ("update", states(g, 1, 2)),
     ]
     for op, arg in script:
         for layer in (roomy, plain):
@@ -81,3 +90,46 @@ def test_roomy_cache_replaces_the_full_attention_layers_only(tiny_lm):
     assert cache.layers and all(isinstance(layer, RoomyLayer) for layer in cache.layers)
     with pytest.raises(ValueError, match="negative"):
         cache.layers[0].crop(2)
+
+
+def test_rows_leaving_a_batch_move_up_in_place_and_keep_the_room():
+    g = torch.Generator().manual_seed(2)
+    layer = RoomyLayer()
+    layer.update(*states(g, 5, 6))
+    before = layer.keys.clone()
+    buffer = layer.key_room
+    assert buffer is not None
+    with torch.inference_mode():
+        layer.batch_select_indices(torch.tensor([0, 2, 3]))
+    assert torch.equal(layer.keys, before[[0, 2, 3]])
+    assert layer.key_room is not None
+    assert layer.key_room.data_ptr() == buffer.data_ptr()  # the same storage: nothing new
+    assert layer.key_room.shape[-2] == buffer.shape[-2]  # and its room
+    layer.update(*states(g, 3, 1))  # the next step appends into the room, no regrowth
+    assert layer.key_room.data_ptr() == buffer.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "order",
+    [[2, 0], [1, 1, 3], [0, 5]],  # out of order, a repeat, a row beyond the buffer
+    ids=["unordered", "repeated", "beyond"],
+)
+def test_other_selections_copy(order):
+    g = torch.Generator().manual_seed(3)
+    buffer = torch.randn(5, 2, 8, 4, generator=g)
+    kept = buffer.clone()
+    if order[-1] >= buffer.shape[0]:
+        with pytest.raises(IndexError):
+            select_rows(buffer, torch.tensor(order), 6)
+    else:
+        out = select_rows(buffer, torch.tensor(order), 6)
+        assert torch.equal(out, kept[order]) and out.data_ptr() != buffer.data_ptr()
+    assert torch.equal(buffer, kept)  # the source untouched
+
+
+def test_an_inference_buffer_outside_inference_mode_is_copied_not_written():
+    with torch.inference_mode():
+        buffer = torch.arange(40.0).reshape(5, 1, 2, 4)
+    out = select_rows(buffer, torch.tensor([1, 3]), 2)
+    assert torch.equal(out, torch.arange(40.0).reshape(5, 1, 2, 4)[[1, 3]])
+    assert out.data_ptr() != buffer.data_ptr()

@@ -271,11 +271,16 @@ def assemble(
     cache = roomy_cache(config)
     model_row = rows[filled[0]]
     for layer, (k0, v0) in enumerate(zip(model_row.keys, model_row.values, strict=True)):
-        keys = k0.new_zeros((len(rows), k0.shape[0], width + ROOM, k0.shape[2]))
-        values = v0.new_zeros((len(rows), v0.shape[0], width + ROOM, v0.shape[2]))
-        for b in filled:
-            keys[b, :, width - lengths[b] : width] = rows[b].keys[layer]
-            values[b, :, width - lengths[b] : width] = rows[b].values[layer]
+        # the padding columns are zeros (masked, but read); the room is written before it is
+        # read, so it is left as allocated
+        keys = k0.new_empty((len(rows), k0.shape[0], width + ROOM, k0.shape[2]))
+        values = v0.new_empty((len(rows), v0.shape[0], width + ROOM, v0.shape[2]))
+        for b, n in enumerate(lengths):
+            keys[b, :, : width - n].zero_()
+            values[b, :, : width - n].zero_()
+            if n:
+                keys[b, :, width - n : width] = rows[b].keys[layer]
+                values[b, :, width - n : width] = rows[b].values[layer]
         place = cache.layers[layer]
         if isinstance(place, RoomyLayer):
             place.hold(keys, values, width)

@@ -66,9 +66,9 @@ class RoomyLayer(DynamicLayer):
         self._views()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.key_room is not None and self.length:
-            self.key_room = self.key_room[indices]
-            self.value_room = self.value_room[indices] if self.value_room is not None else None
+        if self.key_room is not None and self.value_room is not None and self.length:
+            self.key_room = select_rows(self.key_room, indices, self.length)
+            self.value_room = select_rows(self.value_room, indices, self.length)
             self._views()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
@@ -89,8 +89,9 @@ class RoomyLayer(DynamicLayer):
         """New buffers for ``end`` columns and room; what the old ones held is copied over."""
         rows, heads, _, dim = key_states.shape
         capacity = end + max(ROOM, end // 4)
-        keys = key_states.new_zeros((rows, heads, capacity, dim))
-        values = value_states.new_zeros((rows, value_states.shape[1], capacity, dim))
+        # the room is written before it is read (the views end at ``length``): no zeros
+        keys = key_states.new_empty((rows, heads, capacity, dim))
+        values = value_states.new_empty((rows, value_states.shape[1], capacity, dim))
         if self.key_room is not None and self.value_room is not None and self.length:
             keys[:, :, : self.length] = self.key_room[:, :, : self.length]
             values[:, :, : self.length] = self.value_room[:, :, : self.length]
@@ -101,6 +102,30 @@ class RoomyLayer(DynamicLayer):
         keys = self.keys = self.key_room[:, :, : self.length]
         values = self.values = self.value_room[:, :, : self.length]
         return keys, values
+
+
+def select_rows(buffer: torch.Tensor, indices: torch.Tensor, length: int) -> torch.Tensor:
+    """Rows ``indices`` of a ``(B, heads, C, head_dim)`` buffer whose first ``length`` columns
+    are in use. When rows leave a decoding batch (increasing indices, on the CPU) the kept rows
+    move up in place, in the columns in use only, and the result is a view of the first rows
+    with the same room: no new buffer to allocate and fill (for ICL prompts of a thousand
+    tokens, selecting into a new buffer cost a tenth of a generation). Otherwise a copy."""
+    order = indices.tolist() if indices.device.type == "cpu" else None
+    writable = not buffer.is_inference() or torch.is_inference_mode_enabled()
+    if (
+        order is None
+        or buffer.device.type != "cpu"
+        or not writable
+        or any(b <= a for a, b in zip(order, order[1:]))
+        or (order and not 0 <= order[0] <= order[-1] < buffer.shape[0])
+    ):
+        return buffer[indices]
+    # slot j takes row order[j] >= j; a later slot reads a row beyond order[j], never one
+    # already overwritten
+    for j, i in enumerate(order):
+        if i != j:
+            buffer[j, :, :length].copy_(buffer[i, :, :length])
+    return buffer[: len(order)]
 
 
 def roomy_cache(config: Any) -> Any:
