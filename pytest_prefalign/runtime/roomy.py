@@ -12,6 +12,7 @@ step). The numbers are the same as ``DynamicLayer``'s: the same values, read thr
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -116,7 +117,7 @@ def select_rows(buffer: torch.Tensor, indices: torch.Tensor, length: int) -> tor
         order is None
         or buffer.device.type != "cpu"
         or not writable
-        or any(b <= a for a, b in zip(order, order[1:]))
+        or any(b <= a for a, b in itertools.pairwise(order))
         or (order and not 0 <= order[0] <= order[-1] < buffer.shape[0])
     ):
         return buffer[indices]
