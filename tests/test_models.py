@@ -494,6 +494,27 @@ def test_a_conversion_parses_the_file_once_and_puts_gguf_back(tmp_path: Path) ->
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (made, mapped)
 
 
+def test_conversions_in_two_threads_take_turns_with_gguf_names() -> None:
+    import gguf
+
+    made = gguf.GGUFReader
+    seen: list[object] = []
+
+    def other() -> None:
+        with convert._parsed_once():
+            seen.append(gguf.GGUFReader)
+
+    with convert._parsed_once():
+        ours = gguf.GGUFReader
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(timeout=0.3)
+        assert thread.is_alive() and not seen  # waits while this conversion holds the names
+    thread.join()
+    assert len(seen) == 1 and seen[0] is not ours and seen[0] is not made
+    assert gguf.GGUFReader is made  # each put back what it found: the originals
+
+
 @pytest.mark.slow
 def test_the_shared_parse_writes_the_same_bytes_as_transformers_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

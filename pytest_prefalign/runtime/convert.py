@@ -8,6 +8,7 @@ import functools
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 from pytest_prefalign import cache, events, storage, versions
 
 T = TypeVar("T")
+_PATCHING = threading.Lock()  # held while gguf's names are replaced (``_parsed_once``)
 
 
 def conversion_key(digest: str) -> cache.Key:
@@ -96,21 +98,23 @@ def _parsed_once() -> Iterator[None]:
     import gguf as module
 
     gguf: Any = module  # its names are replaced for the while
-    made, mapped = gguf.GGUFReader, gguf.get_tensor_name_map
     readers: dict[tuple[str, str], Any] = {}
 
     def reader(path: Any, mode: Any = "r") -> Any:
-        key = (os.fspath(path), mode)
+        key = (os.fspath(path), str(mode))
         if key not in readers:
             readers[key] = made(path, mode)
         return readers[key]
 
-    # transformers imports both from gguf inside each call, so the module's names are the ones
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(mapped)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = made, mapped
+    # transformers imports both from gguf inside each call, so the module's names are the ones;
+    # one conversion at a time in a process, so that two threads never restore each other's
+    with _PATCHING:
+        made, mapped = gguf.GGUFReader, gguf.get_tensor_name_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(mapped)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = made, mapped
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
