@@ -30,7 +30,7 @@ from pytest_prefalign import events
 from pytest_prefalign.api import RewardMethod, capable
 from pytest_prefalign.cache import Lru, Slot
 from pytest_prefalign.runtime.decoding import KV
-from pytest_prefalign.runtime.lm import LM, chunks, pad, passes
+from pytest_prefalign.runtime.lm import LM, chunks, length_batches, pad
 
 QUERY_BLOCK = 512  # most candidate query tokens per row in one teacher-forced pass
 
@@ -174,11 +174,11 @@ def forced_tokens(
     # by response length, longest first, cut where padding would cost more than another pass:
     # every step of every row takes k query tokens, padding steps too (the prompts' prefills
     # come from the LM's store, so a prompt in two batches is not run twice)
-    lengths = {key: len(lm.response_ids(key[1])) for key in keys if key not in found}
-    missing = sorted(lengths, key=lambda key: (-lengths[key], key[0], key[1]))
+    missing = sorted({key for key in keys if key not in found})  # ties: by prompt, response
+    lengths = [len(lm.response_ids(r)) for _, r, _ in missing]
     with events.step("ARGS passes", total=len(missing), unit="responses") as progress:
-        for a, b in passes([lengths[key] for key in missing], batch_size, lm.device):
-            batch = missing[a:b]
+        for indices in length_batches(lengths, batch_size, lm.device):
+            batch = [missing[i] for i in indices]
             with torch.inference_mode():
                 forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
                 cands = top_candidates(forced.logits.flatten(0, 1), k).view(

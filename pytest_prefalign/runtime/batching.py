@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import torch
 
-from pytest_prefalign.runtime.prefill import chunks, passes
+from pytest_prefalign.runtime.prefill import chunks, length_batches
 
 
 def by_length(seqs: list[list[int]]) -> list[int]:
@@ -43,11 +43,10 @@ def read_batches(
 ) -> list[list[int]]:
     """Batches of responses (indices into ``answers``; response ``n`` follows prompt
     ``encoded[prompt_of[n]]``) for teacher forcing. With every prompt ``kept`` in the prefill
-    store: by response length, cut where padding costs more than a pass (``passes``).
+    store: by response length, cut where padding costs more than a pass (``length_batches``).
     Otherwise a prompt's responses share a batch, so that it is prefilled once (``plan``)."""
     if kept:
-        order = sorted(range(len(answers)), key=lambda n: -len(answers[n]))
-        return [order[a:b] for a, b in passes([len(answers[n]) for n in order], size, device)]
+        return length_batches([len(a) for a in answers], size, device)
     groups: list[list[int]] = [[] for _ in encoded]
     for n, i in enumerate(prompt_of):
         groups[i].append(n)

@@ -35,8 +35,8 @@ from pytest_prefalign.runtime.prefill import (
     PrefillStore,
     chunks,
     full_attention,
+    length_batches,
     pad,
-    passes,
 )
 from pytest_prefalign.runtime.text import clean_text, end_of_turn_id
 from pytest_prefalign.storage import content_key
@@ -44,7 +44,7 @@ from pytest_prefalign.versions import code_version
 
 T = TypeVar("T")
 
-__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "pad", "passes"]
+__all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "length_batches", "pad"]
 
 
 class LM:

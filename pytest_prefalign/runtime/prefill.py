@@ -172,15 +172,12 @@ class PrefillStore:
         # a prompt that is also the prefix of others was run as such
         out: dict[Key, Row] = {k: heads[k] for k in order if k in heads}
         # by the length still to run, longest first: similar lengths share a batch
-        todo = sorted(
-            (i for i, k in enumerate(order) if k not in out),
-            key=lambda i: -(len(order[i]) - shared[i]),
-        )
+        todo = [i for i, k in enumerate(order) if k not in out]
         tails = [len(order[i]) - shared[i] for i in todo]
         counted = events.step("prefill", total=len(todo), unit="prompts")
         with counted if depth == 0 else events.unseen() as progress:
-            for a, b in passes(tails, batch_size, self.device):
-                chunk = todo[a:b]
+            for batch in length_batches(tails, batch_size, self.device):
+                chunk = [todo[j] for j in batch]
                 rows = self._extend(
                     [heads.get(order[i][: shared[i]]) if shared[i] else None for i in chunk],
                     [order[i][shared[i] :] for i in chunk],
@@ -342,6 +339,13 @@ def pad(
         ids[k, span] = torch.tensor(s, dtype=torch.long)
         mask[k, span] = 1
     return ids.to(device), mask.to(device)
+
+
+def length_batches(lengths: Sequence[int], most: int, device: torch.device) -> list[list[int]]:
+    """Indices of ``lengths`` in batches for the passes that run them: longest first (equal
+    lengths keep their order), cut by ``passes``."""
+    order = sorted(range(len(lengths)), key=lambda n: -lengths[n])
+    return [order[a:b] for a, b in passes([lengths[n] for n in order], most, device)]
 
 
 def passes(lengths: list[int], most: int, device: torch.device) -> list[tuple[int, int]]:

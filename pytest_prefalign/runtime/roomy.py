@@ -48,8 +48,7 @@ class RoomyLayer(DynamicLayer):
             room is None
             or end > room.shape[-2]
             or room.shape[0] != key_states.shape[0]
-            # a buffer made under inference mode cannot be written outside it
-            or (room.is_inference() and not torch.is_inference_mode_enabled())
+            or not writable(room)
         ):
             self._grow(key_states, value_states, end)
         assert self.key_room is not None and self.value_room is not None
@@ -105,6 +104,12 @@ class RoomyLayer(DynamicLayer):
         return keys, values
 
 
+def writable(buffer: torch.Tensor) -> bool:
+    """Whether ``buffer`` can be written in place now: one made under inference mode cannot be
+    written outside it."""
+    return not buffer.is_inference() or torch.is_inference_mode_enabled()
+
+
 def select_rows(buffer: torch.Tensor, indices: torch.Tensor, length: int) -> torch.Tensor:
     """Rows ``indices`` of a ``(B, heads, C, head_dim)`` buffer whose first ``length`` columns
     are in use. When rows leave a decoding batch (increasing indices, on the CPU) the kept rows
@@ -112,11 +117,10 @@ def select_rows(buffer: torch.Tensor, indices: torch.Tensor, length: int) -> tor
     with the same room: no new buffer to allocate and fill (for ICL prompts of a thousand
     tokens, selecting into a new buffer cost a tenth of a generation). Otherwise a copy."""
     order = indices.tolist() if indices.device.type == "cpu" else None
-    writable = not buffer.is_inference() or torch.is_inference_mode_enabled()
     if (
         order is None
         or buffer.device.type != "cpu"
-        or not writable
+        or not writable(buffer)
         or any(b <= a for a, b in itertools.pairwise(order))
         or (order and not 0 <= order[0] <= order[-1] < buffer.shape[0])
     ):
