@@ -264,3 +264,62 @@ def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, ti
         ctx, [p.user for p in TEST[:2]], [p.prompt for p in TEST[:2]], [p.chosen for p in TEST[:2]]
     )
     assert got.shape == (2,) and np.all(np.isfinite(got)) and np.all(got <= 0)
+
+
+@pytest.mark.parametrize("cached_logits", [True, False])
+def test_margins_and_their_gradients_are_the_plain_autograd_formula(cached_logits):
+    # margins() makes the (rows, V) logits a few rows at a time and writes its gradient out by
+    # hand; the plain expression, differentiated by autograd in float64, must give the same
+    # margins, KL and gradients (40 token rows: blocks of 16, 16 and 8)
+    gen = torch.Generator().manual_seed(3)
+    n_rows, hidden_size, vocab = 40, 6, 50
+    weight = torch.randn((vocab, hidden_size), generator=gen, dtype=torch.float64)
+    bias = torch.randn(vocab, generator=gen, dtype=torch.float64)
+    hidden = torch.randn((n_rows, hidden_size), generator=gen, dtype=torch.float64)
+    base = hidden @ weight.T + bias
+    lengths = [3, 7, 5, 6, 4, 8, 2, 5]  # chosen, rejected of 4 pairs
+    bounds = np.cumsum([0, *lengths])
+    rows = [torch.arange(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    data = arm_training.TokenData(
+        hidden,
+        torch.randint(0, vocab, (n_rows,), generator=gen),
+        rows[0::2],
+        rows[1::2],
+        torch.tensor([0, 1, 0, 1]),
+        base if cached_logits else None,
+        torch.logsumexp(base, dim=-1),
+    )
+    adapter = arm_training.Adapter(hidden_size, 3, 2, gen).double()
+    with torch.no_grad():  # B and the users' parameters start at zero: move them
+        for p in (adapter.B, adapter.user_scale, adapter.user_shift):
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.5)
+    batch = torch.tensor([2, 0, 3])
+    weights = torch.tensor([0.3, -1.1, 0.7], dtype=torch.float64)
+
+    def plain() -> tuple[torch.Tensor, torch.Tensor]:
+        index = batch.tolist()
+        groups = [data.chosen_rows[p] for p in index] + [data.rejected_rows[p] for p in index]
+        at = torch.cat(groups)
+        owner = torch.repeat_interleave(torch.arange(6), torch.tensor([len(g) for g in groups]))
+        codes = adapter.codes(data.user[batch].repeat(2)[owner], hidden[at][:, None])[:, 0]
+        shift = codes @ (weight @ adapter.B).T
+        logits = base[at] + shift
+        lse = torch.logsumexp(logits, dim=-1)
+        token = logits.gather(-1, data.target[at][:, None])[:, 0] - lse
+        sums = torch.zeros(6, dtype=torch.float64).index_add(0, owner, token)
+        kl = (torch.softmax(logits, dim=-1) * shift).sum(-1) - lse + data.base_lse[at]
+        return 2.0 * (sums[:3] - sums[3:]), kl.sum() / 6
+
+    got, want = [], []
+    for run, out in (
+        (lambda: arm_training.margins(adapter, data, (weight, bias), batch, 2.0), got),
+        (plain, want),
+    ):
+        adapter.zero_grad()
+        margin, kl = run()
+        ((margin * weights).sum() + 0.4 * kl).backward()
+        out += [margin.detach(), kl.detach()]
+        out += [p.grad.clone() for p in adapter.parameters()]
+    assert float(want[1]) > 1e-3 and float(want[0].abs().min()) > 1e-3
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -5,9 +5,9 @@ and AdamW on the GenARM loss plus the KL anchor and the users' L2 prior."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -219,20 +219,80 @@ def margins(
     )
     user = data.user[batch].repeat(2)[owner]
     weight, bias = head
-    if data.base_logits is not None:
-        base = data.base_logits[rows]
-    else:
-        base = _base_logits(data.hidden[rows], weight, bias)
+
+    def base_rows(at: torch.Tensor) -> torch.Tensor:  # a new (rows, V) tensor: written in place
+        if data.base_logits is not None:
+            return data.base_logits[at]
+        return _base_logits(data.hidden[at], weight, bias)
+
     # W (h + B v) + b = (W h + b) + v (W B)^T: the gradient never multiplies by the (V, H) W
     codes = adapter.codes(user, data.hidden[rows][:, None])[:, 0]
-    shift = codes @ (weight @ adapter.B).T
-    logits = base + shift
-    lse = torch.logsumexp(logits, dim=-1)
-    token = logits.gather(-1, data.target[rows][:, None])[:, 0] - lse
-    sums = torch.zeros(len(groups)).index_add(0, owner, token)
-    # KL(p_arm || p_base) = E_arm[log p_arm - log p_base] = E_arm[shift] - lse + lse_base
-    kl = (torch.softmax(logits, dim=-1) * shift).sum(-1) - lse + data.base_lse[rows]
+    token, kl = TokenTerms.apply(codes, adapter.B.T @ weight.T, base_rows, rows, data.target)
+    sums = token.new_zeros(len(groups)).index_add(0, owner, token)
+    kl = kl + data.base_lse[rows]
     return beta * (sums[: len(index)] - sums[len(index) :]), kl.sum() / len(groups)
+
+
+class TokenTerms(torch.autograd.Function):
+    """Per token row, with ``s = codes @ shift_t`` (the ARM's shift of the logits) and
+    ``z = base + s``: ``log p_arm(y) = z_y - lse(z)`` and ``E_p[s] - lse(z)`` (the row's
+    ``KL(p_arm || p_base)`` less the base logits' ``lse``), where ``p = softmax(z)``.
+
+    What autograd would do with these few lines keeps a dozen ``(rows, V)`` tensors for the
+    backward pass and runs each operation over all of them. Here the ``(rows, V)`` blocks are
+    made ``ROWS_PER_BLOCK`` rows at a time, used while they are in the cache, and made again for
+    the backward pass, whose gradient with respect to ``s`` is written out:
+    ``d/ds [g_y (z_y - lse) + g_k (E_p[s] - lse)] = g_y (onehot(y) - p) + g_k p (s - E_p[s])``.
+    The same figures to float rounding, about three times faster (a test checks values and
+    gradients against the autograd expression)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        codes: torch.Tensor,
+        shift_t: torch.Tensor,
+        base_rows: Callable[[torch.Tensor], torch.Tensor],
+        rows: torch.Tensor,
+        target: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = rows.shape[0]
+        token, lse, expected = (codes.new_empty(n) for _ in range(3))
+        for j in _blocks(n):
+            s = codes[j] @ shift_t
+            z = base_rows(rows[j]).add_(s)
+            picked = z.gather(-1, target[rows[j], None])[:, 0]
+            top = z.amax(-1, keepdim=True)
+            e = z.sub_(top).exp_()
+            total = e.sum(-1)
+            lse[j] = top[:, 0] + total.log()
+            expected[j] = torch.linalg.vecdot(e, s) / total
+            token[j] = picked - lse[j]
+        ctx.save_for_backward(codes, shift_t, rows, target, lse, expected)
+        ctx.base_rows = base_rows
+        return token, expected - lse
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_token: torch.Tensor, grad_kl: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:
+        codes, shift_t, rows, target, lse, expected = ctx.saved_tensors
+        grad_codes = torch.empty_like(codes)
+        grad_shift = torch.zeros_like(shift_t)
+        for j in _blocks(rows.shape[0]):
+            s = codes[j] @ shift_t
+            p = ctx.base_rows(rows[j]).add_(s).sub_(lse[j, None]).exp_()
+            g = s.sub_(expected[j, None]).mul_(grad_kl[j, None]).sub_(grad_token[j, None])
+            g.mul_(p).scatter_add_(-1, target[rows[j], None], grad_token[j, None])
+            grad_codes[j] = (shift_t @ g.T).T
+            grad_shift.addmm_(codes[j].T, g)
+        return grad_codes, grad_shift, None, None, None
+
+
+ROWS_PER_BLOCK = 16  # token rows per (rows, V) block in TokenTerms: 3 MB at a 49k vocabulary
+
+
+def _blocks(n: int) -> list[slice]:
+    return [slice(i, i + ROWS_PER_BLOCK) for i in range(0, n, ROWS_PER_BLOCK)]
 
 
 def check_config(config: ARMConfig) -> None:
