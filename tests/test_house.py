@@ -4,7 +4,7 @@ comments that cite the project's own docs.
 
 The layers, lowest first (a module may import its own layer and the ones below):
 
-0. foundation: errors, storage, cache, versions, events
+0. foundation: errors, storage, cache, versions, events, bm25
 1. the model runtime: runtime/
 2. the interfaces plugins implement: api
 3. names and places: registry, method options, hook specifications, data folders, fetching
@@ -39,6 +39,7 @@ LAYERS = [
         "pytest_prefalign.storage",
         "pytest_prefalign.cache",
         "pytest_prefalign.versions",
+        "pytest_prefalign.bm25",
     ),
     ("pytest_prefalign.runtime",),
     ("pytest_prefalign.api",),

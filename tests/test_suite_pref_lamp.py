@@ -397,6 +397,28 @@ def test_other_author_negative_is_the_nearest_paper_by_nobody_involved(tmp_path)
     assert data.provenance["negatives"] == "other_author"
 
 
+@pytest.mark.parametrize("first", ["Copy one", "Copy two"])
+def test_other_author_negative_among_equal_scores_is_the_first_in_the_pool(tmp_path, first):
+    # the same paper listed twice (as the Anthology does across venues) scores the same: the
+    # pool's order decides, not the order a sort leaves equal scores in, which differs between
+    # CPUs (AVX-512 and AVX2 sorting kernels)
+    words = "kangaroo wombat platypus echidna"
+    users = {
+        "Ann": [(f"a{i}", f"parsing topic {i} with grammars", ["Ann"]) for i in range(3)]
+        + [("a9", f"{words} marsupial habitats", ["Ann"])],
+        "Bob": [(f"b{i}", f"speech topic {i} and noise", ["Bob"]) for i in range(4)],
+    }
+    copies = [
+        paper(f"C{n}", title, f"{words} dingo", ["Cy"])
+        for n, title in enumerate(["Copy one", "Copy two"])
+    ]
+    if first == "Copy two":
+        copies.reverse()
+    data = load(corpus(tmp_path, users, copies), negatives="other_author")
+    pair = next(p for p in data.test_pairs if p.pair_id == "acl:Ann/a9")
+    assert pair.rejected == first
+
+
 def test_other_author_negative_matches_the_real_titles_length(tmp_path):
     words = "kangaroo wombat platypus echidna"
     users = {

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from prefalign_methods.decoders.base import BaseDecoder
+from pytest_prefalign import bm25
 from pytest_prefalign.api import CaseContext, DecodeOptions, ProfileEntry
 from pytest_prefalign.cache import Slot
 
@@ -70,24 +71,16 @@ class RAGDecoder(ICLDecoder):
         k = min(ctx.options.k, len(profile))
         if k == 0:
             return []
-        retriever = self.index(ctx, user, profile)
-        import bm25s
-
-        query = bm25s.tokenize([prompt], stopwords="en", show_progress=False)
-        found, _ = retriever.retrieve(query, k=k, show_progress=False)
-        return [profile[int(i)] for i in found[0]]
+        # equal scores in profile order (bm25.ranking): the same examples on every machine
+        found = bm25.ranking(self.index(ctx, user, profile), prompt, k=k)[:k]
+        return [profile[int(i)] for i in found]
 
     @staticmethod
     def index(ctx: CaseContext, user: str, profile: list[ProfileEntry]):
         """A BM25 index over the user's profile inputs, built once per (suite, size, user)."""
         indexes = ctx.shared[BM25]
         if user not in indexes:
-            import bm25s
-
-            retriever = bm25s.BM25()
-            corpus = bm25s.tokenize([e.input for e in profile], stopwords="en", show_progress=False)
-            retriever.index(corpus, show_progress=False)
-            indexes[user] = retriever
+            indexes[user] = bm25.index([e.input for e in profile])
         return indexes[user]
 
 

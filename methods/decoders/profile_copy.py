@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from prefalign_methods.decoders.icl import RAGDecoder
+from pytest_prefalign import bm25
 from pytest_prefalign.api import CaseContext, Decoder, Item, ProfileEntry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,13 +35,8 @@ class ProfileCopyDecoder(Decoder):
         profile: list[ProfileEntry] = ctx.data.profiles.get(user, [])
         if not profile:
             return ""
-        import bm25s
-
-        retriever = RAGDecoder.index(ctx, user, profile)
-        query = bm25s.tokenize([text], stopwords="en", return_ids=False, show_progress=False)
-        # scores of every entry: the first best wins (bm25s's retrieve breaks ties arbitrarily)
-        scores = np.asarray(retriever.get_scores(query[0]), dtype=np.float64)
-        return profile[int(np.argmax(scores))].output
+        # the first of the best-scored entries (bm25.ranking's order)
+        return profile[int(bm25.ranking(RAGDecoder.index(ctx, user, profile), text)[0])].output
 
 
 def pytest_prefalign_register(registry: Registry) -> None:

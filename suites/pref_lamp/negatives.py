@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefalign_suites.records import Problems, normalise_ws
-from pytest_prefalign import cache, storage, versions
+from pytest_prefalign import bm25, cache, storage, versions
 from pytest_prefalign.api import Pair
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -213,12 +213,9 @@ def other_author(
     """Fill the pairs with the title of a similar paper by somebody else as negatives: the
     best-ranked by BM25 over abstracts whose title has as many words as the real one, give or
     take ``length_slack`` (None: any length), so that length cannot tell the two apart."""
-    import bm25s
-
     test_keys = {p.key for papers in users.values() for p in papers.tests}
     candidates = [p for p in pool if p.key not in test_keys]
-    retriever = bm25s.BM25()
-    retriever.index(_tokens([p.abstract for p in candidates]), show_progress=False)
+    retriever = bm25.index([p.abstract for p in candidates])
     train = [(u, p) for u, up in users.items() for p in _last(up.profile, max_train)]
     test = [(u, p) for u, up in users.items() for p in up.tests]
     both = [*train, *test]
@@ -242,32 +239,23 @@ def _last(papers: list[Paper], n: int) -> list[Paper]:
     return papers[-n:] if n else papers
 
 
-def _tokens(texts: list[str]) -> Any:
-    import bm25s
-
-    return bm25s.tokenize(texts, stopwords="en", show_progress=False)
-
-
 def _nearest_other(
     retriever: Any, candidates: Sequence[Paper], queries: Sequence[Paper], slack: int | None
 ) -> list[str | None]:
     """For each query paper, the title of the best-ranked candidate sharing none of its
     people and not its title (and within ``slack`` words of its length); the top
-    ``CANDIDATES`` first, the whole ranking if need be."""
-    if not candidates or not queries:
+    ``CANDIDATES`` first, the whole ranking if need be. Equal scores rank in the pool's order
+    (``bm25.ranking``), so every machine makes the same pairs."""
+    if not candidates:
         return [None] * len(queries)
-    k = min(CANDIDATES, len(candidates))
-    ranked, _ = retriever.retrieve(_tokens([q.abstract for q in queries]), k=k, show_progress=False)
-    found = [
-        _first_other(q, (candidates[i] for i in row), slack)
-        for q, row in zip(queries, ranked, strict=True)
-    ]
-    for n, query in enumerate(queries):
-        if found[n] is None and k < len(candidates):
-            full, _ = retriever.retrieve(
-                _tokens([query.abstract]), k=len(candidates), show_progress=False
-            )
-            found[n] = _first_other(query, (candidates[i] for i in full[0]), slack)
+    found: list[str | None] = []
+    for query in queries:
+        top = bm25.ranking(retriever, query.abstract, k=CANDIDATES)
+        best = _first_other(query, (candidates[i] for i in top), slack)
+        if best is None and len(top) < len(candidates):
+            ranked = bm25.ranking(retriever, query.abstract)
+            best = _first_other(query, (candidates[i] for i in ranked), slack)
+        found.append(best)
     return found
 
 

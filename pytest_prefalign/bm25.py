@@ -1,0 +1,59 @@
+"""BM25 rankings that are the same on every machine (no heavy import at load: suites import it).
+
+``bm25s``'s ``retrieve`` selects and sorts its top k with NumPy's unstable ``argpartition`` and
+``argsort``, whose order among equal scores depends on the CPU's instruction set (AVX-512 or
+AVX2 sorting kernels). Equal scores are common: the same paper listed twice, or profile entries
+sharing no word with the query (all zero). A suite's pairs and a prompt's retrieved examples
+then changed from one machine to another. Here every ranking puts the better score first and,
+among equal scores, the document indexed first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+
+def tokens(texts: Sequence[str]) -> list[list[str]]:
+    """Each text's BM25 tokens: lower-cased words, English stop words left out."""
+    import bm25s
+
+    return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
+
+
+def index(texts: Sequence[str]) -> Any:
+    """A ``bm25s.BM25`` over ``texts``, in their order (a document is its position)."""
+    import bm25s
+
+    retriever = bm25s.BM25()
+    retriever.index(tokens(texts), show_progress=False)
+    return retriever
+
+
+def scores(retriever: Any, text: str) -> np.ndarray:
+    """The BM25 score of every indexed document for the query ``text`` (zeros when no word of
+    the query is in the index)."""
+    import numpy as np
+
+    words = tokens([text])[0]
+    known = retriever.get_tokens_ids(words)
+    if not known:
+        return np.zeros(int(retriever.scores["num_docs"]))
+    return np.asarray(retriever.get_scores(known), dtype=np.float64)
+
+
+def ranking(retriever: Any, text: str, k: int | None = None) -> np.ndarray:
+    """Document positions, best score first, equal scores in index order. With ``k``, the
+    documents scoring at least the k-th best score: k of them, or more when scores tie there
+    (which ones make the cut does not depend on a sort's order among equals)."""
+    import numpy as np
+
+    found = scores(retriever, text)
+    if k is not None and k < len(found):
+        cut = np.partition(found, len(found) - k)[len(found) - k]
+        top = np.flatnonzero(found >= cut)
+        return top[np.argsort(-found[top], kind="stable")]
+    return np.argsort(-found, kind="stable")
