@@ -73,7 +73,9 @@ class Encoder:
     # the last few calls' answers by their texts: every row's win rates encode the suite's
     # prompts in the same list, and the same list is encoded in the same batches, so the
     # answer is the vectors encoding would give, to the last bit
-    recent: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
+    recent: dict[tuple[str, ...], np.ndarray] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``(n, 384)`` unit vectors, float64; each distinct text encoded once; a list asked
