@@ -397,19 +397,23 @@ def test_other_author_negative_is_the_nearest_paper_by_nobody_involved(tmp_path)
     assert data.provenance["negatives"] == "other_author"
 
 
+MARSUPIALS = "kangaroo wombat platypus echidna"
+# Ann's test paper a9 is about marsupials; nobody else in the data is
+MARSUPIAL_USERS = {
+    "Ann": [(f"a{i}", f"parsing topic {i} with grammars", ["Ann"]) for i in range(3)]
+    + [("a9", f"{MARSUPIALS} marsupial habitats", ["Ann"])],
+    "Bob": [(f"b{i}", f"speech topic {i} and noise", ["Bob"]) for i in range(4)],
+}
+
+
 @pytest.mark.parametrize("first", ["Copy one", "Copy two"])
 def test_other_author_negative_among_equal_scores_is_the_first_in_the_pool(tmp_path, first):
     # the same paper listed twice (as the Anthology does across venues) scores the same: the
     # pool's order decides, not the order a sort leaves equal scores in, which differs between
     # CPUs (AVX-512 and AVX2 sorting kernels)
-    words = "kangaroo wombat platypus echidna"
-    users = {
-        "Ann": [(f"a{i}", f"parsing topic {i} with grammars", ["Ann"]) for i in range(3)]
-        + [("a9", f"{words} marsupial habitats", ["Ann"])],
-        "Bob": [(f"b{i}", f"speech topic {i} and noise", ["Bob"]) for i in range(4)],
-    }
+    users = MARSUPIAL_USERS
     copies = [
-        paper(f"C{n}", title, f"{words} dingo", ["Cy"])
+        paper(f"C{n}", title, f"{MARSUPIALS} dingo", ["Cy"])
         for n, title in enumerate(["Copy one", "Copy two"])
     ]
     if first == "Copy two":
@@ -420,17 +424,14 @@ def test_other_author_negative_among_equal_scores_is_the_first_in_the_pool(tmp_p
 
 
 def test_other_author_negative_matches_the_real_titles_length(tmp_path):
-    words = "kangaroo wombat platypus echidna"
-    users = {
-        "Ann": [(f"a{i}", f"parsing topic {i} with grammars", ["Ann"]) for i in range(3)]
-        + [("a9", f"{words} marsupial habitats", ["Ann"])],
-        "Bob": [(f"b{i}", f"speech topic {i} and noise", ["Bob"]) for i in range(4)],
-    }
+    users = MARSUPIAL_USERS
     extra = [
         # nearest by BM25, but nine words against the real title's three
-        paper("L", "A much longer title than the real one by far", f"{words} marsupial", ["Lu"]),
+        paper(
+            "L", "A much longer title than the real one by far", f"{MARSUPIALS} marsupial", ["Lu"]
+        ),
         # a little farther, and three words long
-        paper("S", "Three word title", f"{words} koala dingo", ["Sam"]),
+        paper("S", "Three word title", f"{MARSUPIALS} koala dingo", ["Sam"]),
     ]
     root = corpus(tmp_path, users, extra)
     matched = load(root, negatives="other_author")
