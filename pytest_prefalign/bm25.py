@@ -11,6 +11,7 @@ among equal scores, the document indexed first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,12 +25,25 @@ def tokens(texts: Sequence[str]) -> list[list[str]]:
     return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
 
 
+@dataclass(frozen=True)
+class Wordless:
+    """An index over ``size`` documents none of which has a word BM25 counts (none at all, or
+    stop words only), which ``bm25s`` cannot build (it raises ``max() arg is an empty
+    sequence``): every query scores every document 0."""
+
+    size: int
+
+
 def index(texts: Sequence[str]) -> Any:
-    """A ``bm25s.BM25`` over ``texts``, in their order (a document is its position)."""
+    """A ``bm25s.BM25`` over ``texts``, in their order (a document is its position); a
+    ``Wordless`` index if no text has a word."""
     import bm25s
 
+    words = tokens(texts)
+    if not any(words):
+        return Wordless(len(words))
     retriever = bm25s.BM25()
-    retriever.index(tokens(texts), show_progress=False)
+    retriever.index(words, show_progress=False)
     return retriever
 
 
@@ -38,6 +52,8 @@ def scores(retriever: Any, text: str) -> np.ndarray:
     the query is in the index)."""
     import numpy as np
 
+    if isinstance(retriever, Wordless):
+        return np.zeros(retriever.size)
     words = tokens([text])[0]
     known = retriever.get_tokens_ids(words)
     if not known:
@@ -49,9 +65,13 @@ def ranking(retriever: Any, text: str, k: int | None = None) -> np.ndarray:
     """Document positions, best score first, equal scores in index order. With ``k``, the
     documents scoring at least the k-th best score: k of them, or more when scores tie there
     (which ones make the cut does not depend on a sort's order among equals)."""
+    return order(scores(retriever, text), k)
+
+
+def order(found: np.ndarray, k: int | None = None) -> np.ndarray:
+    """``ranking`` of documents whose scores are ``found``."""
     import numpy as np
 
-    found = scores(retriever, text)
     if k is not None and k < len(found):
         cut = np.partition(found, len(found) - k)[len(found) - k]
         top = np.flatnonzero(found >= cut)

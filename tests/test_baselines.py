@@ -77,6 +77,18 @@ def test_profile_copy_copies_the_nearest_profile_entrys_output() -> None:
     ]
 
 
+def test_profile_copy_and_icl_rag_over_a_profile_of_stop_words() -> None:
+    # a profile whose inputs have no word BM25 counts: every entry ties at 0, profile order wins
+    from prefalign_methods.decoders.icl import ICLOptions, RAGDecoder
+
+    ann = entries("ann", ("the of", "First"), ("and it is", "Second"), ("", "Third"))
+    ctx = context({"ann": ann})
+    assert ProfileCopyDecoder().generate(ctx, [item("ann", "cats sleep")]) == ["First"]
+    ctx.options = ICLOptions(k=2)
+    examples = RAGDecoder().examples(ctx, "ann", "cats sleep")
+    assert [e.output for e in examples] == ["First", "Second"]
+
+
 def test_baselines_are_no_policy_and_need_no_reward() -> None:
     for decoder in (LeadDecoder, ProfileCopyDecoder):
         assert decoder.policy is False and decoder.needs == frozenset()

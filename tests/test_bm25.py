@@ -56,3 +56,25 @@ def test_scores_are_bm25s_own(retriever):
         sorted(ours, reverse=True)[:3], rel=1e-6
     )
     assert set(ids[0].tolist()) <= set(np.flatnonzero(ours >= np.sort(ours)[-3]).tolist())
+
+
+@pytest.mark.parametrize("docs", [[], ["the of", "and", ""]], ids=["no documents", "stop words"])
+def test_an_index_without_a_word_scores_every_document_zero(docs):
+    # bm25s cannot index these (it raised "max() arg is an empty sequence"): every query ties
+    index = bm25.index(docs)
+    assert bm25.scores(index, "graph parsing").tolist() == [0.0] * len(docs)
+    assert bm25.ranking(index, "graph parsing").tolist() == list(range(len(docs)))
+    assert bm25.ranking(index, "graph parsing", k=1).tolist() == list(range(len(docs)))
+
+
+def test_a_document_without_a_word_beside_others_scores_zero():
+    index = bm25.index(["the", "graph parsing", "and of"])
+    assert bm25.ranking(index, "parsing").tolist() == [1, 0, 2]
+
+
+def test_order_ranks_given_scores_as_ranking_does(retriever):
+    found = bm25.scores(retriever, "neural networks")
+    assert (
+        bm25.order(found, k=4).tolist() == bm25.ranking(retriever, "neural networks", k=4).tolist()
+    )
+    assert bm25.order(found).tolist() == bm25.ranking(retriever, "neural networks").tolist()

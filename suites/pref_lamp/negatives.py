@@ -250,11 +250,11 @@ def _nearest_other(
         return [None] * len(queries)
     found: list[str | None] = []
     for query in queries:
-        top = bm25.ranking(retriever, query.abstract, k=CANDIDATES)
+        scores = bm25.scores(retriever, query.abstract)
+        top = bm25.order(scores, k=CANDIDATES)
         best = _first_other(query, (candidates[i] for i in top), slack)
         if best is None and len(top) < len(candidates):
-            ranked = bm25.ranking(retriever, query.abstract)
-            best = _first_other(query, (candidates[i] for i in ranked), slack)
+            best = _first_other(query, (candidates[i] for i in bm25.order(scores)), slack)
         found.append(best)
     return found
 
