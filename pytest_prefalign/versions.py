@@ -45,7 +45,7 @@ def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
     roots = {*FIRST_PARTY, module.__name__.split(".")[0], *extra_roots}
     trees: dict[str, str] = {}
     libraries: set[str] = set()
-    todo = [(module.__name__, _file_of(module))]
+    todo = [(module.__name__, _defining_file(obj) or _file_of(module))]
     while todo:
         name, path = todo.pop()
         if name in trees or path is None:
@@ -88,6 +88,29 @@ def _module_of(obj: Any) -> ModuleType:
     if module is None:
         raise ValueError(f"code_version: the module {name!r} of {obj!r} is not imported")
     return module
+
+
+def _defining_file(obj: Any) -> Path | None:
+    """The file that defines ``obj``, from its functions' code rather than from
+    ``sys.modules[obj.__module__]``: every conftest outside a package is a module named
+    ``conftest``, and ``sys.modules`` keeps only the last one pytest imported, so a method
+    written in one conftest would be versioned by another. None for a module, or a class
+    without a function of its own (its module's file is used)."""
+    if isinstance(obj, ModuleType):
+        return None
+    target = obj if inspect.isfunction(obj) or inspect.isclass(obj) else type(obj)
+    if inspect.isfunction(target):
+        functions = [target]
+    else:
+        members = vars(target).values()
+        functions = [getattr(m, "__func__", getattr(m, "fget", m)) for m in members]
+    for fn in functions:
+        fn = inspect.unwrap(fn) if inspect.isfunction(fn) else fn
+        code = getattr(fn, "__code__", None)
+        own = getattr(fn, "__qualname__", "").startswith(f"{target.__qualname__}.")
+        if code is not None and (own or fn is target) and code.co_filename.endswith(".py"):
+            return Path(code.co_filename)
+    return None
 
 
 def _file_of(module: ModuleType) -> Path | None:

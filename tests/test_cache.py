@@ -3,8 +3,10 @@ disk cache (hit, miss, disabled, corrupt files) and the ledger of which values a
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,6 +187,56 @@ def test_code_version_of_a_project_module_follows_its_first_party_imports() -> N
         captured["modules"]
     )
     assert {"torch", "transformers"} <= set(captured["libraries"])
+
+
+def load_conftest(path: Path) -> Any:
+    """Import ``path`` as pytest imports a conftest outside a package: as the module
+    ``conftest``, replacing the one imported before it in ``sys.modules``."""
+    spec = importlib.util.spec_from_file_location("conftest", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["conftest"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+CONF_RM = """
+class ConfRM:
+    @staticmethod
+    def scale(x):
+        return 2 * x
+
+    def score(self, x):
+        return self.scale(x) + 1
+
+
+def plain(x):
+    return x
+"""
+
+
+@pytest.mark.parametrize("of", ["class", "instance", "function"])
+def test_code_in_one_conftest_is_versioned_by_its_own_file_not_the_last_conftest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, of: str
+) -> None:
+    monkeypatch.delitem(sys.modules, "conftest", raising=False)
+    for folder in ("root", "root/suite"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "root" / "conftest.py").write_text(CONF_RM)
+    (tmp_path / "root" / "suite" / "conftest.py").write_text("HELPER = 1\n")
+    root = load_conftest(tmp_path / "root" / "conftest.py")
+    other = load_conftest(tmp_path / "root" / "suite" / "conftest.py")
+    assert sys.modules["conftest"] is other
+    obj = {"class": root.ConfRM, "instance": root.ConfRM(), "function": root.plain}[of]
+    assert versions.code_version(obj) == versions.code_version(root)
+    assert versions.code_version(obj) != versions.code_version(other)
+    # editing the method's own conftest changes its version, in a fresh import
+    before = versions.code_version(obj)
+    (tmp_path / "root" / "conftest.py").write_text(CONF_RM.replace("+ 1", "+ 2"))
+    edited = load_conftest(tmp_path / "root" / "conftest.py")
+    load_conftest(tmp_path / "root" / "suite" / "conftest.py")
+    again = {"class": edited.ConfRM, "instance": edited.ConfRM(), "function": edited.plain}[of]
+    assert versions.code_version(again) != before
 
 
 # --------------------------------------------------------------------------------------------

@@ -326,6 +326,42 @@ def test_each_input_changed_alone_recomputes_exactly_what_depends_on_it(project,
     assert {u for u in uses(second) if u[0] not in recomputed} == results_of(methods) - expected
 
 
+CONF_RM = """
+
+from prefalign_methods.rewards.global_bt import GlobalBT
+
+
+class ConfRM(GlobalBT):
+    name = "conf_rm"
+
+    def _standardise(self, h):
+        return (h - self._mean.to(h.device)) / self._std.to(h.device)
+"""
+
+
+def test_a_method_in_a_conftest_is_recomputed_when_edited_beside_another_conftest(project):
+    # every conftest outside a package is the module "conftest", and sys.modules keeps the one
+    # imported last (toy/conftest.py here): the method's code must be read from its own file
+    conftest = (
+        TOY_SUITE.replace(
+            "registry.add_suite(Toy())",
+            "registry.add_suite(Toy())\n    registry.add_reward('conf_rm', ConfRM)",
+        )
+        + CONF_RM
+    )
+    project.makeconftest(conftest)
+    project.path.joinpath("toy", "conftest.py").write_text("HELPER = 1\n")
+    first = run(project, "args[conf_rm]", out="first.json")
+    assert misses(first) == set(uses(first))
+    assert misses(run(project, "args[conf_rm]", out="again.json")) == set()
+    project.makeconftest(conftest.replace("/ self._std", "/ (2 * self._std)"))
+    edited = run(project, "args[conf_rm]", out="edited.json")
+    assert ("args[conf_rm]", "rewards", "conf_rm") in misses(edited)
+    # everything read the edited conftest (the suite is there too) but the independent judge,
+    # keyed by its own code and the content of the pairs it is trained on
+    assert misses(edited) == {use for use in uses(first) if use[1] != "judges"}
+
+
 def test_the_summary_says_how_much_came_from_the_cache(project):
     args = ("--prefalign", "toy", "-p", "no:cacheprovider", "--prefalign-methods", "base,icl")
     project.runpytest_inprocess(*args).stdout.fnmatch_lines(
