@@ -25,12 +25,16 @@ Where = Callable[[int], str]  # position of a call -> what it was computed for
 
 class GuardedReward:
     """Wraps a fitted reward method; attributes other than the checked calls pass through.
-    ``data``: the suite's data, to name the record a bad value belongs to."""
+    ``data``: the suite's data, to name the record a bad value belongs to; ``vocab``: the base
+    model's vocabulary size, the width of a table of log-probabilities (None: not checked)."""
 
-    def __init__(self, inner: Any, name: str, data: SuiteData | None = None) -> None:
+    def __init__(
+        self, inner: Any, name: str, data: SuiteData | None = None, vocab: int | None = None
+    ) -> None:
         self._inner = inner
         self._name = name
         self._data = data
+        self._vocab = vocab
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._inner, attr)
@@ -66,7 +70,15 @@ class GuardedReward:
         if len(out) != len(responses):
             raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(responses)}")
         where = self._where(users, prompts, responses)
-        return [finite_array(a, None, what, _token_of(where, i)) for i, a in enumerate(out)]
+        arrays = [finite_array(a, None, what, _token_of(where, i)) for i, a in enumerate(out)]
+        for i, array in enumerate(arrays):
+            tokens = len(lm.response_ids(responses[i]))
+            if array.shape[0] != tokens:
+                raise PrefalignError(
+                    f"{what} returned {array.shape[0]} values {where(i)}, expected {tokens}: "
+                    f"one per token of lm.response_ids(response), the final eos_id included"
+                )
+        return arrays
 
     def next_token_logprobs(
         self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
@@ -77,8 +89,8 @@ class GuardedReward:
             raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(responses)}")
         where = self._where(users, prompts, responses)
         for i, array in enumerate(out):
-            if np.isnan(np.asarray(array)).any():
-                raise PrefalignError(f"{what} returned NaN {where(i)}")
+            shape = (len(lm.response_ids(responses[i])), self._vocab)
+            log_probabilities(np.asarray(array), shape, what, where, i)
         return out
 
     def reward_from_hidden(self, users: Sequence[str], hidden: Any) -> Any:
@@ -94,9 +106,39 @@ class GuardedReward:
 
     def logprobs_from_hidden(self, users: Sequence[str], hidden: Any) -> Any:
         out = self._call("logprobs_from_hidden", users, hidden)
-        if bool(out.isnan().any()):
-            raise PrefalignError(f"reward method {self._name!r} logprobs_from_hidden returned NaN")
+        what = f"reward method {self._name!r} logprobs_from_hidden"
+        shape = (*hidden.shape[:-1], self._vocab)
+        found = tuple(out.shape)
+        if len(found) != len(shape) or any(
+            e is not None and e != f for e, f in zip(shape, found, strict=True)
+        ):
+            raise PrefalignError(f"{what} returned shape {found}, expected {_shape(shape)}")
+        if bool((out.isnan() | (out == float("inf"))).any()):
+            raise PrefalignError(f"{what} returned NaN or +inf (a log-probability is at most 0)")
         return out
+
+
+def _shape(shape: tuple[int | None, ...]) -> str:
+    return "(" + ", ".join("V" if n is None else str(n) for n in shape) + ")"
+
+
+def log_probabilities(
+    array: np.ndarray, shape: tuple[int, int | None], what: str, where: Where, i: int
+) -> None:
+    """Response ``i``'s table of log-probabilities ``(T, V)`` (V not checked if None): NaN
+    and +inf are errors, -inf is a token of probability 0."""
+    rows, vocab = shape
+    if array.ndim != 2 or array.shape[0] != rows or vocab not in (None, array.shape[1]):
+        raise PrefalignError(
+            f"{what} returned shape {array.shape} {where(i)}, expected {_shape(shape)}: a row "
+            f"per token of lm.response_ids(response), a column per token of the vocabulary"
+        )
+    bad = np.isnan(array) | (array == np.inf)
+    if bad.any():
+        t = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise PrefalignError(
+            f"{what} returned NaN or +inf {where(i)} at token {t} (a log-probability is at most 0)"
+        )
 
 
 def _token_of(where: Where, i: int) -> Where:

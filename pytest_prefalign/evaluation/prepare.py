@@ -190,7 +190,9 @@ def fit_reward(run: RunContext, plan: RewardPlan, state: SuiteState, lm: LM) -> 
     trained = getattr(reward, "trained", None)
     hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
     uses.append(cache.Use(key, hit))
-    guarded = cast(RewardMethod, GuardedReward(reward, name, state.data))
+    guarded = cast(
+        RewardMethod, GuardedReward(reward, name, state.data, getattr(lm, "vocab_size", None))
+    )
     return FittedReward(guarded, key, uses, plan.fingerprint, plan.package, plan.version)
 
 

@@ -349,6 +349,11 @@ class LM:
         ``self.prefills`` is not run again, and prompts sharing a prefix run it once."""
         return self.prefills.prefill(seqs, batch_size=batch_size)
 
+    @property
+    def vocab_size(self) -> int:
+        """The width of the model's logits: the output head's rows."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
     def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits ``(..., V)`` float32 from final hidden states ``(..., H)``, as the
         model's own forward computes them (output head, then any logit soft-capping)."""

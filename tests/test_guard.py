@@ -1,0 +1,106 @@
+"""The checks a reward method's answers pass before a decoder or a metric uses them
+(``evaluation/guard.py``): each capability's values must have the shape its contract states,
+and be numbers a decoder can use, or the test fails with the method, the call and the record
+named, instead of arrays silently cut, broadcast or summed into a figure."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from pytest_prefalign.api import Pair, SuiteData
+from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.evaluation.guard import GuardedReward
+
+VOCAB = 7
+PAIR = Pair("ann/t0", "ann", "Title for: cats", "Cats Nap", "Dogs Run")
+DATA = SuiteData("toy", "memory", {}, [], test_pairs=[PAIR])
+
+
+class WordLM:
+    """A stand-in LM: a response's tokens are its words, then an eos."""
+
+    def response_ids(self, response: str) -> list[int]:
+        return [1] * len(response.split()) + [0]
+
+
+class Answers:
+    """A reward method answering whatever the test sets."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def prefix_rewards(self, lm, users, prompts, responses):
+        return [self.answer(r) for r in responses]
+
+    next_token_logprobs = prefix_rewards
+
+    def logprobs_from_hidden(self, users, hidden):
+        return self.answer(hidden)
+
+
+def guarded(answer) -> GuardedReward:
+    return GuardedReward(Answers(answer), "mine", DATA, vocab=VOCAB)
+
+
+def call(reward: GuardedReward, capability: str):
+    side = [PAIR.chosen]  # two words and the eos: three tokens
+    return getattr(reward, capability)(WordLM(), [PAIR.user], [PAIR.prompt], side)
+
+
+def test_prefix_rewards_of_the_right_length_pass_as_floats():
+    out = call(guarded(lambda r: [0.5, 1, 2]), "prefix_rewards")
+    assert [a.tolist() for a in out] == [[0.5, 1.0, 2.0]]
+
+
+@pytest.mark.parametrize("values", [[1.0, 2.0, 3.0, 4.0], [1.0], [1.0, 2.0]])
+def test_prefix_rewards_of_another_length_name_the_method_and_the_pair(values):
+    # a longer array was cut to the response, a single value broadcast to every token
+    with pytest.raises(PrefalignError) as info:
+        call(guarded(lambda r: values), "prefix_rewards")
+    assert str(info.value).startswith(
+        f"reward method 'mine' prefix_rewards returned {len(values)} values for the chosen side "
+        f"of pair 'ann/t0', expected 3: one per token of lm.response_ids(response)"
+    )
+
+
+def test_next_token_logprobs_of_the_right_shape_pass_and_minus_inf_is_allowed():
+    table = np.log(np.full((3, VOCAB), 1 / VOCAB))
+    table[:, 0] = -np.inf  # a token of probability 0
+    assert call(guarded(lambda r: table), "next_token_logprobs")[0] is table
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (np.zeros((3, VOCAB + 1)), "returned shape (3, 8) for the chosen side of pair 'ann/t0', "),
+        (np.zeros((2, VOCAB)), "returned shape (2, 7) for the chosen side of pair 'ann/t0', "),
+        (np.zeros(3), "returned shape (3,) "),
+        (np.where(np.eye(3, VOCAB) == 1, np.inf, 0.0), "returned NaN or +inf for the chosen "),
+        (np.where(np.eye(3, VOCAB, 1) == 1, np.nan, 0.0), "returned NaN or +inf for the chosen "),
+    ],
+    ids=["wide", "short", "flat", "+inf", "nan"],
+)
+def test_next_token_logprobs_of_another_shape_or_with_nan_or_inf_fail(table, message):
+    with pytest.raises(PrefalignError) as info:
+        call(guarded(lambda r: table), "next_token_logprobs")
+    assert str(info.value).startswith(f"reward method 'mine' next_token_logprobs {message}")
+
+
+def test_logprobs_from_hidden_must_keep_the_leading_shape_and_give_the_vocabulary():
+    hidden = torch.zeros(2, 4, 5)
+    good = torch.zeros(2, 4, VOCAB)
+    assert guarded(lambda h: good).logprobs_from_hidden(["a", "b"], hidden) is good
+    for bad, expected in [
+        (torch.zeros(2, 4, 3), "returned shape (2, 4, 3), expected (2, 4, 7)"),
+        (torch.zeros(2, VOCAB), "returned shape (2, 7), expected (2, 4, 7)"),
+        (torch.full((2, 4, VOCAB), float("inf")), "returned NaN or +inf"),
+    ]:
+        with pytest.raises(PrefalignError, match=re.escape(expected)):
+            guarded(lambda h, bad=bad: bad).logprobs_from_hidden(["a", "b"], hidden)
+    # without a known vocabulary, only the leading shape is checked
+    loose = GuardedReward(Answers(lambda h: torch.zeros(2, 4, 3)), "mine", DATA)
+    assert loose.logprobs_from_hidden(["a", "b"], hidden).shape == (2, 4, 3)
