@@ -239,3 +239,30 @@ def test_judge_collects_every_problem_instead_of_stopping() -> None:
     ]
     assert verdict.notes == ["new, not in the baseline: bon[x] on pref_lamp (135m)"]
     assert KEY == run.results[0].key
+
+
+def test_a_gate_on_a_metric_no_shared_test_has_is_an_error() -> None:
+    # the runs have policy accuracy only: a gate on ROUGE-1 would pass on no figure at all
+    run = make_run(flipped(20, 2), 4)
+    gates = [*GATE, Threshold("rouge1", 1.0)]
+    verdict = judge(run, run, gates)
+    assert {c.metric for c in verdict.comparisons} >= {"policy_acc"}
+    assert verdict.errors == [
+        "the gate rouge1:1pp compared nothing: no test shared with the baseline has rouge1 in "
+        "both runs"
+    ]
+    with_rouge = make_run(flipped(24, 2), 6, rouge1=[0.5] * 24)
+    assert judge(with_rouge, with_rouge, gates).errors == []
+    # the pytest gate's judgement of the whole run, from its tests' outcomes, says the same
+    outcomes = [
+        {
+            "key": list(KEY),
+            "status": "compared",
+            "comparisons": [{"metric": "policy_acc", "gated": True}],
+        }
+    ]
+    problems, _ = comparable.whole_run([KEY], outcomes, gates, ())
+    assert problems == verdict.errors
+    # a test that could not be compared already fails the run, saying why
+    failed = [{**outcomes[0], "status": "error", "comparisons": []}]
+    assert comparable.whole_run([KEY], failed, gates, ())[0] == []

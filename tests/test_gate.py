@@ -367,7 +367,7 @@ def test_compare_main_takes_saved_baseline_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    save_baseline(make_run([1.0] * 200, 20), "main", tmp_path)
-    worse = write(tmp_path / "b.json", make_run(flipped(200, 50), 20))
+    save_baseline(make_run([1.0] * 200, 20, rouge1=[0.5] * 200), "main", tmp_path)
+    worse = write(tmp_path / "b.json", make_run(flipped(200, 50), 20, rouge1=[0.5] * 200))
     assert compare_main(["main", worse, "--fail", "policy_acc:2pp,rouge1:1pp"]) == 1
     assert "gates: policy_acc:2pp, rouge1:1pp" in capsys.readouterr().out

@@ -319,6 +319,23 @@ def test_mismatched_pairs_fail_with_a_clear_message(toy):
     )
 
 
+def test_a_gate_on_a_metric_no_test_has_fails_the_run(toy):
+    # base has no reward method, hence no RM accuracy: a gate on it checked nothing
+    save(toy)
+    args = ("--prefalign-compare=", "--prefalign-compare-fail", "policy_acc:2pp,rm_acc:2pp")
+    result = run(toy, *args)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "toy*base*tiny*policy_acc *0.600*0.600*ok, underpowered",
+            "FAILED the comparison: the gate rm_acc:2pp compared nothing: no test shared with "
+            "the baseline has rm_acc in both runs",
+        ]
+    )
+    assert "policy_acc:2pp compared nothing" not in result.stdout.str()
+
+
 def test_a_baseline_test_missing_from_a_gated_run_fails_the_run(toy):
     # icl renamed to icl_rag, say: the gate would otherwise never see icl again
     save(toy, methods="base,icl")

@@ -211,6 +211,20 @@ def test_malformed_record_names_file_record_field(toy):
     result.stdout.fnmatch_lines(["*records.json: record 1: field 'user': missing or not a string*"])
 
 
+def test_a_suite_that_leaves_no_user_fails_its_tests_saying_so(toy):
+    # nothing to evaluate is no pass: a floor would otherwise hold on no figure at all
+    (toy.path / "data/toy/records.json").write_text("[]")
+    args = ("--prefalign-methods", "base,icl", "--prefalign-fail-under", "rouge1=0.1")
+    result = run(toy, "--prefalign", "toy", *args)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*suite 'toy': no user left to evaluate in *records.json (0 users, 0 items, 0 test "
+            "pairs; dropped: nothing)*"
+        ]
+    )
+
+
 def test_missing_data_lists_the_places_searched(toy):
     shutil.rmtree(toy.path / "data")
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base")

@@ -72,16 +72,19 @@ def coverage(
     allow: Collection[str] = (),
     *,
     gated: bool = True,
+    gates: Iterable[str] = (),
+    compared: Iterable[str] = (),
 ) -> tuple[list[str], list[str]]:
     """``(problems, notes)`` about which tests the runs share. Nothing shared is a problem
     (with what each run holds, and the likely reason); a baseline test the current run lacks is
     a problem when the comparison is ``gated`` and ``missing`` is not allowed, else a note; a
-    test new to the baseline is a note."""
+    test new to the baseline is a note. A run-wide gate (``metric:Npp``, in ``gates``) whose
+    metric is not among the ``compared`` ones is a problem (``idle_gates``)."""
     old, new = set(baseline), set(current)
     only_old, only_new = sorted(old - new), sorted(new - old)
     if not old & new:
         return [nothing_shared(sorted(old), sorted(new))], []
-    problems, notes = [], []
+    problems, notes = idle_gates(gates, compared), []
     if only_old:
         text = f"in the baseline, not compared in this run: {_keys(only_old)}"
         if "missing" in allow:
@@ -93,6 +96,40 @@ def coverage(
     if only_new:
         notes.append(f"new, not in the baseline: {_keys(only_new)}")
     return problems, notes
+
+
+def whole_run(
+    baseline: Iterable[Key],
+    outcomes: Sequence[Mapping[str, Any]],
+    thresholds: Sequence[Any],
+    allow: Collection[str],
+) -> tuple[list[str], list[str]]:
+    """``coverage`` for the pytest gate, from its tests' outcomes (plain data, as workers send
+    them: ``key`` and the ``comparisons``' dicts) and its run-wide ``thresholds``."""
+    comparisons = [c for o in outcomes for c in o["comparisons"]]
+    # a test that could not be compared fails, saying why: no gate is idle then
+    failed = any(o.get("status") == "error" for o in outcomes)
+    return coverage(
+        baseline,
+        [tuple(o["key"]) for o in outcomes],
+        allow,
+        gated=bool(thresholds) or any(c["gated"] for c in comparisons),
+        gates=[] if failed else [str(t) for t in thresholds],
+        compared=[c["metric"] for c in comparisons],
+    )
+
+
+def idle_gates(gates: Iterable[str], compared: Iterable[str]) -> list[str]:
+    """A run-wide gate (``metric:Npp``) on a metric that no shared test has in both runs
+    checked nothing: a problem, not a pass (a suite without pairs has no accuracies; a row
+    without a policy, such as ``lead``, has none either, but another row should)."""
+    seen = set(compared)
+    return [
+        f"the gate {gate} compared nothing: no test shared with the baseline has "
+        f"{gate.split(':')[0]} in both runs"
+        for gate in gates
+        if gate.split(":")[0] not in seen
+    ]
 
 
 def nothing_shared(old: Sequence[Key], new: Sequence[Key]) -> str:

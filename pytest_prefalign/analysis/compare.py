@@ -245,9 +245,6 @@ def judge(
     check_unique(thresholds)
     verdict = Verdict()
     old, new = {r.key: r for r in baseline.results}, {r.key: r for r in current.results}
-    if whole_run:
-        gated = bool(thresholds) or any(overrides.values() if overrides else ())
-        verdict.errors, verdict.notes = coverage(old, new, allow, gated=gated)
     for key in sorted(old.keys() & new.keys()):
         gates = [*thresholds, *(overrides or {}).get(key, ())]
         try:
@@ -257,6 +254,13 @@ def judge(
             continue
         verdict.comparisons += comparisons
         verdict.notes += [f"{key_text(key)}: allowed: {d.text}" for d in allowed]
+    if whole_run:
+        gated = bool(thresholds) or any(overrides.values() if overrides else ())
+        # a gate is idle when the tests it could check were compared and none had its metric
+        names = [] if verdict.errors else [str(t) for t in thresholds]
+        compared = [c.metric for c in verdict.comparisons]
+        errors, notes = coverage(old, new, allow, gated=gated, gates=names, compared=compared)
+        verdict.errors, verdict.notes = errors + verdict.errors, notes + verdict.notes
     return verdict
 
 

@@ -57,12 +57,16 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             except DataNotFound as exc:
                 # a suite reading a Hugging Face cache names its own places; add ours to them
                 raise DataNotFound(f"{exc}\n{missing}" if missing else str(exc)) from None
+            if not (data.items or data.test_pairs or data.profiles):
+                raise nothing_to_evaluate(name, data)  # nothing to build pairs from
             if not data.train_pairs and not data.test_pairs:
                 reference = load_model(run, "reference")
                 folder, _ = run.disk.folder(cache.make_key("pairs", suite=name))
                 with events.step("building pairs"):
                     suite.build_pairs(data, reference, folder)
                 uses[:0] = reference.cache_uses
+            if not data.items and not data.test_pairs:
+                raise nothing_to_evaluate(name, data)
         except (DataNotFound, DataError) as exc:
             fetch = f"prefalign data fetch {name}" if getattr(suite, "fetcher", None) else None
             message = f"suite {name!r}: {exc}"
@@ -76,6 +80,18 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
     if attribution:
         data.provenance.setdefault("attribution", attribution)
     return SuiteState(suite, data, data_dir, uses, data_fingerprint(data))
+
+
+def nothing_to_evaluate(name: str, data: SuiteData) -> SuiteUnavailable:
+    """The failure of a suite whose data left no item and no test pair: its source and what
+    dropped its records and users (a floor or a gate would otherwise pass on no figure)."""
+    dropped = ", ".join(f"{rule} {n}" for rule, n in sorted(data.dropped.items()) if n)
+    return SuiteUnavailable(
+        name,
+        f"suite {name!r}: no user left to evaluate in {data.source} ({len(data.profiles)} "
+        f"users, 0 items, 0 test pairs; dropped: {dropped or 'nothing'})",
+        None,
+    )
 
 
 def data_fingerprint(data: SuiteData) -> dict[str, str]:

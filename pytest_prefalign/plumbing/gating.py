@@ -223,17 +223,14 @@ class Gating:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """What fails the run as a whole (nothing compared; with gates, a baseline test this
-        run did not compare) turns a passing run's exit status into a failure."""
+        run did not compare, or a gate no test could check) turns a passing run's exit status
+        into a failure."""
         if self.baseline is None or is_worker(self.config):
             return
         from pytest_prefalign.analysis import comparable
 
-        gated = bool(self.thresholds) or any(
-            c["gated"] for o in self.outcomes for c in o["comparisons"]
-        )
-        current = [tuple(o["key"]) for o in self.outcomes]
-        self.run_problems, self.run_notes = comparable.coverage(
-            self.baseline.runs, current, self.allow, gated=gated
+        self.run_problems, self.run_notes = comparable.whole_run(
+            self.baseline.runs, self.outcomes, self.thresholds, self.allow
         )
         if self.run_problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
