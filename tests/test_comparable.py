@@ -266,3 +266,35 @@ def test_a_gate_on_a_metric_no_shared_test_has_is_an_error() -> None:
     # a test that could not be compared already fails the run, saying why
     failed = [{**outcomes[0], "status": "error", "comparisons": []}]
     assert comparable.whole_run([KEY], failed, gates, ())[0] == []
+
+
+def test_another_reduction_or_seed_is_refused_and_other_options_are_stated() -> None:
+    run = make_run(flipped(20, 2), 4)
+    run.results[0].options = {"k": 10, "w": 1.0, "batch_size": 48}
+    summed = edited(run, lambda r: r.settings.update(reduce="sum", seed=7))
+    # policy accuracy by the sum of token log-likelihoods is another metric than by their mean
+    with pytest.raises(RunMismatch, match=r"other settings: reduce mean -> sum, seed 0 -> 7 \("):
+        comparable.check_case(run.results[0], summed.results[0])
+    verdict = judge(run, summed, GATE, allow={"settings"})
+    assert verdict.errors == []
+    assert verdict.notes == [
+        "args[lore] on pref_lamp (135m): allowed: other settings: reduce mean -> sum, seed 0 -> 7"
+    ]
+
+    # the change a gate is there to judge may be an option: compared, and stated; a batch size
+    # changes no figure and is not mentioned
+    def retune(result) -> None:
+        result.options.update(k=5, batch_size=16)
+        result.reward_fingerprint = "lore-v2"
+
+    verdict = judge(run, edited(run, retune), GATE)
+    assert verdict.errors == [] and verdict.comparisons
+    assert verdict.notes == [
+        "args[lore] on pref_lamp (135m): other options: k 10 -> 5, reward method None -> lore-v2"
+    ]
+    # a run file from before the settings were recorded: stated, not refused
+    unrecorded = edited(run, lambda r: setattr(r, "settings", {}))
+    assert judge(unrecorded, run, GATE).notes == [
+        "args[lore] on pref_lamp (135m): the baseline records no policy reduction or seed: "
+        "unchecked"
+    ]

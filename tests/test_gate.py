@@ -96,6 +96,7 @@ def provenance() -> dict[str, Any]:
         "environment": {"pytest-prefalign": "0.1.0", "torch": "2.13.0",
                         "transformers": "5.24.0", "python": "3.11.9", "device": "cpu",
                         "dtype": "float32"},
+        "settings": {"reduce": "mean", "seed": 0},
     }  # fmt: skip
 
 

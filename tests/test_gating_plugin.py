@@ -319,6 +319,20 @@ def test_mismatched_pairs_fail_with_a_clear_message(toy):
     )
 
 
+def test_another_policy_reduction_is_refused_and_another_option_stated(toy):
+    save(toy)  # the sum of token log-likelihoods (INI)
+    gate = ("--prefalign-compare=", "--prefalign-compare-fail", "policy_acc:2pp")
+    result = run(toy, *gate, "--prefalign-reduce", "mean")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*cannot compare with baseline 'main': base on toy (tiny): other settings: reduce "
+         "sum -> mean (refresh the baseline, or allow the difference if it is intended: "
+         "settings)*"]
+    )  # fmt: skip
+    result = run(toy, *gate, "--prefalign-option", "base.max_new_tokens=8")
+    result.stdout.fnmatch_lines(["*base on toy (tiny): other options: max_new_tokens * -> 8*"])
+
+
 def test_a_gate_on_a_metric_no_test_has_fails_the_run(toy):
     # base has no reward method, hence no RM accuracy: a gate on it checked nothing
     save(toy)

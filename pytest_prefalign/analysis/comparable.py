@@ -6,9 +6,12 @@ Two things are checked. Which tests the runs share (``coverage``): none is an er
 a baseline test the current run lacks (a renamed method, another size, a deselected test). And,
 for each shared test, that its two results were computed on the same thing
 (``case_differences``): the same pair and item ids (always required), the same data under those
-ids, the same model weights and the same environment. A difference of one of the ``KINDS`` may
-be allowed when it is intended (a torch upgrade whose effect the gate should measure, say); it
-is then stated, never silent.
+ids, the same model weights, the same environment and the same settings (the policy score's
+reduction, which defines policy accuracy, and the seed of the sampled methods). A difference of
+one of the ``KINDS`` may be allowed when it is intended (a torch upgrade whose effect the gate
+should measure, say); it is then stated, never silent. Other method options (a decoder's ``k``,
+a reward method's configuration) are what a change under the gate may well be: they are
+compared, and stated.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from pytest_prefalign.runs.records import CaseResult, Key
 
 # what may be allowed: other data under the same ids, another model, another environment, and
 # baseline tests missing from the current run
-KINDS = ("data", "model", "environment", "missing")
+KINDS = ("data", "model", "environment", "settings", "missing")
+STATED = "options"  # a difference of this kind is stated, never refused
+# decoder options that change how the work is batched, not a figure
+NOT_OPTIONS = ("batch_size",)
 # the environment entries that must match (the run file records python too, for information)
 ENVIRONMENT = ("pytest-prefalign", "torch", "transformers", "device", "dtype")
 RESAVE = (
@@ -164,7 +170,7 @@ def check_case(old: CaseResult, new: CaseResult, allow: Collection[str] = ()) ->
     which the caller states."""
     check_same_ids(old, new)
     differences = case_differences(old, new)
-    refused = [d for d in differences if d.kind not in allow]
+    refused = [d for d in differences if d.kind not in allow and d.kind != STATED]
     if refused:
         raise RunMismatch(
             f"{key_text(new.key)}: " + "; ".join(d.text for d in refused) + _hint(refused)
@@ -181,7 +187,13 @@ def _hint(refused: Sequence[Difference]) -> str:
 
 def case_differences(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Every way the two results differ in what they were computed on, beyond their ids."""
-    return [*_data(old, new), *_model(old, new), *_environment(old, new)]
+    return [
+        *_data(old, new),
+        *_model(old, new),
+        *_environment(old, new),
+        *_settings(old, new),
+        *_options(old, new),
+    ]
 
 
 def check_same_ids(old: CaseResult, new: CaseResult) -> None:
@@ -277,6 +289,34 @@ def _environment(old: CaseResult, new: CaseResult) -> list[Difference]:
     if not changed:
         return []
     return [Difference("environment", "another environment: " + ", ".join(changed))]
+
+
+def _settings(old: CaseResult, new: CaseResult) -> list[Difference]:
+    """Another policy reduction (``mean`` or ``sum``: another policy accuracy) or another seed
+    (other samples for best-of-N and sampled decoding)."""
+    if not old.settings or not new.settings:  # a run file from before they were recorded
+        side = "baseline" if not old.settings else "current run"
+        return [Difference(STATED, f"the {side} records no policy reduction or seed: unchecked")]
+    changed = _changes(old.settings, new.settings, ("reduce", "seed"))
+    return [Difference("settings", "other settings: " + changed)] if changed else []
+
+
+def _options(old: CaseResult, new: CaseResult) -> list[Difference]:
+    """Other decoder options or another configuration of the reward method: stated."""
+    names = sorted((old.options.keys() | new.options.keys()) - set(NOT_OPTIONS))
+    changed = _changes(old.options, new.options, names)
+    if old.reward_fingerprint != new.reward_fingerprint:
+        changed += ", " if changed else ""
+        changed += f"reward method {old.reward_fingerprint} -> {new.reward_fingerprint}"
+    return [Difference(STATED, "other options: " + changed)] if changed else []
+
+
+def _changes(old: Mapping[str, Any], new: Mapping[str, Any], names: Iterable[str]) -> str:
+    return ", ".join(
+        f"{name} {old.get(name)} -> {new.get(name)}"
+        for name in names
+        if old.get(name) != new.get(name)
+    )
 
 
 def _examples(ids: Sequence[str]) -> str:

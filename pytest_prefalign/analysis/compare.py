@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_prefalign.analysis import catalogue
 from pytest_prefalign.analysis.comparable import (
+    STATED,
     Difference,
     RunMismatch,
     check_case,
@@ -253,7 +254,9 @@ def judge(
             verdict.errors.append(str(exc))
             continue
         verdict.comparisons += comparisons
-        verdict.notes += [f"{key_text(key)}: allowed: {d.text}" for d in allowed]
+        verdict.notes += [
+            f"{key_text(key)}: {'' if d.kind == STATED else 'allowed: '}{d.text}" for d in allowed
+        ]
     if whole_run:
         gated = bool(thresholds) or any(overrides.values() if overrides else ())
         # a gate is idle when the tests it could check were compared and none had its metric

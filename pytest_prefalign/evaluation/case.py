@@ -167,6 +167,7 @@ class Evaluator:
             reward_package=plan.package if plan else None,
             reward_version=plan.version if plan else None,
             options=dataclasses.asdict(ctx.options),
+            settings={"reduce": ctx.reduce, "seed": ctx.seed},
             cache=[u.to_json() for u in used],
             pairs=records,
             items=items,

@@ -120,8 +120,8 @@ def addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="KINDS",
         help="compare even though the runs differ in these, stating it: data (same ids, "
-        "other contents), model, environment, missing (baseline tests not in this run); "
-        "comma-separated (ini: prefalign_compare_allow).",
+        "other contents), model, environment, settings (policy reduction, seed), missing "
+        "(baseline tests not in this run); comma-separated (ini: prefalign_compare_allow).",
     )
     group.addoption(
         "--prefalign-compare-power",

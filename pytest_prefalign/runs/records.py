@@ -65,6 +65,7 @@ class CaseResult:
     reward_package: str | None = None  # the distribution that provided it (None: no package)
     reward_version: str | None = None  # that distribution's version
     options: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # reduce, seed
     cache: list[dict[str, Any]] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
     items: list[dict[str, Any]] = field(default_factory=list)
