@@ -11,6 +11,7 @@ may have provided shows that error instead of a plain "unknown name".
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Decoder, RewardMethod, Suite
 
 GROUP = "prefalign"
+HOOK = "pytest_prefalign_register"  # what a plugin defines
 BUILTIN_MODULES = ("prefalign_methods", "prefalign_suites")
 METHOD_RE = re.compile(r"^(?P<decoder>[A-Za-z0-9_.-]+)(\[(?P<reward>[A-Za-z0-9_.-]+)\])?$")
 # frames of the import machinery and of this loader, left out of a plugin's traceback
@@ -264,7 +266,7 @@ def load(pluginmanager: pluggy.PluginManager) -> Registry:
         if pluginmanager.has_plugin(name):
             continue
         try:
-            plugin = ep.load()
+            plugin = _hook_owner(ep.load(), ep.value)
             pluginmanager.register(plugin, name)
         except Exception as exc:  # a broken third-party package must not stop the run
             registry.failures.append(
@@ -295,6 +297,22 @@ def load(pluginmanager: pluggy.PluginManager) -> Registry:
                 )
             )
     return registry
+
+
+def _hook_owner(loaded: Any, value: str) -> Any:
+    """The plugin an entry point names: a module (or object) defining
+    ``pytest_prefalign_register``; for the ``module:pytest_prefalign_register`` form, the
+    function's module. Anything else would register nothing, silently: an error."""
+    if hasattr(loaded, HOOK):
+        return loaded
+    if callable(loaded) and getattr(loaded, "__name__", "") == HOOK:
+        module = sys.modules.get(getattr(loaded, "__module__", ""))
+        if module is not None and getattr(module, HOOK, None) is loaded:
+            return module
+    raise LookupError(
+        f"{value} defines no {HOOK}(registry) function, so it would register nothing: point "
+        f"the entry point at the module that defines it"
+    )
 
 
 def distribution_of(module: str) -> tuple[str | None, str | None]:

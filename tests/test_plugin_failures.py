@@ -219,3 +219,32 @@ def test_two_conftests_registering_one_name_is_a_usage_error(toy):
             "an installed package) and by module */conftest.py (not from an installed package)*"
         ]
     )
+
+
+@pytest.mark.parametrize(
+    ("target", "registered"),
+    [("myrm:pytest_prefalign_register", True), ("myrm:MyRM", False)],
+    ids=["the hook function", "another object"],
+)
+def test_an_entry_point_naming_an_object_is_its_module_or_a_failure(toy, target, registered):
+    # the module:function form names the hook itself: its module is the plugin; an object
+    # without the hook would register nothing, silently: it is a load failure
+    site = toy.path / "site"
+    install(site, "myrm", "0.1", "myrm", SCORE_ONLY.format(cls="MyRM", name="myrm"))
+    site.joinpath("myrm-0.1.dist-info", "entry_points.txt").write_text(
+        f"[prefalign]\nmyrm = {target}\n"
+    )
+    toy.syspathinsert(site)
+    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "bon[myrm]")
+    if registered:
+        result.assert_outcomes(passed=1)
+        return
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*reward method 'myrm' is not available: its plugin failed to load: entry point "
+            "'myrm' (myrm:MyRM, from myrm): LookupError: myrm:MyRM defines no "
+            "pytest_prefalign_register(registry) function, so it would register nothing: point "
+            "the entry point at the module that defines it"
+        ]
+    )
