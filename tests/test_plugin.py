@@ -202,6 +202,25 @@ def test_bad_options_are_usage_errors(toy, args, message):
     result.stderr.fnmatch_lines([message])
 
 
+def test_one_suite_in_two_folders_is_a_collection_error(toy):
+    # the run file keys results by (suite, method, size): two results for one key could not be
+    # read back, nor compared with a baseline
+    other = toy.mkdir("toy_fixed")
+    other.joinpath("suite.toml").write_text(
+        '[suite]\nname = "toy"\n[options]\nrejected = "fixed"\n'
+    )
+    result = run(toy, "--prefalign", "toy", "toy_fixed", "--prefalign-methods", "base")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*toy_fixed/suite.toml: suite 'toy' is already collected from *toy/suite.toml "
+            "(options none there, {'rejected': 'fixed'} here): a run keys its results by (suite, "
+            "method, size), so run one folder at a time*"
+        ]
+    )
+    assert run(toy, "--prefalign", "toy_fixed", "--prefalign-methods", "base").ret == 0
+
+
 def test_malformed_record_names_file_record_field(toy):
     records = json.loads((toy.path / "data/toy/records.json").read_text())
     records[1]["user"] = 7

@@ -25,6 +25,8 @@ RESULT = "prefalign_result"  # the report attribute that carries a test's result
 # crosses from an xdist worker to the controller with the report, but stays out of the junitxml
 # (which writes every user property); set with ``carry``
 CARRIED = pytest.StashKey[dict[str, Any]]()
+# suite -> the suite.toml it was collected from, and its options, in this session
+COLLECTED = pytest.StashKey[dict[str, tuple[Path, dict[str, str]]]]()
 
 
 class Host(Protocol):
@@ -54,6 +56,15 @@ class SuiteFile(pytest.File):
             self.host.registry.suite(suite_name)
         except UnknownName as exc:
             raise self.CollectError(f"{self.path}: {exc}") from None
+        first, first_options = self.config.stash.setdefault(COLLECTED, {}).setdefault(
+            suite_name, (self.path, suite_options)
+        )
+        if first != self.path:
+            raise self.CollectError(
+                f"{self.path}: suite {suite_name!r} is already collected from {first} "
+                f"(options {first_options or 'none'} there, {suite_options or 'none'} here): a "
+                f"run keys its results by (suite, method, size), so run one folder at a time"
+            )
         options = tuple(sorted(suite_options.items()))
         for size in self.host.sizes:
             for method in self.host.methods:
