@@ -338,6 +338,23 @@ def run_files(pytester: pytest.Pytester) -> list[tuple[str, dict]]:
     return [(p.name, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
 
 
+def test_a_run_without_a_result_leaves_no_earlier_file_at_its_json_path(toy):
+    # a CI step reading --prefalign-json must not take an earlier run's file for this one's
+    out = toy.path / "out.json"
+    args = ("--prefalign-methods", "base", "--prefalign-json", str(out))
+    assert run(toy, *args).ret == 0 and out.is_file()
+    run(toy, *args, "--collect-only")  # not a run: the file stays
+    assert out.is_file()
+    result = run(toy, *args, "-k", "no_such_test")  # every test deselected: no result
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED and not out.exists()
+    result.stdout.fnmatch_lines(
+        [
+            f"prefalign: --prefalign-json: no test left a result, so nothing was written to "
+            f"{out} (the earlier file there was removed)"
+        ]
+    )
+
+
 def test_an_interrupted_run_writes_a_run_file_marked_partial(toy):
     toy.makepyfile(ctrlc=CTRL_C)
     result = run(toy, "--prefalign-methods", "base,icl", "-p", "ctrlc")

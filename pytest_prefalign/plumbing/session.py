@@ -62,6 +62,7 @@ class PrefalignSession:
         self._evaluator: Evaluator | None = None
         self.results: list[CaseResult] = []
         self.write_errors: list[str] = []
+        self.notes: list[str] = []  # lines for the summary
         self.unavailable: dict[
             tuple[str, tuple[tuple[str, str], ...]], str
         ] = {}  # -> 1st test  # files the end of the run could not write
@@ -196,7 +197,10 @@ class PrefalignSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.disk.cleanup()
-        if is_worker(self.config) or not self.results:
+        if is_worker(self.config):
+            return
+        if not self.results:
+            self._no_results()
             return
         from pytest_prefalign.runs import records
 
@@ -227,6 +231,19 @@ class PrefalignSession:
             )
         if self.write_errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # CI must see what is missing
+
+    def _no_results(self) -> None:
+        """No test left a result: an earlier run's file at ``--prefalign-json`` would pass for
+        this run's, so it is removed, and the summary says so."""
+        path = self.json_path
+        if path is None or self.config.option.collectonly:
+            return
+        removed = path.is_file()
+        path.unlink(missing_ok=True)
+        self.notes.append(
+            f"--prefalign-json: no test left a result, so nothing was written to {path}"
+            + (" (the earlier file there was removed)" if removed else "")
+        )
 
     def _written(self, what: str, where: Path, write: Callable[[], Path]) -> Path | None:
         """``write()``; a failure (a full disk, a folder removed since the run began) is one line
@@ -274,6 +291,8 @@ class PrefalignSession:
         tr = terminalreporter
         for failure in self.registry.failures:
             tr.write_line(f"prefalign: could not load {failure}", yellow=True)
+        for note in self.notes:
+            tr.write_line(f"prefalign: {note}", yellow=True)
         if not self.results or self.run is None:
             return
         tr.write_sep("=", "prefalign leaderboard")
