@@ -132,19 +132,21 @@ def test_saturated_or_tied_rm_accuracy_is_not_enough_evidence(rm, reason) -> Non
 
 
 def test_users_who_disagree_give_a_wide_interval_and_no_finding() -> None:
-    # half the users rank the five methods one way by policy accuracy, half the other way
+    # half the users rank the five methods one way by policy accuracy, half the other way, a
+    # little less steeply: over all users policy accuracy rises with RM accuracy (tau 1)
     flip = {u: (i % 2 == 0) for i, u in enumerate(USERS)}
     rows = [
         row(
             f"args[m{i}]",
             per_user={
                 "rm_acc": dict.fromkeys(USERS, 0.7 + 0.05 * i),
-                "policy_acc": {u: (0.5 + 0.05 * i if flip[u] else 0.7 - 0.05 * i) for u in USERS},
+                "policy_acc": {u: (0.5 + 0.05 * i if flip[u] else 0.7 - 0.04 * i) for u in USERS},
             },
         )
         for i in range(5)
     ]
     (entry,) = crisis.tau_entries(rows)
+    assert entry["tau"] == 1.0
     assert not entry["enough"] and "the interval over users spans" in entry["verdict"]
 
 
@@ -234,6 +236,8 @@ def test_circular_flag_needs_both_intervals() -> None:
     (entry,) = crisis.circular_entries([base, guided])
     assert entry["flag"] and entry["rouge1_vs_base"] == pytest.approx(-0.1)
     assert entry["rouge1_vs_base_ci"][1] < 0 and entry["gap"] == pytest.approx(0.6)
+    # every user's gap is 0.6: so is every resample's (no item records: users weigh 1 each)
+    assert entry["gap_ci"] == pytest.approx([0.6, 0.6])
     lines = "\n".join(summary.circular_lines([entry]))
     assert (
         "! args[lore] (s · 135m): wins 90% over base under its own RM (interval [0.80, "
@@ -365,3 +369,49 @@ def test_not_enough_evidence_hides_the_numbers() -> None:
 
 def test_summary_empty_without_reward_methods() -> None:
     assert summary.summary_lines(run_of([row("base", policy_acc=0.5)])) == []
+
+
+def test_figures_over_other_users_get_an_interval_over_the_users_both_have() -> None:
+    # as on Polis: RM accuracy has every voter, ROUGE-1 only the eight who wrote something
+    writers = USERS[:8]
+    rows = [
+        row(
+            f"args[m{i}]",
+            per_user={
+                "rm_acc": spread_users([0.6 + 0.05 * i] * len(USERS)),
+                "policy_acc": spread_users([0.5 + 0.05 * i] * len(USERS)),
+                "rouge1": {u: 0.3 - 0.02 * i for u in writers},
+            },
+        )
+        for i in range(5)
+    ]
+    entry = next(e for e in crisis.tau_entries(rows) if e["y"] == "rouge1")
+    assert entry["tau"] == -1.0 and entry["n_users"] == 8
+    assert entry["ci"] is not None and entry["ci"][1] < 0  # every resample orders them so
+    regret = next(
+        e for e in selection.regret_entries({("s", "135m", "args"): rows}) if e["y"] == "rouge1"
+    )
+    assert regret["ci"] is not None and regret["n_users"] == 8
+    assert regret["regret"] == pytest.approx(0.3 - 0.22) and regret["significant"]
+
+
+def test_the_figures_of_a_case_round_away_the_order_of_summation() -> None:
+    from pytest_prefalign.evaluation.case import figures
+
+    def records(rights: list[int]) -> list[dict[str, Any]]:
+        """Ten pairs per user, ``rights[u]`` of them right."""
+        return [
+            {"user": f"u{u}", "rm_correct": float(k < r), "policy_correct": float(k < r)}
+            for u, r in enumerate(rights)
+            for k in range(10)
+        ]
+
+    # the same per-user accuracies (0.1, 0.2, 0.3) held by other users: summed in user order,
+    # 0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1 differ in the last bit
+    assert (0.1 + 0.2 + 0.3) / 3 != (0.3 + 0.2 + 0.1) / 3
+    one, ci, _ = figures({"pair": records([1, 2, 3])})
+    other, _, _ = figures({"pair": records([3, 2, 1])})
+    assert one["rm_acc"] == other["rm_acc"] == 0.2
+    # every figure carries its interval over users, the micro ones too
+    assert {"rm_acc", "rm_acc_micro", "policy_acc", "policy_acc_micro"} <= set(ci)
+    assert ci["rm_acc_micro"][0] < 0.2 < ci["rm_acc_micro"][1]

@@ -233,3 +233,26 @@ def test_paired_bootstrap_refuses_disjoint_users() -> None:
         paired_bootstrap({"a": 1.0}, {"b": 1.0})
     with pytest.raises(ValueError, match="weights has no entry for 1 users"):
         paired_bootstrap({"a": 1.0, "b": 0.0}, {"a": 1.0, "b": 0.0}, weights={"a": 1})
+
+
+def test_kendall_p_with_an_asymmetric_null_is_the_share_at_least_as_far_from_zero() -> None:
+    # with ties the permutation distribution of tau-b is not symmetric: the share of orderings
+    # with |tau-b| >= the observed one (4 of 120 here) is not twice the smaller one-sided p
+    # (scipy's "two-sided", 8 of 120), and only the first is under 0.05
+    x, y = [0.77, 0.77, 0.65, 0.71, 0.89], [0.64, 0.64, 0.53, 0.53, 0.75]
+    observed = sps.kendalltau(x, y, variant="b").statistic
+    taus = [sps.kendalltau(x, list(p), variant="b").statistic for p in itertools.permutations(y)]
+    expected = np.mean([abs(t) >= abs(observed) - 1e-12 for t in taus])
+    result = kendall(x, y)
+    assert result.tau == pytest.approx(observed)
+    assert result.p_value == pytest.approx(expected) == pytest.approx(4 / 120)
+
+
+def test_equal_figures_that_differ_in_the_last_bit_tie() -> None:
+    # the same accuracy summed over users in another order: 0.6000000000000001 and 0.6
+    x = [0.6000000000000001, 0.6, 0.7, 0.8, 0.5]
+    y = [0.5, 0.7, 0.6, 0.9, 0.4]
+    exact = [0.6, 0.6, 0.7, 0.8, 0.5]
+    assert kendall(x, y).tau == pytest.approx(sps.kendalltau(exact, y, variant="b").statistic)
+    assert inversions(list("abcde"), x, y) == inversions(list("abcde"), exact, y)
+    assert not any({i.a, i.b} == {"a", "b"} for i in inversions(list("abcde"), x, y))

@@ -42,9 +42,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("rouge1", "item", "rouge1", "micro", "ROUGE-1", gateable=True),
     Metric("rougeL", "item", "rougeL", "micro", "ROUGE-L", gateable=True),
     Metric("policy_acc", "pair", "policy_correct", "macro", "policy acc", gateable=True),
-    Metric("policy_acc_micro", "pair", "policy_correct", "micro", interval=False),
+    Metric("policy_acc_micro", "pair", "policy_correct", "micro"),
     Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
-    Metric("rm_acc_micro", "pair", "rm_correct", "micro", interval=False, needs_reward=True),
+    Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True),
     # judged by the independent RM, never the method's own: the leaderboard's win column
     Metric(
         "win_independent",

@@ -150,10 +150,10 @@ def _thin_evidence(
 
 def _tau_interval(rows: list[CaseResult], y: str, n_boot: int) -> tuple[list[float] | None, int]:
     """The percentile interval of tau-b with users resampled (one draw shared by every method
-    and both figures), and the number of users."""
-    tx, ty = users.table(rows, X_METRIC), users.table(rows, y)
-    if tx.users != ty.users or not tx.users:
-        return None, len(set(tx.users) & set(ty.users))
+    and both figures, over the users both figures have), and the number of those users."""
+    tx, ty = users.tables(rows, X_METRIC, y)
+    if not tx.users:
+        return None, 0
     taus = [
         stats.tau_b_rows(tx.resampled(c), ty.resampled(c))
         for c in users.resamples(len(tx.users), n_boot)
@@ -231,6 +231,19 @@ def disagreement(entry: Row) -> float:
 # --------------------------------------------------------------------------------------------
 
 
+def _gap_interval(row: CaseResult, n_boot: int = users.N_BOOT) -> list[float] | None:
+    """The interval of ``win_self - win_independent`` with the row's users resampled (one draw
+    for both judges)."""
+    ts, ti = users.tables([row], "win_self", "win_independent")
+    if not ts.users:
+        return None
+    draws = [
+        ts.resampled(c)[:, 0] - ti.resampled(c)[:, 0]
+        for c in users.resamples(len(ts.users), n_boot)
+    ]
+    return users.interval(np.concatenate(draws))
+
+
 def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
     """Methods with a self-judged win rate over ``base``, next to the independent judge's.
 
@@ -263,7 +276,8 @@ def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
                 "win_self_ci": self_ci,
                 "win_independent": indep,
                 "win_independent_ci": row.ci.get("win_independent"),
-                "gap": float(win_self) - indep if indep is not None else None,
+                "gap": round(float(win_self) - indep, 12) if indep is not None else None,
+                "gap_ci": _gap_interval(row) if indep is not None else None,
                 "n": row.judge.get("n", row.n_items),
                 "judge_independent": row.judge.get("independent"),
                 "reason": row.judge.get("reason"),

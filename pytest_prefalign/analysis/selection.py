@@ -73,11 +73,11 @@ def _regret_entry(
 ) -> Row:
     xs = np.array([[r.metrics[X_METRIC] for r in rows]])
     ys = np.array([[r.metrics[y] for r in rows]])
-    observed = float(regret(xs, ys)[0])
+    observed = round(float(regret(xs, ys)[0]), 12)
     top = max(r.metrics[X_METRIC] for r in rows)
-    tx, ty = users.table(rows, X_METRIC), users.table(rows, y)
+    tx, ty = users.tables(rows, X_METRIC, y)  # over the users both figures have
     ci = None
-    if tx.users == ty.users and tx.users:
+    if tx.users:
         draws = [
             regret(tx.resampled(c), ty.resampled(c)) for c in users.resamples(len(tx.users), n_boot)
         ]

@@ -61,6 +61,21 @@ def table(rows: Sequence[CaseResult], metric: str) -> Table:
     return Table([r.method for r in rows], users, values, weights)
 
 
+def tables(rows: Sequence[CaseResult], x: str, y: str) -> tuple[Table, Table]:
+    """The tables of ``x`` and ``y`` over the users both have, so that one draw of users
+    resamples both (on Polis, RM accuracy has every voter, ROUGE-1 only those who wrote)."""
+    tx, ty = table(rows, x), table(rows, y)
+    if tx.users == ty.users:
+        return tx, ty
+    shared = sorted(set(tx.users) & set(ty.users))
+    return _restricted(tx, shared), _restricted(ty, shared)
+
+
+def _restricted(t: Table, keep: list[str]) -> Table:
+    columns = [t.users.index(u) for u in keep]
+    return Table(t.methods, keep, t.values[:, columns], t.weights[:, columns])
+
+
 def resamples(n_users: int, n_boot: int = N_BOOT, seed: int = SEED) -> Iterator[np.ndarray]:
     """Blocks of user draw counts, one row per resample, the same for every comparison."""
     return resample_counts(n_users, n_boot, seed)

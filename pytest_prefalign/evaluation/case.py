@@ -315,8 +315,11 @@ def figures(
         outcomes = np.asarray([v for v, _ in observed], dtype=np.float64)
         users = [u for _, u in observed]
         means = metrics.per_user_mean(outcomes, users)
-        values[metric.name] = float(
-            np.mean(list(means.values())) if metric.pooling == "macro" else outcomes.mean()
+        # rounded: the same accuracy summed over users in another order must tie exactly in
+        # tau, inversions and regret
+        values[metric.name] = round(
+            float(np.mean(list(means.values())) if metric.pooling == "macro" else outcomes.mean()),
+            12,
         )
         if metric.interval:
             low, high = metrics.bootstrap_ci(outcomes, users, statistic=metric.pooling, seed=0)
