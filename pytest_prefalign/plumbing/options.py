@@ -208,8 +208,9 @@ def settings(config: pytest.Config) -> Settings:
 
     def pick(opt: str, ini: str, conv, default):
         value = config.getoption(opt)
-        if value is not None:
-            return value
+        return value if value is not None else from_ini(ini, conv, default)
+
+    def from_ini(ini: str, conv, default):
         raw = config.getini(ini)
         if not raw:
             return default
@@ -227,7 +228,8 @@ def settings(config: pytest.Config) -> Settings:
         data_ini=config.getini("prefalign_data") or None,
         json_path=config.getoption("prefalign_json"),
         report_dir=config.getoption("prefalign_report"),
-        floors=cli_floors or pick("prefalign_fail_under", "prefalign_fail_under", floors, []),
+        # the command line's floors replace the ini's (its option defaults to [], not None)
+        floors=cli_floors or from_ini("prefalign_fail_under", floors, []),
         # the mean over tokens: a sum would favour the shorter side of every pair
         reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, "mean"),
         seed=config.getoption("prefalign_seed")
