@@ -292,16 +292,23 @@ def fetch_main(argv: list[str]) -> int:
     for name in names:
         suite = suites[name]
         progress = Progress(name)
-        reason = offline_reason(builder(suite).hosts(args))
+        # a folder already there needs no network: reported as kept, offline or not
+        building = args.force or not (root / suite.source).is_dir()
+        reason = offline_reason(builder(suite).hosts(args)) if building else None
         try:
             if reason:
                 raise FetchError(
                     f"{reason}; a local source needs no network (see prefalign data fetch --help)"
                 )
             fetch_suite(suite, root, args, force=args.force, progress=progress)
-        except FetchError as exc:
-            print(f"prefalign data fetch: {name}: error: {exc}", file=sys.stderr)
+        except (FetchError, OSError) as exc:
+            print(f"prefalign data fetch: {name}: error: {_reason(exc)}", file=sys.stderr)
             failed = True
+        except KeyboardInterrupt:
+            print(
+                f"prefalign data fetch: {name}: interrupted; nothing was installed", file=sys.stderr
+            )
+            return 130
     if not failed:
         print(
             f"Data directory: {root}"
@@ -312,6 +319,14 @@ def fetch_main(argv: list[str]) -> int:
             )
         )
     return 1 if failed else 0
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure in one line: an OSError as its path and reason (a file where the data folder
+    should go, a folder that cannot be written), anything else as its message."""
+    if isinstance(exc, OSError) and not isinstance(exc, FetchError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc)
 
 
 def _parser(suites: dict[str, Any]) -> argparse.ArgumentParser:

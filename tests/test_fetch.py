@@ -541,3 +541,60 @@ def test_an_unknown_suite_is_a_usage_error_listing_the_fetchable_ones(capsys):
         "no fetchable suite 'nosuch'; fetchable: polis, pref_lamp, prism, tldr"
         in capsys.readouterr().err
     )
+
+
+def test_offline_a_folder_already_there_is_kept_without_the_network(tmp_path, monkeypatch, capsys):
+    # a CI step that fetches every time must pass on a machine where the data already is
+    mirror = tmp_path / "openData"
+    monkeypatch.setattr(polis_fetch, "FILES", polis_mirror(mirror))
+    out = tmp_path / "data"
+    assert fetch.fetch_main(["polis", "--to", str(out), "--polis-url", f"file://{mirror}/"]) == 0
+    capsys.readouterr()  # offline from here: PREFALIGN_OFFLINE=1 (the fixture)
+    assert fetch.fetch_main(["polis", "--to", str(out)]) == 0
+    assert "is already there (--force builds it again)" in capsys.readouterr().err
+    assert fetch.fetch_main(["polis", "--to", str(out), "--force"]) == 1  # a rebuild is online
+    assert "offline (PREFALIGN_OFFLINE=1)" in capsys.readouterr().err
+
+
+def test_a_local_mirror_is_a_folder_or_a_file_url(tmp_path, monkeypatch, capsys):
+    mirror = tmp_path / "openData"
+    monkeypatch.setattr(polis_fetch, "FILES", polis_mirror(mirror))
+    monkeypatch.chdir(tmp_path)
+    assert fetch.fetch_main(["polis", "--to", "data", "--polis-url", "openData"]) == 0
+    assert (tmp_path / "data" / "polis" / "MANIFEST.json").is_file()
+    with pytest.raises(SystemExit):
+        fetch.fetch_main(["polis", "--to", "other", "--polis-url", "no/such/folder"])
+    assert "is neither a URL nor a folder: a local mirror is file:///" in capsys.readouterr().err
+
+
+def test_a_file_where_the_data_folder_goes_is_one_line(tmp_path, monkeypatch, capsys):
+    mirror = tmp_path / "openData"
+    monkeypatch.setattr(polis_fetch, "FILES", polis_mirror(mirror))
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    assert (
+        fetch.fetch_main(["polis", "--to", str(blocker), "--polis-url", f"file://{mirror}/"]) == 1
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("prefalign data fetch: polis: error: ") and "Traceback" not in err
+    assert str(blocker) in err
+
+
+def test_the_authors_drawn_are_a_positive_number(capsys):
+    with pytest.raises(SystemExit):
+        fetch.fetch_main(["pref_lamp", "--anthology-authors", "-1"])
+    assert "--anthology-authors: expected a whole number >= 1, got '-1'" in capsys.readouterr().err
+
+
+def test_a_local_clone_is_read_from_the_current_folder(tmp_path, monkeypatch):
+    # git runs in the cache's clone folder: a relative path must not be read from there
+    from prefalign_suites.pref_lamp import fetch as lamp_fetch
+
+    (tmp_path / "myclone").mkdir()
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    lamp_fetch.add_arguments(parser.add_argument_group())
+    local = parser.parse_args(["--anthology-repository", "myclone"])
+    assert local.anthology_repository == str(tmp_path / "myclone")
+    url = "https://github.com/acl-org/acl-anthology"
+    assert parser.parse_args(["--anthology-repository", url]).anthology_repository == url

@@ -105,10 +105,22 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--polis-url",
         metavar="URL",
+        type=_base_url,
         default=BASE_URL,
         help="base URL of the openData files at the pinned commit (a mirror, or "
         "file:///path/to/openData/); the pinned hashes are checked whatever it is "
         "(default: %(default)s)",
+    )
+
+
+def _base_url(text: str) -> str:
+    """A URL as it is; a local folder as its ``file://`` URL."""
+    if urlparse(text).scheme:
+        return text
+    if Path(text).is_dir():
+        return Path(text).resolve().as_uri() + "/"
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is neither a URL nor a folder: a local mirror is file:///path/to/openData/"
     )
 
 

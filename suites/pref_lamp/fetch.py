@@ -73,13 +73,15 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--anthology-repository",
         metavar="URL",
+        type=_repository,
         default=REPOSITORY,
-        help="the repository to fetch from, a mirror or a local clone (default: %(default)s)",
+        help="the repository to fetch from, a mirror or a local clone (a path is read from "
+        "the current folder; default: %(default)s)",
     )
     group.add_argument(
         "--anthology-authors",
         metavar="N",
-        type=int,
+        type=_positive,
         default=AUTHORS,
         help="authors to draw (default: %(default)s)",
     )
@@ -90,6 +92,21 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         default=SEED,
         help="seed of the draw (default: %(default)s)",
     )
+
+
+def _repository(text: str) -> str:
+    """A URL as it is; a local clone's path made absolute (git runs in the cache's folder)."""
+    return str(Path(text).resolve()) if not urlparse(text).scheme and Path(text).exists() else text
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def hosts(options: argparse.Namespace) -> list[str]:
