@@ -84,6 +84,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     (or, with ``--power fail``, a gate is underpowered), else 0.
     """
     from pytest_prefalign.analysis import compare, table
+    from pytest_prefalign.datadir import project_root
     from pytest_prefalign.runs import baselines
 
     parser = _compare_parser()
@@ -111,7 +112,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     thresholds = [t for group in args.fail for t in group]
     try:
         compare.check_unique(thresholds)
-        root = Path.cwd()
+        root = project_root(Path.cwd())  # where pytest --prefalign-save keeps baselines
         baseline = baselines.load(args.baseline, root)
         current = baselines.load(args.current, root)
         verdict = compare.judge(
@@ -147,11 +148,12 @@ def compare_rows_main(run_name: str, rows: list[str]) -> int:
     of one run (``selection.compare_rows``), paired over their users. 0 when printed, 2 when the
     run cannot be read or a row is not in it (the run's rows are listed)."""
     from pytest_prefalign.analysis import selection, summary
+    from pytest_prefalign.datadir import project_root
     from pytest_prefalign.runs import baselines
 
     a, b = rows
     try:
-        run = baselines.load(run_name, Path.cwd())
+        run = baselines.load(run_name, project_root(Path.cwd()))
         methods = sorted({r.method for r in run.results})
         missing = [name for name in rows if name not in methods]
         if missing:

@@ -189,3 +189,10 @@ def ini_data_value(start: Path) -> tuple[str | None, Path | None]:
     value = values.get("prefalign_data")
     value = getattr(value, "value", value)  # a ConfigValue (pytest 9), or the value itself
     return (str(value) if value else None), inifile
+
+
+def project_root(start: Path) -> Path:
+    """The folder pytest takes as its rootdir when run from ``start``, where ``--prefalign-save``
+    keeps baselines: the folder of the configuration file it finds, else ``start``."""
+    _, inifile = ini_data_value(start)
+    return Path(inifile).parent if inifile else start

@@ -372,3 +372,18 @@ def test_compare_main_takes_saved_baseline_names(
     worse = write(tmp_path / "b.json", make_run(flipped(200, 50), 20, rouge1=[0.5] * 200))
     assert compare_main(["main", worse, "--fail", "policy_acc:2pp,rouge1:1pp"]) == 1
     assert "gates: policy_acc:2pp, rouge1:1pp" in capsys.readouterr().out
+
+
+def test_compare_finds_saved_baselines_from_a_subfolder_of_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pytest --prefalign-save keeps baselines at the rootdir (the ini file's folder), whatever
+    # folder it ran from: prefalign compare looks there too
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    save_baseline(make_run([1.0] * 200, 20), "main", tmp_path)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    same = write(sub / "b.json", make_run([1.0] * 200, 20))
+    assert compare_main(["main", same]) == 0
+    assert "0 regression(s)" in capsys.readouterr().out

@@ -276,6 +276,17 @@ def test_report_main_out_is_a_file_exits_2(
     assert "is not a folder" in capsys.readouterr().err
 
 
+def test_report_main_out_that_cannot_be_made_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(analysed(RUN).to_json()))
+    (tmp_path / "taken").write_text("")  # a file where a parent folder should be
+    assert report.report_main([str(run_file), "--out", str(tmp_path / "taken" / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("prefalign report: --out ") and "Traceback" not in err
+
+
 def test_report_main_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert report.report_main([]) == 2
     assert "usage: prefalign report" in capsys.readouterr().err

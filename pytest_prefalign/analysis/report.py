@@ -271,5 +271,10 @@ def report_main(argv: Sequence[str]) -> int:
     if out.exists() and not out.is_dir():
         print(f"prefalign report: --out {out}: exists and is not a folder", file=sys.stderr)
         return 2
-    print(f"prefalign report: wrote {write_report(run, out)}")
+    try:
+        written = write_report(run, out)
+    except OSError as exc:  # a folder that cannot be made or written
+        print(f"prefalign report: --out {exc.filename or out}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(f"prefalign report: wrote {written}")
     return 0
