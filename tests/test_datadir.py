@@ -193,6 +193,9 @@ def test_data_command_lists_suites_and_places(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "polis: polis suite\n  source: polis\n  licence: CC BY 4.0\n  data: NOT FOUND" in out
     assert f"  1. --prefalign-data: {tmp_path / 'elsewhere'}" in out
+    # as in a run, the DIR given is the only place: the ini's data is not used instead
+    lamp = "pref_lamp: pref_lamp suite\n  source: acl-anthology\n  licence: CC BY 4.0\n"
+    assert lamp + "  data: NOT FOUND" in out
 
 
 def test_data_command_reads_the_real_registry(capsys):
