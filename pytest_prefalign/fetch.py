@@ -386,5 +386,5 @@ def registered_suites() -> list[Any]:
     manager.add_hookspecs(hookspec)
     found = load(manager)
     for failure in found.failures:
-        print(f"warning: {failure}")
+        print(f"warning: {failure}", file=sys.stderr)  # stdout is the command's answer
     return [entry.obj for _, entry in sorted(found.suites.items())]

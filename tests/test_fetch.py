@@ -598,3 +598,16 @@ def test_a_local_clone_is_read_from_the_current_folder(tmp_path, monkeypatch):
     assert local.anthology_repository == str(tmp_path / "myclone")
     url = "https://github.com/acl-org/acl-anthology"
     assert parser.parse_args(["--anthology-repository", url]).anthology_repository == url
+
+
+def test_an_anthology_without_an_author_to_draw_installs_nothing(
+    anthology_data, tmp_path, monkeypatch, capsys
+):
+    from prefalign_suites.pref_lamp import fetch as lamp_fetch
+
+    monkeypatch.setattr(lamp_fetch, "MIN_PAPERS", 1000)  # nobody in the tiny Anthology
+    out = tmp_path / "data"
+    args = ["pref_lamp", "--to", str(out), "--anthology-data", str(anthology_data)]
+    assert fetch.fetch_main(args) == 1
+    assert "no author has 1000 papers from" in capsys.readouterr().err
+    assert not (out / "acl-anthology").exists()

@@ -132,6 +132,11 @@ def build(folder: Path, options: argparse.Namespace, progress: Progress) -> Buil
     authors = draw_authors(
         anthology, papers, progress, count=options.anthology_authors, seed=options.anthology_seed
     )
+    if not authors:  # an empty folder would be installed, and every run would find no user
+        raise FetchError(
+            f"{where}: no author has {MIN_PAPERS} papers from {FIRST_YEAR} on: not the "
+            f"Anthology's data, or an empty copy of it"
+        )
     written = write_folder(folder, anthology, papers, authors)
     progress.say(f"{len(authors)} authors, {written} papers")
     return Built(
