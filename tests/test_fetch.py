@@ -583,7 +583,7 @@ def test_a_file_where_the_data_folder_goes_is_one_line(tmp_path, monkeypatch, ca
 def test_the_authors_drawn_are_a_positive_number(capsys):
     with pytest.raises(SystemExit):
         fetch.fetch_main(["pref_lamp", "--anthology-authors", "-1"])
-    assert "--anthology-authors: expected a whole number >= 1, got '-1'" in capsys.readouterr().err
+    assert "--anthology-authors: '-1': expected a whole number >= 1" in capsys.readouterr().err
 
 
 def test_a_local_clone_is_read_from_the_current_folder(tmp_path, monkeypatch):

@@ -100,13 +100,9 @@ def _repository(text: str) -> str:
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return int(text)
 
 
 def hosts(options: argparse.Namespace) -> list[str]:
