@@ -219,6 +219,21 @@ def test_labels_sit_at_their_points_and_do_not_overlap() -> None:
                 assert near < 80, name
 
 
+def test_a_leaderboard_with_the_models_own_negatives_carries_the_header_note(
+    tmp_path: Path,
+) -> None:
+    # the pairs' rejected sides written by the evaluated model: the header has a third line
+    run = analysed(RUN)
+    for result in run.results:
+        result.model = {"name": "SmolLM2-135M", "fingerprint": "fp"}
+        result.data = {
+            "source": "x",
+            "provenance": {"negatives": "generated", "reference_fingerprint": "fp"},
+        }
+    text = report.write_report(run, tmp_path / "out").read_text()
+    assert "the rejected sides were written by this very model" in text
+
+
 def test_page_without_matplotlib_says_how_to_get_the_plot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -136,11 +136,13 @@ def _leaderboard(suite: str, size: str, rows: list[CaseResult]) -> str:
         for rank, row in enumerate(table.ordered(rows), 1)
     ]
     headers = ["#", "method", *(m.title for m in present), "time"]
-    first, second = table.header(suite, size, rows)
+    first, second, *notes = table.header(suite, size, rows)  # a note on the pairs, maybe
     key = table.sort_key(rows)
     return (
         f'<h3>{html.escape(first)}</h3><p class="meta">{html.escape(second.strip())}; '
-        f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>" + _html_table(body, headers)
+        f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>"
+        + "".join(f'<p class="meta">{html.escape(n.strip())}</p>' for n in notes)
+        + _html_table(body, headers)
     )
 
 
