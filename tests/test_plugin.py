@@ -180,21 +180,13 @@ def test_floor_fails_with_figure_and_floor(toy):
 def test_a_floor_in_the_ini_fails_the_test_and_the_command_line_replaces_it(toy):
     ini = (toy.path / "tox.ini").read_text()  # pytester strips the final newline
     toy.makeini(ini + "\nprefalign_fail_under = rouge1=0.99\n")
-    result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base")
+    base = ("--prefalign", "toy", "--prefalign-methods", "base")
+    result = run(toy, *base)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*rouge1 = 0.* is below the floor 0.99*"])
-    again = run(
-        toy,
-        "--prefalign",
-        "toy",
-        "--prefalign-methods",
-        "base",
-        "--prefalign-fail-under",
-        "rouge1=0",
-    )
-    again.assert_outcomes(passed=1)
+    run(toy, *base, "--prefalign-fail-under", "rouge1=0").assert_outcomes(passed=1)
     toy.makeini(ini + "\nprefalign_fail_under = rouge1=3\n")
-    bad = run(toy, "--prefalign", "toy", "--prefalign-methods", "base")
+    bad = run(toy, *base)
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*ini value prefalign_fail_under: *"])
 

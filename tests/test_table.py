@@ -34,3 +34,12 @@ def test_header_notes_when_the_rejected_side_is_the_evaluated_models_own_output(
         "pref_lamp · 135m · SmolLM2",
         "  data: acl-anthology · 2 users · 5 items · 5 pairs",
     ]
+
+
+def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
+    row = result("other_author", None, "fp1")
+    row.metrics = {"policy_acc": 0.5}
+    row.settings = {"reduce": "sum", "seed": 0}
+    assert table.header("pref_lamp", "135m", [row])[1] == (
+        "  data: acl-anthology · 2 users · 5 items · 5 pairs · policy score: sum over tokens"
+    )

@@ -49,6 +49,9 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
     dropped = {k: v for k, v in (data.get("dropped") or {}).items() if v}
     if dropped:
         second += " · dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+    reduce = (rows[0].settings or {}).get("reduce")
+    if reduce and any("policy_acc" in r.metrics for r in rows):
+        second += f" · policy score: {reduce} over tokens"  # what policy accuracy compares
     provenance = data.get("provenance") or {}
     if provenance.get("negatives") == "generated" and provenance.get(
         "reference_fingerprint"
