@@ -189,7 +189,9 @@ def test_sampling_is_seeded_and_uses_the_guided_distribution(tiny_lm):
     assert ann == {" ".join(["and"] * OPTIONS["max_new_tokens"])}
 
 
-def test_sampling_temperature_is_divided_by_one_plus_alpha(tiny_lm, monkeypatch):
+def test_sampling_temperature_applies_to_the_guided_logits(tiny_lm, monkeypatch):
+    # softmax(guided / T): the paper's T / (1 + alpha) on the mixture normalised by 1 + alpha;
+    # T / (1 + alpha) on guided itself sampled from softmax((1 + alpha) * guided / T)
     seen = []
     real = genarm_module.guided_generate
     monkeypatch.setattr(genarm_module, "guided_generate", lambda *a: seen.append(a[6]) or real(*a))
@@ -198,7 +200,7 @@ def test_sampling_temperature_is_divided_by_one_plus_alpha(tiny_lm, monkeypatch)
         context(tiny_lm, reward, sample=True, temperature=1.5, alpha=2.0), ITEMS[:1]
     )
     GenARMDecoder().generate(context(tiny_lm, reward, alpha=2.0), ITEMS[:1])
-    assert seen == [pytest.approx(0.5), None]  # T / (1 + alpha); greedy by default
+    assert seen == [pytest.approx(1.5), None]  # T; greedy by default
 
 
 def test_refuses_what_it_cannot_use(tiny_lm):

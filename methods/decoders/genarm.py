@@ -3,13 +3,16 @@ log-probabilities of an autoregressive reward model (ARM) for the user.
 
     guided(. | x, y_<t) = log_softmax(logits_base + alpha * log p_arm_u(. | x, y_<t))
 
-Generation is greedy over the guided logits [default], or samples from them at temperature
-``T / (1 + alpha)`` (option ``genarm_sample``): GenARM's decoding distribution
-``pi_base^(1/T) * p_arm^(alpha/T)``, renormalised, is ``softmax(guided / T)`` only when both are
-logits at the same temperature; the paper divides by ``1 + alpha`` so that the mixture stays as
-sharp as a single model at ``T``. ``S_u(y|x)`` (policy accuracy) is the teacher-forced
-log-likelihood under ``guided``, a log-softmax over the whole vocabulary, summed (or averaged)
-over the response tokens, the final ``eos_id`` included.
+Generation is greedy over the guided logits [default], or samples (option ``genarm_sample``)
+from GenARM's decoding distribution at temperature ``T``: ``pi_base * p_arm^alpha``,
+renormalised, with its logits divided by ``T``, i.e. ``softmax(guided / T)``, the distribution
+whose log-likelihood policy accuracy scores (at ``T = 1``). The paper's "temperature
+``T / (1 + alpha)``" is the same distribution: its reference code (model arithmetic) first
+divides the mixture ``logits_base + alpha * logprobs_arm`` by the sum of its weights
+``1 + alpha``; applying ``T / (1 + alpha)`` to the unnormalised mixture instead would sample
+from ``softmax((1 + alpha) * guided / T)``, far sharper than either model. ``S_u(y|x)`` (policy
+accuracy) is the teacher-forced log-likelihood under ``guided``, a log-softmax over the whole
+vocabulary, summed (or averaged) over the response tokens, the final ``eos_id`` included.
 
 Two ways to get the ARM's log-probabilities:
 
@@ -71,7 +74,7 @@ ArmStep = Callable[[list[str], list[str], list[list[int]], torch.Tensor], torch.
 @dataclass(frozen=True)
 class GenARMOptions(DecodeOptions):
     alpha: float = 1.0  # weight of the ARM's log-probabilities
-    sample: bool = False  # sample at temperature / (1 + alpha) instead of greedy
+    sample: bool = False  # sample from softmax(guided / temperature) instead of greedy
     temperature: float = 1.0  # T, used when sampling
 
     def __post_init__(self) -> None:
@@ -92,7 +95,8 @@ class GenARMDecoder(BaseDecoder):
         reward, alpha = _reward(ctx), ctx.options.alpha
         users = [it.user for it in items]
         shown = self.prompts(ctx, users, [it.prompt for it in items])
-        temperature = ctx.options.temperature / (1 + alpha) if ctx.options.sample else None
+        # T on the unnormalised mixture: the paper's T / (1 + alpha) on the normalised one
+        temperature = ctx.options.temperature if ctx.options.sample else None
         step = arm_step(ctx.lm, reward)
         # the same (user, prompt) gives the same text: decode each once
         unique = list(dict.fromkeys(zip(users, shown, strict=True)))
