@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -87,6 +87,27 @@ def test_profile_copy_and_icl_rag_over_a_profile_of_stop_words() -> None:
     ctx.options = ICLOptions(k=2)
     examples = RAGDecoder().examples(ctx, "ann", "cats sleep")
     assert [e.output for e in examples] == ["First", "Second"]
+
+
+def test_icl_rag_retrieves_by_the_items_input_not_its_instruction() -> None:
+    # the suite's instruction shares words with one profile input; the input, with another
+    from prefalign_methods.decoders.icl import ICLOptions, RAGDecoder
+
+    ann = entries(
+        "ann",
+        ("Dependency parsing of speech transcripts.", "Parsing Speech"),
+        ("This paper shows how to generate a title for the following abstract.", "Titles"),
+    )
+    text = "We improve dependency parsing."
+    prompt = f"Generate a title for the following abstract of a paper: {text}"
+    data = SuiteData("toy", "memory", {"ann": ann}, [Item("ann/t", "ann", text, prompt, None)])
+    ctx = CaseContext(lm=cast(Any, None), suite=cast(Any, None), data=data, reward=None)
+    ctx.options = ICLOptions(k=1)
+    assert [e.output for e in RAGDecoder().examples(ctx, "ann", prompt)] == ["Parsing Speech"]
+    # a prompt no item has (a pair's): retrieved by the prompt itself
+    assert [e.output for e in RAGDecoder().examples(ctx, "ann", "the following paper")] == [
+        "Titles"
+    ]
 
 
 def test_baselines_are_no_policy_and_need_no_reward() -> None:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
 
 BM25 = Slot("BM25 index per user", dict[str, Any])  # per (suite, size)
+# each item's input by its (user, task prompt), per (suite, size): what icl_rag retrieves by
+INPUTS = Slot("item inputs by (user, prompt)", dict[tuple[str, str], str])
 INTRO = "Here are examples of what this user wrote before:"
 OUTRO = "Answer in the same style as these examples.\n"
 
@@ -72,7 +74,7 @@ class RAGDecoder(ICLDecoder):
         if k == 0:
             return []
         # equal scores in profile order (bm25.ranking): the same examples on every machine
-        found = bm25.ranking(self.index(ctx, user, profile), prompt, k=k)[:k]
+        found = bm25.ranking(self.index(ctx, user, profile), query(ctx, user, prompt), k=k)[:k]
         return [profile[int(i)] for i in found]
 
     @staticmethod
@@ -82,6 +84,17 @@ class RAGDecoder(ICLDecoder):
         if user not in indexes:
             indexes[user] = bm25.index([e.input for e in profile])
         return indexes[user]
+
+
+def query(ctx: CaseContext, user: str, prompt: str) -> str:
+    """What ``icl_rag`` retrieves by: the input of the item whose task prompt this is, as the
+    profile items are inputs too; the prompt itself where no item has it. Retrieving by the
+    whole prompt let the suite's instruction ("generate a title for the following abstract of
+    a paper") rank the profile items that share its words."""
+    inputs = ctx.shared[INPUTS]
+    if not inputs:
+        inputs.update({(it.user, it.prompt): it.input for it in ctx.data.items})
+    return inputs.get((user, prompt), prompt)
 
 
 def pytest_prefalign_register(registry: Registry) -> None:
