@@ -355,6 +355,40 @@ def test_a_run_without_a_result_leaves_no_earlier_file_at_its_json_path(toy):
     )
 
 
+# xdist runs a crashed worker's test again on a new worker, whose report may come after the
+# first one's: here base's call report is handed to the hooks again after icl's
+REPORTED_AGAIN = """
+
+_reports = {}
+
+
+def pytest_configure(config):
+    _reports["config"] = config
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call":
+        return
+    if "[base-" in report.nodeid and "base" not in _reports:
+        _reports["base"] = report
+    elif "[icl-" in report.nodeid and "base" in _reports:
+        _reports["config"].hook.pytest_runtest_logreport(report=_reports.pop("base"))
+"""
+
+
+def test_a_test_reported_twice_counts_once_in_a_single_runs_order(toy):
+    conftest = toy.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + REPORTED_AGAIN)
+    out = toy.path / "out.json"
+    result = run(toy, "--prefalign-methods", "base,icl", "--prefalign-json", str(out))
+    assert result.ret == 0
+    run_file = json.loads(out.read_text())  # one result per test: the file reads back
+    assert [r["method"] for r in run_file["results"]] == ["base", "icl"]
+    from pytest_prefalign.runs import records
+
+    assert records.read(out).results[0].method == "base"
+
+
 def test_an_interrupted_run_writes_a_run_file_marked_partial(toy):
     toy.makepyfile(ctrlc=CTRL_C)
     result = run(toy, "--prefalign-methods", "base,icl", "-p", "ctrlc")

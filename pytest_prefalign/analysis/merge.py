@@ -34,7 +34,7 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
     results = _joined(runs)
     _check_like_for_like(runs)
     first = runs[0][1]
-    order = _order(first.config)
+    order = result_order(first.config)
     results.sort(key=order)
     tau, found = crisis.analyse(results)
     models: dict[str, Any] = {}
@@ -149,7 +149,7 @@ def _check_like_for_like(runs: Sequence[tuple[Path, RunFile]]) -> None:
             seen.append((path, result))
 
 
-def _order(config: dict[str, Any]):
+def result_order(config: dict[str, Any]):
     """A single run's order of results: by suite, size, then method as collected."""
     sizes = list(config.get("sizes") or [])
     methods = list(config.get("methods") or [])

@@ -191,6 +191,9 @@ class PrefalignSession:
         value = getattr(report, RESULT, None)
         if isinstance(value, dict):
             result = CaseResult.from_json(value, report.nodeid)
+            # a test run again (xdist reruns a crashed worker's test whose report had already
+            # come) counts once, with its last result: one result per (suite, method, size)
+            self.results = [r for r in self.results if r.key != result.key]
             self.results.append(result)
             self.config.hook.pytest_prefalign_result(result=result.row(), config=self.config)
 
@@ -258,12 +261,19 @@ class PrefalignSession:
     def build_run(self) -> RunFile:
         """The run file: every result, and the crisis analysis computed once."""
         from pytest_prefalign.analysis import crisis
+        from pytest_prefalign.analysis.merge import result_order
         from pytest_prefalign.runs.records import RunFile
 
-        tau, found = crisis.analyse(self.results)
+        # in a single run's order (suite, size, method as listed), not the order results came
+        # in, which under xdist depends on the scheduling: equal figures then rank alike
+        order = result_order(
+            {"methods": [str(m) for m in self.methods], "sizes": self.settings.sizes}
+        )
+        results = sorted(self.results, key=order)
+        tau, found = crisis.analyse(results)
         complete, outcomes = self.outcomes.summary()
         return RunFile(
-            results=list(self.results),
+            results=results,
             created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             commit=git_commit(Path(self.config.rootpath)),
             config={
