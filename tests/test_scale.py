@@ -146,6 +146,18 @@ def test_two_shards_merged_equal_one_run_figure_by_figure(toy):
     assert len(verdicts[0].regressions) == len(verdicts[1].regressions)
 
 
+def test_a_gated_shard_answers_for_its_own_tests_only(toy):
+    run(toy, "--prefalign-save", "main").assert_outcomes(passed=6)
+    gate = ("--prefalign-compare", "main", "--prefalign-compare-fail", "policy_acc:2pp")
+    shard = run(toy, "--prefalign-shard", "1/2", *gate)
+    # the other shard's tests are in the baseline and not in this run: not a failure here
+    assert "not compared in this run" not in shard.stdout.str()
+    assert shard.ret == 0
+    # a test of its own that did not run still fails it
+    shard = run(toy, "--prefalign-shard", "1/2", *gate, "-k", "not icl")
+    assert shard.ret == 1 and "in the baseline, not compared in this run" in shard.stdout.str()
+
+
 def test_merge_refuses_overlaps_missing_shards_and_other_runs(toy, capsys):
     run(toy, "--prefalign-shard", "1/2", "--prefalign-json", "s1.json")
     run(toy, "--prefalign-shard", "2/2", "--prefalign-json", "s2.json")

@@ -223,15 +223,17 @@ class Gating:
             self.outcomes.append(value)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """What fails the run as a whole (nothing compared; with gates, a baseline test this
-        run did not compare, or a gate no test could check) turns a passing run's exit status
-        into a failure."""
+        """What fails the run as a whole (nothing compared; with gates, a baseline test this run
+        did not compare, or a gate no test checked) fails a passing run's exit status."""
         if self.baseline is None or is_worker(self.config):
             return
         from pytest_prefalign.analysis import comparable
 
+        sharding = self.config.pluginmanager.get_plugin("prefalign-shard")
+        others = set(getattr(sharding, "left_keys", ()))  # other shards' tests: not this run's
+        mine = [key for key in self.baseline.runs if tuple(key) not in others]
         self.run_problems, self.run_notes = comparable.whole_run(
-            self.baseline.runs, self.outcomes, self.thresholds, self.allow
+            mine, self.outcomes, self.thresholds, self.allow
         )
         if self.run_problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -20,6 +20,7 @@ import pytest
 from pytest_prefalign.plumbing.collect import CaseItem, group_name
 
 SHARDED = "prefalign_sharded"  # the workeroutput key of the tests a worker's shard left out
+SHARDED_KEYS = "prefalign_sharded_keys"  # and of their (suite, method, size)
 _FORM = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
@@ -72,6 +73,7 @@ class Sharding:
     def __init__(self, config: pytest.Config, shard: Shard) -> None:
         self.config, self.shard = config, shard
         self.left_out: set[str] = set()
+        self.left_keys: set[tuple[str, str, str]] = set()  # other shards' (suite, method, size)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -79,11 +81,17 @@ class Sharding:
         if not left:
             return
         self.left_out.update(item.nodeid for item in left)
+        self.left_keys.update(
+            (i.suite, str(i.method), i.size) for i in left if isinstance(i, CaseItem)
+        )
         if hasattr(self.config, "workerinput"):
             self.config.workeroutput[SHARDED] = sorted(self.left_out)  # type: ignore[attr-defined]
+            self.config.workeroutput[SHARDED_KEYS] = sorted(self.left_keys)  # type: ignore[attr-defined]
         items[:] = kept
         self.config.hook.pytest_deselected(items=left)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        self.left_out.update(getattr(node, "workeroutput", {}).get(SHARDED, []))
+        output = getattr(node, "workeroutput", {})
+        self.left_out.update(output.get(SHARDED, []))
+        self.left_keys.update(tuple(k) for k in output.get(SHARDED_KEYS, []))
