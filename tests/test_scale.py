@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -173,6 +174,13 @@ def test_merge_refuses_overlaps_missing_shards_and_other_runs(toy, capsys):
     assert "shard(s) 2/2 missing" in refused(s1)
     assert "split the run differently" in refused(s1, str(toy.path / "third.json"))
     assert "seed is 0 in" in refused(s1, str(toy.path / "seed1.json"))
+    # a shard given other test paths: a group would be lost between the two
+    shutil.copytree(toy.path / "toy", toy.path / "elsewhere")
+    toy.runpytest_inprocess(
+        "--prefalign", "elsewhere", "--prefalign-shard", "2/2", "--prefalign-json", "p.json",
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    assert "collected other tests" in refused(s1, str(toy.path / "p.json"))
     # a test in two shards: the second shard's file made to hold a test of the first
     doc = json.loads((toy.path / "s2.json").read_text())
     doc["results"].append(json.loads((toy.path / "s1.json").read_text())["results"][0])

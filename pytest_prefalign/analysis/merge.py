@@ -31,6 +31,7 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
         raise MergeError("give the run files of the shards")
     _check_shards(runs)
     _check_config(runs)
+    _check_collected(runs)
     results = _joined(runs)
     _check_like_for_like(runs)
     first = runs[0][1]
@@ -92,6 +93,29 @@ def _check_shards(runs: Sequence[tuple[Path, RunFile]]) -> None:
             f"shard(s) {', '.join(f'{k}/{count}' for k in missing)} missing: give the run files "
             f"of all {count} shards"
         )
+
+
+OWN = ("passed", "failed", "error", "skipped", "deselected", "not_run")  # a shard's own tests
+
+
+def _check_collected(runs: Sequence[tuple[Path, RunFile]]) -> None:
+    """Every shard collected the same tests (its own, and those it left to the others): shards
+    given other paths, ``-k`` or data would otherwise lose a group between them."""
+    collected = []
+    for path, run in runs:
+        shard = run.outcomes.get("shard") or {}
+        if "other_shards" not in shard:  # a run file that does not say: nothing to check
+            return
+        own = {t for name in OWN for t in run.outcomes.get(name) or []}
+        collected.append((path, own | set(shard["other_shards"])))
+    (path0, first), rest = collected[0], collected[1:]
+    for path, tests in rest:
+        if tests != first:
+            odd = sorted(tests ^ first)
+            raise MergeError(
+                f"{path0} and {path} are not shards of one run: they collected other tests "
+                f"({len(odd)} in one only, e.g. {', '.join(odd[:3])}; other paths, -k or data?)"
+            )
 
 
 def _check_config(runs: Sequence[tuple[Path, RunFile]]) -> None:
