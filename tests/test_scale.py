@@ -163,7 +163,6 @@ def test_merge_refuses_overlaps_missing_shards_and_other_runs(toy, capsys):
     run(toy, "--prefalign-shard", "1/2", "--prefalign-json", "s1.json")
     run(toy, "--prefalign-shard", "2/2", "--prefalign-json", "s2.json")
     run(toy, "--prefalign-shard", "2/2", "--prefalign-json", "seed1.json", "--prefalign-seed", "1")
-    run(toy, "--prefalign-shard", "1/3", "--prefalign-json", "third.json")
     s1 = str(toy.path / "s1.json")
 
     def refused(*paths: str) -> str:
@@ -172,6 +171,9 @@ def test_merge_refuses_overlaps_missing_shards_and_other_runs(toy, capsys):
 
     assert "shard 1/2 is given twice" in refused(s1, s1)
     assert "shard(s) 2/2 missing" in refused(s1)
+    third = json.loads((toy.path / "s2.json").read_text())
+    third["config"]["shard"] = "2/3"  # as if another split (a run has 2 groups here)
+    (toy.path / "third.json").write_text(json.dumps(third))
     assert "split the run differently" in refused(s1, str(toy.path / "third.json"))
     assert "seed is 0 in" in refused(s1, str(toy.path / "seed1.json"))
     # a shard given other test paths: a group would be lost between the two
@@ -203,6 +205,12 @@ def test_shard_option_is_checked(toy):
     result = run(toy, "--prefalign-shard", "3/2")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--prefalign-shard*1 <= K <= N*"])
+    # two groups (one per size): a third shard would run nothing and leave no file to merge
+    result = run(toy, "--prefalign-shard", "1/3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--prefalign-shard 1/3: this run has 2 group(s) of tests (suite, size) to share*"]
+    )
 
 
 def test_xdist_runs_each_group_on_one_worker_and_fits_once(toy):

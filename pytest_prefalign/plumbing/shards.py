@@ -54,6 +54,11 @@ def item_group(item: CaseItem) -> str:
 def split(items: list[pytest.Item], shard: Shard) -> tuple[list[pytest.Item], list[pytest.Item]]:
     """``(kept, left out)``: the tests of this shard's groups (other tests are kept)."""
     groups = sorted({item_group(item) for item in items if isinstance(item, CaseItem)})
+    if groups and shard.count > len(groups):  # a shard without a group: nothing to merge
+        raise pytest.UsageError(
+            f"--prefalign-shard {shard}: this run has {len(groups)} group(s) of tests (suite, "
+            f"size) to share, and a group is never split: use at most {len(groups)} shards"
+        )
     mine = {name for n, name in enumerate(groups) if n % shard.count == shard.index - 1}
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
