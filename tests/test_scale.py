@@ -176,6 +176,16 @@ def test_merge_refuses_overlaps_missing_shards_and_other_runs(toy, capsys):
     (toy.path / "third.json").write_text(json.dumps(third))
     assert "split the run differently" in refused(s1, str(toy.path / "third.json"))
     assert "seed is 0 in" in refused(s1, str(toy.path / "seed1.json"))
+    # one commit, an edit between the shards: the code versions its results were keyed by
+    edited = json.loads((toy.path / "s2.json").read_text())
+    for row in edited["results"]:
+        for use in row["cache"]:
+            if use["artifact"] == "results":
+                use["inputs"]["evaluation"] = "0123456789abcdef"
+    (toy.path / "edited.json").write_text(json.dumps(edited))
+    assert "the shards ran other code: the evaluation code" in refused(
+        s1, str(toy.path / "edited.json")
+    )
     # a shard given other test paths: a group would be lost between the two
     shutil.copytree(toy.path / "toy", toy.path / "elsewhere")
     toy.runpytest_inprocess(

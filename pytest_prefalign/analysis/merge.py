@@ -32,6 +32,7 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
     _check_shards(runs)
     _check_config(runs)
     _check_collected(runs)
+    _check_code(runs)
     results = _joined(runs)
     _check_like_for_like(runs)
     first = runs[0][1]
@@ -116,6 +117,31 @@ def _check_collected(runs: Sequence[tuple[Path, RunFile]]) -> None:
                 f"{path0} and {path} are not shards of one run: they collected other tests "
                 f"({len(odd)} in one only, e.g. {', '.join(odd[:3])}; other paths, -k or data?)"
             )
+
+
+def _check_code(runs: Sequence[tuple[Path, RunFile]]) -> None:
+    """The same code in every shard, by the code versions each result was keyed by (the
+    evaluation's, each suite's, each decoder's): one commit with an edit between two shards
+    would otherwise merge."""
+    seen: dict[tuple[str, str], tuple[str, Path]] = {}
+    for path, run in runs:
+        for result in run.results:
+            inputs = next(
+                (u.get("inputs") or {} for u in result.cache if u.get("artifact") == "results"),
+                {},
+            )
+            parts = (("evaluation", ""), ("suite", result.suite), ("decoder", result.decoder))
+            for part, name in parts:
+                value = inputs.get(part)
+                if value is None:
+                    continue
+                first = seen.setdefault((part, name), (str(value), path))
+                if first[0] != str(value):
+                    what = f"{part} {name}".strip()
+                    raise MergeError(
+                        f"the shards ran other code: the {what} code is {first[0]} in "
+                        f"{first[1]} but {value} in {path}"
+                    )
 
 
 def _check_config(runs: Sequence[tuple[Path, RunFile]]) -> None:
