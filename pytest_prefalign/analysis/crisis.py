@@ -26,6 +26,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from pytest_prefalign.analysis import selection, spread, stats, users
+from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
 from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
@@ -276,7 +277,7 @@ def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
                 "win_self_ci": self_ci,
                 "win_independent": indep,
                 "win_independent_ci": row.ci.get("win_independent"),
-                "gap": round(float(win_self) - indep, 12) if indep is not None else None,
+                "gap": round(float(win_self) - indep, FIGURE_DIGITS) if indep is not None else None,
                 "gap_ci": _gap_interval(row) if indep is not None else None,
                 "n": row.judge.get("n", row.n_items),
                 "judge_independent": row.judge.get("independent"),

@@ -24,6 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Statistic = Literal["macro", "micro", "mean"]
 STATISTICS: tuple[str, ...] = ("macro", "micro", "mean")
+# figures are rounded to this many decimals wherever they are made or ordered: the same figure
+# summed in another order (users, resamples) differs in its last bit, and must tie
+FIGURE_DIGITS = 12
 
 # Resamples are drawn in blocks of at most this many (resample, user) cells, to bound memory.
 _BLOCK_CELLS = 1 << 22

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pytest_prefalign.analysis import catalogue, stats, users
+from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
 from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
@@ -73,7 +74,7 @@ def _regret_entry(
 ) -> Row:
     xs = np.array([[r.metrics[X_METRIC] for r in rows]])
     ys = np.array([[r.metrics[y] for r in rows]])
-    observed = round(float(regret(xs, ys)[0]), 12)
+    observed = round(float(regret(xs, ys)[0]), FIGURE_DIGITS)
     top = max(r.metrics[X_METRIC] for r in rows)
     tx, ty = users.tables(rows, X_METRIC, y)  # over the users both figures have
     ci = None

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from pytest_prefalign.analysis.metrics import percentile_interval, resample_counts
+from pytest_prefalign.analysis.metrics import (
+    FIGURE_DIGITS,
+    percentile_interval,
+    resample_counts,
+)
 
 # --------------------------------------------------------------------------------------------
 # Kendall's tau-b across methods
@@ -22,7 +26,6 @@ from pytest_prefalign.analysis.metrics import percentile_interval, resample_coun
 
 
 PERMUTATIONS = 50_000  # permutations drawn for the p-value where n! is larger (n >= 9)
-FIGURE_DIGITS = 12  # figures compared for order are rounded to this many decimals
 
 
 @dataclass(frozen=True)

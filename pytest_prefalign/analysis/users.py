@@ -16,7 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_prefalign.analysis import catalogue
-from pytest_prefalign.analysis.metrics import percentile_interval, resample_counts
+from pytest_prefalign.analysis.metrics import (
+    FIGURE_DIGITS,
+    percentile_interval,
+    resample_counts,
+)
 from pytest_prefalign.runs.records import CaseResult
 
 N_BOOT = 2000  # resamples of users behind every interval of the analysis
@@ -43,7 +47,7 @@ class Table:
         w = counts[:, None, :] * self.weights[None]
         with np.errstate(invalid="ignore", divide="ignore"):
             out = (w * np.nan_to_num(self.values)[None]).sum(-1) / w.sum(-1)
-        return np.round(out, 12)  # two methods with the same figures tie exactly
+        return np.round(out, FIGURE_DIGITS)  # two methods with the same figures tie exactly
 
 
 def table(rows: Sequence[CaseResult], metric: str) -> Table:

@@ -319,7 +319,7 @@ def figures(
         # tau, inversions and regret
         values[metric.name] = round(
             float(np.mean(list(means.values())) if metric.pooling == "macro" else outcomes.mean()),
-            12,
+            metrics.FIGURE_DIGITS,
         )
         if metric.interval:
             low, high = metrics.bootstrap_ci(outcomes, users, statistic=metric.pooling, seed=0)
