@@ -104,11 +104,11 @@ def _defining_file(obj: Any) -> Path | None:
     else:
         members = vars(target).values()
         functions = [getattr(m, "__func__", getattr(m, "fget", m)) for m in members]
-    for fn in functions:
-        fn = inspect.unwrap(fn) if inspect.isfunction(fn) else fn
-        code = getattr(fn, "__code__", None)
-        own = getattr(fn, "__qualname__", "").startswith(f"{target.__qualname__}.")
-        if code is not None and (own or fn is target) and code.co_filename.endswith(".py"):
+    for member in functions:
+        own = getattr(member, "__qualname__", "").startswith(f"{target.__qualname__}.")
+        fn = inspect.unwrap(member) if inspect.isfunction(member) else member
+        code = getattr(fn, "__code__", None)  # a decorated function's, its original's
+        if code is not None and (own or member is target) and code.co_filename.endswith(".py"):
             return Path(code.co_filename)
     return None
 

@@ -201,6 +201,17 @@ def load_conftest(path: Path) -> Any:
 
 
 CONF_RM = """
+import functools
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return fn(*args)
+
+    return wrapper
+
+
 class ConfRM:
     @staticmethod
     def scale(x):
@@ -212,10 +223,15 @@ class ConfRM:
 
 def plain(x):
     return x
+
+
+@logged
+def decorated(x):
+    return x
 """
 
 
-@pytest.mark.parametrize("of", ["class", "instance", "function"])
+@pytest.mark.parametrize("of", ["class", "instance", "function", "decorated function"])
 def test_code_in_one_conftest_is_versioned_by_its_own_file_not_the_last_conftest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, of: str
 ) -> None:
@@ -227,7 +243,12 @@ def test_code_in_one_conftest_is_versioned_by_its_own_file_not_the_last_conftest
     root = load_conftest(tmp_path / "root" / "conftest.py")
     other = load_conftest(tmp_path / "root" / "suite" / "conftest.py")
     assert sys.modules["conftest"] is other
-    obj = {"class": root.ConfRM, "instance": root.ConfRM(), "function": root.plain}[of]
+    obj = {
+        "class": root.ConfRM,
+        "instance": root.ConfRM(),
+        "function": root.plain,
+        "decorated function": root.decorated,
+    }[of]
     assert versions.code_version(obj) == versions.code_version(root)
     assert versions.code_version(obj) != versions.code_version(other)
     # editing the method's own conftest changes its version, in a fresh import
@@ -235,7 +256,12 @@ def test_code_in_one_conftest_is_versioned_by_its_own_file_not_the_last_conftest
     (tmp_path / "root" / "conftest.py").write_text(CONF_RM.replace("+ 1", "+ 2"))
     edited = load_conftest(tmp_path / "root" / "conftest.py")
     load_conftest(tmp_path / "root" / "suite" / "conftest.py")
-    again = {"class": edited.ConfRM, "instance": edited.ConfRM(), "function": edited.plain}[of]
+    again = {
+        "class": edited.ConfRM,
+        "instance": edited.ConfRM(),
+        "function": edited.plain,
+        "decorated function": edited.decorated,
+    }[of]
     assert versions.code_version(again) != before
 
 
