@@ -6,7 +6,7 @@ no transformers, no numpy at import time. Heavy objects appear here only as anno
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload
 
 from pytest_prefalign.cache import Scope
@@ -237,6 +237,11 @@ class DecodeOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
+# S_u(y|x) from the token log-likelihoods: their sum or their mean (docs/metrics.md)
+REDUCTIONS = ("sum", "mean")
+DEFAULT_REDUCE = "sum"  # the pairs are matched in length, so the sum is not decided by it
+
+
 class Decoder:
     """Turns the base LM, optionally a reward method, and a user into text.
 
@@ -264,8 +269,53 @@ class Decoder:
         responses: Sequence[str],
     ) -> np.ndarray:
         """``S_u(y|x)``: the teacher-forced log-likelihood of each response under the decoder's
-        guided next-token distribution (reduced by ``ctx.reduce``, sum or mean)."""
-        raise NotImplementedError
+        guided next-token distribution (reduced by ``ctx.reduce``, sum or mean). A decoder
+        defines this or ``logliks``; by default, ``logliks``'s figure for ``ctx.reduce``."""
+        if _defines(self, "logliks") is Decoder:
+            raise NotImplementedError(f"decoder {self.name!r} defines neither loglik nor logliks")
+        return self.logliks(ctx, users, prompts, responses)[ctx.reduce]
+
+    def logliks(
+        self,
+        ctx: CaseContext,
+        users: Sequence[str],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> dict[str, np.ndarray]:
+        """``S_u(y|x)`` under every reduction (``REDUCTIONS``: ``{"sum": ..., "mean": ...}``),
+        the figures a run file keeps. By default ``loglik`` once per reduction; a decoder whose
+        score is built from per-token log-likelihoods defines this instead, so that one pass of
+        the model gives both."""
+        if _defines(self, "loglik") is Decoder:
+            raise NotImplementedError(f"decoder {self.name!r} defines neither loglik nor logliks")
+        return {
+            how: self.loglik(replace(ctx, reduce=how), users, prompts, responses)
+            for how in REDUCTIONS
+        }
+
+
+def policy_scores(
+    decoder: Decoder,
+    ctx: CaseContext,
+    users: Sequence[str],
+    prompts: Sequence[str],
+    responses: Sequence[str],
+) -> dict[str, np.ndarray]:
+    """``S_u(y|x)`` under every reduction, from whichever of ``loglik`` and ``logliks`` the
+    decoder's class defines nearer to itself: a subclass of a built-in decoder that redefines
+    only ``loglik`` is scored by its own ``loglik``, not by the built-in's ``logliks``."""
+    classes = type(decoder).__mro__
+    if classes.index(_defines(decoder, "loglik")) < classes.index(_defines(decoder, "logliks")):
+        return {
+            how: decoder.loglik(replace(ctx, reduce=how), users, prompts, responses)
+            for how in REDUCTIONS
+        }
+    return decoder.logliks(ctx, users, prompts, responses)
+
+
+def _defines(obj: Any, method: str) -> type:
+    """The class nearest to ``obj``'s own that defines ``method``."""
+    return next(c for c in type(obj).__mro__ if method in vars(c))
 
 
 @dataclass
@@ -278,7 +328,7 @@ class CaseContext:
     reward: RewardMethod | None
     options: Any = field(default_factory=DecodeOptions)  # the decoder's ``Options``
     seed: int = 0  # ICL example choice and sampling
-    reduce: str = "mean"  # S_u(y|x): mean (or sum) of the token log-likelihoods
+    reduce: str = DEFAULT_REDUCE  # S_u(y|x): sum (or mean) of the token log-likelihoods
     # what the methods of one (suite, size) share, e.g. the base model's log-likelihoods of the
     # test pairs: each method keeps its memo in a ``cache.Slot`` of its own
     shared: Scope = field(default_factory=lambda: Scope("case"))

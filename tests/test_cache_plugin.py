@@ -281,7 +281,7 @@ SCENARIOS = {
     ),
     "policy reduction": (  # scores the pairs again; the outputs stay
         "base,args[global_bt]",
-        lambda p: ["--prefalign-reduce", "sum"],
+        lambda p: ["--prefalign-reduce", "mean"],
         results_of("base,args[global_bt]"),
     ),
     "seed": (

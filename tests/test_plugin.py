@@ -310,7 +310,10 @@ def test_result_hook_sees_each_result(toy):
     )
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "logger", "-s")
     result.stdout.fnmatch_lines(
-        ["*LOGGED base ?'policy_acc', 'policy_acc_micro', 'rouge1', 'rougeL'?*"]
+        [
+            "*LOGGED base ?'policy_acc', 'policy_acc_mean', 'policy_acc_micro', 'policy_acc_sum', "
+            "'rouge1', 'rougeL'?*"
+        ]
     )
 
 

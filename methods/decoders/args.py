@@ -44,7 +44,7 @@ from prefalign_methods.decoders.args_rule import (
     uses_hidden,
 )
 from prefalign_methods.decoders.args_score import PASSES, args_token_logprobs
-from prefalign_methods.decoders.base import reduce_logprobs
+from prefalign_methods.decoders.base import reductions
 from pytest_prefalign import events
 from pytest_prefalign.api import CaseContext, DecodeOptions, Decoder, Item, RewardMethod
 from pytest_prefalign.runtime.decoding import KV, Choice, Step, decode
@@ -90,13 +90,13 @@ class ArgsDecoder(Decoder):
         )
         return [clean_text(lm.decode_response(t)) for t in tokens]
 
-    def loglik(
+    def logliks(
         self,
         ctx: CaseContext,
         users: Sequence[str],
         prompts: Sequence[str],
         responses: Sequence[str],
-    ) -> np.ndarray:
+    ) -> dict[str, np.ndarray]:
         opts = ctx.options
         # the model's passes are the same for every hidden-state reward head of this
         # (suite, size): kept in the case's shared state, each head only applies itself
@@ -111,7 +111,7 @@ class ArgsDecoder(Decoder):
             batch_size=opts.batch_size,
             memo=ctx.shared[PASSES],
         )
-        return reduce_logprobs(per_token, ctx.reduce)
+        return reductions(per_token)
 
 
 def require_reward(ctx: CaseContext) -> RewardMethod:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_prefalign.api import CaseContext, Decoder, Item
+from pytest_prefalign.api import REDUCTIONS, CaseContext, Decoder, Item
 from pytest_prefalign.cache import Slot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,16 +39,15 @@ class BaseDecoder(Decoder):
         )
         return [samples[0] for samples in texts]
 
-    def loglik(
+    def logliks(
         self,
         ctx: CaseContext,
         users: Sequence[str],
         prompts: Sequence[str],
         responses: Sequence[str],
-    ) -> np.ndarray:
+    ) -> dict[str, np.ndarray]:
         shown = self.prompts(ctx, users, prompts)
-        per_token = base_logprobs(ctx, shown, responses)
-        return reduce_logprobs(per_token, ctx.reduce)
+        return reductions(base_logprobs(ctx, shown, responses))
 
 
 def base_logprobs(
@@ -71,6 +70,12 @@ def reduce_logprobs(per_token: Sequence[np.ndarray], how: str) -> np.ndarray:
     if how == "mean":
         return np.array([float(np.mean(lp)) for lp in per_token])
     return np.array([float(np.sum(lp)) for lp in per_token])
+
+
+def reductions(per_token: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """``S(y|x)`` under every reduction (``REDUCTIONS``), from one set of token
+    log-likelihoods."""
+    return {how: reduce_logprobs(per_token, how) for how in REDUCTIONS}
 
 
 def pytest_prefalign_register(registry: Registry) -> None:

@@ -4,7 +4,7 @@ with the highest reward ``r_u`` is kept (ties: the first sample).
 Best-of-N approximates the KL-regularised policy ``pi(y|x) ∝ pi_base(y|x) exp(r_u(x, y) / beta)``,
 so its ``S_u(y|x)`` (policy accuracy) is that policy's unnormalised log-likelihood,
 ``log pi_base(y|x) + r_u(x, y) / beta`` [beta = 1]; the normaliser depends on ``x`` only, so it
-cancels in a pair. With ``reduce = "mean"`` the base part is the mean token log-probability, the
+cancels in a pair. Under the mean reduction the base part is the mean token log-probability, the
 reward part stays ``r_u / beta``: the mean keeps what it means for the other decoders (a
 per-token score that does not favour short responses), and the reward has no tokens to average.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from prefalign_methods.decoders.base import BaseDecoder, base_logprobs, reduce_logprobs
+from prefalign_methods.decoders.base import BaseDecoder, base_logprobs, reductions
 from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
 from pytest_prefalign.cache import Slot
 
@@ -75,18 +75,18 @@ class BestOfNDecoder(BaseDecoder):
         best = scores.argmax(axis=1)
         return [per_item[int(k)] for per_item, k in zip(samples, best, strict=True)]
 
-    def loglik(
+    def logliks(
         self,
         ctx: CaseContext,
         users: Sequence[str],
         prompts: Sequence[str],
         responses: Sequence[str],
-    ) -> np.ndarray:
+    ) -> dict[str, np.ndarray]:
         reward, beta = _reward(ctx), ctx.options.beta
         shown = self.prompts(ctx, users, prompts)
-        base = reduce_logprobs(base_logprobs(ctx, shown, responses), ctx.reduce)
+        base = reductions(base_logprobs(ctx, shown, responses))
         rewards = np.asarray(reward.score(ctx.lm, users, prompts, responses), dtype=np.float64)
-        return base + rewards / beta
+        return {how: values + rewards / beta for how, values in base.items()}
 
 
 def base_samples(ctx: CaseContext, shown: Sequence[str], n: int) -> list[list[str]]:

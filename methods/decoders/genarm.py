@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from prefalign_methods.decoders.base import BaseDecoder, reduce_logprobs
+from prefalign_methods.decoders.base import BaseDecoder, reductions
 from pytest_prefalign import events
 from pytest_prefalign.api import (
     CaseContext,
@@ -125,13 +125,13 @@ class GenARMDecoder(BaseDecoder):
                 progress.advance(len(batch))
         return [texts[key] for key in zip(users, shown, strict=True)]
 
-    def loglik(
+    def logliks(
         self,
         ctx: CaseContext,
         users: Sequence[str],
         prompts: Sequence[str],
         responses: Sequence[str],
-    ) -> np.ndarray:
+    ) -> dict[str, np.ndarray]:
         shown = self.prompts(ctx, users, prompts)
         per_token = guided_logprobs(
             ctx.lm,
@@ -142,7 +142,7 @@ class GenARMDecoder(BaseDecoder):
             responses,
             batch_size=ctx.options.batch_size,
         )
-        return reduce_logprobs(per_token, ctx.reduce)
+        return reductions(per_token)
 
 
 # -------------------------------------------------------------------------------------------

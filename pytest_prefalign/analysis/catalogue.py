@@ -43,6 +43,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("rougeL", "item", "rougeL", "micro", "ROUGE-L", gateable=True),
     Metric("policy_acc", "pair", "policy_correct", "macro", "policy acc", gateable=True),
     Metric("policy_acc_micro", "pair", "policy_correct", "micro"),
+    # the policy score under each reduction, whichever the run used (--prefalign-reduce)
+    Metric("policy_acc_sum", "pair", "policy_correct_sum", "macro", compared=False),
+    Metric("policy_acc_mean", "pair", "policy_correct_mean", "macro", compared=False),
     Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
     Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True),
     # judged by the independent RM, never the method's own: the leaderboard's win column

@@ -10,6 +10,7 @@ import numpy as np
 
 from pytest_prefalign import cache
 from pytest_prefalign.analysis import metrics
+from pytest_prefalign.api import REDUCTIONS, policy_scores
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.generation import number
 
@@ -22,33 +23,21 @@ def pair_records(
 ) -> list[dict[str, Any]]:
     """One record per test pair: the reward method's scores of both sides and whether it
     prefers the chosen one (``rm_correct``; None without a reward method), and the same for the
-    decoder's policy score ``S_u(y|x)`` (``policy_correct``; None for a decoder that is no
-    policy). Ties count 1/2."""
+    decoder's policy score ``S_u(y|x)`` under the run's reduction (``policy_correct``; None for
+    a decoder that is no policy), with the outcome under each reduction
+    (``policy_correct_sum``, ``policy_correct_mean``). Ties count 1/2."""
     pairs = ctx.data.test_pairs
     if not pairs or (ctx.reward is None and not getattr(decoder, "policy", True)):
         return []
-    users = [p.user for p in pairs]
-    prompts = [p.prompt for p in pairs]
     rm = None
     if ctx.reward is not None:
         t0 = time.perf_counter()
         rm = reward_scores(ctx, pairs)
         timings["rm_s"] = time.perf_counter() - t0
-    chosen = rejected = policy = None
+    policy: dict[str, Any] = {}
     if getattr(decoder, "policy", True):
         t0 = time.perf_counter()
-        chosen = checked(
-            decoder.loglik(ctx, users, prompts, [p.chosen for p in pairs]),
-            len(pairs),
-            f"decoder {name!r} loglik (chosen)",
-            pairs,
-        )
-        rejected = checked(
-            decoder.loglik(ctx, users, prompts, [p.rejected for p in pairs]),
-            len(pairs),
-            f"decoder {name!r} loglik (rejected)",
-            pairs,
-        )
+        policy = policy_fields(ctx, decoder, name, pairs)
         timings["policy_s"] = time.perf_counter() - t0
         timings["policy_tokens"] = float(  # the responses' tokens scored, both sides
             sum(
@@ -56,7 +45,6 @@ def pair_records(
                 for p in pairs
             )
         )
-        policy = metrics.pair_outcomes(chosen, rejected)
     rm_out = metrics.pair_outcomes(*rm) if rm is not None else None
 
     def value(array: np.ndarray | None, i: int) -> float | None:
@@ -71,12 +59,60 @@ def pair_records(
             "rm_chosen": value(rm and rm[0], i),
             "rm_rejected": value(rm and rm[1], i),
             "rm_correct": value(rm_out, i),
-            "policy_chosen": value(chosen, i),
-            "policy_rejected": value(rejected, i),
-            "policy_correct": value(policy, i),
+            **{field: value(policy.get(field), i) for field in POLICY_FIELDS},
         }
         for i, p in enumerate(pairs)
     ]
+
+
+# the per-pair fields of the policy score: under the run's reduction, and each reduction's outcome
+POLICY_FIELDS = (
+    "policy_chosen",
+    "policy_rejected",
+    "policy_correct",
+    *(f"policy_correct_{how}" for how in REDUCTIONS),
+)
+
+
+def policy_fields(
+    ctx: CaseContext, decoder: Decoder, name: str, pairs: list[Pair]
+) -> dict[str, np.ndarray]:
+    """The ``POLICY_FIELDS`` of every pair: both sides scored once, under every reduction
+    (``api.policy_scores``), the outcome under each, and the scores and the outcome under the
+    run's reduction (``ctx.reduce``)."""
+    users = [p.user for p in pairs]
+    prompts = [p.prompt for p in pairs]
+    sides = {}
+    for side in ("chosen", "rejected"):
+        responses = [getattr(p, side) for p in pairs]
+        scores = policy_scores(decoder, ctx, users, prompts, responses)
+        sides[side] = {
+            how: checked(
+                reduced(scores, how, name), len(pairs), f"decoder {name!r} loglik ({side})", pairs
+            )
+            for how in REDUCTIONS
+        }
+    outcomes = {
+        how: metrics.pair_outcomes(sides["chosen"][how], sides["rejected"][how])
+        for how in REDUCTIONS
+    }
+    return {
+        "policy_chosen": sides["chosen"][ctx.reduce],
+        "policy_rejected": sides["rejected"][ctx.reduce],
+        "policy_correct": outcomes[ctx.reduce],
+        **{f"policy_correct_{how}": outcomes[how] for how in REDUCTIONS},
+    }
+
+
+def reduced(scores: Any, how: str, name: str) -> Any:
+    """One reduction's scores from what a decoder's ``logliks`` returned, or a failure naming
+    the reduction it lacks."""
+    if not isinstance(scores, dict) or how not in scores:
+        raise PrefalignError(
+            f"decoder {name!r} logliks returned {type(scores).__name__} without {how!r} scores: "
+            f"expected a dict with {', '.join(map(repr, REDUCTIONS))}"
+        )
+    return scores[how]
 
 
 def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:

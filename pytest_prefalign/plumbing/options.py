@@ -10,6 +10,7 @@ import pytest
 
 from pytest_prefalign import method_options
 from pytest_prefalign.analysis import catalogue
+from pytest_prefalign.api import DEFAULT_REDUCE, REDUCTIONS
 from pytest_prefalign.plumbing.shards import Shard
 
 DEFAULT_LIMIT = 8  # users: enough for a comparison paired over users to reach a finding
@@ -65,8 +66,8 @@ def floors(text: str) -> list[Floor]:
 
 
 def reduce_kind(text: str) -> str:
-    if text not in ("sum", "mean"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected sum or mean")
+    if text not in REDUCTIONS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {' or '.join(REDUCTIONS)}")
     return text
 
 
@@ -123,7 +124,8 @@ def addoption(parser: pytest.Parser) -> None:
         "--prefalign-reduce",
         type=reduce_kind,
         metavar="sum|mean",
-        help="policy accuracy: mean or sum of token log-likelihoods (default: mean).",
+        help="policy accuracy: sum or mean of token log-likelihoods (default: sum; the run "
+        "file keeps both).",
     )
     group.addoption(
         "--prefalign-seed",
@@ -230,8 +232,8 @@ def settings(config: pytest.Config) -> Settings:
         report_dir=config.getoption("prefalign_report"),
         # the command line's floors replace the ini's (its option defaults to [], not None)
         floors=cli_floors or from_ini("prefalign_fail_under", floors, []),
-        # the mean over tokens: a sum would favour the shorter side of every pair
-        reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, "mean"),
+        # the run file keeps the other reduction's figures too
+        reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, DEFAULT_REDUCE),
         seed=config.getoption("prefalign_seed")
         if config.getoption("prefalign_seed") is not None
         else 0,
