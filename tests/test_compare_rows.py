@@ -72,7 +72,10 @@ def test_known_answers(run_path: Path) -> None:
     policy, rm, rouge = got["policy_acc"], got["rm_acc"], got["rouge1"]
     # every user moved the same way: the exact sign-flip p is 2 / 2^8, the interval one point
     assert policy["diff"] == pytest.approx(0.10) and policy["n_users"] == 8
-    assert policy["p_value"] == pytest.approx(2 / 256) and policy["p_method"] == "exact sign flip"
+    assert policy["p_value"] == pytest.approx(2 / 256)
+    assert policy["test"] == "exact sign flip over users"
+    # the command's three comparisons are one family: Holm multiplies the smallest p by 3
+    assert policy["p_holm"] == pytest.approx(3 * 2 / 256) and rouge["p_holm"] == 1.0
     assert policy["ci"] == pytest.approx([0.10, 0.10])
     assert policy["verdict"] == "args[a] better"
     assert rm["diff"] == pytest.approx(-0.20) and rm["p_value"] == pytest.approx(2 / 256)
@@ -120,11 +123,12 @@ def test_the_command_prints_each_metric(run_path: Path, capsys: pytest.CaptureFi
     assert out.startswith("A = args[a], B = args[b]: A - B over the users both have")
     lines = {line.split()[3]: line.split() for line in out.splitlines() if line.startswith("s ·")}
     assert lines["policy_acc"][4:] == [
-        "0.600", "0.500", "+0.100", "[+0.100,", "+0.100]", "0.00781", "8", "args[a]", "better",
+        "0.600", "0.500", "+0.100", "[+0.100,", "+0.100]", "0.00781", "0.0234", "8", "args[a]",
+        "better",
     ]  # fmt: skip
     assert lines["rm_acc"][6:9] == ["-0.200", "[-0.200,", "-0.200]"]
     assert lines["rm_acc"][-2:] == ["args[b]", "better"]
-    assert lines["rouge1"][-5:] == ["1", "8", "no", "significant", "difference"]
+    assert lines["rouge1"][-6:] == ["1", "1", "8", "no", "significant", "difference"]
     # a row without a reward has what it has: base and args[a] share policy accuracy only
     assert cli.main(["compare", str(run_path), "--rows", "base,args[a]"]) == 0
     out = capsys.readouterr().out

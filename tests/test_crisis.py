@@ -1,7 +1,8 @@
 """The selection-crisis analysis on hand-made results: tau-b and its exact p worked out by hand,
 the verdicts (a finding, no evidence, not enough evidence and why), inversions and circular flags
-that fire only when their intervals exclude the null, the per-user spread, the selection regret,
-ICL against the best reward-guided row, and the terminal text."""
+that fire only when their tests do once the run's looks are adjusted together, the per-user
+spread, the cross-fitted selection regret, ICL against the best reward-guided row, and the
+terminal text."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_prefalign.analysis import crisis, selection, spread, summary
+from pytest_prefalign.analysis import crisis, regret, selection, spread, summary
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
@@ -131,7 +132,7 @@ def test_saturated_or_tied_rm_accuracy_is_not_enough_evidence(rm, reason) -> Non
     assert not entry["enough"] and reason in entry["verdict"]
 
 
-def test_users_who_disagree_give_a_wide_interval_and_no_finding() -> None:
+def test_a_wide_interval_describes_and_the_permutation_test_decides() -> None:
     # half the users rank the five methods one way by policy accuracy, half the other way, a
     # little less steeply: over all users policy accuracy rises with RM accuracy (tau 1)
     flip = {u: (i % 2 == 0) for i, u in enumerate(USERS)}
@@ -146,8 +147,12 @@ def test_users_who_disagree_give_a_wide_interval_and_no_finding() -> None:
         for i in range(5)
     ]
     (entry,) = crisis.tau_entries(rows)
-    assert entry["tau"] == 1.0
-    assert not entry["enough"] and "the interval over users spans" in entry["verdict"]
+    assert entry["tau"] == 1.0 and entry["enough"]
+    # the resampled users order the methods either way: the interval spans more than 1, and it
+    # is printed, but the test over the methods decides: p = 2/120 as a look of its own
+    assert entry["ci"][1] - entry["ci"][0] > 1.0 and entry["p_value"] == pytest.approx(2 / 120)
+    assert entry["upper_95"] >= entry["ci"][0]
+    assert entry["verdict"].startswith("finding")
 
 
 def test_too_few_methods_or_users_say_why() -> None:
@@ -205,23 +210,32 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
         per_user={"rm_acc": spread_users([0.7] * 10), "policy_acc": spread_users([0.6] * 10)},
     )
     (clear,) = crisis.inversion_entries([a, b])
-    assert (clear["a"], clear["b"], clear["significant"]) == ("args[a]", "args[b]", True)
+    assert (clear["a"], clear["b"]) == ("args[a]", "args[b]")
     assert clear["x_diff_ci"][0] > 0 and clear["y_diff_ci"][0] > 0
+    # every user moved both ways: each exact sign-flip p is 2 / 2^10, and so is the larger
+    assert clear["p_x"] == clear["p_y"] == clear["p_value"] == pytest.approx(2 / 1024)
+    _, found = crisis.analyse([a, b])
+    (stated,) = found["inversions"]
+    # three kinds made looks: the regret, this inversion, and the spread (the pair on policy
+    # and on RM accuracy, effect sizes not reached: looks that could not fire); a third each
+    assert found["family"]["by_kind"] == {"regret": 1, "inversions": 1, "spread": 2}
+    assert stated["p_holm"] == pytest.approx(3 * 2 / 1024) and stated["significant"]
     # the same means, but users split: b's policy lead is 0.2 for half the users, -0.2 for the
-    # other half plus a little: the interval of the difference covers 0
+    # other half plus a little: the sign-flip test of that difference finds nothing
     mixed = {u: (0.4 if i % 2 else 0.8) for i, u in enumerate(USERS)}
     c = row("args[c]", per_user={"rm_acc": spread_users([0.7] * 10), "policy_acc": mixed})
     a2 = row(
         "args[a]",
         per_user={"rm_acc": spread_users([0.9] * 10), "policy_acc": dict.fromkeys(USERS, 0.59)},
     )
-    (unclear,) = crisis.inversion_entries([a2, c])
-    assert not unclear["significant"] and unclear["y_diff_ci"][0] < 0 < unclear["y_diff_ci"][1]
+    _, found = crisis.analyse([a2, c])
+    (unclear,) = found["inversions"]
+    assert unclear["p_y"] > 0.5 and not unclear["significant"]
     text = "\n".join(summary.inversion_lines([unclear]))
     assert "No significant ranking inversion: 1 pair(s)" in text
 
 
-def test_circular_flag_needs_both_intervals() -> None:
+def test_circular_flag_needs_both_tests() -> None:
     base = row("base", per_user={"rouge1": spread_users([0.30] * 10)})
     guided = row(
         "args[lore]",
@@ -233,8 +247,15 @@ def test_circular_flag_needs_both_intervals() -> None:
     )
     guided.ci = {"win_self": [0.8, 1.0], "win_independent": [0.1, 0.5]}
     guided.judge = {"n": 10, "independent": "MiniLM judge"}
-    (entry,) = crisis.circular_entries([base, guided])
-    assert entry["flag"] and entry["rouge1_vs_base"] == pytest.approx(-0.1)
+    _, found = crisis.analyse([base, guided])
+    (entry,) = found["circular"]
+    assert entry["rouge1_vs_base"] == pytest.approx(-0.1)
+    # every user's own-RM share is above 1/2 and every user lost ROUGE-1: both p are 2 / 2^10
+    assert entry["p_win"] == entry["p_rouge"] == entry["p_value"] == pytest.approx(2 / 1024)
+    # two kinds made looks: this one, and the spread's (base and the method on ROUGE-1, whose
+    # effect sizes are not reached: a look that could not fire); half of alpha each
+    assert found["family"]["by_kind"] == {"circular": 1, "spread": 2}
+    assert entry["flag"] and entry["p_holm"] == pytest.approx(2 * 2 / 1024)
     assert entry["rouge1_vs_base_ci"][1] < 0 and entry["gap"] == pytest.approx(0.6)
     # every user's gap is 0.6: so is every resample's (no item records: users weigh 1 each)
     assert entry["gap_ci"] == pytest.approx([0.6, 0.6])
@@ -243,10 +264,14 @@ def test_circular_flag_needs_both_intervals() -> None:
         "! args[lore] (s · 135m): wins 90% over base under its own RM (interval [0.80, "
         "1.00])" in lines
     )
-    # a win rate whose interval covers 1/2 is no finding
-    guided.ci["win_self"] = [0.45, 0.9]
-    (weak,) = crisis.circular_entries([base, guided])
-    assert not weak["flag"] and "!" not in "\n".join(summary.circular_lines([weak]))
+    # six users whose own RM prefers the method, four whose RM prefers base: a mean above 1/2
+    # that the sign-flip test does not separate from it
+    guided.per_user["win_self"] = {u: (0.9 if i < 6 else 0.2) for i, u in enumerate(USERS)}
+    guided.metrics["win_self"] = 0.62
+    _, found = crisis.analyse([base, guided])
+    (weak,) = found["circular"]
+    assert weak["p_win"] > 0.05 and not weak["flag"]
+    assert "!" not in "\n".join(summary.circular_lines([weak]))
 
 
 def test_missing_independent_judge_shows_its_reason() -> None:
@@ -275,29 +300,49 @@ def test_tail_mean_and_resampled_tails_by_hand() -> None:
 
 
 def test_close_means_with_different_worst_decile_flagged_only_with_enough_evidence() -> None:
-    many = [f"v{i:02d}" for i in range(50)]
+    many = [f"v{i:03d}" for i in range(200)]
     steady = dict.fromkeys(many, 0.60)
-    # five users of fifty served badly, the rest a little better: the same mean, 0.600
-    skewed = {u: (0.30 if i < 5 else 0.6333333333333333) for i, u in enumerate(many)}
+    # twenty users of two hundred served badly, the rest a little better: the same mean, 0.600
+    skewed = {u: (0.30 if i < 20 else 0.6333333333333333) for i, u in enumerate(many)}
     rows = [
         row("args[a]", per_user={"policy_acc": steady}),
         row("args[b]", per_user={"policy_acc": skewed}),
     ]
     flags = spread.flags(rows)
     assert [(f["kind"], f["a"], f["b"]) for f in flags] == [("close_means", "args[b]", "args[a]")]
-    assert flags[0]["tail_ci"][1] < 0 and flags[0]["tail_users"] == 5
-    # one user of ten: a resample without that user is likely, the interval covers 0
+    assert flags[0]["tail_ci"][1] < 0 and flags[0]["tail_users"] == 20
+    # the swap test: the difference of the worst deciles is as large only when the twenty bad
+    # users all stay with b or all go to a (2 / 2^20); with 50,000 patterns drawn, p is 1/50001
+    assert flags[0]["p_value"] == pytest.approx(1 / 50_001)
+    # a tail of five users is five signs: no swap test of it goes below 2 / 2^5 = 0.0625
+    five_bad = {u: (0.30 if i < 5 else 0.6333333333333333) for i, u in enumerate(many[:50])}
+    steady_50 = {u: 0.6 for u in many[:50]}
+    (small,) = spread.flags(
+        [
+            row("args[a]", per_user={"policy_acc": steady_50}),
+            row("args[b]", per_user={"policy_acc": five_bad}),
+        ]
+    )
+    assert small["p_value"] == pytest.approx(2 / 32, abs=0.01)
+    assert spread.silent_looks(rows) == 0  # the one pair examined is the candidate
+    _, found = crisis.analyse(rows)
+    assert [f["fires"] for f in found["spread"]] == [True]
+    # one user of ten: swapping that user alone moves the tail; p is far from small
     one_bad = {u: (0.30 if i == 0 else 0.6333333333333333) for i, u in enumerate(USERS)}
     weak = [
         row("args[a]", per_user={"policy_acc": dict.fromkeys(USERS, 0.6)}),
         row("args[b]", per_user={"policy_acc": one_bad}),
     ]
-    assert spread.flags(weak) == []
+    (candidate,) = spread.flags(weak)
+    assert candidate["p_value"] > 0.5
+    _, found = crisis.analyse(weak)
+    assert not found["spread"][0]["fires"]
+    assert "Per-user spread" not in "\n".join(summary.spread_lines(found["spread"]))
     few = [
         row(m, per_user={"policy_acc": {u: v for u, v in d.items() if u in many[:5]}})
         for m, d in (("args[a]", steady), ("args[b]", skewed))
     ]
-    assert spread.flags(few) == []
+    assert spread.flags(few) == [] and spread.silent_looks(few) == 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,25 +352,45 @@ def test_close_means_with_different_worst_decile_flagged_only_with_enough_eviden
 
 def test_regret_by_hand_and_with_ties() -> None:
     x, y = np.array([[0.9, 0.8, 0.7]]), np.array([[0.5, 0.7, 0.6]])
-    assert selection.regret(x, y)[0] == pytest.approx(0.2)  # picked 0.5, best 0.7
+    assert regret.in_sample(x, y)[0] == pytest.approx(0.2)  # picked 0.5, best 0.7
     tied = np.array([[0.9, 0.9, 0.7]])
-    assert selection.regret(tied, y)[0] == pytest.approx(0.1)  # 0.7 - mean(0.5, 0.7)
+    assert regret.in_sample(tied, y)[0] == pytest.approx(0.1)  # 0.7 - mean(0.5, 0.7)
     rows = [
         row(f"args[m{i}]", rm_acc=r, policy_acc=p)
         for i, (r, p) in enumerate([(0.9, 0.5), (0.8, 0.7), (0.7, 0.6)])
     ]
-    (entry,) = selection.regret_entries(crisis.reward_groups(rows))
+    (entry,) = regret.entries(crisis.reward_groups(rows))
     assert entry["picked"] == ["args[m0]"] and entry["best"] == "args[m1]"
-    assert entry["regret"] == pytest.approx(0.2) and entry["ci"] == pytest.approx([0.2, 0.2])
-    assert entry["significant"]
+    # every user has the method's figures: every half chooses and measures the same, so the
+    # cross-fitted regret is the in-sample one, and so is every resample's
+    assert entry["regret"] == pytest.approx(0.2) and entry["regret_in_sample"] == pytest.approx(0.2)
+    assert entry["ci"] == pytest.approx([0.2, 0.2])
+    # shuffling each user's figures across the methods rarely gives every user the same
+    # loss: with ten users, a small p
+    assert entry["p_value"] < 0.01 and entry["holds"]
+
+
+def test_the_cross_fitted_regret_chooses_on_one_half_and_measures_on_the_other() -> None:
+    # four users; x picks m0 on every half; y: m1 is best for users 0 and 1, m0 for 2 and 3
+    x = np.array([[[0.9, 0.9, 0.9, 0.9], [0.8, 0.8, 0.8, 0.8]]])
+    y = np.array([[[0.2, 0.2, 0.8, 0.8], [0.6, 0.6, 0.4, 0.4]]])
+    w = np.ones_like(x)
+    halves = np.array([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]])
+    # split {0,1}|{2,3}: chosen on {0,1} (pick m0, best m1), measured on {2,3}: 0.4 - 0.8;
+    # the other way: chosen on {2,3} (both m0), 0; mean -0.2
+    # split {0,2}|{1,3}: on {0,2} best is m0 (0.5 vs 0.5: a tie, both), measured on {1,3}:
+    # mean(0.5, 0.5) - 0.5 = 0; the same the other way; mean 0
+    assert regret.crossfit(x, w, y, w, halves)[0] == pytest.approx((-0.2 + 0.0) / 2)
+    # in sample the same data says 0: the best (m0, 0.5 = m1's 0.5) is picked
+    assert regret.in_sample(x.mean(-1), y.mean(-1))[0] == pytest.approx(0.0)
 
 
 def test_no_regret_when_the_pick_is_the_best() -> None:
     rows = five()
-    entry = next(
-        e for e in selection.regret_entries(crisis.reward_groups(rows)) if e["y"] == "policy_acc"
-    )
-    assert entry["regret"] == 0.0 and not entry["significant"]
+    entry = next(e for e in regret.entries(crisis.reward_groups(rows)) if e["y"] == "policy_acc")
+    assert entry["regret"] == 0.0 and not entry["holds"]
+    _, found = crisis.analyse(rows)
+    assert not any(e["significant"] for e in found["regret"])
 
 
 def test_icl_against_the_best_reward_guided_row() -> None:
@@ -354,11 +419,35 @@ def test_summary_lines_content() -> None:
         row("icl", policy_acc=0.6, rouge1=0.35),
         *five(),
     ]
-    text = "\n".join(summary.summary_lines(run_of(rows)))
+    run = run_of(rows)
+    text = "\n".join(summary.summary_lines(run))
     assert "Kendall's tau-b across the reward methods of each decoder (exact permutation p" in text
-    assert "finding: RM accuracy orders the methods the same way as policy_acc" in text
+    # five methods ranked alike: p = 2/120 alone, but the run made looks of five kinds, and the
+    # tau's share of alpha is 0.05 / 5: no finding in this run
+    (tau,) = run.tau
+    assert tau["p_value"] == pytest.approx(2 / 120) and tau["p_holm"] > 0.05
+    assert "no evidence of association" in text
     assert "Selection regret" in text and "no evidence of regret" in text
     assert "No ranking inversions" in text
+    family = run.crisis["family"]
+    assert f"{family['looks']} look(s) at this run" in text and "weighted Holm" in text
+
+
+def test_six_methods_ranked_alike_are_a_finding_in_the_run() -> None:
+    six = [
+        row(
+            f"args[m{i}]",
+            per_user={
+                "rm_acc": spread_users([0.65 + 0.05 * i] * 10),
+                "policy_acc": spread_users([0.45 + 0.05 * i] * 10),
+            },
+        )
+        for i in range(6)
+    ]
+    run = run_of(six)
+    (tau,) = run.tau
+    assert tau["p_value"] == pytest.approx(2 / 720) and tau["p_holm"] < 0.05
+    assert tau["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
 
 
 def test_not_enough_evidence_hides_the_numbers() -> None:
@@ -388,11 +477,9 @@ def test_figures_over_other_users_get_an_interval_over_the_users_both_have() -> 
     entry = next(e for e in crisis.tau_entries(rows) if e["y"] == "rouge1")
     assert entry["tau"] == -1.0 and entry["n_users"] == 8
     assert entry["ci"] is not None and entry["ci"][1] < 0  # every resample orders them so
-    regret = next(
-        e for e in selection.regret_entries({("s", "135m", "args"): rows}) if e["y"] == "rouge1"
-    )
-    assert regret["ci"] is not None and regret["n_users"] == 8
-    assert regret["regret"] == pytest.approx(0.3 - 0.22) and regret["significant"]
+    found = next(e for e in regret.entries({("s", "135m", "args"): rows}) if e["y"] == "rouge1")
+    assert found["ci"] is not None and found["n_users"] == 8
+    assert found["regret"] == pytest.approx(0.3 - 0.22) and found["p_value"] < 0.05
 
 
 def test_the_figures_of_a_case_round_away_the_order_of_summation() -> None:

@@ -53,7 +53,7 @@ def row(method: str, **figures: float) -> CaseResult:
 
 
 def results() -> list[CaseResult]:
-    """Five ARGS rows whose RM accuracy orders policy accuracy perfectly (tau +1) while their
+    """Six ARGS rows whose RM accuracy orders policy accuracy perfectly (tau +1) while their
     ROUGE-1 is within half a point; ICL five points above the best of them; lead above all."""
     rows = [
         row(f"args[{name}]", rm_acc=rm, policy_acc=policy, rouge1=rouge)
@@ -63,6 +63,7 @@ def results() -> list[CaseResult]:
             ("c", 0.75, 0.65, 0.299),
             ("d", 0.70, 0.60, 0.301),
             ("e", 0.60, 0.50, 0.303),
+            ("f", 0.55, 0.45, 0.300),
         ]
     ]
     rows += [row("base", policy_acc=0.55, rouge1=0.28), row("icl", policy_acc=0.5, rouge1=0.353)]
@@ -93,8 +94,9 @@ def line_with(text: str, *parts: str) -> str:
 
 def test_claim_one_does_not_hold_where_rm_accuracy_orders_policy_accuracy(rendered: str) -> None:
     line = line_with(rendered, "| pref_lamp · 135m | args | policy_acc |")
-    # five methods ranked perfectly: exact p 2/5! = 0.0167, interval above the paper's 0.31
-    assert "| 5 | 10 | +1.000 | 0.0167 | [+1.00, +1.00] |" in line
+    # six methods ranked perfectly: exact p 2/6! = 0.00278, still significant once adjusted
+    # with the run's other looks, and the interval above the paper's 0.31
+    assert "| 6 | 10 | +1.000 | 0.00278 |" in line and "| [+1.00, +1.00] | +1.00 |" in line
     assert line.endswith("| finding: RM accuracy orders the methods the same way as policy_acc "
                          "| does not hold |")  # fmt: skip
     # a decoder with one reward method has no tau: left out of the claim's table
@@ -103,14 +105,17 @@ def test_claim_one_does_not_hold_where_rm_accuracy_orders_policy_accuracy(render
 
 
 def test_claim_two_holds_where_rouge_is_nearly_the_same(rendered: str) -> None:
-    line = line_with(rendered, "| pref_lamp · 135m | args | args[a] 0.899 | args[e] 0.599 |")
-    assert "+0.300 [+0.300, +0.300] p 0.00195" in line  # every user: 2 / 2^10
+    line = line_with(rendered, "| pref_lamp · 135m | args | args[a] 0.899 | args[f] 0.549 |")
+    # the extremes of six, tested by the within-user permutation of all six: every user
+    # orders them alike, so no shuffle reaches the observed range: p = 1 / 10001
+    assert "+0.350 [+0.350, +0.350] p 0.0001" in line
     assert line.endswith("| 10 | holds |")
 
 
 def test_claim_three_and_the_baselines(rendered: str) -> None:
     line = line_with(rendered, "| pref_lamp · 135m | icl | args[e] | rouge1 |")
-    assert "| +0.050 | [+0.050, +0.050] | 0.00195 | 10 | icl better | holds at this size |" in line
+    # ICL ahead of every guided row for every user: no shuffle of the eight rows reaches it
+    assert "| +0.050 | [+0.050, +0.050] | 0.0002 | 10 | icl better | holds at this size |" in line
     line = line_with(rendered, "| pref_lamp · 135m | icl | lead |")
     assert "| -0.047 |" in line and line.endswith("| lead better |")
 
@@ -131,10 +136,24 @@ def test_runs_commands_and_tables(rendered: str) -> None:
     ("entry", "claim"),
     [
         ({"enough": False, "verdict": "not enough evidence: 4 methods"}, "not enough evidence"),
-        ({"enough": True, "verdict": "no evidence of association", "tau": 0.2}, "holds"),
-        ({"enough": True, "verdict": "finding: ...", "tau": -0.9, "ci": [-1, -0.5]}, "holds"),
-        ({"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.2, 1]}, "holds"),
-        ({"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.4, 1]}, "does not hold"),
+        # no significant order is no evidence of a weak tau: an equivalence statement is needed
+        (
+            {"enough": True, "verdict": "no evidence of association", "tau": 0.3, "upper_95": 0.9},
+            "not enough evidence",
+        ),
+        (
+            {"enough": True, "verdict": "no evidence of association", "tau": 0.1, "upper_95": 0.25},
+            "holds",
+        ),
+        ({"enough": True, "verdict": "finding: ...", "tau": -0.9, "upper_95": -0.5}, "holds"),
+        (
+            {"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.2, 1], "upper_95": 1},
+            "not enough evidence",
+        ),
+        (
+            {"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.4, 1], "upper_95": 1},
+            "does not hold",
+        ),
     ],
 )
 def test_tau_verdicts(findings: ModuleType, entry: dict, claim: str) -> None:

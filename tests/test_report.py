@@ -37,7 +37,8 @@ def row(
         "n_pairs": 8,
         "metrics": metrics,
         "ci": {k: [v - 0.1, v + 0.1] for k, v in metrics.items()},
-        "per_user": {k: {"u0": v, "u1": v} for k, v in metrics.items()},
+        # eight users with the same figures: enough for a sign-flip test (2 / 2^8)
+        "per_user": {k: {f"u{i}": v for i in range(8)} for k, v in metrics.items()},
         "timings": {"total_s": 2.5},
         "model": {"name": "SmolLM2-135M"},
         "data": DATA[suite],

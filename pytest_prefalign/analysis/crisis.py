@@ -2,18 +2,19 @@
 methods of one decoder the way policy accuracy and ROUGE-1 do, which pairs of methods it orders
 the wrong way, and where a method is judged by its own reward model.
 
-Every figure that compares methods carries an interval with users resampled (``users``), and
-every statement fires only when its interval excludes the null: a tau is a finding only when its
-exact permutation p-value is below ALPHA and its interval excludes 0, an inversion only when
-both of its differences are significant, a circular-evaluation flag only when the own-RM win
-rate is above 1/2 and the ROUGE-1 loss to base below 0, both by their intervals. Where the data
-cannot say (saturated or tied RM accuracies, too few methods or users, an interval wider than
-1), the entry says "not enough evidence" and why, instead of a number that looks like a finding.
-Groups never mix decoders, so no reward method is counted twice.
+Every statement is a test with a stated null (docs/metrics.md#verdicts): tau's exact
+permutation test over the methods; an inversion's two sign-flip tests over users, both needed
+(intersection-union); the circular flag's sign-flip tests of the own-RM win against 1/2 and of
+the ROUGE-1 loss to base, both needed. The selection regret (``regret``), the comparison of
+in-context learning with the best guided row (``selection``) and the per-user spread
+(``spread``) bring their own. All the looks of a run are one family, adjusted by Holm
+(``family``): a statement fires only when its adjusted p-value is below ``ALPHA``. The
+intervals (users resampled) describe; they do not decide. Where the data cannot say (saturated
+or tied RM accuracies, too few methods or users), the entry says "not enough evidence" and
+why, and makes no look. Groups never mix decoders, so no reward method is counted twice.
 
 Pure computation on the results of a run, done once when it ends (``analyse``); the run file
-stores what it finds, the summary and the report print it. The per-user spread and the selection
-regret are in ``spread`` and ``selection``.
+stores what it finds, the summary and the report print it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from pytest_prefalign.analysis import selection, spread, stats, users
+from pytest_prefalign.analysis import family, nulls, regret, selection, spread, stats, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
 from pytest_prefalign.runs.records import CaseResult
 
@@ -35,7 +36,6 @@ ALPHA = 0.05
 MIN_METHODS = 5  # below this no tau can reach p < 0.05 (2 / n! > 0.05)
 MIN_USERS = 5  # below this the users-resampled interval means little
 SATURATED = 0.98  # RM accuracies all at or above this leave nothing to rank
-MAX_WIDTH = 1.0  # a tau interval wider than this is no evidence either way
 MAX_LISTED = 10  # inversions printed per section before "... and N more"
 
 Row = dict[str, Any]  # an entry of the analysis, as the run file stores it
@@ -43,16 +43,43 @@ Row = dict[str, Any]  # an entry of the analysis, as the run file stores it
 
 def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
     """``(tau, crisis)`` as the run file stores them: the tau entries; and the inversions,
-    circular-evaluation entries, per-user spread flags, selection regret and the comparison of
-    in-context learning with the best reward-guided row."""
+    circular-evaluation entries, per-user spread flags, selection regret, the comparison of
+    in-context learning with the best reward-guided row, and the ``family`` of all their looks
+    (Holm), each entry's ``p_holm``, ``fires`` and verdict set from it."""
     results = list(results)
-    return tau_entries(results), {
-        "inversions": inversion_entries(results),
+    tau = tau_entries(results)
+    inversions = inversion_entries(results)
+    spread_found = spread.flags(results)
+    crisis: dict[str, Any] = {
+        "inversions": inversions,
         "circular": circular_entries(results),
-        "spread": spread.flags(results),
-        "regret": selection.regret_entries(reward_groups(results)),
+        "spread": spread_found,
+        "regret": regret.entries(reward_groups(results)),
         "icl_vs_rgd": selection.icl_entries(results),
+        "silent_looks": {
+            "inversions": inversion_looks(results)
+            - sum(e["p_value"] is not None for e in inversions),
+            "spread": spread.silent_looks(results),
+        },
     }
+    crisis["family"] = family.adjust(tau, crisis, alpha=ALPHA)
+    _state_verdicts(tau, crisis)
+    return tau, crisis
+
+
+def _state_verdicts(tau: list[Row], crisis: dict[str, Any]) -> None:
+    """Each entry's verdict from its adjusted p-value, in place."""
+    for entry in tau:
+        if entry["enough"]:
+            entry["verdict"] = _tau_verdict(entry, entry["p_holm"])
+    for entry in crisis["regret"]:
+        entry["significant"] = entry["fires"]
+    for entry in crisis["inversions"]:
+        entry["significant"] = entry["fires"]
+    for entry in crisis["circular"]:
+        entry["flag"] = entry["fires"]
+    for entry in crisis["icl_vs_rgd"]:
+        entry["verdict"] = selection.icl_verdict(entry, entry["p_holm"])
 
 
 def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:
@@ -102,16 +129,11 @@ def _tau_entry(
 ) -> Row:
     xs = [r.metrics[X_METRIC] for r in rows]
     tau = stats.kendall(xs, [r.metrics[y] for r in rows])
-    ci, n_users = _tau_interval(rows, y, n_boot) if math.isfinite(tau.tau) else (None, 0)
-    reasons = _thin_evidence(tau, xs, ci, n_users)
-    if reasons:
-        verdict = "not enough evidence: " + "; ".join(reasons)
-    elif tau.p_value < ALPHA and ci is not None and (ci[0] > 0 or ci[1] < 0):
-        direction = "the same way" if tau.tau > 0 else "the opposite way"
-        verdict = f"finding: RM accuracy orders the methods {direction} as {y}"
-    else:
-        verdict = "no evidence of association"
-    return {
+    ci, upper, n_users = (None, None, 0)
+    if math.isfinite(tau.tau):
+        ci, upper, n_users = _tau_interval(rows, y, n_boot)
+    reasons = _thin_evidence(tau, xs, n_users)
+    entry = {
         "suite": suite,
         "size": size,
         "decoder": decoder,
@@ -120,19 +142,34 @@ def _tau_entry(
         "tau": _or_none(tau.tau),
         "p_value": _or_none(tau.p_value),
         "p_method": "exact permutation" if tau.exact else "permutation (sampled)",
+        "test": "permutation of the methods' y against their RM accuracy",
         "ci": ci,
+        "upper_95": upper,
         "n_methods": tau.n,
         "n_users": n_users,
         "methods": [r.method for r in rows],
-        "verdict": verdict,
         "enough": not reasons,
     }
+    # the verdict of this look alone; ``analyse`` states it again at the run's adjusted p
+    entry["verdict"] = (
+        "not enough evidence: " + "; ".join(reasons) if reasons else _tau_verdict(entry)
+    )
+    return entry
 
 
-def _thin_evidence(
-    tau: stats.Tau, xs: list[float], ci: list[float] | None, n_users: int
-) -> list[str]:
-    """Why this tau cannot be read as evidence, if it cannot."""
+def _tau_verdict(entry: Row, p_value: float | None = None) -> str:
+    """A finding when the p-value (the entry's own unless given) is below ``ALPHA``."""
+    p_value = entry["p_value"] if p_value is None else p_value
+    if p_value is not None and p_value < ALPHA:
+        direction = "the same way" if entry["tau"] > 0 else "the opposite way"
+        return f"finding: RM accuracy orders the methods {direction} as {entry['y']}"
+    return "no evidence of association"
+
+
+def _thin_evidence(tau: stats.Tau, xs: list[float], n_users: int) -> list[str]:
+    """Why this tau cannot be read as evidence, if it cannot: reasons that depend on the
+    design and on RM accuracy only, never on the figure tau is tested against (leaving a look
+    out for what it showed would shrink the family after seeing the data)."""
     reasons = [tau.reason] if tau.reason else []
     if tau.n < MIN_METHODS and tau.n >= 3:
         reasons.append(
@@ -144,22 +181,32 @@ def _thin_evidence(
         reasons.append("RM accuracy ties across the methods")
     if math.isfinite(tau.tau) and n_users < MIN_USERS:
         reasons.append(f"{n_users} users")
-    if ci is not None and ci[1] - ci[0] > MAX_WIDTH:
-        reasons.append(f"the interval over users spans {ci[1] - ci[0]:.2f}")
     return reasons
 
 
-def _tau_interval(rows: list[CaseResult], y: str, n_boot: int) -> tuple[list[float] | None, int]:
+def _tau_interval(
+    rows: list[CaseResult], y: str, n_boot: int
+) -> tuple[list[float] | None, float | None, int]:
     """The percentile interval of tau-b with users resampled (one draw shared by every method
-    and both figures, over the users both figures have), and the number of those users."""
+    and both figures, over the users both figures have), its one-sided 95% upper bound (the
+    95th percentile, for an equivalence statement: tau below a value, as in docs/findings.md's
+    weak-tau claim), and the number of those users."""
+    taus, n_users = _resampled_taus(rows, y, n_boot)
+    finite = taus[np.isfinite(taus)]
+    if not n_users or not len(finite):
+        return None, None, n_users
+    return users.interval(taus), float(np.percentile(finite, 95.0)), n_users
+
+
+def _resampled_taus(rows: list[CaseResult], y: str, n_boot: int) -> tuple[np.ndarray, int]:
     tx, ty = users.tables(rows, X_METRIC, y)
     if not tx.users:
-        return None, 0
+        return np.zeros(0), 0
     taus = [
         stats.tau_b_rows(tx.resampled(c), ty.resampled(c))
         for c in users.resamples(len(tx.users), n_boot)
     ]
-    return users.interval(np.concatenate(taus)), len(tx.users)
+    return np.concatenate(taus), len(tx.users)
 
 
 def _or_none(value: float) -> float | None:
@@ -173,9 +220,10 @@ def _or_none(value: float) -> float | None:
 
 def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
     """Pairs of reward methods of one decoder that RM accuracy orders one way and policy
-    accuracy (or ROUGE-1) the other way, with both differences and their intervals over the
-    shared users. ``significant``: both intervals exclude 0; only those are inversions the
-    summary states. Clearest first."""
+    accuracy (or ROUGE-1) the other way, with both differences, their intervals over the
+    shared users and the intersection-union p-value of the two sign-flip tests (each
+    two-sided; an inversion needs both). ``significant`` (set by ``analyse``): that p-value,
+    adjusted with the run's other looks, below ``ALPHA``. Clearest first."""
     entries = []
     for (suite, size, decoder), rows in reward_groups(results).items():
         for y in Y_METRICS:
@@ -187,9 +235,6 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
             ):
                 a = next(r for r in kept if r.method == inv.a)
                 b = next(r for r in kept if r.method == inv.b)
-                dx, x_ci, _ = users.difference(a, b, X_METRIC)
-                dy, y_ci, n = users.difference(b, a, y)
-                significant = bool(x_ci and y_ci and x_ci[0] > 0 and y_ci[0] > 0)
                 entries.append(
                     {
                         "suite": suite,
@@ -203,10 +248,7 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
                         "x_b": inv.x_b,
                         "y_a": inv.y_a,
                         "y_b": inv.y_b,
-                        "x_diff_ci": x_ci,
-                        "y_diff_ci": y_ci,
-                        "n_users": n,
-                        "significant": significant,
+                        **_inversion_test(a, b, y),
                     }
                 )
     return sorted(
@@ -216,10 +258,56 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
             e["size"],
             e["decoder"],
             e["y"],
-            not e["significant"],
+            e["p_value"] is None,
+            e["p_value"] if e["p_value"] is not None else 1.0,
             -disagreement(e),
         ),
     )
+
+
+def _inversion_test(a: CaseResult, b: CaseResult, y: str) -> Row:
+    """``a`` above ``b`` by RM accuracy and below by ``y``: both differences with their
+    intervals (descriptions), and the larger of the two sign-flip p-values (None below
+    ``stats.sign_test_floor`` shared users, where no sign-flip test can be significant)."""
+    _, x_ci, _ = users.difference(a, b, X_METRIC)
+    _, y_ci, n = users.difference(b, a, y)
+    p_x, p_y = _sign_flip(a, b, X_METRIC), _sign_flip(b, a, y)
+    return {
+        "x_diff_ci": x_ci,
+        "y_diff_ci": y_ci,
+        "n_users": n,
+        "test": "intersection-union of two sign-flip tests over users",
+        "p_x": p_x,
+        "p_y": p_y,
+        "p_value": nulls.intersection_union(p_x, p_y),
+        "significant": False,
+    }
+
+
+def _sign_flip(a: CaseResult, b: CaseResult, metric: str) -> float | None:
+    """The two-sided sign-flip p-value of ``a - b`` over the shared users, or None below
+    ``stats.sign_test_floor(ALPHA)`` of them."""
+    _, d, w = users.paired_differences(a, b, metric)
+    if len(d) < stats.sign_test_floor(ALPHA):
+        return None
+    return stats.sign_flip(d.tolist(), w.tolist())[0]
+
+
+def inversion_looks(results: Iterable[CaseResult]) -> int:
+    """The inversion tests a run makes: every pair of reward methods of a group, per y, with
+    enough shared users for a test; the pairs that are not inverted are looks that could not
+    fire (p = 1 in the family)."""
+    looks = 0
+    for rows in reward_groups(results).values():
+        for y in Y_METRICS:
+            kept = _with_both(rows, y)
+            looks += sum(
+                len(users.paired_differences(a, b, y)[0]) >= stats.sign_test_floor(ALPHA)
+                and len(users.paired_differences(a, b, X_METRIC)[0]) >= stats.sign_test_floor(ALPHA)
+                for i, a in enumerate(kept)
+                for b in kept[i + 1 :]
+            )
+    return looks
 
 
 def disagreement(entry: Row) -> float:
@@ -268,6 +356,7 @@ def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
             d, diff_ci, _ = users.difference(row, base_row, "rouge1")
             diff = d if math.isfinite(d) else None
         self_ci = row.ci.get("win_self")
+        test = _circular_test(row, base_row, diff)
         entries.append(
             {
                 "suite": row.suite,
@@ -284,7 +373,38 @@ def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
                 "reason": row.judge.get("reason"),
                 "rouge1_vs_base": diff,
                 "rouge1_vs_base_ci": diff_ci,
-                "flag": bool(self_ci and self_ci[0] > 0.5 and diff_ci and diff_ci[1] < 0),
+                **test,
+                "flag": False,
             }
         )
     return entries
+
+
+def _circular_test(row: CaseResult, base: CaseResult | None, rouge_diff: float | None) -> Row:
+    """The paper's circular evaluation needs two things at once: the method's own RM prefers
+    its outputs to base's (each user's wins minus losses, a sign-flip test over users of the
+    win share against 1/2) and its ROUGE-1 is below base's (a sign-flip test over the users
+    both have). The p-value is the larger of the two (intersection-union); ``holds``: both
+    observed in the flag's direction."""
+    p_win = _win_sign_flip(row)
+    p_rouge = (
+        _sign_flip(row, base, "rouge1") if base is not None and rouge_diff is not None else None
+    )
+    win = row.metrics.get("win_self")
+    return {
+        "test": "intersection-union of two sign-flip tests over users",
+        "p_win": p_win,
+        "p_rouge": p_rouge,
+        "p_value": nulls.intersection_union(p_win, p_rouge),
+        "holds": bool(_finite(win) and win > 0.5 and rouge_diff is not None and rouge_diff < 0),
+    }
+
+
+def _win_sign_flip(row: CaseResult) -> float | None:
+    """Two-sided sign-flip p-value over users of the own-RM win share against 1/2: under the
+    null the judge is indifferent between the method's output and base's, so each user's
+    share minus 1/2 is as likely negative as positive (users weigh by their items)."""
+    t = users.table([row], "win_self")
+    if len(t.users) < stats.sign_test_floor(ALPHA):
+        return None
+    return stats.sign_flip((t.values[0] - 0.5).tolist(), t.weights[0].tolist())[0]

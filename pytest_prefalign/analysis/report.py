@@ -22,7 +22,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pytest_prefalign import storage
-from pytest_prefalign.analysis import catalogue, spread, summary, table
+from pytest_prefalign.analysis import catalogue, family, spread, summary, table
 from pytest_prefalign.analysis.plot import Point, render_plot, scatter_extras, scatter_points
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
@@ -94,6 +94,7 @@ def render_page(run: RunFile, plot_html: str) -> str:
         _circular_section(run.crisis.get("circular", [])),
         "<h2>Per-user spread</h2>",
         _spread_section(run.crisis.get("spread", [])),
+        _family_note(run.crisis.get("family")),
         "<h2>RM accuracy against policy accuracy</h2>",
         plot_html,
         "<h2>Data</h2>",
@@ -157,9 +158,10 @@ def _tau_section(entries: list[dict[str, Any]]) -> str:
     return (
         summary.tau_table(entries, tablefmt="html")
         + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
-        "decoder, with its exact permutation p-value and an interval with users resampled. A tau "
-        "is shown only where the data can say something: not with saturated or tied RM "
-        "accuracies, fewer than 5 methods or 5 users, or an interval wider than 1.</p>"
+        "decoder, with its exact permutation p-value over the methods, p_holm (adjusted with "
+        "the run's other looks, which decides) and an interval with users resampled (which "
+        "describes). A tau is shown only where the data can say something: not with saturated "
+        "or tied RM accuracies, fewer than 5 methods or 5 users.</p>"
     )
 
 
@@ -168,8 +170,10 @@ def _regret_section(entries: list[dict[str, Any]]) -> str:
         return '<p class="note">Fewer than two reward methods per decoder: no selection.</p>'
     return summary.regret_table(entries, tablefmt="html") + (
         '<p class="note">The figure lost by taking the reward method with the best RM accuracy '
-        "instead of the best one; the interval resamples users and makes the pick again each "
-        "time.</p>"
+        "instead of the best one, cross-fitted: both are chosen on half of the users and "
+        "compared on the other half, over many random halvings, so that the winner's curse does "
+        "not make a regret out of noise. p: the within-user permutation of the figure across "
+        "the methods; the interval resamples users.</p>"
     )
 
 
@@ -178,10 +182,10 @@ def _icl_section(entries: list[dict[str, Any]]) -> str:
         return '<p class="note">No ICL row beside a reward-guided row in this run.</p>'
     return summary.icl_table(entries, tablefmt="html") + (
         '<p class="note">Each ICL row minus the best reward-guided row of its suite and size, '
-        "paired over the users both have: the interval resamples users, p is the exact "
-        "sign-flip test over users; one row is called better only when p is below 0.05 and the "
-        "interval excludes 0, and with fewer than 6 users, where no such test can, there is not "
-        "enough evidence.</p>"
+        "over the users they all have: the interval resamples users; p is the within-user "
+        "permutation of the ICL row and every reward-guided row, the best chosen again in each "
+        "permutation; one row is called better only when p_holm is below 0.05, and with fewer "
+        "than 6 users there is not enough evidence.</p>"
     )
 
 
@@ -213,18 +217,26 @@ def _circular_section(entries: list[dict[str, Any]]) -> str:
     return text + "".join(f'<p class="warn">{html.escape(n.strip())}</p>' for n in notes)
 
 
-def _spread_section(flags: list[dict[str, Any]]) -> str:
+def _spread_section(entries: list[dict[str, Any]]) -> str:
+    flags = [f for f in entries if f.get("fires", True)]
     if not flags:
         return (
             f'<p class="note">Nothing flagged (rule: means within {spread.CLOSE:g} but worst '
             f"deciles {spread.APART:g} apart, or a gain over base on the mean with a loss of "
-            f"{spread.APART:g} on the worst decile; at least {spread.MIN_USERS} users).</p>"
+            f"{spread.APART:g} on the worst decile; at least {spread.MIN_USERS} users; a swap "
+            "test over users, adjusted with the run's other looks).</p>"
         )
     items = "".join(
         f"<li>{html.escape(f['suite'])} · {html.escape(f['size'])}: {html.escape(f['text'])}</li>"
         for f in flags
     )
     return f"<ul>{items}</ul>"
+
+
+def _family_note(found: dict[str, Any] | None) -> str:
+    """How many looks the run made and how they were controlled (every verdict above)."""
+    text = family.describe(found)
+    return f'<p class="note">{html.escape(text)}</p>' if text else ""
 
 
 def _data_section(results: Sequence[CaseResult]) -> str:

@@ -1,22 +1,22 @@
-"""What picking a reward method by RM accuracy costs, and paired comparisons of two rows.
+"""Paired comparisons of rows of one run.
 
-- **Selection regret** (per suite, size and decoder): the policy accuracy and the ROUGE-1 lost by
-  taking the reward method with the best RM accuracy instead of the best one by the figure
-  itself. Where several methods tie on RM accuracy the pick is one of them at random, so the
-  regret is the best figure minus their mean. Its interval resamples users and makes the pick
-  again in every resample: it includes the luck of the selection itself. A regret is stated
-  only when its interval's lower end is above 0.
 - **In-context learning against reward-guided decoding** (per suite and size): each ICL row
-  (``icl``, ``icl_rag``) minus the best reward-guided row by ROUGE-1 (by policy accuracy where
-  the suite has no ROUGE), paired over the shared users: the paper's central comparison.
+  (``icl``, ``icl_rag``) against the best reward-guided row by ROUGE-1 (by policy accuracy where
+  the suite has no ROUGE), over the users they all have: the paper's central comparison. The
+  best row is chosen on the same users, so a plain paired test of ICL against it would favour
+  the chosen row (the best of several noisy figures is above its truth); the test is a
+  within-user permutation of the ICL row and every reward-guided row together
+  (``nulls.within_user``), whose statistic, ICL minus the best of the guided rows, chooses the
+  best again in every permutation.
 - ``compare_rows``: every metric of two rows of one run, paired over their shared users (the
-  ``prefalign compare RUN --rows A,B`` command).
+  ``prefalign compare RUN --rows A,B`` command), each by the exact sign-flip test over users
+  (``stats.sign_flip``), the metrics of one command adjusted together by Holm.
 
-Every paired comparison (``paired``) gives the difference over the shared users, its interval
-with users resampled, the exact sign-flip p-value over users (``stats.sign_flip``) and a
-verdict: one row better only when the p-value is below ``ALPHA`` and the interval excludes 0;
-"not enough evidence" below ``stats.sign_test_floor(ALPHA)`` users (6), where no sign-flip test
-can reach ``ALPHA``; else no significant difference.
+A verdict states one row better only when its p-value is below ``ALPHA`` (for the ICL rows,
+once adjusted with the run's other looks, ``family``); "not enough evidence" below
+``stats.sign_test_floor(ALPHA)`` users (6), where no sign-flip test can reach ``ALPHA``; else no
+significant difference. The intervals (users resampled) describe the differences; they do not
+decide.
 """
 
 from __future__ import annotations
@@ -28,75 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign.analysis import catalogue, stats, users
+from pytest_prefalign.analysis import catalogue, family, nulls, stats, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
 from pytest_prefalign.runs.records import CaseResult
 
-X_METRIC = "rm_acc"
-Y_METRICS = ("policy_acc", "rouge1")
 ICL_DECODERS = ("icl", "icl_rag")
 ALPHA = 0.05
 
 Row = dict[str, Any]
-
-
-# --------------------------------------------------------------------------------------------
-# Selection regret
-# --------------------------------------------------------------------------------------------
-
-
-def regret(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """``(R,)`` regret of picking by ``x`` for rows of figures ``x``, ``y`` ``(R, methods)``:
-    the best ``y`` minus the mean ``y`` of the methods with the best ``x``; nan where a row has a
-    nan."""
-    best_x = np.nanmax(x, axis=1, keepdims=True)
-    picked = np.where(x == best_x, y, np.nan)
-    with np.errstate(invalid="ignore"):
-        out = np.nanmax(y, axis=1) - np.nanmean(picked, axis=1)
-    return np.where(np.isfinite(x).all(1) & np.isfinite(y).all(1), out, np.nan)
-
-
-def regret_entries(
-    groups: dict[tuple[str, str, str], list[CaseResult]], n_boot: int = users.N_BOOT
-) -> list[Row]:
-    """One entry per (suite, size, decoder, y) with at least two reward methods."""
-    entries = []
-    for (suite, size, decoder), rows in groups.items():
-        for y in Y_METRICS:
-            kept = [r for r in rows if _finite(r.metrics.get(y))]
-            if len(kept) >= 2:
-                entries.append(_regret_entry(suite, size, decoder, y, kept, n_boot))
-    return entries
-
-
-def _regret_entry(
-    suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int
-) -> Row:
-    xs = np.array([[r.metrics[X_METRIC] for r in rows]])
-    ys = np.array([[r.metrics[y] for r in rows]])
-    observed = round(float(regret(xs, ys)[0]), FIGURE_DIGITS)
-    top = max(r.metrics[X_METRIC] for r in rows)
-    tx, ty = users.tables(rows, X_METRIC, y)  # over the users both figures have
-    ci = None
-    if tx.users:
-        draws = [
-            regret(tx.resampled(c), ty.resampled(c)) for c in users.resamples(len(tx.users), n_boot)
-        ]
-        ci = users.interval(np.concatenate(draws))
-    return {
-        "suite": suite,
-        "size": size,
-        "decoder": decoder,
-        "x": X_METRIC,
-        "y": y,
-        "picked": [r.method for r in rows if r.metrics[X_METRIC] == top],
-        "best": max(rows, key=lambda r: r.metrics[y]).method,
-        "regret": observed,
-        "ci": ci,
-        "n_methods": len(rows),
-        "n_users": len(tx.users),
-        "significant": bool(ci and ci[0] > 0),
-    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,7 +44,9 @@ def _regret_entry(
 
 
 def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
-    """Each ICL row against the best reward-guided row of its (suite, size)."""
+    """Each ICL row against the best reward-guided row of its (suite, size), with the p-value
+    of the within-user permutation test; the verdict is set once the run's looks are adjusted
+    together (``icl_verdict``)."""
     by_group: dict[tuple[str, str], list[CaseResult]] = defaultdict(list)
     for result in results:
         by_group[(result.suite, result.size)].append(result)
@@ -113,32 +54,104 @@ def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
     for (suite, size), rows in sorted(by_group.items()):
         guided = [r for r in rows if r.reward]
         metric = "rouge1" if any("rouge1" in r.metrics for r in guided) else "policy_acc"
-        guided = [r for r in guided if _finite(r.metrics.get(metric))]
+        guided = [r for r in guided if metric in r.per_user and _finite(r.metrics.get(metric))]
         if not guided:
             continue
-        best = max(guided, key=lambda r: r.metrics[metric])
         for icl in (r for r in rows if r.decoder in ICL_DECODERS and not r.reward):
-            if metric not in icl.per_user:
-                continue
-            entries.append(
-                {
-                    "suite": suite,
-                    "size": size,
-                    "metric": metric,
-                    "icl": icl.method,
-                    "rgd": best.method,
-                    **paired(icl, best, metric),
-                }
-            )
+            if metric in icl.per_user:
+                found = against_best(icl, guided, metric)
+                entries.append(
+                    {
+                        "suite": suite,
+                        "size": size,
+                        "metric": metric,
+                        "icl": icl.method,
+                        "rgd": found.pop("best"),
+                        **found,
+                    }
+                )
+    for entry in entries:
+        entry["verdict"] = icl_verdict(entry, entry["p_value"])
     return entries
+
+
+def against_best(one: CaseResult, others: list[CaseResult], metric: str) -> Row:
+    """``one`` minus the best of ``others`` on ``metric`` over the users every row has, the
+    best chosen on them: ``best`` (its method), ``diff`` and its interval (a description),
+    ``n_users`` and the two-sided p-value of the within-user permutation of all the rows
+    (None below ``stats.sign_test_floor(ALPHA)`` users), whose statistic chooses the best
+    again in every permutation, so that the choice on the same data is part of the null."""
+    t = _shared_table([one, *others], metric)
+    n = len(t.users)
+    p_value, best = None, max(others, key=lambda r: r.metrics[metric])
+    if n:
+        w = t.weights.mean(axis=0)
+        best = others[int(np.argmax(_weighted_means(t.values[None], w)[0, 1:]))]
+
+        def statistic(tables: np.ndarray) -> np.ndarray:
+            means = _weighted_means(tables, w)
+            return means[:, 0] - means[:, 1:].max(axis=1)
+
+        if n >= stats.sign_test_floor(ALPHA):
+            p_value = nulls.two_sided(*nulls.within_user(t.values, statistic)[:2])
+    diff, ci, _ = users.difference(one, best, metric)
+    return {
+        "best": best.method,
+        "diff": diff,
+        "ci": ci,
+        "n_users": n,
+        "n_others": len(others),
+        "test": "minus the best of the others; within-user permutation of all the rows",
+        "p_value": p_value,
+    }
+
+
+def range_test(rows: list[CaseResult], metric: str) -> float | None:
+    """The one-sided p-value that the rows differ on ``metric``: the highest minus the lowest
+    figure over the users every row has, against the within-user permutation of all the rows
+    (None below ``stats.sign_test_floor(ALPHA)`` users or with fewer than two rows)."""
+    t = _shared_table(rows, metric)
+    if len(rows) < 2 or len(t.users) < stats.sign_test_floor(ALPHA):
+        return None
+    w = t.weights.mean(axis=0)
+
+    def statistic(tables: np.ndarray) -> np.ndarray:
+        means = _weighted_means(tables, w)
+        return means.max(axis=1) - means.min(axis=1)
+
+    return nulls.within_user(t.values, statistic)[0]
+
+
+def _shared_table(rows: list[CaseResult], metric: str) -> users.Table:
+    """The rows' per-user figures over the users every row has."""
+    t = users.table(rows, metric)
+    keep = np.isfinite(t.values).all(axis=0)
+    return users.Table(
+        t.methods,
+        [u for u, k in zip(t.users, keep, strict=True) if k],
+        t.values[:, keep],
+        t.weights[:, keep],
+    )
+
+
+def _weighted_means(tables: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``(R, rows)`` means of ``(R, rows, users)`` tables with user weights ``w``."""
+    return np.round((tables * w).sum(axis=-1) / w.sum(), FIGURE_DIGITS)
+
+
+def icl_verdict(entry: Row, p_value: float | None) -> str:
+    """The ICL comparison's verdict at ``p_value`` (the run's adjusted one once known)."""
+    return verdict(
+        entry["icl"], entry["rgd"], entry["metric"], entry["diff"], p_value, entry["n_users"]
+    )
 
 
 def paired(a: CaseResult, b: CaseResult, metric: str, n_boot: int = users.N_BOOT) -> Row:
     """``a - b`` on ``metric`` over the users both rows have: ``diff``, its interval ``ci``
-    with users resampled, ``n_users``, the sign-flip ``p_value`` over users, and a
-    ``verdict``."""
+    with users resampled (a description), ``n_users``, the sign-flip ``p_value`` over users,
+    and the ``verdict`` at that p-value alone."""
     diff, ci, n = users.difference(a, b, metric, n_boot)
-    p_value, exact = math.nan, True
+    p_value, exact = None, True
     if n:
         _, d, w = users.paired_differences(a, b, metric)
         p_value, exact = stats.sign_flip(d.tolist(), w.tolist())
@@ -146,16 +159,15 @@ def paired(a: CaseResult, b: CaseResult, metric: str, n_boot: int = users.N_BOOT
         "diff": diff,
         "ci": ci,
         "n_users": n,
-        "p_value": p_value if math.isfinite(p_value) else None,
-        "p_method": "exact sign flip" if exact else "sign flip (sampled)",
-        "verdict": verdict(a.method, b.method, metric, ci, p_value, n),
+        "test": "exact sign flip over users" if exact else "sign flip over users (sampled)",
+        "p_value": p_value,
+        "verdict": verdict(a.method, b.method, metric, diff, p_value, n),
     }
 
 
-def verdict(
-    a: str, b: str, metric: str, ci: list[float] | None, p_value: float, n_users: int
-) -> str:
-    """Which of two rows is better on ``metric``, when the data can say."""
+def verdict(a: str, b: str, metric: str, diff: float, p_value: float | None, n_users: int) -> str:
+    """Which of two rows is better on ``metric``, when the data can say: the test's p-value
+    below ``ALPHA``, the direction from the difference."""
     floor = stats.sign_test_floor(ALPHA)
     if n_users == 0:
         return "not enough evidence: no shared users"
@@ -164,12 +176,12 @@ def verdict(
             f"not enough evidence: {n_users} users: p >= {2 * 0.5**n_users:.2g} "
             "even if every user moved one way"
         )
-    if ci is None or not math.isfinite(p_value):
-        return "not enough evidence: no interval"
-    if p_value < ALPHA and (ci[0] > 0 or ci[1] < 0):
+    if p_value is None or not math.isfinite(p_value) or not math.isfinite(diff):
+        return "not enough evidence: no test"
+    if p_value < ALPHA and diff != 0:
         found = catalogue.find(metric)
         higher = found.higher_is_better if found is not None else True
-        return f"{a if (ci[0] > 0) == higher else b} better"
+        return f"{a if (diff > 0) == higher else b} better"
     return "no significant difference"
 
 
@@ -180,7 +192,8 @@ def verdict(
 
 def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
     """Every metric both rows have, ``a - b`` paired over their shared users, per (suite,
-    size) where both methods ran; ValueError naming what is missing."""
+    size) where both methods ran; ValueError naming what is missing. The comparisons of one
+    command are one family: each gets ``p_holm`` (Holm over them) and its verdict at it."""
     found = []
     keys = {(r.suite, r.size) for r in results}
     for suite, size in sorted(keys):
@@ -207,6 +220,10 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
             f"no (suite, size) of the run has both {a!r} and {b!r} with per-user "
             f"figures; its methods: {', '.join(methods)}"
         )
+    tested = [e for e in found if e["p_value"] is not None]
+    for entry, p_holm in zip(tested, family.holm([e["p_value"] for e in tested]), strict=True):
+        entry["p_holm"] = float(p_holm)
+        entry["verdict"] = verdict(a, b, entry["metric"], entry["diff"], p_holm, entry["n_users"])
     return found
 
 

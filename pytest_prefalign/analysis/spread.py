@@ -1,13 +1,20 @@
 """The per-user view: what a mean over users hides (docs/report.md).
 
 For each method, per (suite, size, metric): the mean over users and the mean of its worst
-decile of users. Two flags, each stated only when its interval over users excludes 0 and only
-with enough users for a worst decile to be more than one or two people:
+decile of users. Two flags, each a test over users, only with enough users for a worst decile to
+be more than one or two people:
 
 - ``close_means``: two methods whose user means are within ``CLOSE`` of each other but whose
-  worst deciles differ by at least ``APART``, significantly;
-- ``mean_only_gain``: a method significantly above ``base`` on the user mean and significantly
-  at least ``APART`` below base on the worst decile (helps on average, hurts the worst served).
+  worst deciles differ by at least ``APART``; the test: the two methods exchangeable within
+  each user (``nulls.swap``, every user's pair of figures swapped or not), the statistic the
+  difference of the worst deciles;
+- ``mean_only_gain``: a method above ``base`` on the user mean (the sign-flip test) and at least
+  ``APART`` below base on the worst decile (the swap test of the worst deciles), both needed
+  (intersection-union).
+
+Every pair examined is a look of the run's family (``family``); a pair whose effect sizes are
+not reached is a look that could not fire (``silent_looks``). A flag fires when its adjusted
+p-value is below the level; the intervals (users resampled) describe.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign.analysis import users
+from pytest_prefalign.analysis import nulls, users
 from pytest_prefalign.runs.records import CaseResult
 
 METRICS = ("policy_acc", "rm_acc", "rouge1")
@@ -53,45 +60,91 @@ def resampled_tails(
     return (take * v).sum(1) / k[:, 0]
 
 
-def flags(results: Iterable[CaseResult]) -> list[Row]:
-    """The flags of every (suite, size, metric) whose methods have at least ``MIN_USERS``."""
+def _groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:
     groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
     for result in results:
         for metric in METRICS:
             if len(result.per_user.get(metric, {})) >= MIN_USERS:
                 groups[(result.suite, result.size, metric)].append(result)
+    return dict(sorted(groups.items()))
+
+
+def flags(results: Iterable[CaseResult]) -> list[Row]:
+    """The candidate flags of every (suite, size, metric) whose methods have at least
+    ``MIN_USERS``: those whose effect sizes are reached, each with its p-value; the run's
+    ``family`` says which fire."""
     found: list[Row] = []
-    for (suite, size, metric), rows in sorted(groups.items()):
+    for (suite, size, metric), rows in _groups(results).items():
         found += _close_means(suite, size, metric, rows) + _mean_only_gain(
             suite, size, metric, rows
         )
     return found
 
 
-def _compare(a: CaseResult, b: CaseResult, metric: str) -> dict[str, Any] | None:
+def silent_looks(results: Iterable[CaseResult]) -> int:
+    """The pairs examined whose effect sizes were not reached: looks that could not fire."""
+    looks, candidates = 0, 0
+    for (suite, size, metric), rows in _groups(results).items():
+        base = _base(rows)
+        for i, a in enumerate(rows):
+            for b in rows[i + 1 :]:
+                looks += _shared(a, b, metric) >= MIN_USERS
+            looks += base is not None and a is not base and _shared(a, base, metric) >= MIN_USERS
+        candidates += len(_close_means(suite, size, metric, rows, test=False))
+        candidates += len(_mean_only_gain(suite, size, metric, rows, test=False))
+    return looks - candidates
+
+
+def _shared(a: CaseResult, b: CaseResult, metric: str) -> int:
+    return len(set(a.per_user[metric]) & set(b.per_user[metric]))
+
+
+def _base(rows: list[CaseResult]) -> CaseResult | None:
+    return next((r for r in rows if r.decoder == "base" and not r.reward), None)
+
+
+def _tail_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(R,)`` worst-decile mean of each row of ``a`` minus that of ``b`` (``(R, users)``)."""
+    k = max(1, math.ceil(TAIL_SHARE * a.shape[1]))
+    return np.sort(a, axis=1)[:, :k].mean(1) - np.sort(b, axis=1)[:, :k].mean(1)
+
+
+def _mean_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a - b).mean(axis=1)
+
+
+def _compare(a: CaseResult, b: CaseResult, metric: str, test: bool = True) -> dict[str, Any] | None:
     """Means and worst deciles of ``a`` and ``b`` over their shared users, the differences
-    ``a - b`` of both and their intervals with users resampled."""
+    ``a - b`` of both, their intervals with users resampled, and (``test``) the p-values of
+    the swap tests of both differences."""
     shared = sorted(set(a.per_user[metric]) & set(b.per_user[metric]))
     if len(shared) < MIN_USERS:
         return None
     va = np.array([a.per_user[metric][u] for u in shared])
     vb = np.array([b.per_user[metric][u] for u in shared])
-    mean_d, tail_d = [], []
-    for counts in users.resamples(len(shared)):
-        n = counts.sum(1)
-        mean_d.append((counts @ va - counts @ vb) / n)
-        tail_d.append(resampled_tails(va, counts) - resampled_tails(vb, counts))
     tail_a, k = tail_mean(va)
     tail_b, _ = tail_mean(vb)
-    return {
+    found: dict[str, Any] = {
         "mean_a": float(va.mean()),
         "mean_b": float(vb.mean()),
         "tail_a": tail_a,
         "tail_b": tail_b,
         "tail_users": k,
         "n_users": len(shared),
+    }
+    if not test:
+        return found
+    mean_d, tail_d = [], []
+    for counts in users.resamples(len(shared)):
+        n = counts.sum(1)
+        mean_d.append((counts @ va - counts @ vb) / n)
+        tail_d.append(resampled_tails(va, counts) - resampled_tails(vb, counts))
+    return {
+        **found,
         "mean_ci": users.interval(np.concatenate(mean_d)),
         "tail_ci": users.interval(np.concatenate(tail_d)),
+        "p_mean": nulls.swap(va, vb, _mean_difference)[0],
+        "p_tail": nulls.swap(va, vb, _tail_difference)[0],
     }
 
 
@@ -110,60 +163,64 @@ def _flag(
     }
 
 
-def _close_means(suite: str, size: str, metric: str, rows: list[CaseResult]) -> list[Row]:
+def _close_means(
+    suite: str, size: str, metric: str, rows: list[CaseResult], test: bool = True
+) -> list[Row]:
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
-            c = _compare(a, b, metric)
+            c = _compare(a, b, metric, test=False)
             if (
                 c is None
                 or abs(c["mean_a"] - c["mean_b"]) > CLOSE
                 or abs(c["tail_a"] - c["tail_b"]) < APART
-                or not _excludes_zero(c["tail_ci"])
             ):
                 continue
-            lo, hi = a, b
-            if c["tail_a"] > c["tail_b"]:  # the flag names the worse tail first
-                lo, hi = b, a
-                c = _compare(lo, hi, metric)
-                if c is None:  # pragma: no cover - the same users, the other way round
-                    continue
+            lo, hi = (b, a) if c["tail_a"] > c["tail_b"] else (a, b)  # the worse tail first
+            if not test:
+                out.append({})
+                continue
+            c = _compare(lo, hi, metric)
+            assert c is not None  # the same users, perhaps the other way round
             text = (
                 f"{metric}: {lo.method} and {hi.method} have close user means "
                 f"({c['mean_a']:.3f} vs {c['mean_b']:.3f}) but different worst deciles "
                 f"({c['tail_a']:.3f} vs {c['tail_b']:.3f}, difference interval "
-                f"{_ci(c['tail_ci'])}; worst {c['tail_users']} of {c['n_users']} users)"
+                f"{_ci(c['tail_ci'])}, p {c['p_tail']:.3g}; worst {c['tail_users']} of "
+                f"{c['n_users']} users)"
             )
-            out.append(_flag("close_means", suite, size, metric, lo.method, hi.method, c, text))
+            flag = _flag("close_means", suite, size, metric, lo.method, hi.method, c, text)
+            out.append({**flag, "test": "swap test of the worst deciles", "p_value": c["p_tail"]})
     return out
 
 
-def _mean_only_gain(suite: str, size: str, metric: str, rows: list[CaseResult]) -> list[Row]:
-    base = next((r for r in rows if r.decoder == "base" and not r.reward), None)
+def _mean_only_gain(
+    suite: str, size: str, metric: str, rows: list[CaseResult], test: bool = True
+) -> list[Row]:
+    base = _base(rows)
     if base is None:
         return []
     out = []
     for row in rows:
-        c = _compare(row, base, metric) if row is not base else None
-        if (
-            c is None
-            or not (c["mean_ci"] and c["mean_ci"][0] > 0)
-            or not (c["tail_ci"] and c["tail_ci"][1] < 0)
-            or c["tail_b"] - c["tail_a"] < APART
-        ):
+        c = _compare(row, base, metric, test=False) if row is not base else None
+        if c is None or c["mean_a"] <= c["mean_b"] or c["tail_b"] - c["tail_a"] < APART:
             continue
+        if not test:
+            out.append({})
+            continue
+        c = _compare(row, base, metric)
+        assert c is not None
         text = (
             f"{metric}: {row.method} beats base on the user mean ({c['mean_a']:.3f} vs "
-            f"{c['mean_b']:.3f}, interval {_ci(c['mean_ci'])}) but its worst decile is "
-            f"lower ({c['tail_a']:.3f} vs {c['tail_b']:.3f}, interval {_ci(c['tail_ci'])}): "
-            "it helps on average and hurts the worst-served users"
+            f"{c['mean_b']:.3f}, interval {_ci(c['mean_ci'])}, p {c['p_mean']:.3g}) but its "
+            f"worst decile is lower ({c['tail_a']:.3f} vs {c['tail_b']:.3f}, interval "
+            f"{_ci(c['tail_ci'])}, p {c['p_tail']:.3g}): it helps on average and hurts the "
+            "worst-served users"
         )
-        out.append(_flag("mean_only_gain", suite, size, metric, row.method, base.method, c, text))
+        flag = _flag("mean_only_gain", suite, size, metric, row.method, base.method, c, text)
+        p_value = nulls.intersection_union(c["p_mean"], c["p_tail"])
+        out.append({**flag, "test": "intersection-union of two swap tests", "p_value": p_value})
     return out
-
-
-def _excludes_zero(ci: list[float] | None) -> bool:
-    return ci is not None and (ci[0] > 0 or ci[1] < 0)
 
 
 def _ci(ci: list[float] | None) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from pytest_prefalign.analysis import nulls
 from pytest_prefalign.analysis.metrics import (
     FIGURE_DIGITS,
     percentile_interval,
@@ -227,8 +228,9 @@ def sign_flip(
     without, every user weighs 1). Under the null the two methods are exchangeable within a
     user, so each difference is as likely negative as positive; the p-value is the share of the
     2^n sign patterns whose mean is at least as far from 0 as the observed one
-    (``scipy.stats.permutation_test``, paired). Exact up to 15 users (2^15 <= PERMUTATIONS),
-    sampled, seeded, beyond. With n users no p-value is below ``2 / 2^n``, so below
+    (``nulls.sign_flip``: one matrix product over the patterns; the same figure as
+    ``scipy.stats.permutation_test``, paired, where exact). Exact up to 15 users (2^15 <=
+    PERMUTATIONS), sampled, seeded, beyond, counting the observed pattern once more. With n users no p-value is below ``2 / 2^n``, so below
     ``sign_test_floor(alpha)`` users nothing can be significant.
     """
     d = np.asarray(diffs, dtype=float)
@@ -241,21 +243,7 @@ def sign_flip(
         raise ValueError("differences must be finite and weights positive")
     if not d.any():
         return 1.0, True
-
-    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        return ((x - y) * w).sum(axis=axis) / w.sum()
-
-    exact = 2 ** len(d) <= PERMUTATIONS
-    result = sps.permutation_test(
-        (d, np.zeros_like(d)),
-        statistic,
-        permutation_type="samples",
-        vectorized=True,
-        n_resamples=PERMUTATIONS,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
-    )
-    return float(min(1.0, result.pvalue)), exact
+    return nulls.sign_flip(d, w, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------

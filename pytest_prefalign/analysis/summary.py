@@ -1,7 +1,8 @@
 """Rendering only: the crisis analysis stored in a run file, as the terminal summary prints it
 after the leaderboards (and as tables the HTML report embeds). Every statement it prints was
-made by the analysis (``crisis``, ``spread``, ``selection``) only when its interval excludes the
-null; everything else is printed as what it is: no evidence, or not enough evidence and why.
+made by the analysis (``crisis``, ``regret``, ``spread``, ``selection``) only when its test's
+p-value, adjusted by Holm with every other look of the run (``family``), is below the level;
+everything else is printed as what it is: no evidence, or not enough evidence and why.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_prefalign.analysis import family
 from pytest_prefalign.runs.records import RunFile
 
 Row = dict[str, Any]
@@ -30,8 +32,8 @@ def summary_lines(run: RunFile) -> list[str]:
         lines += [
             "",
             "Does RM accuracy pick the method that generates best? Kendall's tau-b "
-            "across the reward methods of each decoder (exact permutation p; 95% interval "
-            "with users resampled)",
+            "across the reward methods of each decoder (exact permutation p, and p_holm "
+            "adjusted with the run's other looks; 95% interval with users resampled)",
         ]
         lines += tau_table(taus).splitlines()
     lines += regret_lines(crisis.get("regret", []))
@@ -39,6 +41,9 @@ def summary_lines(run: RunFile) -> list[str]:
     lines += icl_lines(crisis.get("icl_vs_rgd", []))
     lines += circular_lines(circular)
     lines += spread_lines(crisis.get("spread", []))
+    described = family.describe(crisis.get("family"))
+    if described:
+        lines += ["", described]
     return lines
 
 
@@ -68,6 +73,7 @@ def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
                 e.get("n_users", "-"),
                 _num(e["tau"] if shown else None, "+.3f"),
                 _num(e["p_value"] if shown else None),
+                _num(e.get("p_holm") if shown else None),
                 _ci(e["ci"] if shown else None),
                 e.get("verdict") or e.get("warning") or "",
             ]
@@ -80,6 +86,7 @@ def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "users",
         "tau",
         "p",
+        "p_holm",
         "95% CI",
         "verdict",
     ]
@@ -92,7 +99,9 @@ def regret_lines(entries: list[Row]) -> list[str]:
     lines = [
         "",
         "Selection regret: what picking the reward method with the best RM accuracy "
-        "loses against the best one (95% interval: users resampled, the pick made again)",
+        "loses against the best one, cross-fitted (chosen on half the users, measured on the "
+        "other half; p: within-user permutation of y across the methods; 95% interval: users "
+        "resampled)",
     ]
     lines += regret_table(entries).splitlines()
     return lines
@@ -106,8 +115,10 @@ def regret_table(entries: list[Row], tablefmt: str = "simple") -> str:
             e["y"],
             ", ".join(e["picked"]),
             e["best"],
-            _num(e["regret"]),
-            _ci(e["ci"], ".3f"),
+            _num(e["regret"], "+.3f"),
+            _ci(e["ci"], "+.3f"),
+            _num(e.get("p_value"), ".3g"),
+            _num(e.get("p_holm"), ".3g"),
             "regret" if e["significant"] else "no evidence of regret",
         ]
         for e in entries
@@ -120,6 +131,8 @@ def regret_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "best by y",
         "regret",
         "95% CI",
+        "p",
+        "p_holm",
         "verdict",
     ]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
@@ -138,12 +151,13 @@ def inversion_lines(entries: list[Row]) -> list[str]:
             "",
             f"No significant ranking inversion: {len(entries)} pair(s) of methods are "
             "ordered one way by RM accuracy and the other by policy accuracy or ROUGE-1, "
-            "none with both differences' intervals excluding 0 (all in the run file).",
+            "none significant once the run's looks are adjusted (all in the run file).",
         ]
     lines = [
         "",
         f"Ranking inversions ({len(significant)}): A is above B by RM accuracy, below "
-        "B by the other figure, both differences significant",
+        "B by the other figure, both differences significant (p: the larger of two sign-flip "
+        "tests over users)",
     ]
     lines += inversion_table(significant[:MAX_LISTED]).splitlines()
     if len(significant) > MAX_LISTED:
@@ -165,6 +179,8 @@ def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
             _ci(e.get("x_diff_ci")),
             f"{e['y_a']:.3f} < {e['y_b']:.3f}",
             _ci(e.get("y_diff_ci")),
+            _num(e.get("p_value"), ".3g"),
+            _num(e.get("p_holm"), ".3g"),
         ]
         for e in entries
     ]
@@ -178,6 +194,8 @@ def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "A - B 95% CI",
         "y A < B",
         "B - A 95% CI",
+        "p",
+        "p_holm",
     ]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
@@ -188,7 +206,8 @@ def icl_lines(entries: list[Row]) -> list[str]:
     lines = [
         "",
         "In-context learning against the best reward-guided row (paired over users; 95% "
-        "interval with users resampled; p: exact sign-flip test over users)",
+        "interval with users resampled; p: within-user permutation of ICL and every "
+        "reward-guided row, the best chosen again in each)",
     ]
     return lines + icl_table(entries).splitlines()
 
@@ -201,10 +220,17 @@ def _p(entry: Row) -> str:
 def _paired(e: Row) -> list[Any]:
     """The cells every paired comparison ends with: the difference, its interval, the exact p,
     the users and the verdict (``PAIRED`` names them, after the difference's own header)."""
-    return [_num(e["diff"], "+.3f"), _ci(e["ci"], "+.3f"), _p(e), e["n_users"], e["verdict"]]
+    return [
+        _num(e["diff"], "+.3f"),
+        _ci(e["ci"], "+.3f"),
+        _p(e),
+        _num(e.get("p_holm"), ".3g"),
+        e["n_users"],
+        e["verdict"],
+    ]
 
 
-PAIRED = ["95% CI", "p", "users", "verdict"]
+PAIRED = ["95% CI", "p", "p_holm", "users", "verdict"]
 
 
 def icl_table(entries: list[Row], tablefmt: str = "simple") -> str:
@@ -255,6 +281,8 @@ def circular_table(entries: list[Row], tablefmt: str = "simple") -> str:
             f"{_num(e['win_independent'])} {_ci(e.get('win_independent_ci'), '.2f')}",
             _num(e["gap"], "+.3f"),
             e["n"] if e["n"] else "-",
+            _num(e.get("p_holm"), ".3g"),
+            "!" if e.get("flag") else "",
             e["judge_independent"] or "-",
         ]
         for e in entries
@@ -266,16 +294,22 @@ def circular_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "win, independent",
         "gap",
         "items",
+        "p_holm",
+        "flag",
         "independent judge",
     ]
     return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 
-def spread_lines(flags: list[Row]) -> list[str]:
+def spread_lines(entries: list[Row]) -> list[str]:
+    flags = [f for f in entries if f.get("fires", True)]
     if not flags:
         return []
     lines = ["", "Per-user spread: what the mean hides"]
-    lines += [f"- {_where(f)}: {f['text']}" for f in flags[:MAX_LISTED]]
+    lines += [
+        f"- {_where(f)}: {f['text']} (p_holm {_num(f.get('p_holm'), '.3g')})"
+        for f in flags[:MAX_LISTED]
+    ]
     if len(flags) > MAX_LISTED:
         lines.append(f"... and {len(flags) - MAX_LISTED} more")
     return lines

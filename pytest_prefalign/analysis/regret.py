@@ -1,0 +1,183 @@
+"""Selection regret: what picking a reward method by RM accuracy loses (docs/metrics.md).
+
+Per (suite, size, decoder) with at least two reward methods, and per y (policy accuracy,
+ROUGE-1): how much worse the method with the best RM accuracy is than the best method by y.
+
+Measured on the same users that chose them, that figure is biased upward by construction: the
+best of several noisy figures is above its own truth (the winner's curse), so "best minus
+picked" is at least 0 even when every method is equally good, and a bootstrap interval of it
+fires on noise. The estimate here is **cross-fitted** (sample splitting, Cox 1975; cross-fitting
+as in Chernozhukov et al. 2018): the users are split in two halves at random; on one half the
+pick (by RM accuracy) and the best method (by y) are chosen, on the other half their y's are
+compared; the halves then swap roles; the estimate is the mean over ``SPLITS`` random splits.
+Choosing and measuring on different users, it is 0 in expectation when the methods are equally
+good, and it can be negative.
+
+**Test.** Null: picking by RM accuracy loses nothing, tested against the stronger statement
+that the methods are exchangeable within each user on y (each user's y figures shuffled across
+the methods, RM accuracy untouched: the within-user permutation test of ``nulls.within_user``,
+the same splits in every shuffle). The p-value is one-sided (a regret is a loss): the share of
+shuffles whose cross-fitted regret is at least the observed one. The interval (users
+resampled, the splits kept) describes; it does not decide.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from pytest_prefalign.analysis import nulls, users
+from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, resample_counts
+from pytest_prefalign.runs.records import CaseResult
+
+X_METRIC = "rm_acc"
+Y_METRICS = ("policy_acc", "rouge1")
+SPLITS = 50  # random halvings of the users behind every cross-fitted estimate
+SHUFFLES = 2000  # within-user shuffles of the y figures behind its p-value
+N_BOOT = 500  # user resamples behind its interval
+SEED = 0
+
+Row = dict[str, object]
+
+
+def in_sample(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``(R,)`` regret measured on the users that chose: the best ``y`` minus the mean ``y`` of
+    the methods with the best ``x``, for rows of figures ``x``, ``y`` ``(R, methods)``; nan
+    where a row has a nan. Biased upward (see the module's docstring); kept for reference."""
+    best_x = np.nanmax(x, axis=1, keepdims=True)
+    picked = np.where(x == best_x, y, np.nan)
+    with np.errstate(invalid="ignore"):
+        out = np.nanmax(y, axis=1) - np.nanmean(picked, axis=1)
+    return np.where(np.isfinite(x).all(1) & np.isfinite(y).all(1), out, np.nan)
+
+
+def halves(n_users: int, n_splits: int = SPLITS, seed: int = SEED) -> np.ndarray:
+    """``(n_splits, n_users)`` 0/1 masks, each a random half of the users (the smaller half
+    when the count is odd), seeded."""
+    rng = np.random.default_rng(seed)
+    order = np.argsort(rng.random((n_splits, n_users)), axis=1)
+    return (order < n_users // 2).astype(float)
+
+
+def _means(values: np.ndarray, weights: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """``(R, S, K)`` weighted means of ``values`` ``(R, K, U)`` over the users of each mask
+    ``(S, U)``; nan where a method has no weight there."""
+    num = np.einsum("su,rku->rsk", masks, weights * np.nan_to_num(values))
+    den = np.einsum("su,rku->rsk", masks, weights)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.round(num / den, FIGURE_DIGITS)
+
+
+def _at_best(select: np.ndarray, take: np.ndarray) -> np.ndarray:
+    """The mean of ``take`` over the methods (last axis) where ``select`` is highest (all of
+    them when several tie: the pick is one of them at random)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan slices give nan, as meant
+        top = np.nanmax(select, axis=-1, keepdims=True)
+        return np.nanmean(np.where(select == top, take, np.nan), axis=-1)
+
+
+def crossfit(
+    x: np.ndarray, wx: np.ndarray, y: np.ndarray, wy: np.ndarray, masks: np.ndarray
+) -> np.ndarray:
+    """``(R,)`` cross-fitted regrets for tables ``(R, K, U)`` of x and y (values, weights):
+    for each split (``masks``), chosen on one half and measured on the other, both ways,
+    averaged over the splits."""
+    total: np.ndarray | float = 0.0
+    for fit in (masks, 1.0 - masks):
+        held = 1.0 - fit
+        y_held = _means(y, wy, held)
+        picked = _at_best(_means(x, wx, fit), y_held)
+        best = _at_best(_means(y, wy, fit), y_held)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            total = total + np.nanmean(best - picked, axis=-1)
+    return np.round(np.asarray(total) / 2.0, FIGURE_DIGITS)
+
+
+def _shuffled(values: np.ndarray, weights: np.ndarray, n: int, seed: int) -> tuple:
+    """``n`` copies of a ``(K, U)`` table with each user's column shuffled across methods
+    (values and weights together)."""
+    rng = np.random.default_rng(seed)
+    k, u = values.shape
+    order = np.argsort(rng.random((n, k, u)), axis=1)
+    take = np.broadcast_to(values, (n, k, u))
+    return (
+        np.take_along_axis(take, order, axis=1),
+        np.take_along_axis(np.broadcast_to(weights, (n, k, u)), order, axis=1),
+    )
+
+
+def test(tx: users.Table, ty: users.Table, seed: int = SEED) -> tuple[float, float]:
+    """The cross-fitted regret of picking by ``tx`` on ``ty`` and its one-sided p-value under
+    within-user exchangeability of y across the methods."""
+    masks = halves(len(tx.users), seed=seed)
+    x, wx = tx.values[None], tx.weights[None]
+    observed = float(crossfit(x, wx, ty.values[None], ty.weights[None], masks)[0])
+    draws = np.concatenate(
+        [
+            crossfit(x, wx, *_shuffled(ty.values, ty.weights, block, seed + 1 + i), masks)
+            for i, block in enumerate(_blocks(SHUFFLES))
+        ]
+    )
+    return observed, nulls.p_from_draws(observed, draws[np.isfinite(draws)], exact=False)
+
+
+def interval(tx: users.Table, ty: users.Table, seed: int = SEED) -> list[float] | None:
+    """The percentile interval of the cross-fitted regret with users resampled (the splits
+    kept, a user drawn twice weighing twice in its half)."""
+    masks = halves(len(tx.users), seed=seed)
+    draws = []
+    for counts in resample_counts(len(tx.users), N_BOOT, seed):
+        c = counts[:, None, :]
+        x, y = tx.values[None], ty.values[None]
+        draws.append(crossfit(x, tx.weights * c, y, ty.weights * c, masks))
+    return users.interval(np.concatenate(draws))
+
+
+def _blocks(total: int, size: int = 250) -> list[int]:
+    return [min(size, total - start) for start in range(0, total, size)]
+
+
+def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[Row]:
+    """One entry per (suite, size, decoder, y) with at least two reward methods."""
+    found = []
+    for (suite, size, decoder), rows in groups.items():
+        for y in Y_METRICS:
+            kept = [r for r in rows if _finite(r.metrics.get(y))]
+            if len(kept) >= 2:
+                found.append(_entry(suite, size, decoder, y, kept))
+    return found
+
+
+def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) -> Row:
+    xs = np.array([[r.metrics[X_METRIC] for r in rows]])
+    ys = np.array([[r.metrics[y] for r in rows]])
+    top = max(r.metrics[X_METRIC] for r in rows)
+    tx, ty = users.tables(rows, X_METRIC, y)  # over the users both figures have
+    estimate, p_value, ci = None, None, None
+    if len(tx.users) >= 2:
+        estimate, p_value = test(tx, ty)
+        ci = interval(tx, ty)
+    return {
+        "suite": suite,
+        "size": size,
+        "decoder": decoder,
+        "x": X_METRIC,
+        "y": y,
+        "picked": [r.method for r in rows if r.metrics[X_METRIC] == top],
+        "best": max(rows, key=lambda r: r.metrics[y]).method,
+        "regret": estimate,
+        "regret_in_sample": round(float(in_sample(xs, ys)[0]), FIGURE_DIGITS),
+        "ci": ci,
+        "test": "cross-fitted regret; within-user permutation of y across methods",
+        "p_value": p_value,
+        "holds": bool(estimate is not None and estimate > 0),
+        "n_methods": len(rows),
+        "n_users": len(tx.users),
+    }
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and bool(np.isfinite(value))
