@@ -83,18 +83,17 @@ def test_underpowered_gate_is_stated() -> None:
     assert many.detectable == pytest.approx(0.015) and not many.underpowered
 
 
-def test_the_bootstrap_over_too_few_users_is_refused() -> None:
-    # both users drop: the bootstrap would say p = 2/2001 = 0.001; an exact sign test over 2
+def test_the_test_over_too_few_users_is_refused() -> None:
+    # both users drop: a bootstrap would say p = 2/2001 = 0.001; the sign-flip test over 2
     # users cannot go below 0.5, so a gated ROUGE is refused with the reason
     baseline = make_run([1.0] * 4, 2, rouge1=[0.5, 0.5, 0.5, 0.5])
     current = make_run([1.0] * 4, 2, rouge1=[0.2, 0.2, 0.2, 0.2])
     with pytest.raises(RunMismatch) as refused:
         compare_runs(baseline, current, [Threshold("rouge1", 1.0)])
     assert str(refused.value) == (
-        "args[lore] on pref_lamp (135m): rouge1 cannot be tested: the paired bootstrap over "
+        "args[lore] on pref_lamp (135m): rouge1 cannot be tested: the sign-flip test over "
         "users needs at least 6 users at alpha 0.05 (with fewer, even every user dropping is "
-        "not significant under an exact sign test over users), and the runs share 2 (more "
-        "users: --prefalign-limit)"
+        "not significant), and the runs share 2 (more users: --prefalign-limit)"
     )
     # not gated: shown without a p-value, with the reason
     shown = [c for c in compare_runs(baseline, current, []) if c.metric == "rouge1"][0]

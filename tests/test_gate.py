@@ -233,17 +233,19 @@ def test_a_marker_override_loosens_one_key() -> None:
     assert gate.tolerance == pytest.approx(0.30) and not gate.regressed
 
 
-def test_rouge_is_gated_with_a_paired_bootstrap() -> None:
-    # 60 items of 30 users; the current run loses 0.1 ROUGE-1 on every item: every resample
-    # of users shows -0.1, so p = 2 / 2001 and the 10 pp drop beyond 1 pp fails.
+def test_rouge_is_gated_with_a_sign_flip_test_over_users() -> None:
+    # 60 items of 30 users; the current run loses 0.1 ROUGE-1 on every item: every user moved
+    # down, so no sign pattern is as far from 0 but the observed one and its mirror; 2^30
+    # patterns are too many to list, 50,000 are drawn: p = 1 / 50001 (the observed counted),
+    # and the 10 pp drop beyond 1 pp fails.
     scores = [0.3 + 0.01 * (i % 7) for i in range(60)]
     baseline = make_run([1.0] * 60, 30, rouge1=scores)
     current = make_run([1.0] * 60, 30, rouge1=[s - 0.1 for s in scores])
     gate = only(compare_runs(baseline, current, [Threshold("rouge1", 1.0)]), "rouge1")
-    assert gate.test == "bootstrap" and gate.n == 60 and gate.n_users == 30
+    assert gate.test == "signflip" and gate.n == 60 and gate.n_users == 30
     assert gate.diff == pytest.approx(-0.1) and gate.ci == pytest.approx((-0.1, -0.1))
-    assert gate.p_value == pytest.approx(2 / 2001) and gate.regressed
-    assert "paired bootstrap over users p = " in gate.message()
+    assert gate.p_value == pytest.approx(1 / 50_001) and gate.regressed
+    assert "exact sign flip over users p = " in gate.message()
 
 
 def test_mismatched_pair_ids_raise() -> None:

@@ -231,7 +231,7 @@ def test_a_rouge_gate_over_too_few_users_is_refused_in_both(toy):
     result.stdout.fnmatch_lines(
         [
             "*cannot compare with baseline 'main': base on toy (tiny): rouge1 cannot be tested: "
-            "the paired bootstrap over users needs at least 6 users at alpha 0.05*the runs share "
+            "the sign-flip test over users needs at least 6 users at alpha 0.05*the runs share "
             "4 (more users: --prefalign-limit)*"
         ]
     )

@@ -34,8 +34,8 @@ class Metric:
     @property
     def test(self) -> str:
         """The paired test a comparison runs: McNemar's exact test on 0/1 pair outcomes, a
-        paired bootstrap over users on per-item scores."""
-        return "mcnemar" if self.level == "pair" else "bootstrap"
+        exact sign-flip test over users on per-item scores."""
+        return "mcnemar" if self.level == "pair" else "signflip"
 
 
 METRICS: tuple[Metric, ...] = (

@@ -1,13 +1,15 @@
 """Regression comparisons: a run against a baseline on the same pairs, metric by metric.
 
 A drop counts only when it is both larger than its tolerance and significant under a paired test
-(docs/ci-gating.md): McNemar's exact test on the shared pairs for accuracies, a paired bootstrap
-over users on per-item scores for the others; which metrics exist, which may be gated and which
-test each takes come from the metric catalogue. Runs that cannot be compared (other pairs or
+(docs/ci-gating.md): McNemar's exact test on the shared pairs for accuracies, the exact sign-flip
+test over users on per-item scores for the others (each user's mean change as likely up as down
+under the null; the paired bootstrap's interval describes the difference, it does not decide);
+which metrics exist, which may be gated and which test each takes come from the metric
+catalogue. Runs that cannot be compared (other pairs or
 items, other data, model or environment: analysis/comparable.py) are refused, not compared. A
 gate states its power: the smallest drop McNemar's test could find with the run's pairs
-(``Comparison.detectable``), and the bootstrap is refused over fewer users than an exact test
-over users could find significant. ``judge`` is what both the pytest gate and ``prefalign
+(``Comparison.detectable``), and the test over users is refused over fewer users than it could
+ever find significant. ``judge`` is what both the pytest gate and ``prefalign
 compare`` call.
 """
 
@@ -31,6 +33,7 @@ from pytest_prefalign.analysis.metrics import per_user_mean
 from pytest_prefalign.analysis.stats import (
     mcnemar_exact,
     paired_bootstrap,
+    sign_flip,
     sign_test_floor,
     smallest_detectable_drop,
 )
@@ -77,7 +80,7 @@ class Comparison:
     diff: float
     ci: tuple[float, float]
     p_value: float
-    test: str  # "mcnemar" or "bootstrap"
+    test: str  # "mcnemar" or "signflip"
     n: int
     n_users: int
     gated: bool
@@ -127,7 +130,7 @@ class Comparison:
         """What happened, with old, new, the difference, its interval and the p-value."""
         head = "regressed" if self.regressed else "compared"
         level = f"{1 - self.alpha:.0%}"
-        test = "McNemar exact" if self.test == "mcnemar" else "paired bootstrap over users"
+        test = "McNemar exact" if self.test == "mcnemar" else "exact sign flip over users"
         unit = "pairs" if self.test == "mcnemar" else "items"
         text = (
             f"{self.metric} of {self.method} on {self.suite} ({self.size}) {head}: "
@@ -305,15 +308,15 @@ def _compare(
     ci, p_value, note, detectable = (math.nan, math.nan), math.nan, "", math.nan
     if users:
         weights = _counts(users) if metric.pooling == "micro" else None
-        _, ci, p_boot = paired_bootstrap(
-            per_user_mean(before, users), per_user_mean(after, users), n_boot, seed,
-            weights=weights, level=1.0 - alpha,
-        )  # fmt: skip
+        old_means, new_means = per_user_mean(before, users), per_user_mean(after, users)
+        _, ci, _ = paired_bootstrap(
+            old_means, new_means, n_boot, seed, weights=weights, level=1.0 - alpha
+        )
         if metric.test == "mcnemar":
             p_value = mcnemar_exact(before, after)
             detectable = smallest_detectable_drop(users, alpha, metric.pooling)
         elif len(set(users)) >= (floor := sign_test_floor(alpha)):
-            p_value = p_boot
+            p_value = _sign_flip_over_users(old_means, new_means, weights)
         elif threshold is not None:
             raise RunMismatch(too_few_users(key, metric.name, len(set(users)), alpha))
         else:
@@ -339,14 +342,24 @@ def _compare(
     )  # fmt: skip
 
 
+def _sign_flip_over_users(
+    old: Mapping[str, float], new: Mapping[str, float], weights: Mapping[str, float] | None
+) -> float:
+    """The exact sign-flip p-value of the weighted mean of each user's change (users weigh by
+    their items for a micro figure)."""
+    users = sorted(set(old) & set(new))
+    diffs = [new[u] - old[u] for u in users]
+    w = [1.0 if weights is None else float(weights[u]) for u in users]
+    return sign_flip(diffs, w)[0]
+
+
 def too_few_users(key: Key, metric: str, n_users: int, alpha: float) -> str:
-    """Why a bootstrap over users is refused."""
+    """Why a test over users is refused."""
     floor = sign_test_floor(alpha)
     return (
-        f"{key_text(key)}: {metric} cannot be tested: the paired bootstrap over users needs at "
+        f"{key_text(key)}: {metric} cannot be tested: the sign-flip test over users needs at "
         f"least {floor} users at alpha {alpha:g} (with fewer, even every user dropping is not "
-        f"significant under an exact sign test over users), and the runs share {n_users} "
-        "(more users: --prefalign-limit)"
+        f"significant), and the runs share {n_users} (more users: --prefalign-limit)"
     )
 
 
