@@ -1,0 +1,287 @@
+"""Are the verdicts right as often as they say? Each verdict's rate under its null (false
+positives) and under known effects (power), measured on simulated runs by the tool's own
+analysis (``crisis.analyse``), with Monte Carlo standard errors; docs/metrics.md carries the table.
+
+    python benchmarks/calibration.py [--sims 200] [--users 8,20,40] [--markdown]
+    python benchmarks/calibration.py --run .prefalign/runs/RUN.json [--sims 200]
+
+**Simulated runs** are shaped like the README's main job: ``base``, ``icl``, ``icl_rag``, five
+reward methods under ``args`` and one under ``bon``; each user has ``PAIRS`` test pairs and
+``ITEMS`` generation items. A user's pair outcomes are Bernoulli draws around the user's own
+level (users differ, and a user's level is shared by every method: the per-user correlation
+between methods of real runs), RM accuracy differs between the reward methods (so there is
+something to pick by), ROUGE-1 is a per-item figure around the user's level, and the own-RM
+win over base is a per-item win, tie or loss. Under the **null** every method is the same on
+policy accuracy, ROUGE-1 and the win (its own RM is indifferent between its output and base's);
+under each **effect** one verdict's statement is true (``EFFECTS``).
+
+**From a real run file** (``--run``): the null is made from the run's own per-user figures,
+each user's policy accuracy, ROUGE-1 and ROUGE-L exchanged at random between the methods that
+have them, each user's own-RM win share reflected about 1/2 at random (method and base
+exchanged), RM accuracy untouched; then the run is analysed again. This is the null of every
+verdict at once, at the run's own users, methods and per-user spread.
+
+Rates are per run: the share of simulated runs in which a verdict of that kind fired (after the
+run's Holm adjustment, as the summary states them), and, beside it, the share in which at least
+one of its looks had its own p-value below 0.05 (each test alone, before the adjustment). The
+Monte Carlo standard error of a rate r over n runs is sqrt(r (1 - r) / n).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_prefalign.analysis import crisis  # noqa: E402
+from pytest_prefalign.runs.records import CaseResult, read  # noqa: E402
+
+ALPHA = 0.05
+PAIRS = 5  # test pairs per user (Pref-LaMP: about 5 per author)
+ITEMS = 5  # generation items per user
+KINDS = ("tau", "regret", "inversions", "icl_vs_rgd", "circular", "spread")
+REWARDS = ("args[global_bt]", "args[per_user_bt]", "args[lore]", "args[vpl]", "args[pal]")
+RM_LEVELS = (0.70, 0.74, 0.78, 0.82, 0.86)  # the reward methods' RM accuracies, truly apart
+FREE = ("base", "icl", "icl_rag")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What is true in a simulated run: per method, its shift of policy accuracy (logit) and of
+    ROUGE-1; the own-RM win probability of every guided method; a shift of ROUGE-1 for ICL; a
+    share of users for whom one method fails (its worst-served tail)."""
+
+    name: str
+    policy_shift: dict[str, float]
+    rouge_shift: dict[str, float]
+    win: float = 0.5  # P(own RM prefers the method's output), ties aside
+    tail_method: str = ""
+    tail_share: float = 0.0
+
+
+NULL = Scenario("null", {}, {})
+EFFECTS: dict[str, Scenario] = {
+    # policy accuracy rises with RM accuracy: tau's finding
+    "tau": Scenario("tau", {m: 0.8 * i for i, m in enumerate(REWARDS)}, {}),
+    # the method with the best RM accuracy is the worst generator: regret, and inversions
+    "regret": Scenario("regret", {REWARDS[-1]: -1.5}, {REWARDS[-1]: -0.08}),
+    "inversions": Scenario("inversions", {REWARDS[-1]: -1.5}, {REWARDS[-1]: -0.08}),
+    # in-context learning writes better than every guided row
+    "icl_vs_rgd": Scenario("icl_vs_rgd", {}, {"icl": 0.08, "icl_rag": 0.08}),
+    # every guided method wins under its own RM and loses ROUGE-1 to base
+    "circular": Scenario("circular", {}, {m: -0.06 for m in REWARDS}, win=0.85),
+    # one method fails its worst-served users while the mean stays close
+    "spread": Scenario("spread", {}, {}, tail_method="icl", tail_share=0.15),
+}
+
+
+def simulate(n_users: int, scenario: Scenario, rng: np.random.Generator) -> list[CaseResult]:
+    """One run's results under ``scenario``."""
+    users = [f"u{i:03d}" for i in range(n_users)]
+    level = rng.normal(0.4, 0.8, n_users)  # each user's policy-accuracy logit, shared by methods
+    rouge_level = np.clip(rng.normal(0.20, 0.06, n_users), 0.02, 0.6)
+    rm_user = rng.normal(0.0, 0.5, n_users)
+    rows = []
+    for method in (*FREE, *REWARDS, "bon[per_user_bt]"):
+        decoder, _, reward = method.partition("[")
+        reward = reward.rstrip("]") or None
+        policy = _bernoulli_means(level + scenario.policy_shift.get(method, 0.0), rng)
+        rouge = _item_means(rouge_level + scenario.rouge_shift.get(method, 0.0), rng)
+        if method == scenario.tail_method:
+            rouge = _with_tail(rouge, scenario.tail_share, rng)
+        per_user = {"policy_acc": dict(zip(users, policy)), "rouge1": dict(zip(users, rouge))}
+        if reward:
+            rm = RM_LEVELS[REWARDS.index(method)] if method in REWARDS else RM_LEVELS[1]
+            logit = math.log(rm / (1 - rm)) + rm_user
+            per_user["rm_acc"] = dict(zip(users, _bernoulli_means(logit, rng)))
+            per_user["win_self"] = dict(zip(users, _wins(scenario.win, n_users, rng)))
+        rows.append(_result(method, decoder, reward, per_user, n_users))
+    return rows
+
+
+def _bernoulli_means(logits: np.ndarray, rng: np.random.Generator) -> list[float]:
+    p = 1.0 / (1.0 + np.exp(-logits))
+    return (rng.binomial(PAIRS, p) / PAIRS).tolist()
+
+
+def _item_means(levels: np.ndarray, rng: np.random.Generator) -> list[float]:
+    items = np.clip(levels[:, None] + rng.normal(0.0, 0.12, (len(levels), ITEMS)), 0.0, 1.0)
+    return items.mean(axis=1).tolist()
+
+
+def _with_tail(values: list[float], share: float, rng: np.random.Generator) -> list[float]:
+    """A share of users served badly (their figure set near 0) and the others a little better,
+    so that the mean stays about where it was."""
+    out = np.array(values)
+    worst = rng.choice(len(out), max(1, round(share * len(out))), replace=False)
+    lost = out[worst].sum()
+    out[worst] = 0.0
+    others = np.setdiff1d(np.arange(len(out)), worst)
+    out[others] += lost / max(1, len(others))
+    return out.tolist()
+
+
+def _wins(p_win: float, n_users: int, rng: np.random.Generator) -> list[float]:
+    """Each user's own-RM outcome share over ``ITEMS`` items: win 1, tie 1/2 (one in ten),
+    loss 0, a win ``p_win`` as likely as a win or a loss."""
+    ties = rng.random((n_users, ITEMS)) < 0.1
+    wins = rng.random((n_users, ITEMS)) < p_win
+    return np.where(ties, 0.5, wins.astype(float)).mean(axis=1).tolist()
+
+
+def _result(method: str, decoder: str, reward: str | None, per_user: dict, n: int) -> CaseResult:
+    metrics = {k: round(float(np.mean(list(v.values()))), 12) for k, v in per_user.items()}
+    return CaseResult(
+        suite="sim",
+        size="135m",
+        method=method,
+        decoder=decoder,
+        reward=reward,
+        n_users=n,
+        metrics=metrics,
+        per_user=per_user,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The null of a real run
+# --------------------------------------------------------------------------------------------
+
+EXCHANGED = ("policy_acc", "rouge1", "rougeL")
+
+
+def real_null(results: list[CaseResult], rng: np.random.Generator) -> list[CaseResult]:
+    """The run with each user's figures exchanged at random between the methods that have them
+    (policy accuracy, ROUGE-1, ROUGE-L), each user's own-RM win share reflected about 1/2 at
+    random, RM accuracy untouched; the metrics recomputed as the means of the per-user figures
+    (weighted by the user's records for a micro figure, as the run did)."""
+    out = [replace(r, per_user={k: dict(v) for k, v in r.per_user.items()}) for r in results]
+    groups: dict[tuple[str, str], list[CaseResult]] = {}
+    for r in out:
+        groups.setdefault((r.suite, r.size), []).append(r)
+    for rows in groups.values():
+        for metric in EXCHANGED:
+            having = [r for r in rows if metric in r.per_user]
+            for user in {u for r in having for u in r.per_user[metric]}:
+                holders = [r for r in having if user in r.per_user[metric]]
+                values = [r.per_user[metric][user] for r in holders]
+                for r, v in zip(holders, rng.permutation(values), strict=True):
+                    r.per_user[metric][user] = float(v)
+        for r in rows:
+            wins = r.per_user.get("win_self", {})
+            for user, v in wins.items():
+                wins[user] = 1.0 - v if rng.random() < 0.5 else v
+    for r in out:
+        for metric, values in r.per_user.items():
+            if metric in (*EXCHANGED, "win_self") and values and metric in r.metrics:
+                r.metrics[metric] = round(float(np.mean(list(values.values()))), 12)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Rates
+# --------------------------------------------------------------------------------------------
+
+
+def looks_by_kind(tau: list[dict], found: dict[str, Any]) -> dict[str, list[dict]]:
+    sections = {kind: found.get(kind, []) for kind in KINDS if kind != "tau"}
+    return {"tau": [e for e in tau if e.get("enough")], **sections}
+
+
+def outcomes(results: list[CaseResult]) -> dict[str, tuple[bool, bool]]:
+    """Per kind: (a verdict fired after the run's adjustment, a look had p < ALPHA alone)."""
+    tau, found = crisis.analyse(results)
+    out = {}
+    for kind, entries in looks_by_kind(tau, found).items():
+        fired = any(e.get("fires") for e in entries)
+        alone = any(
+            e.get("p_value") is not None and e["p_value"] < ALPHA and e.get("holds", True)
+            for e in entries
+        )
+        out[kind] = (fired, alone)
+    out["any"] = (any(v[0] for v in out.values()), any(v[1] for v in out.values()))
+    return out
+
+
+def rates(make: Callable[[np.random.Generator], list[CaseResult]], sims: int, seed: int) -> dict:
+    """Per kind: the share of ``sims`` runs in which a verdict fired, and with each test alone."""
+    counts = {kind: [0, 0] for kind in (*KINDS, "any")}
+    for i in range(sims):
+        for kind, (fired, alone) in outcomes(make(np.random.default_rng([seed, i]))).items():
+            counts[kind][0] += fired
+            counts[kind][1] += alone
+    return {kind: (c[0] / sims, c[1] / sims) for kind, c in counts.items()}
+
+
+def mc_se(rate: float, n: int) -> float:
+    return math.sqrt(max(rate * (1 - rate), 0.0) / n)
+
+
+def _cell(rate: float, n: int) -> str:
+    return f"{rate:.3f} ± {mc_se(rate, n):.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sims", type=int, default=200, help="simulated runs per cell")
+    parser.add_argument("--users", default="8,20,40")
+    parser.add_argument("--run", type=Path, help="a run file whose null to simulate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write the rates here")
+    args = parser.parse_args()
+    random.seed(args.seed)
+    started = time.perf_counter()
+    table: dict[str, Any] = {}
+    if args.run:
+        results = read(args.run).results
+        table["real null"] = rates(lambda g: real_null(results, g), args.sims, args.seed)
+        print_table(f"null of {args.run.name}", table["real null"], args.sims)
+    else:
+        for n in (int(u) for u in args.users.split(",")):
+            null = rates(lambda g, n=n: simulate(n, NULL, g), args.sims, args.seed)
+            power = {
+                kind: rates(lambda g, n=n, s=s: simulate(n, s, g), args.sims, args.seed)[kind]
+                for kind, s in EFFECTS.items()
+            }
+            table[str(n)] = {"null": null, "power": power}
+            print_cell(n, null, power, args.sims)
+    print(f"\n{args.sims} simulated runs per cell; {time.perf_counter() - started:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"sims": args.sims, "rates": table}, indent=1) + "\n")
+
+
+def print_cell(n: int, null: dict, power: dict, sims: int) -> None:
+    print(f"\n{n} users")
+    print(
+        "| verdict | false positives (run, Holm) | each test alone, p < 0.05 | power (run, Holm) |"
+    )
+    print("|---|---|---|---|")
+    for kind in (*KINDS, "any"):
+        fired, alone = null[kind]
+        pw = _cell(power[kind][0], sims) if kind in power else "-"
+        print(f"| {kind} | {_cell(fired, sims)} | {_cell(alone, sims)} | {pw} |")
+
+
+def print_table(title: str, null: dict, sims: int) -> None:
+    print(f"\n{title}")
+    print("| verdict | false positives (run, Holm) | each test alone, p < 0.05 |")
+    print("|---|---|---|")
+    for kind in (*KINDS, "any"):
+        fired, alone = null[kind]
+        print(f"| {kind} | {_cell(fired, sims)} | {_cell(alone, sims)} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Every verdict's test holds its level under its null, measured by simulation with fixed seeds:
+the share of simulated nulls in which it fires must not exceed the level by more than three
+Monte Carlo standard errors (``benchmarks/calibration.py`` measures the same at more draws,
+with power beside it, for docs/metrics.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from pytest_prefalign.analysis import crisis, family, nulls, regret, selection, spread, stats, users
+from pytest_prefalign.runs.records import CaseResult
+
+ROOT = Path(__file__).resolve().parents[1]
+ALPHA = 0.05
+
+
+def bound(n: int, level: float = ALPHA) -> float:
+    """The level plus three Monte Carlo standard errors over ``n`` draws."""
+    return level + 3 * math.sqrt(level * (1 - level) / n)
+
+
+@pytest.fixture(scope="module")
+def calibration() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location(
+        "calibration", ROOT / "benchmarks" / "calibration.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["calibration"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules["calibration"]
+
+
+def null_table(rng: np.random.Generator, methods: int, n_users: int) -> np.ndarray:
+    """Per-user accuracies over five pairs, each user at a level of their own shared by every
+    method (users differ; methods are the same)."""
+    level = rng.normal(0.4, 0.8, n_users)
+    p = 1 / (1 + np.exp(-level))
+    return rng.binomial(5, np.broadcast_to(p, (methods, n_users))) / 5
+
+
+def table(values: np.ndarray) -> users.Table:
+    k, n = values.shape
+    return users.Table([f"m{i}" for i in range(k)], [f"u{j}" for j in range(n)], values,
+                       np.ones_like(values))  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Each test alone, under its own null
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_sign_flip_test_holds_its_level() -> None:
+    rng = np.random.default_rng(1)
+    sims = 400
+    fired = 0
+    for _ in range(sims):
+        a, b = null_table(rng, 2, 8)
+        fired += nulls.sign_flip(a - b, np.ones(8))[0] < ALPHA
+    assert fired / sims <= bound(sims)
+
+
+def test_the_sign_flip_p_value_counts_every_pattern_as_far_from_zero() -> None:
+    d = np.array([0.3, 0.1, -0.2, 0.25, 0.05, 0.15])
+    far = [
+        abs((d * s).mean()) >= abs(d.mean()) - 1e-12 for s in itertools.product((1, -1), repeat=6)
+    ]
+    assert nulls.sign_flip(d, np.ones(6)) == (pytest.approx(np.mean(far)), True)
+
+
+def test_the_tau_permutation_test_holds_its_level() -> None:
+    # five reward methods whose RM accuracies differ and whose policy accuracies are the same
+    # in truth: the methods' y are exchangeable, so tau's permutation test is exact
+    rng = np.random.default_rng(2)
+    sims = 300
+    x = [0.70, 0.74, 0.78, 0.82, 0.86]
+    fired = sum(
+        stats.kendall(x, null_table(rng, 5, 8).mean(axis=1)).p_value < ALPHA for _ in range(sims)
+    )
+    assert fired / sims <= bound(sims)
+
+
+def test_the_cross_fitted_regret_holds_its_level_where_the_in_sample_one_does_not() -> None:
+    # five equally good methods: the in-sample regret is biased upward (the best of five noisy
+    # figures is above its truth; a percentile interval of it excluded 0 in about a third of
+    # such runs); the cross-fitted estimate is not, and its permutation test holds the level
+    rng = np.random.default_rng(3)
+    sims = 40
+    fired, in_sample, crossfit = 0, [], []
+    for _ in range(sims):
+        x = table(np.clip(np.array([[0.70], [0.74], [0.78], [0.82], [0.86]])
+                          + rng.normal(0, 0.15, (5, 8)), 0, 1))  # fmt: skip
+        y = table(null_table(rng, 5, 8))
+        estimate, p_value = regret.test(x, y)
+        fired += p_value < ALPHA and estimate > 0
+        in_sample.append(regret.in_sample(x.means()[None], y.means()[None])[0])
+        crossfit.append(estimate)
+    assert fired / sims <= bound(sims)
+    assert min(in_sample) >= 0 and np.mean(in_sample) > 0.05
+    assert abs(np.mean(crossfit)) < 3 * np.std(crossfit) / math.sqrt(sims)
+
+
+def test_the_best_of_several_comparison_holds_its_level() -> None:
+    # ICL and four guided rows equal in truth: ICL against the best of them, chosen on the same
+    # users; a plain sign-flip test of ICL against that best would call the best better often
+    rng = np.random.default_rng(4)
+    sims = 100
+    fired = 0
+    for _ in range(sims):
+        values = null_table(rng, 5, 10)
+        rows = [_row(f"r{i}", values[i]) for i in range(5)]
+        found = selection.against_best(rows[0], rows[1:], "policy_acc")
+        fired += found["p_value"] < ALPHA
+    assert fired / sims <= bound(sims)
+
+
+def test_the_worst_decile_swap_test_holds_its_level() -> None:
+    rng = np.random.default_rng(5)
+    sims = 120
+    fired = 0
+    for _ in range(sims):
+        a, b = null_table(rng, 2, 30)
+        fired += nulls.swap(a, b, spread._tail_difference)[0] < ALPHA
+    assert fired / sims <= bound(sims)
+
+
+def test_holm_by_hand() -> None:
+    # p sorted .01 .03 .04 .2: 4 x .01, 3 x .03 = .09, 2 x .04 = .08 -> .09 (non-decreasing), .2
+    assert family.holm([0.01, 0.04, 0.03, 0.2]).tolist() == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    # weights .9 and .1: ranked by p / w, .01 / .9 first: .01 x 1 / .9; then .02 x .1 / .1
+    assert family.holm([0.01, 0.02], [0.9, 0.1]).tolist() == pytest.approx([0.01 / 0.9, 0.02])
+
+
+def _row(method: str, values: np.ndarray) -> CaseResult:
+    per_user = {f"u{j}": float(v) for j, v in enumerate(values)}
+    return CaseResult("s", method, "135m", metrics={"policy_acc": float(values.mean())},
+                      per_user={"policy_acc": per_user})  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# The whole analysis, under the null of every verdict at once
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_simulated_null_run_states_nothing_more_often_than_the_level(
+    calibration: ModuleType,
+) -> None:
+    # the README's main job's shape at 8 users, every method the same on every figure but RM
+    # accuracy: any verdict of the run fires at most at the level (one family)
+    sims = 20
+    fired = sum(
+        calibration.outcomes(
+            calibration.simulate(8, calibration.NULL, np.random.default_rng([7, i]))
+        )["any"][0]
+        for i in range(sims)
+    )
+    assert fired / sims <= bound(sims)
+
+
+def test_the_null_of_a_real_run_exchanges_figures_within_users(calibration: ModuleType) -> None:
+    rows = calibration.simulate(8, calibration.EFFECTS["icl_vs_rgd"], np.random.default_rng(0))
+    null = calibration.real_null(rows, np.random.default_rng(1))
+    for metric in ("policy_acc", "rouge1"):
+        for user in rows[0].per_user[metric]:
+            before = sorted(r.per_user[metric][user] for r in rows if metric in r.per_user)
+            after = sorted(r.per_user[metric][user] for r in null if metric in r.per_user)
+            assert before == after  # the same figures, exchanged between the methods
+    # RM accuracy untouched; every win share reflected or kept
+    for a, b in zip(rows, null, strict=True):
+        assert a.per_user.get("rm_acc") == b.per_user.get("rm_acc")
+        for user, v in a.per_user.get("win_self", {}).items():
+            assert b.per_user["win_self"][user] in (v, 1 - v)
+    _, found = crisis.analyse(null)
+    assert found["family"]["looks"] > 0
