@@ -101,12 +101,15 @@ def simulate(n_users: int, scenario: Scenario, rng: np.random.Generator) -> list
         rouge = _item_means(rouge_level + scenario.rouge_shift.get(method, 0.0), rng)
         if method == scenario.tail_method:
             rouge = _with_tail(rouge, scenario.tail_share, rng)
-        per_user = {"policy_acc": dict(zip(users, policy)), "rouge1": dict(zip(users, rouge))}
+        per_user = {
+            "policy_acc": dict(zip(users, policy, strict=True)),
+            "rouge1": dict(zip(users, rouge, strict=True)),
+        }
         if reward:
             rm = RM_LEVELS[REWARDS.index(method)] if method in REWARDS else RM_LEVELS[1]
             logit = math.log(rm / (1 - rm)) + rm_user
-            per_user["rm_acc"] = dict(zip(users, _bernoulli_means(logit, rng)))
-            per_user["win_self"] = dict(zip(users, _wins(scenario.win, n_users, rng)))
+            per_user["rm_acc"] = dict(zip(users, _bernoulli_means(logit, rng), strict=True))
+            per_user["win_self"] = dict(zip(users, _wins(scenario.win, n_users, rng), strict=True))
         rows.append(_result(method, decoder, reward, per_user, n_users))
     return rows
 
