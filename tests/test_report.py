@@ -121,6 +121,23 @@ def test_report_page_has_tables_and_plot(tmp_path: Path) -> None:
     assert "data:image/png;base64," in text
 
 
+def test_report_shows_the_ties_beside_each_win_rate(tmp_path: Path) -> None:
+    """Win rates count strict wins; the leaderboard's win columns say how many items tied."""
+    pytest.importorskip("matplotlib")
+    results = [dict(r) for r in RUN["results"]]
+    lore = next(r for r in results if r["method"] == "args[lore]")
+    lore["judge"] = {
+        "counts": {
+            "win_self": {"wins": 8, "ties": 0, "losses": 0},
+            "win_independent": {"wins": 2, "ties": 3, "losses": 3},
+        }
+    }
+    page = report.write_report(analysed({**RUN, "results": results}), tmp_path / "out")
+    text = page.read_text()
+    assert has_cell(text, "0.250 [0.15,0.35] (3 ties)")  # win vs base: 2 of 8 items
+    assert has_cell(text, "1.000 [0.90,1.10] (0 ties)")  # win, own RM (circular)
+
+
 def test_plot_has_one_labelled_point_per_reward_method() -> None:
     pytest.importorskip("matplotlib")
     png, drawn = plot.render_plot(plot.scatter_points(analysed(RUN).results))

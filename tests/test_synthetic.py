@@ -428,3 +428,26 @@ def test_bad_suite_option_fails_the_suites_tests_naming_it(
     result.stdout.fnmatch_lines(
         ["suite 'synthetic': suite.toml: record ?options?: field 'users': expected an integer*"]
     )
+
+
+def test_win_rates_count_strict_wins_with_ties_and_losses_beside(synthetic_run) -> None:
+    """Each reward-guided row's judge counts add up to its items and agree with the items'
+    outcomes (1 win, 1/2 tie, 0 loss); the win rate is the share of strict wins."""
+    guided = [r for r in synthetic_run["results"] if r["reward"]]
+    assert guided
+    for row in guided:
+        mine = [i for i in synthetic_run["items"] if i["method"] == row["method"]]
+        for metric in ("win_self", "win_independent"):
+            counts = row["judge"]["counts"][metric]
+            if counts is None:
+                assert metric not in row["metrics"]
+                continue
+            outcomes = [i[f"{metric}_outcome"] for i in mine]
+            assert counts == {
+                "wins": outcomes.count(1.0),
+                "ties": outcomes.count(0.5),
+                "losses": outcomes.count(0.0),
+            }
+            assert sum(counts.values()) == row["n_items"] == len(mine)
+            assert [i[metric] for i in mine] == [float(o == 1.0) for o in outcomes]
+            assert row["metrics"][metric] == pytest.approx(counts["wins"] / row["n_items"])

@@ -48,6 +48,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("policy_acc_mean", "pair", "policy_correct_mean", "macro", compared=False),
     Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
     Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True),
+    # win rates count strict wins (a tie is no win); each row's judge["counts"] holds the
+    # wins, ties and losses, and each item its outcome in win_self_outcome, ...
     # judged by the independent RM, never the method's own: the leaderboard's win column
     Metric(
         "win_independent",

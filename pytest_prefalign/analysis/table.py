@@ -100,7 +100,17 @@ def fmt(row: CaseResult, metric: catalogue.Metric) -> str:
     text = format(value, metric.fmt)
     if ci:
         text += f" [{ci[0]:.2f},{ci[1]:.2f}]"
+    ties = tie_count(row, metric)
+    if ties is not None:
+        text += f" ({ties} tie{'' if ties == 1 else 's'})"
     return text
+
+
+def tie_count(row: CaseResult, metric: catalogue.Metric) -> int | None:
+    """The ties beside a win rate, which counts strict wins (the row's ``judge["counts"]``);
+    None for another metric, or a row from before ties were counted."""
+    counts = (row.judge.get("counts") or {}).get(metric.name)
+    return counts.get("ties") if isinstance(counts, dict) else None
 
 
 # --------------------------------------------------------------------------------------------

@@ -181,8 +181,9 @@ class Evaluator:
         key: dict[str, str],
         timings: dict[str, float],
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The item records (outputs, ROUGE, and win outcomes for reward-guided methods) and
-        what the judges were."""
+        """The item records (outputs, ROUGE, and for reward-guided methods each judge's strict
+        win and outcome) and what the judges were, with their counts of wins, ties and
+        losses."""
         if not ctx.data.items:
             return [], {}
         with _timed(timings, "generate_s"):
@@ -205,13 +206,20 @@ class Evaluator:
             ("win_independent", won["outcomes_independent"]),
         ):
             if outcomes is not None:
-                for record, value in zip(items, outcomes, strict=True):
-                    record[field] = float(value)
+                strict = wins.strict_wins(outcomes)
+                for record, value, won_it in zip(items, outcomes, strict, strict=True):
+                    record[field] = float(won_it)  # 1 win, 0 tie or loss: the win rate's
+                    record[f"{field}_outcome"] = float(value)  # 1 win, 1/2 tie, 0 loss
         judge = {
             "n": won["n"],
             "self": won["judge_self"],
             "independent": won["judge_independent"],
             "reason": won["reason_independent"],
+            # wins, ties and losses by the win rate they belong to (None: no such judge)
+            "counts": {
+                "win_self": won["counts_self"],
+                "win_independent": won["counts_independent"],
+            },
         }
         return items, judge
 

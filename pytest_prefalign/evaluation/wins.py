@@ -6,7 +6,9 @@
 - **independent**: ``prefalign_methods.rewards.judge``, a reward model of another family trained
   on other data.
 
-A tie (equal scores, or the same text from both decoders) counts 1/2.
+A win rate counts strict wins: an item is won when the judge scores the method's output above
+base's. A tie (equal scores, or the same text from both decoders) is no win; ties and losses are
+counted beside the wins, and each item keeps its outcome (1 win, 1/2 tie, 0 loss).
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ from pytest_prefalign.api import CaseContext, Item, RewardMethod
 def win_rates(
     ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str], base_outputs: Sequence[str]
 ) -> dict[str, Any]:
-    """Share of items where each judge scores the method's output above base's (ties 1/2).
+    """Share of items where each judge scores the method's output strictly above base's.
 
     Returns ``win_self``, ``win_independent`` (``None`` with ``reason_independent`` when that
-    judge cannot be built), ``n`` (items), ``judge_self`` and ``judge_independent`` (names), and
-    the per-item outcomes ``outcomes_self`` / ``outcomes_independent`` (for bootstrap intervals).
+    judge cannot be built), ``n`` (items), ``judge_self`` and ``judge_independent`` (names), the
+    per-item outcomes ``outcomes_self`` / ``outcomes_independent`` (1 win, 1/2 tie, 0 loss: for
+    per-user figures and intervals) and their ``counts_self`` / ``counts_independent``
+    (``{"wins", "ties", "losses"}``).
     """
     reward = _check_inputs(ctx, items, outputs, base_outputs)
     users, prompts = [it.user for it in items], [it.prompt for it in items]
@@ -46,10 +50,8 @@ def win_rates(
     result: dict[str, Any] = {
         "n": len(items),
         "judge_self": reward.name,
-        "win_self": float(won_self.mean()),
-        "outcomes_self": won_self.tolist(),
-        "win_independent": None,
-        "outcomes_independent": None,
+        **_judged("self", won_self),
+        **_judged("independent", None),
         "reason_independent": None,
     }
     try:
@@ -59,12 +61,19 @@ def win_rates(
         return result
     scores = judge.score(users * 2, prompts * 2, [*outputs, *base_outputs])
     won = outcomes(scores[: len(items)], scores[len(items) :], same)
-    result.update(
-        judge_independent=judge.description,
-        win_independent=float(won.mean()),
-        outcomes_independent=won.tolist(),
-    )
+    result.update(judge_independent=judge.description, **_judged("independent", won))
     return result
+
+
+def _judged(judge: str, won: np.ndarray | None) -> dict[str, Any]:
+    """One judge's win rate, per-item outcomes and counts (all None without the judge)."""
+    if won is None:
+        return {f"win_{judge}": None, f"outcomes_{judge}": None, f"counts_{judge}": None}
+    return {
+        f"win_{judge}": float(strict_wins(won).mean()),
+        f"outcomes_{judge}": won.tolist(),
+        f"counts_{judge}": counts(won),
+    }
 
 
 def judge_identity() -> dict[str, Any]:
@@ -77,10 +86,27 @@ def judge_identity() -> dict[str, Any]:
 
 
 def outcomes(method: np.ndarray, base: np.ndarray, same_text: Sequence[bool]) -> np.ndarray:
-    """``1[method > base]``, 1/2 on a tie. The same text from both decoders is a tie by
-    definition, even if batching moved its score in the last bit."""
+    """Each item's outcome: 1 where ``method > base`` (a win), 1/2 on a tie, 0 (a loss). The
+    same text from both decoders is a tie by definition, even if batching moved its score in
+    the last bit."""
     won = metrics.pair_outcomes(method.tolist(), base.tolist())
     return np.where(np.asarray(same_text, dtype=bool), 0.5, won)
+
+
+def strict_wins(won: np.ndarray) -> np.ndarray:
+    """1 where an item's outcome is a win, 0 where it is a tie or a loss: what a win rate
+    averages."""
+    return (np.asarray(won) == 1.0).astype(np.float64)
+
+
+def counts(won: np.ndarray) -> dict[str, int]:
+    """How many of the outcomes are wins, ties and losses."""
+    won = np.asarray(won)
+    return {
+        "wins": int(np.sum(won == 1.0)),
+        "ties": int(np.sum(won == 0.5)),
+        "losses": int(np.sum(won == 0.0)),
+    }
 
 
 def _check_inputs(
