@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_prefalign.analysis import crisis, regret, selection, spread, summary
+from pytest_prefalign.analysis import circular, crisis, regret, selection, spread, summary
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
@@ -277,7 +277,7 @@ def test_circular_flag_needs_both_tests() -> None:
 def test_missing_independent_judge_shows_its_reason() -> None:
     r = row("args[lore]", win_self=0.8)
     r.judge = {"n": 10, "reason": "the encoder package is missing"}
-    (entry,) = crisis.circular_entries([r])
+    (entry,) = circular.entries([r])
     assert entry["win_independent"] is None and not entry["flag"]
     assert (
         "  no independent judge for args[lore]: the encoder package is missing"

@@ -27,6 +27,7 @@ class Metric:
     compared: bool = True  # shown when two runs are compared
     interval: bool = True  # carries a 95% bootstrap interval over users and per-user values
     needs_reward: bool = False  # only methods with a reward method have it
+    alternative: bool = False  # the same figure under another setting, kept, not compared
     low: float = 0.0  # the range a valid value lies in
     high: float = 1.0
     fmt: str = ".3f"
@@ -44,8 +45,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("policy_acc", "pair", "policy_correct", "macro", "policy acc", gateable=True),
     Metric("policy_acc_micro", "pair", "policy_correct", "micro"),
     # the policy score under each reduction, whichever the run used (--prefalign-reduce)
-    Metric("policy_acc_sum", "pair", "policy_correct_sum", "macro", compared=False),
-    Metric("policy_acc_mean", "pair", "policy_correct_mean", "macro", compared=False),
+    Metric(
+        "policy_acc_sum", "pair", "policy_correct_sum", "macro", compared=False, alternative=True
+    ),
+    Metric(
+        "policy_acc_mean", "pair", "policy_correct_mean", "macro", compared=False, alternative=True
+    ),
     Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
     Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True),
     # win rates count strict wins (a tie is no win); each row's judge["counts"] holds the

@@ -33,7 +33,7 @@ from pytest_prefalign.analysis.metrics import per_user_mean
 from pytest_prefalign.analysis.stats import (
     mcnemar_exact,
     paired_bootstrap,
-    sign_flip,
+    sign_flip_over_users,
     sign_test_floor,
     smallest_detectable_drop,
 )
@@ -316,7 +316,7 @@ def _compare(
             p_value = mcnemar_exact(before, after)
             detectable = smallest_detectable_drop(users, alpha, metric.pooling)
         elif len(set(users)) >= (floor := sign_test_floor(alpha)):
-            p_value = _sign_flip_over_users(old_means, new_means, weights)
+            p_value = sign_flip_over_users(old_means, new_means, weights)
         elif threshold is not None:
             raise RunMismatch(too_few_users(key, metric.name, len(set(users)), alpha))
         else:
@@ -340,17 +340,6 @@ def _compare(
         tolerance=threshold.tolerance if threshold else math.nan, alpha=alpha,
         regressed=regressed, note=note, detectable=detectable,
     )  # fmt: skip
-
-
-def _sign_flip_over_users(
-    old: Mapping[str, float], new: Mapping[str, float], weights: Mapping[str, float] | None
-) -> float:
-    """The exact sign-flip p-value of the weighted mean of each user's change (users weigh by
-    their items for a micro figure)."""
-    users = sorted(set(old) & set(new))
-    diffs = [new[u] - old[u] for u in users]
-    w = [1.0 if weights is None else float(weights[u]) for u in users]
-    return sign_flip(diffs, w)[0]
 
 
 def too_few_users(key: Key, metric: str, n_users: int, alpha: float) -> str:

@@ -26,8 +26,16 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from pytest_prefalign.analysis import family, nulls, regret, selection, spread, stats, users
-from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
+from pytest_prefalign.analysis import (
+    circular,
+    family,
+    nulls,
+    regret,
+    selection,
+    spread,
+    stats,
+    users,
+)
 from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
@@ -52,7 +60,7 @@ def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
     spread_found = spread.flags(results)
     crisis: dict[str, Any] = {
         "inversions": inversions,
-        "circular": circular_entries(results),
+        "circular": circular.entries(results),
         "spread": spread_found,
         "regret": regret.entries(reward_groups(results)),
         "icl_vs_rgd": selection.icl_entries(results),
@@ -271,7 +279,7 @@ def _inversion_test(a: CaseResult, b: CaseResult, y: str) -> Row:
     ``stats.sign_test_floor`` shared users, where no sign-flip test can be significant)."""
     _, x_ci, _ = users.difference(a, b, X_METRIC)
     _, y_ci, n = users.difference(b, a, y)
-    p_x, p_y = _sign_flip(a, b, X_METRIC), _sign_flip(b, a, y)
+    p_x, p_y = users.sign_flip(a, b, X_METRIC), users.sign_flip(b, a, y)
     return {
         "x_diff_ci": x_ci,
         "y_diff_ci": y_ci,
@@ -282,15 +290,6 @@ def _inversion_test(a: CaseResult, b: CaseResult, y: str) -> Row:
         "p_value": nulls.intersection_union(p_x, p_y),
         "significant": False,
     }
-
-
-def _sign_flip(a: CaseResult, b: CaseResult, metric: str) -> float | None:
-    """The two-sided sign-flip p-value of ``a - b`` over the shared users, or None below
-    ``stats.sign_test_floor(ALPHA)`` of them."""
-    _, d, w = users.paired_differences(a, b, metric)
-    if len(d) < stats.sign_test_floor(ALPHA):
-        return None
-    return stats.sign_flip(d.tolist(), w.tolist())[0]
 
 
 def inversion_looks(results: Iterable[CaseResult]) -> int:
@@ -313,98 +312,3 @@ def inversion_looks(results: Iterable[CaseResult]) -> int:
 def disagreement(entry: Row) -> float:
     """How clear an inversion is: the smaller of the two gaps."""
     return min(entry["x_a"] - entry["x_b"], entry["y_b"] - entry["y_a"])
-
-
-# --------------------------------------------------------------------------------------------
-# Circular evaluation
-# --------------------------------------------------------------------------------------------
-
-
-def _gap_interval(row: CaseResult, n_boot: int = users.N_BOOT) -> list[float] | None:
-    """The interval of ``win_self - win_independent`` with the row's users resampled (one draw
-    for both judges)."""
-    ts, ti = users.tables([row], "win_self", "win_independent")
-    if not ts.users:
-        return None
-    draws = [
-        ts.resampled(c)[:, 0] - ti.resampled(c)[:, 0]
-        for c in users.resamples(len(ts.users), n_boot)
-    ]
-    return users.interval(np.concatenate(draws))
-
-
-def circular_entries(results: Iterable[CaseResult]) -> list[Row]:
-    """Methods with a self-judged win rate over ``base``, next to the independent judge's.
-
-    ``gap`` = self - independent. ``rouge1_vs_base``: the method's ROUGE-1 minus base's on the
-    same (suite, size), with its interval over the shared users. ``flag``: the paper's example
-    of circular evaluation, stated only when the own-RM win rate's interval is above 1/2 and
-    the ROUGE-1 difference's interval is below 0.
-    """
-    results = list(results)
-    base = {(r.suite, r.size): r for r in results if r.decoder == "base" and not r.reward}
-    entries = []
-    for row in results:
-        win_self = row.metrics.get("win_self")
-        if not _finite(win_self):
-            continue
-        indep = row.metrics.get("win_independent")
-        indep = float(indep) if _finite(indep) else None
-        base_row = base.get((row.suite, row.size))
-        diff, diff_ci = None, None
-        if base_row is not None and "rouge1" in row.per_user and "rouge1" in base_row.per_user:
-            d, diff_ci, _ = users.difference(row, base_row, "rouge1")
-            diff = d if math.isfinite(d) else None
-        self_ci = row.ci.get("win_self")
-        test = _circular_test(row, base_row, diff)
-        entries.append(
-            {
-                "suite": row.suite,
-                "size": row.size,
-                "method": row.method,
-                "win_self": float(win_self),
-                "win_self_ci": self_ci,
-                "win_independent": indep,
-                "win_independent_ci": row.ci.get("win_independent"),
-                "gap": round(float(win_self) - indep, FIGURE_DIGITS) if indep is not None else None,
-                "gap_ci": _gap_interval(row) if indep is not None else None,
-                "n": row.judge.get("n", row.n_items),
-                "judge_independent": row.judge.get("independent"),
-                "reason": row.judge.get("reason"),
-                "rouge1_vs_base": diff,
-                "rouge1_vs_base_ci": diff_ci,
-                **test,
-                "flag": False,
-            }
-        )
-    return entries
-
-
-def _circular_test(row: CaseResult, base: CaseResult | None, rouge_diff: float | None) -> Row:
-    """The paper's circular evaluation needs two things at once: the method's own RM prefers
-    its outputs to base's (each user's wins minus losses, a sign-flip test over users of the
-    win share against 1/2) and its ROUGE-1 is below base's (a sign-flip test over the users
-    both have). The p-value is the larger of the two (intersection-union); ``holds``: both
-    observed in the flag's direction."""
-    p_win = _win_sign_flip(row)
-    p_rouge = (
-        _sign_flip(row, base, "rouge1") if base is not None and rouge_diff is not None else None
-    )
-    win = row.metrics.get("win_self")
-    return {
-        "test": "intersection-union of two sign-flip tests over users",
-        "p_win": p_win,
-        "p_rouge": p_rouge,
-        "p_value": nulls.intersection_union(p_win, p_rouge),
-        "holds": bool(_finite(win) and win > 0.5 and rouge_diff is not None and rouge_diff < 0),
-    }
-
-
-def _win_sign_flip(row: CaseResult) -> float | None:
-    """Two-sided sign-flip p-value over users of the own-RM win share against 1/2: under the
-    null the judge is indifferent between the method's output and base's, so each user's
-    share minus 1/2 is as likely negative as positive (users weigh by their items)."""
-    t = users.table([row], "win_self")
-    if len(t.users) < stats.sign_test_floor(ALPHA):
-        return None
-    return stats.sign_flip((t.values[0] - 0.5).tolist(), t.weights[0].tolist())[0]

@@ -200,7 +200,7 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
         rows = {r.method: r for r in results if (r.suite, r.size) == (suite, size)}
         if a not in rows or b not in rows:
             continue
-        for metric in catalogue.METRICS:
+        for metric in (m for m in catalogue.METRICS if not m.alternative):
             if metric.name in rows[a].per_user and metric.name in rows[b].per_user:
                 found.append(
                     {

@@ -217,6 +217,19 @@ def paired_bootstrap(
     return diff, percentile_interval(boots, level), float(min(1.0, 2.0 * min(below, above)))
 
 
+def sign_flip_over_users(
+    old_per_user: Mapping[str, float],
+    new_per_user: Mapping[str, float],
+    weights: Mapping[str, float] | None = None,
+) -> float:
+    """The exact sign-flip p-value of the weighted mean of each shared user's change ``new -
+    old`` (``weights``: each user's items for a micro figure; without, users weigh 1)."""
+    users = sorted(set(old_per_user) & set(new_per_user))
+    diffs = [new_per_user[u] - old_per_user[u] for u in users]
+    w = [1.0 if weights is None else float(weights[u]) for u in users]
+    return sign_flip(diffs, w)[0]
+
+
 def sign_flip(
     diffs: Sequence[float], weights: Sequence[float] | None = None, *, seed: int = 0
 ) -> tuple[float, bool]:
@@ -230,8 +243,9 @@ def sign_flip(
     2^n sign patterns whose mean is at least as far from 0 as the observed one
     (``nulls.sign_flip``: one matrix product over the patterns; the same figure as
     ``scipy.stats.permutation_test``, paired, where exact). Exact up to 15 users (2^15 <=
-    PERMUTATIONS), sampled, seeded, beyond, counting the observed pattern once more. With n users no p-value is below ``2 / 2^n``, so below
-    ``sign_test_floor(alpha)`` users nothing can be significant.
+    PERMUTATIONS), sampled, seeded, beyond, counting the observed pattern once more. With n
+    users no p-value is below ``2 / 2^n``, so below ``sign_test_floor(alpha)`` users nothing
+    can be significant.
     """
     d = np.asarray(diffs, dtype=float)
     w = np.ones_like(d) if weights is None else np.asarray(weights, dtype=float)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_prefalign.analysis import catalogue
+from pytest_prefalign.analysis import catalogue, stats
 from pytest_prefalign.analysis.metrics import (
     FIGURE_DIGITS,
     percentile_interval,
@@ -120,6 +120,16 @@ def paired_differences(
         return [], np.zeros(0), np.zeros(0)
     t = table([_only(a, metric, shared), _only(b, metric, shared)], metric)
     return shared, t.values[0] - t.values[1], t.weights.mean(axis=0)
+
+
+def sign_flip(a: CaseResult, b: CaseResult, metric: str, alpha: float = 0.05) -> float | None:
+    """The two-sided exact sign-flip p-value of ``a - b`` on ``metric`` over the users both
+    have (``stats.sign_flip``), or None below ``stats.sign_test_floor(alpha)`` of them, where
+    no sign-flip test can be significant."""
+    _, d, w = paired_differences(a, b, metric)
+    if len(d) < stats.sign_test_floor(alpha):
+        return None
+    return stats.sign_flip(d.tolist(), w.tolist())[0]
 
 
 def _only(row: CaseResult, metric: str, users: list[str]) -> CaseResult:

@@ -1,0 +1,149 @@
+"""Circular evaluation (docs/report.md): a method judged by the reward model that guided it.
+
+For every row with a self-judged win rate over ``base``: the win rate under its own RM (circular:
+the decoder optimised that very score) beside the independent judge's, the gap between them, and
+the method's ROUGE-1 against base's. The flag is the paper's example of circular evaluation, two
+statements at once: the own RM prefers the method's outputs to base's (the sign-flip test over
+users of wins minus losses, the judge indifferent under the null) and the method's ROUGE-1 is
+below base's (the sign-flip test over the shared users); its p-value is the larger of the two
+(intersection-union), and it fires when that p-value, adjusted with the run's other looks
+(``family``), is below the level.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from pytest_prefalign.analysis import nulls, stats, users
+from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
+from pytest_prefalign.runs.records import CaseResult
+
+ALPHA = 0.05
+
+Row = dict[str, Any]
+
+
+def _gap_interval(row: CaseResult, n_boot: int = users.N_BOOT) -> list[float] | None:
+    """The interval of ``win_self - win_independent`` with the row's users resampled (one draw
+    for both judges)."""
+    ts, ti = users.tables([row], "win_self", "win_independent")
+    if not ts.users:
+        return None
+    draws = [
+        ts.resampled(c)[:, 0] - ti.resampled(c)[:, 0]
+        for c in users.resamples(len(ts.users), n_boot)
+    ]
+    return users.interval(np.concatenate(draws))
+
+
+def entries(results: Iterable[CaseResult]) -> list[Row]:
+    """Methods with a self-judged win rate over ``base``, next to the independent judge's.
+
+    ``gap`` = self - independent. ``rouge1_vs_base``: the method's ROUGE-1 minus base's on the
+    same (suite, size), with its interval over the shared users. ``flag``: the paper's example
+    of circular evaluation, stated only when the own-RM win rate's interval is above 1/2 and
+    the ROUGE-1 difference's interval is below 0.
+    """
+    results = list(results)
+    base = {(r.suite, r.size): r for r in results if r.decoder == "base" and not r.reward}
+    entries = []
+    for row in results:
+        win_self = row.metrics.get("win_self")
+        if not _finite(win_self):
+            continue
+        indep = row.metrics.get("win_independent")
+        indep = float(indep) if _finite(indep) else None
+        base_row = base.get((row.suite, row.size))
+        diff, diff_ci = None, None
+        if base_row is not None and "rouge1" in row.per_user and "rouge1" in base_row.per_user:
+            d, diff_ci, _ = users.difference(row, base_row, "rouge1")
+            diff = d if math.isfinite(d) else None
+        self_ci = row.ci.get("win_self")
+        test = _circular_test(row, base_row, diff)
+        entries.append(
+            {
+                "suite": row.suite,
+                "size": row.size,
+                "method": row.method,
+                "win_self": float(win_self),
+                "win_self_ci": self_ci,
+                "win_independent": indep,
+                "win_independent_ci": row.ci.get("win_independent"),
+                "gap": round(float(win_self) - indep, FIGURE_DIGITS) if indep is not None else None,
+                "gap_ci": _gap_interval(row) if indep is not None else None,
+                "n": row.judge.get("n", row.n_items),
+                "judge_independent": row.judge.get("independent"),
+                "reason": row.judge.get("reason"),
+                "rouge1_vs_base": diff,
+                "rouge1_vs_base_ci": diff_ci,
+                **test,
+                "flag": False,
+            }
+        )
+    return entries
+
+
+def _circular_test(row: CaseResult, base: CaseResult | None, rouge_diff: float | None) -> Row:
+    """The paper's circular evaluation needs two things at once: the method's own RM prefers
+    its outputs to base's (each user's wins minus losses, a sign-flip test over users of the
+    win share against 1/2) and its ROUGE-1 is below base's (a sign-flip test over the users
+    both have). The p-value is the larger of the two (intersection-union); ``holds``: both
+    observed in the flag's direction."""
+    p_win = _win_sign_flip(row)
+    p_rouge = (
+        users.sign_flip(row, base, "rouge1")
+        if base is not None and rouge_diff is not None
+        else None
+    )
+    return {
+        "test": "intersection-union of two sign-flip tests over users",
+        "p_win": p_win,
+        "p_rouge": p_rouge,
+        "p_value": nulls.intersection_union(p_win, p_rouge),
+        "holds": bool(_prefers_method(row) and rouge_diff is not None and rouge_diff < 0),
+    }
+
+
+def _win_sign_flip(row: CaseResult) -> float | None:
+    """Two-sided sign-flip p-value over users of the own RM's preference: under the null the
+    judge is indifferent between the method's output and base's, so each user's wins minus
+    losses (per item, ties 0) is as likely negative as positive (users weigh by their items).
+    From the items' ``win_self_outcome`` (1, 1/2, 0); a row without item records (an older run
+    file) uses its per-user win shares, which then counted a tie 1/2."""
+    shares = _own_rm_shares(row)
+    if len(shares) < stats.sign_test_floor(ALPHA):
+        return None
+    d = [share - 0.5 for share, _ in shares.values()]
+    w = [n for _, n in shares.values()]
+    return stats.sign_flip(d, w)[0]
+
+
+def _own_rm_shares(row: CaseResult) -> dict[str, tuple[float, float]]:
+    """Each user's mean own-RM outcome (win 1, tie 1/2, loss 0) and number of items."""
+    outcomes: dict[str, list[float]] = defaultdict(list)
+    for item in row.items:
+        if item.get("win_self_outcome") is not None:
+            outcomes[item["user"]].append(float(item["win_self_outcome"]))
+    if outcomes:
+        return {u: (float(np.mean(v)), float(len(v))) for u, v in sorted(outcomes.items())}
+    t = users.table([row], "win_self")
+    return {
+        u: (float(v), float(w)) for u, v, w in zip(t.users, t.values[0], t.weights[0], strict=True)
+    }
+
+
+def _prefers_method(row: CaseResult) -> bool:
+    """The own RM's wins outnumber its losses (over items; from the per-user shares without
+    item records)."""
+    shares = _own_rm_shares(row)
+    total = sum(n for _, n in shares.values())
+    return bool(total) and sum((s - 0.5) * n for s, n in shares.values()) > 0
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
