@@ -353,13 +353,15 @@ def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> Non
     assert tau["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
     inversions = synthetic_run["crisis"].get("inversions", [])
     assert [i for i in inversions if i["y"] == "policy_acc"] == []
-    # picking by RM accuracy picks the best: no regret
+    # picking by RM accuracy picks the best: no regret in sample; cross-fitted over halves of
+    # three users, where a noisier oracle can tie the best, a small figure and no verdict
     (regret,) = [
         r
         for r in synthetic_run["crisis"]["regret"]
         if (r["decoder"], r["y"]) == ("bon", "policy_acc")
     ]
-    assert regret["picked"] == ["bon[oracle]"] and regret["regret"] == 0.0
+    assert regret["picked"] == ["bon[oracle]"] and regret["regret_in_sample"] == 0.0
+    assert abs(regret["regret"]) < 0.05 and regret["p_value"] > 0.05
     assert not regret["significant"]
 
 
@@ -372,12 +374,16 @@ def test_compare_two_rows_of_the_run(synthetic_run) -> None:
     )
     assert out.returncode == 0, out.stderr
     (policy,) = [x.split() for x in out.stdout.splitlines() if " policy_acc " in x]
-    # +1 for each of the 6 users: exact sign-flip p = 2 / 2^6
+    # +1 for each of the 6 users: exact sign-flip p = 2 / 2^6; the command compares six
+    # metrics (ROUGE-1, ROUGE-L, policy and RM accuracy, both win rates), one family: Holm
+    # multiplies the smallest p by 6, and six users cannot carry a verdict through six looks
     assert policy[3:] == ["policy_acc", "1.000", "0.000", "+1.000", "[+1.000,", "+1.000]"] + [
         "0.0312",
+        "0.188",
         "6",
-        "bon[oracle]",
-        "better",
+        "no",
+        "significant",
+        "difference",
     ]
     out = subprocess.run(
         [*command, "--rows", "bon[oracle],bon[nothing]"], capture_output=True, text=True

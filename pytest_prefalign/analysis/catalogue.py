@@ -27,7 +27,9 @@ class Metric:
     compared: bool = True  # shown when two runs are compared
     interval: bool = True  # carries a 95% bootstrap interval over users and per-user values
     needs_reward: bool = False  # only methods with a reward method have it
-    alternative: bool = False  # the same figure under another setting, kept, not compared
+    # the same outcomes under another pooling or setting: kept in the run file, not one more
+    # question when two rows of a run are compared (``prefalign compare RUN --rows``)
+    alternative: bool = False
     low: float = 0.0  # the range a valid value lies in
     high: float = 1.0
     fmt: str = ".3f"
@@ -43,7 +45,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("rouge1", "item", "rouge1", "micro", "ROUGE-1", gateable=True),
     Metric("rougeL", "item", "rougeL", "micro", "ROUGE-L", gateable=True),
     Metric("policy_acc", "pair", "policy_correct", "macro", "policy acc", gateable=True),
-    Metric("policy_acc_micro", "pair", "policy_correct", "micro"),
+    # the same outcomes pooled over pairs: the leaderboard's accuracies are the macro ones
+    Metric("policy_acc_micro", "pair", "policy_correct", "micro", alternative=True),
     # the policy score under each reduction, whichever the run used (--prefalign-reduce)
     Metric(
         "policy_acc_sum", "pair", "policy_correct_sum", "macro", compared=False, alternative=True
@@ -52,7 +55,7 @@ METRICS: tuple[Metric, ...] = (
         "policy_acc_mean", "pair", "policy_correct_mean", "macro", compared=False, alternative=True
     ),
     Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
-    Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True),
+    Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True, alternative=True),
     # win rates count strict wins (a tie is no win); each row's judge["counts"] holds the
     # wins, ties and losses, and each item its outcome in win_self_outcome, ...
     # judged by the independent RM, never the method's own: the leaderboard's win column
