@@ -167,7 +167,8 @@ def compare_rows_main(run_name: str, rows: list[str]) -> int:
         return 2
     print(
         f"A = {a}, B = {b}: A - B over the users both have (95% interval with users "
-        "resampled; p: exact sign-flip test over users)"
+        "resampled; p: exact sign-flip test over users; p_holm: Holm over the metrics compared, "
+        "which the verdict reads)"
     )
     print(summary.rows_table(found))
     return 0
