@@ -21,10 +21,11 @@ have them, each user's own-RM win share reflected about 1/2 at random (method an
 exchanged), RM accuracy untouched; then the run is analysed again. This is the null of every
 verdict at once, at the run's own users, methods and per-user spread.
 
-Rates are per run: the share of simulated runs in which a verdict of that kind fired (after the
-run's Holm adjustment, as the summary states them), and, beside it, the share in which at least
-one of its looks had its own p-value below 0.05 (each test alone, before the adjustment). The
-Monte Carlo standard error of a rate r over n runs is sqrt(r (1 - r) / n).
+Rates: the share of simulated runs in which a verdict of that kind fired (after the run's Holm
+adjustment, as the summary states them), its Monte Carlo standard error sqrt(r (1 - r) / n);
+and, beside it, each test alone: the share of its looks whose own p-value was below 0.05 (in
+the statement's direction), averaged over the runs, its error from the spread of that share
+over the runs. Power is the first rate under the kind's effect.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import sys
 import time
 from collections.abc import Callable
@@ -203,37 +203,65 @@ def looks_by_kind(tau: list[dict], found: dict[str, Any]) -> dict[str, list[dict
     return {"tau": [e for e in tau if e.get("enough")], **sections}
 
 
-def outcomes(results: list[CaseResult]) -> dict[str, tuple[bool, bool]]:
-    """Per kind: (a verdict fired after the run's adjustment, a look had p < ALPHA alone)."""
+def outcomes(results: list[CaseResult]) -> dict[str, tuple[bool, float]]:
+    """Per kind: whether a verdict fired after the run's adjustment, and the share of its looks
+    whose own p-value was below ``ALPHA`` with the statement's direction (nan without looks)."""
     tau, found = crisis.analyse(results)
-    out = {}
+    out: dict[str, tuple[bool, float]] = {}
     for kind, entries in looks_by_kind(tau, found).items():
-        fired = any(e.get("fires") for e in entries)
-        alone = any(
-            e.get("p_value") is not None and e["p_value"] < ALPHA and e.get("holds", True)
-            for e in entries
-        )
-        out[kind] = (fired, alone)
-    out["any"] = (any(v[0] for v in out.values()), any(v[1] for v in out.values()))
+        tested = [e for e in entries if e.get("p_value") is not None]
+        alone = [e["p_value"] < ALPHA and e.get("holds", True) is not False for e in tested]
+        out[kind] = (any(e.get("fires") for e in entries), _mean(alone))
+    out["any"] = (any(v[0] for v in out.values()), math.nan)
     return out
 
 
-def rates(make: Callable[[np.random.Generator], list[CaseResult]], sims: int, seed: int) -> dict:
-    """Per kind: the share of ``sims`` runs in which a verdict fired, and with each test alone."""
-    counts = {kind: [0, 0] for kind in (*KINDS, "any")}
+def _mean(values: list[bool]) -> float:
+    return float(np.mean(values)) if values else math.nan
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A rate over simulated runs and its Monte Carlo standard error."""
+
+    rate: float
+    se: float
+    n: int
+
+    def cell(self) -> str:
+        return "-" if self.n == 0 else f"{self.rate:.3f} ± {self.se:.3f}"
+
+
+def rates(
+    make: Callable[[np.random.Generator], list[CaseResult]], sims: int, seed: int
+) -> dict[str, tuple[Rate, Rate]]:
+    """Per kind: the share of ``sims`` runs in which a verdict fired (after the run's
+    adjustment), and the mean over runs of the share of its looks below ``ALPHA`` alone (each
+    test at its own level; its error from the spread of that share over the runs)."""
+    fired: dict[str, list[bool]] = {kind: [] for kind in (*KINDS, "any")}
+    alone: dict[str, list[float]] = {kind: [] for kind in (*KINDS, "any")}
     for i in range(sims):
-        for kind, (fired, alone) in outcomes(make(np.random.default_rng([seed, i]))).items():
-            counts[kind][0] += fired
-            counts[kind][1] += alone
-    return {kind: (c[0] / sims, c[1] / sims) for kind, c in counts.items()}
+        for kind, (did, share) in outcomes(make(np.random.default_rng([seed, i]))).items():
+            fired[kind].append(did)
+            if math.isfinite(share):
+                alone[kind].append(share)
+    return {kind: (_share(fired[kind]), _rate(alone[kind])) for kind in fired}
 
 
-def mc_se(rate: float, n: int) -> float:
-    return math.sqrt(max(rate * (1 - rate), 0.0) / n)
+def _share(values: list[bool]) -> Rate:
+    """The share of runs, with the binomial Monte Carlo error sqrt(r (1 - r) / n)."""
+    n = len(values)
+    r = float(np.mean(values)) if n else math.nan
+    return Rate(r, math.sqrt(r * (1 - r) / n) if n else math.nan, n)
 
 
-def _cell(rate: float, n: int) -> str:
-    return f"{rate:.3f} ± {mc_se(rate, n):.3f}"
+def _rate(values: list[float]) -> Rate:
+    """The mean of per-run shares, with its error from their spread over the runs."""
+    n = len(values)
+    if n == 0:
+        return Rate(math.nan, math.nan, 0)
+    array = np.asarray(values, dtype=float)
+    return Rate(float(array.mean()), float(array.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0, n)
 
 
 def main() -> None:
@@ -244,46 +272,43 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the rates here")
     args = parser.parse_args()
-    random.seed(args.seed)
     started = time.perf_counter()
     table: dict[str, Any] = {}
     if args.run:
         results = read(args.run).results
-        table["real null"] = rates(lambda g: real_null(results, g), args.sims, args.seed)
-        print_table(f"null of {args.run.name}", table["real null"], args.sims)
+        null = rates(lambda g: real_null(results, g), args.sims, args.seed)
+        table[args.run.name] = {"null": null}
+        print_cell(f"null of {args.run.name}", null, {})
     else:
         for n in (int(u) for u in args.users.split(",")):
             null = rates(lambda g, n=n: simulate(n, NULL, g), args.sims, args.seed)
             power = {
-                kind: rates(lambda g, n=n, s=s: simulate(n, s, g), args.sims, args.seed)[kind]
+                kind: rates(lambda g, n=n, s=s: simulate(n, s, g), args.sims, args.seed)[kind][0]
                 for kind, s in EFFECTS.items()
             }
             table[str(n)] = {"null": null, "power": power}
-            print_cell(n, null, power, args.sims)
-    print(f"\n{args.sims} simulated runs per cell; {time.perf_counter() - started:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps({"sims": args.sims, "rates": table}, indent=1) + "\n")
-
-
-def print_cell(n: int, null: dict, power: dict, sims: int) -> None:
-    print(f"\n{n} users")
+            print_cell(f"{n} users", null, power)
     print(
-        "| verdict | false positives (run, Holm) | each test alone, p < 0.05 | power (run, Holm) |"
+        f"\n{args.sims} simulated runs per cell; {time.perf_counter() - started:.0f} s", flush=True
+    )
+    if args.json:
+        plain = json.loads(json.dumps(table, default=lambda r: [r.rate, r.se, r.n]))
+        args.json.write_text(json.dumps({"sims": args.sims, "rates": plain}, indent=1) + "\n")
+
+
+def print_cell(title: str, null: dict[str, tuple[Rate, Rate]], power: dict[str, Rate]) -> None:
+    """One markdown table: per kind, the false-positive rate in the run (after Holm), each look
+    alone at 0.05, and the power under the kind's effect."""
+    print(f"\n{title}\n")
+    print(
+        "| verdict | false positives in a run (after Holm) | each look alone, p < 0.05 | "
+        "power in a run (after Holm) |"
     )
     print("|---|---|---|---|")
     for kind in (*KINDS, "any"):
         fired, alone = null[kind]
-        pw = _cell(power[kind][0], sims) if kind in power else "-"
-        print(f"| {kind} | {_cell(fired, sims)} | {_cell(alone, sims)} | {pw} |")
-
-
-def print_table(title: str, null: dict, sims: int) -> None:
-    print(f"\n{title}")
-    print("| verdict | false positives (run, Holm) | each test alone, p < 0.05 |")
-    print("|---|---|---|")
-    for kind in (*KINDS, "any"):
-        fired, alone = null[kind]
-        print(f"| {kind} | {_cell(fired, sims)} | {_cell(alone, sims)} |")
+        effect = power[kind].cell() if kind in power else "-"
+        print(f"| {kind} | {fired.cell()} | {alone.cell()} | {effect} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ def halves(n_users: int, n_splits: int = SPLITS, seed: int = SEED) -> np.ndarray
 def _means(values: np.ndarray, weights: np.ndarray, masks: np.ndarray) -> np.ndarray:
     """``(R, S, K)`` weighted means of ``values`` ``(R, K, U)`` over the users of each mask
     ``(S, U)``; nan where a method has no weight there."""
-    num = np.einsum("su,rku->rsk", masks, weights * np.nan_to_num(values))
-    den = np.einsum("su,rku->rsk", masks, weights)
+    weights = np.broadcast_to(weights, np.broadcast_shapes(weights.shape, values.shape))
+    num = np.swapaxes((weights * np.nan_to_num(values)) @ masks.T, -1, -2)
+    den = np.swapaxes(weights @ masks.T, -1, -2)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.round(num / den, FIGURE_DIGITS)
 
