@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,6 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     return command(name)(rest)
+
+
+def terminal_width() -> int | None:
+    """The width to fit tables to: the terminal's (or $COLUMNS), one column short of the edge;
+    None when the output goes to a pipe or a file, which no terminal wraps."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return max(40, shutil.get_terminal_size().columns - 1)
 
 
 def version() -> str:
@@ -170,7 +180,7 @@ def compare_rows_main(run_name: str, rows: list[str]) -> int:
         "resampled; p: exact sign-flip test over users; p_holm: Holm over the metrics compared, "
         "which the verdict reads)"
     )
-    print(summary.rows_table(found))
+    print(summary.rows_table(found, width=terminal_width()))
     return 0
 
 
@@ -243,9 +253,10 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"prefalign merge: error: {exc}", file=sys.stderr)
         return 2
-    for line in table.leaderboards(run.results):
+    width = terminal_width()
+    for line in table.leaderboards(run.results, width):
         print(line)
-    for line in summary.summary_lines(run):
+    for line in summary.summary_lines(run, width):
         print(line)
     print(f"merged {len(shards)} shards, {len(run.results)} results: {args.out}")
     return 0

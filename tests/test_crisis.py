@@ -450,10 +450,46 @@ def test_six_methods_ranked_alike_are_a_finding_in_the_run() -> None:
     assert tau["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
 
 
-def test_not_enough_evidence_hides_the_numbers() -> None:
+def test_not_enough_evidence_marks_the_numbers() -> None:
     text = summary.tau_table(crisis.tau_entries(TIED))
     line = next(ln for ln in text.splitlines() if "args" in ln)
-    assert "+0.400" not in line and "not enough evidence" in line
+    # the estimate is shown, in parentheses, and has no adjusted p-value: it made no look
+    assert "(+0.400)" in line and "not enough evidence" in line
+    run = run_of(TIED)
+    lines = summary.summary_lines(run)
+    assert any(
+        ln.startswith("(in parentheses: an estimate without enough evidence") for ln in lines
+    )
+
+
+def test_the_summary_fits_the_terminal() -> None:
+    rows = [
+        row("base", policy_acc=0.5, rouge1=0.3),
+        row("icl", policy_acc=0.6, rouge1=0.35),
+        *[
+            row(
+                f"args[method_with_a_long_name_{i}]",
+                per_user={
+                    "rm_acc": spread_users([0.6 + 0.05 * i] * 10),
+                    "policy_acc": spread_users([0.5 + 0.05 * i] * 10),
+                    "rouge1": spread_users([0.3 - 0.01 * i] * 10),
+                },
+            )
+            for i in range(5)
+        ],
+    ]
+    run = run_of(rows)
+    wide = summary.summary_lines(run)
+    assert max(len(ln) for ln in wide) > 120  # the verdicts alone are longer
+    fitted = summary.summary_lines(run, width=120)
+    assert max(len(ln) for ln in fitted) <= 120
+
+    # nothing is lost: wrapping moves characters to other lines, it drops none (spaces and the
+    # rules under the headers aside)
+    def characters(lines: list[str]) -> list[str]:
+        return sorted(c for c in "".join(lines) if c not in " -")
+
+    assert characters(wide) == characters(fitted)
 
 
 def test_summary_empty_without_reward_methods() -> None:

@@ -160,8 +160,8 @@ def _tau_section(entries: list[dict[str, Any]]) -> str:
         + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
         "decoder, with its exact permutation p-value over the methods, p_holm (adjusted with "
         "the run's other looks, which decides) and an interval with users resampled (which "
-        "describes). A tau is shown only where the data can say something: not with saturated "
-        "or tied RM accuracies, fewer than 5 methods or 5 users.</p>"
+        "describes). Where the data cannot say something (saturated or tied RM accuracies, fewer "
+        "than 5 methods or 5 users), the estimate is shown in parentheses and makes no look.</p>"
     )
 
 

@@ -10,19 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
-
-from pytest_prefalign.analysis import family
+from pytest_prefalign.analysis import family, fit
 from pytest_prefalign.runs.records import RunFile
 
 Row = dict[str, Any]
 MAX_LISTED = 10  # entries printed per section before "... and N more"
 
 
-def summary_lines(run: RunFile) -> list[str]:
+def summary_lines(run: RunFile, width: int | None = None) -> list[str]:
     """The crisis section: tau, selection regret, inversions, ICL against the best
     reward-guided row, circular evaluation, per-user spread. Empty when the run has no
-    reward-guided method."""
+    reward-guided method. With a ``width`` (the terminal's), no line is wider: tables wrap
+    their cells, sentences their words."""
     crisis = run.crisis
     taus, circular = run.tau, crisis.get("circular", [])
     if not taus and not circular and not crisis.get("icl_vs_rgd"):
@@ -35,16 +34,31 @@ def summary_lines(run: RunFile) -> list[str]:
             "across the reward methods of each decoder (exact permutation p, and p_holm "
             "adjusted with the run's other looks; 95% interval with users resampled)",
         ]
-        lines += tau_table(taus).splitlines()
-    lines += regret_lines(crisis.get("regret", []))
-    lines += inversion_lines(crisis.get("inversions", []))
-    lines += icl_lines(crisis.get("icl_vs_rgd", []))
-    lines += circular_lines(circular)
-    lines += spread_lines(crisis.get("spread", []))
+        lines += tau_table(taus, width=width).splitlines()
+        if any(not e.get("enough", True) and e.get("tau") is not None for e in taus):
+            lines.append(
+                "(in parentheses: an estimate without enough evidence to read, for the "
+                "reasons its verdict gives; no look)"
+            )
+    lines += regret_lines(crisis.get("regret", []), width)
+    lines += inversion_lines(crisis.get("inversions", []), width)
+    lines += icl_lines(crisis.get("icl_vs_rgd", []), width)
+    lines += circular_lines(circular, width)
+    lines += spread_lines(crisis.get("spread", []), width)
     described = family.describe(crisis.get("family"))
     if described:
         lines += ["", described]
-    return lines
+    return fit_prose(lines, width)
+
+
+def fit_prose(lines: list[str], width: int | None) -> list[str]:
+    """Sentences (lines without a table's column gap) wrapped to ``width``; table rows, which
+    ``fit.table`` already made fit, as they are."""
+    out: list[str] = []
+    for line in lines:
+        is_row = "  " in line.strip() or set(line.strip()) <= {"-", " "}
+        out += [line] if is_row else fit.prose(line, width, indent="  ")
+    return out
 
 
 def _num(value: float | None, spec: str = ".3f") -> str:
@@ -55,12 +69,18 @@ def _ci(ci: Sequence[float] | None, spec: str = "+.2f") -> str:
     return "-" if not ci else f"[{format(ci[0], spec)}, {format(ci[1], spec)}]"
 
 
+def _marked(text: str, readable: bool) -> str:
+    """A figure as it is, or in parentheses where the data cannot carry it ("-" stays)."""
+    return text if readable or text == "-" else f"({text})"
+
+
 def _where(entry: Row) -> str:
     return f"{entry['suite']} · {entry['size']}"
 
 
-def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
-    """A tau and its p-value are shown only where there is enough evidence to read them."""
+def tau_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
+    """Where there is not enough evidence to read a tau, its estimate, p-value and interval are
+    shown in parentheses (marked, not hidden), and it has no adjusted p-value (no look)."""
     body = []
     for e in entries:
         shown = e.get("enough", True)
@@ -71,10 +91,10 @@ def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
                 f"{e['x']} ~ {e['y']}",
                 e["n_methods"],
                 e.get("n_users", "-"),
-                _num(e["tau"] if shown else None, "+.3f"),
-                _num(e["p_value"] if shown else None),
+                _marked(_num(e["tau"], "+.3f"), shown),
+                _marked(_num(e["p_value"]), shown),
                 _num(e.get("p_holm") if shown else None),
-                _ci(e["ci"] if shown else None),
+                _marked(_ci(e["ci"]), shown),
                 e.get("verdict") or e.get("warning") or "",
             ]
         )
@@ -90,10 +110,10 @@ def tau_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "95% CI",
         "verdict",
     ]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def regret_lines(entries: list[Row]) -> list[str]:
+def regret_lines(entries: list[Row], width: int | None = None) -> list[str]:
     if not entries:
         return []
     lines = [
@@ -103,11 +123,11 @@ def regret_lines(entries: list[Row]) -> list[str]:
         "other half; p: within-user permutation of y across the methods; 95% interval: users "
         "resampled)",
     ]
-    lines += regret_table(entries).splitlines()
+    lines += regret_table(entries, width=width).splitlines()
     return lines
 
 
-def regret_table(entries: list[Row], tablefmt: str = "simple") -> str:
+def regret_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
     body = [
         [
             _where(e),
@@ -135,10 +155,10 @@ def regret_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "p_holm",
         "verdict",
     ]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def inversion_lines(entries: list[Row]) -> list[str]:
+def inversion_lines(entries: list[Row], width: int | None = None) -> list[str]:
     significant = [e for e in entries if e.get("significant", True)]
     if not significant:
         if not entries:
@@ -159,7 +179,7 @@ def inversion_lines(entries: list[Row]) -> list[str]:
         "B by the other figure, both differences significant (p: the larger of two sign-flip "
         "tests over users)",
     ]
-    lines += inversion_table(significant[:MAX_LISTED]).splitlines()
+    lines += inversion_table(significant[:MAX_LISTED], width=width).splitlines()
     if len(significant) > MAX_LISTED:
         lines.append(
             f"... and {len(significant) - MAX_LISTED} more (all in the run file and the report)"
@@ -167,7 +187,7 @@ def inversion_lines(entries: list[Row]) -> list[str]:
     return lines
 
 
-def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
+def inversion_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
     body = [
         [
             _where(e),
@@ -197,10 +217,10 @@ def inversion_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "p",
         "p_holm",
     ]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def icl_lines(entries: list[Row]) -> list[str]:
+def icl_lines(entries: list[Row], width: int | None = None) -> list[str]:
     if not entries:
         return []
     lines = [
@@ -209,7 +229,7 @@ def icl_lines(entries: list[Row]) -> list[str]:
         "interval with users resampled; p: within-user permutation of ICL and every "
         "reward-guided row, the best chosen again in each)",
     ]
-    return lines + icl_table(entries).splitlines()
+    return lines + icl_table(entries, width=width).splitlines()
 
 
 def _p(entry: Row) -> str:
@@ -233,13 +253,13 @@ def _paired(e: Row) -> list[Any]:
 PAIRED = ["95% CI", "p", "p_holm", "users", "verdict"]
 
 
-def icl_table(entries: list[Row], tablefmt: str = "simple") -> str:
+def icl_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
     body = [[_where(e), e["metric"], e["icl"], e["rgd"], *_paired(e)] for e in entries]
     headers = ["suite · size", "metric", "ICL", "best reward-guided", "ICL - it", *PAIRED]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def rows_table(entries: list[Row], tablefmt: str = "simple") -> str:
+def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
     """``prefalign compare RUN --rows A,B``: every metric of two rows, ``A - B`` paired over
     the users both have."""
     body = [
@@ -247,10 +267,10 @@ def rows_table(entries: list[Row], tablefmt: str = "simple") -> str:
         for e in entries
     ]
     headers = ["suite · size", "metric", "A", "B", "A - B", *PAIRED]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def circular_lines(entries: list[Row]) -> list[str]:
+def circular_lines(entries: list[Row], width: int | None = None) -> list[str]:
     if not entries:
         return []
     lines = [
@@ -258,7 +278,7 @@ def circular_lines(entries: list[Row]) -> list[str]:
         "Circular evaluation: win rate over base judged by the method's own RM "
         "(circular) and by an independent RM",
     ]
-    lines += circular_table(entries).splitlines()
+    lines += circular_table(entries, width=width).splitlines()
     for e in entries:
         if e.get("flag"):
             lines.append(
@@ -272,7 +292,7 @@ def circular_lines(entries: list[Row]) -> list[str]:
     return lines
 
 
-def circular_table(entries: list[Row], tablefmt: str = "simple") -> str:
+def circular_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
     body = [
         [
             _where(e),
@@ -298,10 +318,10 @@ def circular_table(entries: list[Row], tablefmt: str = "simple") -> str:
         "flag",
         "independent judge",
     ]
-    return tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def spread_lines(entries: list[Row]) -> list[str]:
+def spread_lines(entries: list[Row], width: int | None = None) -> list[str]:
     flags = [f for f in entries if f.get("fires", True)]
     if not flags:
         return []

@@ -11,7 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_prefalign.analysis import catalogue
+from pytest_prefalign.analysis import catalogue, fit
 from pytest_prefalign.analysis.compare import Comparison, fraction, p_text, signed, tolerance_text
 from pytest_prefalign.runs.records import CaseResult
 
@@ -22,13 +22,14 @@ Row = dict[str, Any]
 # --------------------------------------------------------------------------------------------
 
 
-def leaderboards(results: Sequence[CaseResult]) -> list[str]:
+def leaderboards(results: Sequence[CaseResult], width: int | None = None) -> list[str]:
     """One table per (suite, size), best first: by ROUGE-1 where the suite has the users' own
-    text (what the tool is about: writing what the user wants), else by policy accuracy."""
+    text (what the tool is about: writing what the user wants), else by policy accuracy. With
+    a ``width`` (the terminal's), a row wider than it has its cells wrapped (``fit``)."""
     lines: list[str] = []
     for (suite, size), rows in by_suite(results):
         lines += [""] + header(suite, size, rows)
-        lines += table(rows).splitlines()
+        lines += table(rows, width).splitlines()
     return lines
 
 
@@ -82,14 +83,14 @@ def columns(
     return [m for m in (*catalogue.columns(), *extra) if any(m.name in r.metrics for r in rows)]
 
 
-def table(rows: Sequence[CaseResult]) -> str:
+def table(rows: Sequence[CaseResult], width: int | None = None) -> str:
     present = columns(rows)
     body = [
         [rank, row.method, *(fmt(row, m) for m in present), f"{row.timings.get('total_s', 0):.1f}s"]
         for rank, row in enumerate(ordered(rows), 1)
     ]
     headers = ["#", "method", *(m.title for m in present), "time"]
-    return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
+    return fit.table(body, headers, width=width)
 
 
 def fmt(row: CaseResult, metric: catalogue.Metric) -> str:

@@ -5,10 +5,11 @@ collected from test reports, the terminal summary and the run file. Imported onl
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -306,9 +307,10 @@ class PrefalignSession:
         if not self.results or self.run is None:
             return
         tr.write_sep("=", "prefalign leaderboard")
-        for line in table.leaderboards(self.run.results):
+        width = terminal_width(tr)
+        for line in table.leaderboards(self.run.results, width):
             tr.write_line(line)
-        for line in summary.summary_lines(self.run):
+        for line in summary.summary_lines(self.run, width):
             tr.write_line(line)
         tr.write_line(cache_line(self.run.results, self.settings.use_cache))
         if self.run_path is not None:
@@ -323,6 +325,17 @@ class PrefalignSession:
             tr.write_line(f"report: {self.report_path}")
         for error in self.write_errors:
             tr.write_line(f"prefalign: {error}", red=True)
+
+
+def terminal_width(tr: Any) -> int | None:
+    """The width the summary's tables fit: the terminal's (or $COLUMNS), one column short of
+    the edge, as pytest's own lines; None where the output is no terminal (a CI log, a file),
+    which does not wrap rows."""
+    stream = getattr(tr._tw, "_file", None)
+    isatty = bool(getattr(stream, "isatty", lambda: False)())
+    if not isatty and "COLUMNS" not in os.environ:
+        return None
+    return max(40, int(getattr(tr._tw, "fullwidth", 80)) - 1)
 
 
 def check_plugins(config: pytest.Config, found: registry.Registry, *, strict: bool) -> None:

@@ -1,0 +1,81 @@
+"""Text that fits the terminal: tables whose rows are no wider than the terminal, and prose lines
+wrapped to it, as pytest's own output adapts to the terminal width.
+
+A table wider than ``width`` has its widest cells wrapped inside their column (a verdict, a
+judge's description, a figure and its interval on two lines; a word longer than the column is
+cut), never the row itself wrapped by the terminal in the middle; no column is made narrower
+than ``MIN_COLUMN``. Without a width (the HTML report, a file) nothing is wrapped.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+MIN_COLUMN = 10  # a wrapped column keeps at least this many characters
+GAP = 2  # tabulate's "simple" format puts two spaces between columns
+HEADER_PADDING = 2  # and makes a column at least its header's width plus two
+
+
+def table(
+    body: Sequence[Sequence[Any]],
+    headers: Sequence[str],
+    *,
+    tablefmt: str = "simple",
+    width: int | None = None,
+) -> str:
+    """``tabulate`` of ``body``, its text cells wrapped so that no line exceeds ``width``
+    (where it can: a table of numbers alone stays as it is)."""
+    text = tabulate(body, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+    if width is None or tablefmt != "simple" or _widest(text) <= width:
+        return text
+    limits = column_limits(body, headers, width)
+    if not any(limits):
+        return text
+    return tabulate(
+        body,
+        headers=headers,
+        tablefmt=tablefmt,
+        disable_numparse=True,
+        maxcolwidths=limits,
+        maxheadercolwidths=[None if n is None else n - HEADER_PADDING for n in limits],
+    )
+
+
+def column_limits(
+    body: Sequence[Sequence[Any]], headers: Sequence[str], width: int
+) -> list[int | None]:
+    """A width for each column, narrowing the widest one first until the row fits ``width`` or
+    every column is down to ``MIN_COLUMN``; None for a column left as it is."""
+    columns = len(headers)
+    natural = [_column_width(body, headers, i) for i in range(columns)]
+    limits = list(natural)
+    total = sum(limits) + GAP * (columns - 1)
+    while total > width:
+        candidates = [i for i in range(columns) if limits[i] > MIN_COLUMN]
+        if not candidates:
+            break
+        widest = max(candidates, key=lambda i: limits[i])
+        limits[widest] -= 1
+        total -= 1
+    return [limits[i] if limits[i] < natural[i] else None for i in range(columns)]
+
+
+def prose(text: str, width: int | None, indent: str = "") -> list[str]:
+    """A paragraph as lines no wider than ``width`` (one line without a width)."""
+    if width is None or len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width=width, subsequent_indent=indent) or [text]
+
+
+def _column_width(body: Sequence[Sequence[Any]], headers: Sequence[str], i: int) -> int:
+    cells = [str(row[i]) for row in body]
+    widest = max((len(line) for cell in cells for line in cell.splitlines() or [""]), default=0)
+    return max(widest, len(str(headers[i])) + HEADER_PADDING)
+
+
+def _widest(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
