@@ -86,10 +86,25 @@ def find_data_dir(
         from pytest_prefalign.fetch import fetch_missing
 
         cache = places[-1].path
-        fetched = fetch_missing(subdir, cache)
+        fetched = fetch_missing(subdir, cache, searched=searched_line(subdir, places))
         if fetched is not None:
             return fetched
     raise DataNotFound(not_found_message(subdir, places))
+
+
+def unreachable_data(
+    subdir: str, *, ini: str | None = None, rootdir: Path | None = None
+) -> str | None:
+    """Why a run without ``--prefalign-data`` cannot have ``subdir``, in one line, or None: no
+    place holds it and the fetch that builds it cannot reach its source (offline). None where a
+    place holds it, where a fetch may build it (online: the first test fetches it) and where no
+    suite builds it (the test says what is missing)."""
+    places = data_places(ini=ini, rootdir=rootdir)
+    if any(place.holds(subdir) for place in places):
+        return None
+    from pytest_prefalign.fetch import offline_message
+
+    return offline_message(subdir, places[-1].path, searched=searched_line(subdir, places))
 
 
 def suite_folder(data_dir: Path | None, subdir: str, marker: str) -> Path:
@@ -114,6 +129,11 @@ def not_found_message(subdir: str, places: list[DataPlace]) -> str:
         "(prefalign data fetch builds it there for the suites it can fetch)."
     )
     return "\n".join(lines)
+
+
+def searched_line(subdir: str, places: list[DataPlace]) -> str:
+    """The places searched for ``subdir``, in one line (for a one-line error)."""
+    return "looked in " + "; ".join(place.describe(subdir) for place in places)
 
 
 def _expand(text: str) -> Path:

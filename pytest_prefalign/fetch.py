@@ -28,8 +28,6 @@ import shutil
 import socket
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
@@ -37,8 +35,8 @@ from typing import Any, Protocol, TextIO, TypeVar, cast
 
 from pytest_prefalign import storage
 from pytest_prefalign.api import DataNotFound
+from pytest_prefalign.manifest import MANIFEST, Built, check_manifest, write_manifest
 
-MANIFEST = "MANIFEST.json"
 OFFLINE_VARIABLES = ("PREFALIGN_OFFLINE", "HF_HUB_OFFLINE")
 TRUE = {"1", "ON", "YES", "TRUE"}  # how boolean variables are read (as the Hugging Face libraries)
 T = TypeVar("T")
@@ -46,17 +44,6 @@ T = TypeVar("T")
 
 class FetchError(Exception):
     """A fetch that cannot go on: the message says what failed and where."""
-
-
-@dataclass
-class Built:
-    """What a builder reports about the folder it wrote: the manifest's fields."""
-
-    source: str  # what was read, e.g. "ACL Anthology XML (github.com/acl-org/acl-anthology)"
-    version: str  # the exact version read: a commit, a dataset revision
-    licence: str
-    attribution: str
-    details: dict[str, Any] = field(default_factory=dict)  # selection rules, figures, URLs
 
 
 class Builder(Protocol):
@@ -189,87 +176,57 @@ def _move_into_place(staging: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_manifest(folder: Path, suite_name: str, built: Built) -> dict[str, Any]:
-    """Write ``MANIFEST.json`` into ``folder`` (every other file in it gets its hash)."""
-    from importlib.metadata import version
-
-    files = {
-        path.relative_to(folder).as_posix(): {
-            "sha256": storage.file_sha256(path),
-            "bytes": path.stat().st_size,
-        }
-        for path in sorted(folder.rglob("*"))
-        if path.is_file() and path.name != MANIFEST
-    }
-    manifest = {
-        "suite": suite_name,
-        "source": built.source,
-        "version": built.version,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "licence": built.licence,
-        "attribution": built.attribution,
-        "built_by": f"pytest-prefalign {version('pytest-prefalign')}",
-        "details": built.details,
-        "files": files,
-    }
-    storage.atomic_write_json(folder / MANIFEST, manifest)
-    return manifest
-
-
-def check_manifest(folder: Path) -> list[str]:
-    """What does not match ``folder``'s manifest: one line per missing, changed or unlisted
-    file; an empty list where everything matches."""
-    path = folder / MANIFEST
-    if not path.is_file():
-        return [f"{path}: no such file"]
-    listed: dict[str, dict[str, Any]] = storage.read_json(path).get("files", {})
-    problems = []
-    for name, entry in listed.items():
-        file = folder / name
-        if not file.is_file():
-            problems.append(f"{file}: missing")
-        elif storage.file_sha256(file) != entry.get("sha256"):
-            problems.append(f"{file}: SHA-256 differs from {MANIFEST}")
-    for file in sorted(folder.rglob("*")):
-        name = file.relative_to(folder).as_posix()
-        if file.is_file() and file.name != MANIFEST and name not in listed:
-            problems.append(f"{file}: not listed in {MANIFEST}")
-    return problems
-
-
 # -- what a pytest run calls -----------------------------------------------------------------
 
 
-def fetch_missing(subdir: str, root: Path | None = None) -> Path | None:
+def fetch_missing(subdir: str, root: Path | None = None, *, searched: str = "") -> Path | None:
     """Fetch ``subdir`` into the user cache for a run that found it nowhere; returns the data
     directory that now holds it, or None where no suite that needs a data directory builds
-    ``subdir``. Offline, or when the fetch fails, raises DataNotFound with one line."""
-    from pytest_prefalign.api import requires_data_dir
-
+    ``subdir``. Offline, or when the fetch fails, raises DataNotFound with one line
+    (``searched``: the places searched, in one line, added to the offline message)."""
     root = root or default_root()
-    suite = next(
-        (s for s in fetchable_suites().values() if s.source == subdir and requires_data_dir(s, {})),
-        None,
-    )
+    suite = _builds(subdir)
     if suite is None:
         return None
+    offline = offline_message(subdir, root, searched=searched)
+    if offline:
+        raise DataNotFound(offline)
     command = f"prefalign data fetch {suite.name}"
-    options = default_options(suite)
-    reason = offline_reason(builder(suite).hosts(options))
-    if reason:
-        raise DataNotFound(
-            f"data folder {subdir}/ not found and {reason}: run `{command}` once with a "
-            f"network (it builds {root / subdir}/), or pass --prefalign-data DIR"
-        )
     progress = Progress(suite.name)
     progress.say(f"no data folder {subdir}/ found: fetching it into {root} (`{command}`)")
     try:
-        fetch_suite(suite, root, options, progress=progress)
+        fetch_suite(suite, root, default_options(suite), progress=progress)
     except FetchError as exc:
         raise DataNotFound(
             f"fetching {subdir}/ into {root} failed: {exc} (`{command}` tries again)"
         ) from None
     return root
+
+
+def offline_message(subdir: str, root: Path | None = None, *, searched: str = "") -> str | None:
+    """The one-line error of a run that needs ``subdir``, found in no place, where the suite's
+    fetch cannot reach its source: the reason, the command to run with a network and the
+    places ``searched``. None where a fetch could run, or no suite builds ``subdir``."""
+    suite = _builds(subdir)
+    if suite is None:
+        return None
+    root = root or default_root()
+    reason = offline_reason(builder(suite).hosts(default_options(suite)))
+    if not reason:
+        return None
+    return (
+        f"data folder {subdir}/ not found and {reason}: run `prefalign data fetch {suite.name}` "
+        f"once with a network (it builds {root / subdir}/), or pass --prefalign-data DIR"
+        + (f"; {searched}" if searched else "")
+    )
+
+
+def _builds(subdir: str) -> Any:
+    """The fetchable suite that needs a data directory and reads ``subdir``, or None."""
+    return next(
+        (s for s in fetchable_suites().values() if s.source == subdir and _needs_folder(s)),
+        None,
+    )
 
 
 # -- the command -----------------------------------------------------------------------------

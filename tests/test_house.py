@@ -49,6 +49,7 @@ LAYERS = [
         "pytest_prefalign.hookspec",
         "pytest_prefalign.datadir",
         "pytest_prefalign.fetch",
+        "pytest_prefalign.manifest",
     ),
     ("pytest_prefalign.runs",),
     ("pytest_prefalign.analysis",),

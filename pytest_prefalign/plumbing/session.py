@@ -15,7 +15,7 @@ import pytest
 
 from pytest_prefalign import cache, method_options, registry, storage
 from pytest_prefalign.errors import PrefalignError, PrefalignWarning, SuiteUnavailable
-from pytest_prefalign.plumbing import gating, options, paths, progress, shards
+from pytest_prefalign.plumbing import gating, options, paths, preflight, progress, shards
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
 from pytest_prefalign.plumbing.outcomes import Outcomes, describe
 from pytest_prefalign.plumbing.workers import is_worker
@@ -61,6 +61,7 @@ class PrefalignSession:
             [] if is_worker(config) else storage.remove_stale_temporaries(self.disk.root)
         )
         self._evaluator: Evaluator | None = None
+        self.data_checked = False  # the collected suites' data (preflight)
         self.results: list[CaseResult] = []
         self.write_errors: list[str] = []
         self.notes: list[str] = []  # lines for the summary
@@ -113,21 +114,24 @@ class PrefalignSession:
             return SuiteFile.from_parent(parent, path=file_path, host=self)
         return None
 
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """An explicit ``--prefalign-data`` must hold the data of every collected suite that
-        reads a data folder. (Under xdist the workers collect, where a usage error cannot be
-        raised cleanly: there the suite's tests fail once with the same message.)"""
-        if self.data_dir is None or is_worker(self.config):
-            return
-        from pytest_prefalign.api import requires_data_dir
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The data of the collected suites, checked before any test runs (``preflight``)."""
+        if not is_worker(self.config):
+            self._check_data(preflight.suites_of_items(self.registry, session.items))
 
-        needed = {}
-        for item in items:
-            if isinstance(item, CaseItem):
-                suite = self.registry.suite(item.suite)
-                if requires_data_dir(suite, dict(item.suite_options)):
-                    needed[item.suite] = suite
-        problem = paths.missing_suite_data(self.data_dir, needed)
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        """Under xdist the workers collect: the same check, on the ids the first one reports."""
+        if not self.data_checked:
+            rootpath = Path(self.config.rootpath)
+            self._check_data(preflight.suites_of_ids(self.registry, rootpath, ids))
+
+    def _check_data(self, needed: preflight.Needed) -> None:
+        self.data_checked = True
+        if self.config.option.collectonly and self.data_dir is None:
+            return  # listing the tests needs no data
+        rootdir = Path(self.config.rootpath)
+        problem = preflight.problem(needed, self.settings, self.data_dir, rootdir)
         if problem:
             raise pytest.UsageError(problem)
 

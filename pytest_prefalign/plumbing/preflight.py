@@ -1,0 +1,81 @@
+"""The data a run's tests will need, checked once their suites are known and before any test
+runs: a data folder that no place holds and that the run cannot get is a usage error of the run
+(one message, exit status 4), not one failure per test.
+
+Two cases are known that early:
+
+- ``--prefalign-data DIR`` holds no folder of a collected suite that reads one (that directory
+  is never replaced by another place);
+- offline (``PREFALIGN_OFFLINE``, ``HF_HUB_OFFLINE``, or the source's host does not resolve),
+  a suite's folder is found in no place and only a fetch could build it: one line naming the
+  fetch command and the places searched.
+
+Online, a missing folder is left to the first test, which fetches it (``fetch.fetch_missing``).
+The suites are read from the collected items, or under pytest-xdist (where the workers collect)
+from the test ids a worker reports to the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_prefalign.plumbing import paths
+from pytest_prefalign.plumbing.collect import CaseItem, read_suite_toml
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pytest
+
+    from pytest_prefalign.plumbing.options import Settings
+    from pytest_prefalign.registry import Registry
+
+Needed = dict[str, tuple[Any, dict[str, str]]]  # suite name -> (the suite, its options)
+
+
+def suites_of_items(registry: Registry, items: Iterable[pytest.Item]) -> Needed:
+    """The suites of the collected evaluation tests that need a data folder."""
+    found = {item.suite: dict(item.suite_options) for item in items if isinstance(item, CaseItem)}
+    return _needing_data(registry, found)
+
+
+def suites_of_ids(registry: Registry, rootpath: Path, ids: Iterable[str]) -> Needed:
+    """As ``suites_of_items``, from test ids (``suites/NAME/suite.toml::NAME[method-size]``):
+    each suite and its options read again from the ``suite.toml`` the id names."""
+    files = {nodeid.partition("::")[0] for nodeid in ids if "::" in nodeid}
+    found = {}
+    for file in sorted(files):
+        path = rootpath / file
+        if path.name == "suite.toml" and path.is_file():
+            name, options = read_suite_toml(path)
+            found.setdefault(name, options)
+    return _needing_data(registry, found)
+
+
+def _needing_data(registry: Registry, found: dict[str, dict[str, str]]) -> Needed:
+    from pytest_prefalign.api import requires_data_dir
+    from pytest_prefalign.registry import UnknownName
+
+    needed = {}
+    for name, options in found.items():
+        try:
+            suite = registry.suite(name)
+        except UnknownName:  # a collection error of its own
+            continue
+        if requires_data_dir(suite, options):
+            needed[name] = (suite, options)
+    return needed
+
+
+def problem(needed: Needed, settings: Settings, data_dir: Path | None, rootdir: Path) -> str | None:
+    """Why the run cannot have the data of the ``needed`` suites, or None: ``--prefalign-data``
+    without a suite's folder, or, offline, a folder found nowhere that only a fetch builds."""
+    if data_dir is not None:
+        return paths.missing_suite_data(data_dir, {name: s for name, (s, _) in needed.items()})
+    from pytest_prefalign.datadir import unreachable_data
+
+    for name, (suite, _) in sorted(needed.items()):
+        reason = unreachable_data(suite.source, ini=settings.data_ini, rootdir=rootdir)
+        if reason:
+            return f"suite {name!r}: {reason}"
+    return None
