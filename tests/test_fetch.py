@@ -6,6 +6,7 @@ replaced by a tiny in-memory dataset."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import pkgutil
@@ -244,6 +245,8 @@ def test_pref_lamp_fetches_a_pinned_revision_through_git(tmp_path, monkeypatch):
     )
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
+    # stderr is a pipe, as in a CI log: git's progress stays out of it
+    assert "\r" not in done.stderr and "objects" not in done.stderr, done.stderr
     manifest = json.loads((out / "acl-anthology" / "MANIFEST.json").read_text())
     assert manifest["version"] == pinned
     assert len(read_papers(out / "acl-anthology")) == 42  # the pinned commit, not the latest
@@ -264,6 +267,35 @@ def test_pref_lamp_fetches_a_pinned_revision_through_git(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stderr
     newest = json.loads((tmp_path / "newest" / "acl-anthology" / "MANIFEST.json").read_text())
     assert newest["version"] == git(repo, "rev-parse", "HEAD") != pinned
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("stream", "shown"), [(io.StringIO(), False), (Terminal(), True)])
+def test_git_shows_its_progress_on_a_terminal_only(tmp_path, monkeypatch, stream, shown):
+    from prefalign_suites.pref_lamp import fetch as lamp_fetch
+
+    calls = []
+
+    def git_call(where, *args, show=False):
+        calls.append((args, show))
+        if args[0] == "init":
+            (where / ".git").mkdir()
+        return ""
+
+    monkeypatch.setattr(lamp_fetch, "_git", git_call)
+    progress = fetch.Progress("pref_lamp", stream)
+    with pytest.raises(fetch.FetchError):  # no commit checked out by the stand-in
+        lamp_fetch.checkout("file:///nowhere", "0" * 40, tmp_path, progress)
+    (fetched,) = [(args, show) for args, show in calls if args[0] == "fetch"]
+    assert ("--progress" in fetched[0], "--quiet" in fetched[0], fetched[1]) == (
+        shown,
+        not shown,
+        shown,
+    )
 
 
 # -- polis: pooch against file:// URLs ------------------------------------------------------------

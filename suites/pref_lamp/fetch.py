@@ -185,15 +185,18 @@ def checkout(url: str, revision: str, root: Path, progress: Progress) -> tuple[P
     _git(clone, "config", "core.sparseCheckout", "true")
     (clone / ".git" / "info").mkdir(exist_ok=True)
     (clone / ".git" / "info" / "sparse-checkout").write_text("/data/\n", encoding="utf-8")
+    # git's progress on a terminal only: in a log its carriage-return updates are hundreds
+    # of lines; elsewhere quiet, its error still kept for the message
+    shown = progress.interactive
     _git(
         clone,
         "fetch",
         "--depth",
         "1",
-        "--progress",
+        "--progress" if shown else "--quiet",
         "origin",
         "HEAD" if revision == LATEST else revision,
-        show=True,
+        show=shown,
     )
     _git(clone, "checkout", "--quiet", "--force", "--detach", "FETCH_HEAD")
     commit = _head(clone) or "?"
