@@ -143,12 +143,13 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         print(f"{'FAILED' if args.power == 'fail' else 'WARNING'} {comparison.power_message()}")
     for comparison in verdict.regressions:
         print(f"FAILED {comparison.message()}")
-    gates = ", ".join(map(str, thresholds)) or "none (display only)"
-    print(f"{len(verdict.regressions)} regression(s); gates: {gates}; alpha {args.alpha:g}")
     for error in verdict.errors:
         print(f"prefalign compare: cannot compare: {error}", file=sys.stderr)
-    if verdict.errors:
+    if verdict.errors:  # no count of regressions: read alone, "0 regression(s)" says pass
+        print(f"not compared: {'; '.join(verdict.errors)}")
         return 2
+    gates = ", ".join(map(str, thresholds)) or "none (display only)"
+    print(f"{len(verdict.regressions)} regression(s); gates: {gates}; alpha {args.alpha:g}")
     weak = verdict.underpowered if args.power == "fail" else []
     return 1 if verdict.regressions or weak else 0
 

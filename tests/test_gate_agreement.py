@@ -87,6 +87,8 @@ def test_another_model_size_compares_nothing_and_fails_both(toy):
     out = cli(toy)
     assert out.returncode == 2
     assert f"prefalign compare: cannot compare: {message}" in out.stderr
+    # stdout alone must not read as a pass
+    assert "regression(s)" not in out.stdout and f"not compared: {message}" in out.stdout
 
 
 def test_other_data_under_the_same_ids_fails_both_unless_allowed(toy):
@@ -193,6 +195,8 @@ def test_a_missing_baseline_test_fails_both(toy):
     assert (
         "cannot compare: in the baseline, not compared in this run: icl on toy (tiny)" in out.stderr
     )
+    assert "regression(s)" not in out.stdout
+    assert "not compared: in the baseline, not compared in this run: icl on toy" in out.stdout
 
 
 def test_an_underpowered_gate_warns_or_fails_in_both(toy):
