@@ -285,18 +285,23 @@ def list_main(argv: Sequence[str] | None = None) -> int:
     manager = pytest.PytestPluginManager()
     manager.add_hookspecs(hookspec)
     found = registry.load(manager)
+    sections: list[tuple[str, list[tuple[str, str]]]] = []
     for title, table, what in (
         ("reward methods", found.rewards, "capabilities"),
         ("decoders", found.decoders, "needs"),
         ("suites", found.suites, ""),
     ):
-        print(f"{title}:")
+        rows = []
         for name, entry in sorted(table.items()):
             traits = ", ".join(sorted(getattr(entry.obj, what, ()))) if what else ""
-            print(f"  {name:<12} {entry.provider}" + (f"; {what}: {traits or '-'}" if what else ""))
-    print("model sizes (more in the ini value prefalign_models):")
-    for label, source in DEFAULT_MODELS.items():
-        print(f"  {label:<12} {source}{_installed(source)}")
+            rows.append(
+                (name, f"{entry.provider}" + (f"; {what}: {traits or '-'}" if what else ""))
+            )
+        sections.append((title, rows))
+    sizes = [(label, f"{source}{_installed(source)}") for label, source in DEFAULT_MODELS.items()]
+    sections.append(("model sizes (more in the ini value prefalign_models)", sizes))
+    for line in aligned(sections):
+        print(line)
     for line in found.overrides:
         print(f"overridden: {line}")
     for failure in found.failures:
@@ -305,6 +310,17 @@ def list_main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {conflict}")
     print("(registrations from a conftest.py or -p are seen by pytest only)")
     return 1 if found.failures or found.conflicts else 0
+
+
+def aligned(sections: list[tuple[str, list[tuple[str, str]]]]) -> list[str]:
+    """Each section's title, then its rows indented, names in one column as wide as the
+    longest name of every section (so that the second column lines up throughout)."""
+    width = max((len(name) for _, rows in sections for name, _ in rows), default=0)
+    lines = []
+    for title, rows in sections:
+        lines.append(f"{title}:")
+        lines += [f"  {name:<{width}}  {text}" for name, text in rows]
+    return lines
 
 
 def _installed(source: str) -> str:
