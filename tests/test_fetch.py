@@ -212,6 +212,23 @@ def test_not_an_anthology_folder_is_an_error_naming_it(tmp_path):
     assert not (tmp_path / "data" / "acl-anthology").exists()
 
 
+def test_an_anthology_too_old_for_the_library_names_the_revision_that_works(tmp_path):
+    """An older checkout keeps its people in yaml/name_variants.yaml, not json/people.json."""
+    from prefalign_suites.pref_lamp.fetch import REVISION
+
+    old = tiny_anthology(tmp_path / "old" / "data")
+    (old / "json" / "people.json").unlink()
+    (old / "yaml").mkdir()
+    (old / "yaml" / "name_variants.yaml").write_text("- canonical: {first: Jane, last: Doe}\n")
+    done = run_cli(
+        "fetch", "pref_lamp", "--to", str(tmp_path / "data"), "--anthology-data", str(old)
+    )
+    assert done.returncode == 1
+    assert "this Anthology checkout's format predates acl-anthology" in done.stderr
+    assert f"fetch the pinned revision {REVISION}" in done.stderr
+    assert not (tmp_path / "data" / "acl-anthology").exists()
+
+
 def git(where: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(where), "-c", "user.name=t", "-c", "user.email=t@t", *args],
@@ -276,7 +293,7 @@ class Terminal(io.StringIO):
 
 @pytest.mark.parametrize(("stream", "shown"), [(io.StringIO(), False), (Terminal(), True)])
 def test_git_shows_its_progress_on_a_terminal_only(tmp_path, monkeypatch, stream, shown):
-    from prefalign_suites.pref_lamp import fetch as lamp_fetch
+    from prefalign_suites.pref_lamp import repository
 
     calls = []
 
@@ -286,10 +303,10 @@ def test_git_shows_its_progress_on_a_terminal_only(tmp_path, monkeypatch, stream
             (where / ".git").mkdir()
         return ""
 
-    monkeypatch.setattr(lamp_fetch, "_git", git_call)
+    monkeypatch.setattr(repository, "_git", git_call)
     progress = fetch.Progress("pref_lamp", stream)
     with pytest.raises(fetch.FetchError):  # no commit checked out by the stand-in
-        lamp_fetch.checkout("file:///nowhere", "0" * 40, tmp_path, progress)
+        repository.checkout("file:///nowhere", "0" * 40, tmp_path, progress)
     (fetched,) = [(args, show) for args, show in calls if args[0] == "fetch"]
     assert ("--progress" in fetched[0], "--quiet" in fetched[0], fetched[1]) == (
         shown,

@@ -4,7 +4,8 @@ library (the builder of ``prefalign data fetch pref_lamp``).
 Source: the ``data/`` folder of the Anthology's repository, github.com/acl-org/acl-anthology:
 fetched at a pinned commit (so that two users who fetch get the same authors), at the newest
 (``--anthology-revision latest``), or a local folder (``--anthology-data DIR``). The fetched
-repository is kept in the user cache (``downloads/acl-anthology/``, only ``data/`` checked out).
+repository is kept in the user cache (``downloads/acl-anthology/``, only ``data/`` checked out;
+``repository.py``).
 
 Selection, the rules of the shipped set, with authors now the Anthology's people (its person
 ids, which tell apart people who share a name) instead of names:
@@ -25,13 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from prefalign_suites.pref_lamp.repository import LATEST, checkout, local_revision
 from prefalign_suites.pref_lamp.suite import PrefLamp
 from pytest_prefalign import storage
 from pytest_prefalign.fetch import Built, FetchError, Progress
@@ -44,7 +45,6 @@ REPOSITORY = "https://github.com/acl-org/acl-anthology.git"
 # A commit of acl-org/acl-anthology whose python/ is acl-anthology 1.3.3, which reads the same
 # XML schema as the pinned 1.3.4: the data format the library expects.
 REVISION = "00d552435a6595d01b604e64ef396658f9531efa"
-LATEST = "latest"
 FIRST_YEAR = 2016  # ACL materials from 2016 on are CC BY 4.0
 MIN_ABSTRACT = 200  # characters of the whitespace-normalised abstract
 MIN_PAPERS = 12  # papers a person needs to be an author of the suite
@@ -115,7 +115,7 @@ def hosts(options: argparse.Namespace) -> list[str]:
 def build(folder: Path, options: argparse.Namespace, progress: Progress) -> Built:
     if options.anthology_data:
         datadir = local_data_folder(Path(options.anthology_data).expanduser().resolve())
-        version = _local_revision(datadir)
+        version = local_revision(datadir)
         where = str(datadir)
     else:
         root = storage.cache_dir("downloads", "acl-anthology")
@@ -169,88 +169,6 @@ def local_data_folder(path: Path) -> Path:
     raise FetchError(f"{path}: not the Anthology's data/ folder (no xml/ in it or in data/)")
 
 
-def checkout(url: str, revision: str, root: Path, progress: Progress) -> tuple[Path, str]:
-    """``data/`` of ``url`` at ``revision`` (a commit, or LATEST for the default branch),
-    fetched shallow with only ``data/`` checked out; kept under ``root`` and reused."""
-    clone = root / (LATEST if revision == LATEST else revision)
-    if revision != LATEST and _head(clone) == revision and (clone / "data" / "xml").is_dir():
-        progress.say(f"using the repository at {revision[:12]} already in {clone}")
-        return clone / "data", revision
-    progress.say(f"fetching data/ of {url} at {revision} into {clone}")
-    clone.mkdir(parents=True, exist_ok=True)
-    if not (clone / ".git").is_dir():
-        _git(clone, "init", "--quiet")
-        _git(clone, "remote", "add", "origin", url)
-    _git(clone, "remote", "set-url", "origin", url)
-    _git(clone, "config", "core.sparseCheckout", "true")
-    (clone / ".git" / "info").mkdir(exist_ok=True)
-    (clone / ".git" / "info" / "sparse-checkout").write_text("/data/\n", encoding="utf-8")
-    # git's progress on a terminal only: in a log its carriage-return updates are hundreds
-    # of lines; elsewhere quiet, its error still kept for the message
-    shown = progress.interactive
-    _git(
-        clone,
-        "fetch",
-        "--depth",
-        "1",
-        "--progress" if shown else "--quiet",
-        "origin",
-        "HEAD" if revision == LATEST else revision,
-        show=shown,
-    )
-    _git(clone, "checkout", "--quiet", "--force", "--detach", "FETCH_HEAD")
-    commit = _head(clone) or "?"
-    if revision != LATEST and commit != revision:
-        raise FetchError(f"{url}: fetched {commit} for revision {revision} (give a full commit)")
-    if not (clone / "data" / "xml").is_dir():
-        raise FetchError(f"{url} at {commit}: no data/xml/ in the repository")
-    return clone / "data", commit
-
-
-def _git(where: Path, *args: str, show: bool = False) -> str:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(where), *args],
-            check=False,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=None if show else subprocess.PIPE,
-        )
-    except FileNotFoundError:
-        raise FetchError(
-            "the git program is needed to fetch the Anthology (or give --anthology-data DIR)"
-        ) from None
-    if done.returncode != 0:
-        last = (done.stderr or "").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-        raise FetchError(f"git {' '.join(args)} in {where} failed: {last[0]}")
-    return done.stdout.strip()
-
-
-def _head(clone: Path) -> str | None:
-    if not (clone / ".git").is_dir():
-        return None
-    try:
-        return _git(clone, "rev-parse", "--verify", "--quiet", "HEAD")
-    except FetchError:
-        return None
-
-
-def _local_revision(datadir: Path) -> str:
-    """The commit of a local folder that is in a git clone, else a plain description."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(datadir), "rev-parse", "HEAD"],
-            text=True,
-            capture_output=True,
-            check=False,
-        )
-    except FileNotFoundError:
-        done = None
-    if done is not None and done.returncode == 0:
-        return done.stdout.strip()
-    return f"local folder {datadir} (not in a git clone: revision unknown)"
-
-
 def _library_version() -> str:
     from importlib.metadata import version
 
@@ -263,6 +181,8 @@ def open_anthology(datadir: Path, progress: Progress) -> Anthology:
 
     if not (datadir / "xml" / "schema.rnc").is_file():
         raise FetchError(f"{datadir}: no xml/schema.rnc: not the Anthology's data/ folder")
+    if not (datadir / "json" / "people.json").is_file():
+        raise FetchError(too_old(datadir))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         anthology = Anthology(datadir=datadir, verbose=progress.interactive)
@@ -276,6 +196,18 @@ def open_anthology(datadir: Path, progress: Progress) -> Anthology:
             f"{datadir}: acl-anthology {_library_version()} cannot read it: {_first_problem(exc)}"
         ) from None
     return anthology
+
+
+def too_old(datadir: Path) -> str:
+    """The error for a checkout without ``json/people.json``, the people index the library
+    reads: an Anthology from before that file (it kept names in ``yaml/name_variants.yaml``)."""
+    return (
+        f"{datadir}: no json/people.json: this Anthology checkout's format predates "
+        f"acl-anthology {_library_version()}, which reads its people from that file; fetch the "
+        f"pinned revision {REVISION}, which it reads (the default of prefalign data fetch "
+        f"pref_lamp; --anthology-revision {REVISION} with --anthology-repository for a mirror), "
+        "or update the checkout"
+    )
 
 
 def _first_problem(exc: BaseException) -> str:
