@@ -14,6 +14,8 @@ from pytest_prefalign.api import DEFAULT_REDUCE, REDUCTIONS
 from pytest_prefalign.plumbing.shards import Shard
 
 DEFAULT_LIMIT = 8  # users: enough for a comparison paired over users to reach a finding
+DEFAULT_SIZES = ["135m"]  # model size labels
+DEFAULT_SEED = 0  # the decoders' draws (docs/usage.md states these defaults; a test checks)
 
 
 def comma_list(text: str) -> list[str]:
@@ -90,7 +92,8 @@ def addoption(parser: pytest.Parser) -> None:
         "--prefalign-sizes",
         type=comma_list,
         metavar="S1,S2",
-        help="model size labels to run (default: 135m; ini: prefalign_sizes).",
+        help=f"model size labels to run (default: {','.join(DEFAULT_SIZES)}; "
+        "ini: prefalign_sizes).",
     )
     group.addoption(
         "--prefalign-limit",
@@ -124,15 +127,17 @@ def addoption(parser: pytest.Parser) -> None:
         "--prefalign-reduce",
         type=reduce_kind,
         metavar="sum|mean",
-        help="policy accuracy: sum or mean of token log-likelihoods (default: sum; the run "
-        "file keeps both).",
+        help="policy accuracy: sum or mean of token log-likelihoods "
+        f"(default: {DEFAULT_REDUCE}; the run file keeps both).",
     )
     group.addoption(
         "--prefalign-seed",
         type=int,
         default=None,
         metavar="N",
-        help="seed for ICL example choice, sampling and bootstrap (default: 0).",
+        help="seed of the decoders' draws: icl's examples per user and the samples of bon "
+        f"and of genarm with sample=true (default: {DEFAULT_SEED}). The bootstrap intervals "
+        "always use seed 0; a reward method's training has its own seed option (e.g. arm.seed).",
     )
     group.addoption(
         "--prefalign-no-cache",
@@ -224,7 +229,7 @@ def settings(config: pytest.Config) -> Settings:
     cli_floors = [f for group in config.getoption("prefalign_fail_under") for f in group]
     return Settings(
         methods=pick("prefalign_methods", "prefalign_methods", comma_list, None),
-        sizes=pick("prefalign_sizes", "prefalign_sizes", comma_list, ["135m"]),
+        sizes=pick("prefalign_sizes", "prefalign_sizes", comma_list, list(DEFAULT_SIZES)),
         limit=pick("prefalign_limit", "prefalign_limit", positive_int, DEFAULT_LIMIT),
         data=config.getoption("prefalign_data"),
         data_ini=config.getini("prefalign_data") or None,
@@ -236,7 +241,7 @@ def settings(config: pytest.Config) -> Settings:
         reduce=pick("prefalign_reduce", "prefalign_reduce", reduce_kind, DEFAULT_REDUCE),
         seed=config.getoption("prefalign_seed")
         if config.getoption("prefalign_seed") is not None
-        else 0,
+        else DEFAULT_SEED,
         use_cache=not config.getoption("prefalign_no_cache"),
         models=list(config.getini("prefalign_models")),
         assignments=[
