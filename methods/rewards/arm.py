@@ -12,10 +12,13 @@ base LM's own output head ``W`` (and bias ``b``, if any):
     log p_arm(. | x, y_<t) = log_softmax(logits)
 
 Training minimises the GenARM loss plus ``kl * sum_t KL(p_arm || p_base)`` per response (at the
-training positions) plus the users' L2 prior. On Pref-LaMP the rejected title is the base model's
-own greedy title, so the loss asks the ARM to make the base model's likeliest text unlikely; the
-cheapest way is to move that mass onto tokens nobody writes (found in practice: GenARM then wrote
-")." over and over). The reverse KL makes mass outside the base model's support expensive.
+training positions) plus the users' L2 prior. On Pref-LaMP the rejected title is by default a
+similar paper's title by another author (``negatives = "other_author"``). With ``negatives =
+"generated"`` it is the reference model's greedy title (the 135m model's, the base model at that
+size), and the loss asks the ARM to make the base model's likeliest text unlikely; the cheapest
+way is to move that mass onto tokens nobody writes (found in practice: GenARM then wrote ")."
+over and over). The reverse KL makes mass outside the base model's support expensive, whichever
+the negatives.
 
 ``B`` starts at zero, so the untrained ARM is the base LM, as a LoRA starts at its base model.
 ``s_u`` rescales the shared adapter's directions for a user and ``z_u`` adds a user embedding

@@ -3,10 +3,14 @@ another family than the methods it judges, trained on other data. A Bradley-Terr
 all-MiniLM-L6-v2 sentence embeddings (a BERT-style encoder, not the policy LM's hidden states),
 personal (a shared head plus a shrunk per-user offset), trained on the suite's training pairs
 with *other negatives*: the preferred side is the user's own text, the dispreferred side is
-what another user wrote for the most similar prompt. The self RMs learnt "the user's text over
-a model's text"; this judge learnt "this user's text over other users'", so it rewards writing
-like the user, not merely writing unlike a model. No test pair or generation reference is ever
-seen.
+what another user wrote for the most similar prompt (by the cosine of the encoder's prompt
+vectors), so it rewards writing like the user. The self RMs' pairs on Pref-LaMP are alike by
+default (``negatives = "other_author"``: a similar paper's title by somebody else, chosen by
+BM25 over abstracts and as long as the real one); the judge differs from them in its features
+(a sentence encoder, not the policy LM) and in how it picks the other text (its own similarity,
+no length rule). With ``negatives = "generated"`` the self RMs learn "the user's text over a
+model's text" instead, and the judge still "this user's text over other users'". No test pair
+or generation reference is ever seen.
 
 The judge's parameters are cached by content (config, code, encoder weights, training pairs) in
 safetensors.
