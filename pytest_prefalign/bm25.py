@@ -18,10 +18,20 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 
-def tokens(texts: Sequence[str]) -> list[list[str]]:
-    """Each text's BM25 tokens: lower-cased words, English stop words left out."""
+def _bm25s() -> Any:
+    """The ``bm25s`` module, its logger at WARNING: it sets its own to DEBUG when imported, and
+    its "Building index" lines would land in every test's captured log, around a failure."""
+    import logging
+
     import bm25s
 
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
+def tokens(texts: Sequence[str]) -> list[list[str]]:
+    """Each text's BM25 tokens: lower-cased words, English stop words left out."""
+    bm25s = _bm25s()
     return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
 
 
@@ -37,8 +47,7 @@ class Wordless:
 def index(texts: Sequence[str]) -> Any:
     """A ``bm25s.BM25`` over ``texts``, in their order (a document is its position); a
     ``Wordless`` index if no text has a word."""
-    import bm25s
-
+    bm25s = _bm25s()
     words = tokens(texts)
     if not any(words):
         return Wordless(len(words))

@@ -145,10 +145,13 @@ def load_encoder(config: JudgeConfig = CONFIG) -> Encoder:
 def _load_encoder(folder: Path, config: JudgeConfig) -> Encoder:
     from transformers import AutoModel, AutoTokenizer
 
+    from pytest_prefalign.runtime.quiet import no_progress_bars
+
     try:
         # the model is in the package: local files only, never the hub
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        model = AutoModel.from_pretrained(str(folder), local_files_only=True).float().eval()
+        with no_progress_bars():
+            model = AutoModel.from_pretrained(str(folder), local_files_only=True).float().eval()
     except (OSError, ValueError) as exc:
         raise JudgeUnavailable(f"could not load {folder}: {exc}") from None
     weights = folder / "model.safetensors"

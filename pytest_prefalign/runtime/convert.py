@@ -125,7 +125,9 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _parsed_once():
+    from pytest_prefalign.runtime.quiet import no_progress_bars
+
+    with _parsed_once(), no_progress_bars():
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32

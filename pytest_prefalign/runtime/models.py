@@ -22,6 +22,7 @@ import torch
 from pytest_prefalign import cache, events, storage
 from pytest_prefalign.runtime import convert, devices
 from pytest_prefalign.runtime.lm import LM
+from pytest_prefalign.runtime.quiet import no_progress_bars
 
 DEFAULT_MODELS: dict[str, str] = {
     "135m": "embedded:smollm2-135m",
@@ -178,12 +179,13 @@ def _from_folder(
     if device.startswith("device_map="):
         placed["device_map"] = device.removeprefix("device_map=")
         device = devices.default_device()
-    model = AutoModelForCausalLM.from_pretrained(
-        folder,
-        dtype=dtype or devices.dtype_for(device),
-        trust_remote_code=trust_remote_code,
-        **placed,
-    )
+    with no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(
+            folder,
+            dtype=dtype or devices.dtype_for(device),
+            trust_remote_code=trust_remote_code,
+            **placed,
+        )
     return model, tokenizer
 
 
