@@ -542,3 +542,24 @@ def test_a_metric_declared_once_reaches_the_leaderboard_run_file_floors_and_gate
     )  # fmt: skip
     second.assert_outcomes(passed=1)
     second.stdout.fnmatch_lines(["*toy*base*tiny*policy_hits*0pp*ok*"])
+
+
+@pytest.mark.slow
+def test_the_summary_fits_a_terminal_of_the_given_width(pytester, monkeypatch):
+    # at a terminal (or with $COLUMNS) the leaderboard and the analysis fit its width, as
+    # pytest's own lines do; the synthetic suite's oracles bring the analysis's wide tables
+    pytester.makeini("[pytest]\nprefalign_models = tiny = tiny\n")
+    pytester.mkdir("synthetic").joinpath("suite.toml").write_text('[suite]\nname = "synthetic"\n')
+    monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
+    monkeypatch.setenv("COLUMNS", "100")
+    methods = "base,bon[oracle],bon[oracle_noisy],bon[oracle_negated]"
+    args = ("--prefalign", "synthetic", "--prefalign-limit", "6", "--prefalign-methods", methods)
+    result = run(pytester, *args)
+    assert result.ret == 0
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "prefalign leaderboard" in line)
+    end = next(i for i, line in enumerate(lines) if line.startswith("cache: "))
+    section = lines[start:end]  # the tables and their sentences (then paths, as they are)
+    assert any("Kendall's tau-b" in line for line in section)
+    assert any("Circular evaluation" in line for line in section)
+    assert max(len(line) for line in section) <= 100, max(section, key=len)

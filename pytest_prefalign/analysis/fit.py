@@ -15,7 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-MIN_COLUMN = 10  # a wrapped column keeps at least this many characters
+MIN_COLUMN = 7  # a wrapped column keeps at least this many characters ("[+0.000,")
 GAP = 2  # tabulate's "simple" format puts two spaces between columns
 HEADER_PADDING = 2  # and makes a column at least its header's width plus two
 
