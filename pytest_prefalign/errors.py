@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 
 class PrefalignError(Exception):
     """A failure whose message says everything: reported without a traceback."""
@@ -25,3 +28,21 @@ class SuiteUnavailable(PrefalignError):
     def __init__(self, suite: str, message: str, fetch: str | None = None) -> None:
         super().__init__(message)
         self.suite, self.fetch = suite, fetch
+
+
+def missing_extra(package: str, extra: str, needed_for: str) -> str:
+    """The one line for an optional dependency that is not installed: what needs it, and the
+    extra that installs it (the extras are listed in setup.cfg, ``[options.extras_require]``)."""
+    install = f"pip install pytest-prefalign[{extra}]"
+    return f"{needed_for} needs {package}, which is not installed: {install}"
+
+
+def import_extra(
+    module: str, *, package: str, extra: str, needed_for: str, error: type[Exception]
+) -> ModuleType:
+    """``module`` imported, or ``error`` raised with the one line of ``missing_extra`` (no
+    ImportError traceback: the error carries no cause)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise error(missing_extra(package, extra, needed_for)) from None

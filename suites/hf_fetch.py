@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from prefalign_suites.hf_source import HubDataset
+from pytest_prefalign.errors import import_extra
 from pytest_prefalign.fetch import Built, FetchError, Progress
 
 REVISION_RE = re.compile(r"@([0-9a-f]{40})")
@@ -24,10 +25,13 @@ REVISION_RE = re.compile(r"@([0-9a-f]{40})")
 def build(
     ds: HubDataset, folder: Path, progress: Progress, *, licence: str, attribution: str
 ) -> Built:
-    try:
-        import datasets
-    except ImportError:
-        raise FetchError(f"{ds.dataset_id} needs the 'datasets' package") from None
+    datasets = import_extra(
+        "datasets",
+        package="datasets",
+        extra="hf",
+        needed_for=f"the Hugging Face dataset {ds.dataset_id}",
+        error=FetchError,
+    )
     progress.say(
         f"loading {ds.dataset_id} ({ds.config or 'default'}) through datasets "
         f"{datasets.__version__}"

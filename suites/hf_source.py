@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 from prefalign_suites.records import WHOLE, Problems, Record, read_json_document, read_json_lines
 from pytest_prefalign.api import DataError, DataNotFound
 from pytest_prefalign.datadir import data_places
+from pytest_prefalign.errors import missing_extra
 
 PATTERNS = ("*.jsonl", "*.json")
 TRUE = {"1", "ON", "YES", "TRUE"}  # how the Hugging Face libraries read boolean variables
@@ -109,9 +110,9 @@ def _hub(ds: HubDataset, data_dir: Path | None) -> Iterator[Row]:
     try:
         import datasets
     except ImportError:
+        needs = missing_extra("datasets", "hf", f"the Hugging Face dataset {ds.dataset_id}")
         raise DataNotFound(
-            f"dataset {ds.dataset_id} needs the 'datasets' package, or a local "
-            "copy (option path, or the data directory)"
+            f"{needs}; or give a local copy (option path, or the data directory)"
         ) from None
     try:
         loaded = datasets.load_dataset(ds.dataset_id, ds.config)

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 from prefalign_suites.polis.suite import Polis
 from pytest_prefalign import storage
+from pytest_prefalign.errors import import_extra
 from pytest_prefalign.fetch import Built, FetchError, Progress
 
 COMMIT = "0bc2ce0f32c673f68da20b57bce15c457aa787b5"  # compdemocracy/openData, 2024-10-09
@@ -130,6 +131,13 @@ def hosts(options: argparse.Namespace) -> list[str]:
 
 
 def build(folder: Path, options: argparse.Namespace, progress: Progress) -> Built:
+    import_extra(
+        "pooch",
+        package="pooch",
+        extra="polis",
+        needed_for="downloading Polis's data",
+        error=FetchError,
+    )
     base = options.polis_url if options.polis_url.endswith("/") else options.polis_url + "/"
     downloads = storage.cache_dir("downloads", "polis", COMMIT)
     progress.say(f"{len(FILES)} files from {base} into {downloads}")

@@ -35,6 +35,7 @@ from urllib.parse import urlparse
 from prefalign_suites.pref_lamp.repository import LATEST, checkout, local_revision
 from prefalign_suites.pref_lamp.suite import PrefLamp
 from pytest_prefalign import storage
+from pytest_prefalign.errors import import_extra
 from pytest_prefalign.fetch import Built, FetchError, Progress
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -113,6 +114,14 @@ def hosts(options: argparse.Namespace) -> list[str]:
 
 
 def build(folder: Path, options: argparse.Namespace, progress: Progress) -> Built:
+    # checked first: a clone of the Anthology takes minutes, and the library reads it
+    import_extra(
+        "acl_anthology",
+        package="acl-anthology",
+        extra="anthology",
+        needed_for="fetching Pref-LaMP's data from the ACL Anthology",
+        error=FetchError,
+    )
     if options.anthology_data:
         datadir = local_data_folder(Path(options.anthology_data).expanduser().resolve())
         version = local_revision(datadir)
