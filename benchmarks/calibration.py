@@ -183,14 +183,28 @@ def real_null(results: list[CaseResult], rng: np.random.Generator) -> list[CaseR
                 for r, v in zip(holders, rng.permutation(values), strict=True):
                     r.per_user[metric][user] = float(v)
         for r in rows:
-            wins = r.per_user.get("win_self", {})
-            for user, v in wins.items():
-                wins[user] = 1.0 - v if rng.random() < 0.5 else v
+            _reflect_wins(r, rng)
     for r in out:
         for metric, values in r.per_user.items():
             if metric in (*EXCHANGED, "win_self") and values and metric in r.metrics:
                 r.metrics[metric] = round(float(np.mean(list(values.values()))), 12)
     return out
+
+
+def _reflect_wins(row: CaseResult, rng: np.random.Generator) -> None:
+    """Each user's own-RM outcomes reflected about 1/2 (win and loss exchanged: the method's
+    output and base's swapped) with probability 1/2, in the per-user shares and in the items'
+    ``win_self_outcome`` records alike."""
+    wins = row.per_user.get("win_self", {})
+    flipped = {user for user in sorted(wins) if rng.random() < 0.5}
+    for user in flipped:
+        wins[user] = 1.0 - wins[user]
+    row.items = [
+        {**item, "win_self_outcome": 1.0 - item["win_self_outcome"]}
+        if item.get("user") in flipped and item.get("win_self_outcome") is not None
+        else item
+        for item in row.items
+    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import math
 import sys
 from collections.abc import Iterator
@@ -182,3 +183,22 @@ def test_the_null_of_a_real_run_exchanges_figures_within_users(calibration: Modu
             assert b.per_user["win_self"][user] in (v, 1 - v)
     _, found = crisis.analyse(null)
     assert found["family"]["looks"] > 0
+
+
+@pytest.mark.slow
+def test_the_null_of_a_real_run_states_nothing_more_often_than_the_level(
+    calibration: ModuleType,
+) -> None:
+    # the README's main job, really run (8 users), its per-user figures exchanged between the
+    # methods within each user and its own-RM wins reflected about 1/2: the null of every
+    # verdict at the run's own users, methods and spread; the analysis run again on each
+    data = json.loads((ROOT / "tests" / "data" / "run_pref_lamp_8_users.json").read_text())
+    results = [CaseResult.from_json(row) for row in data["results"]]
+    sims = 20
+    fired = sum(
+        calibration.outcomes(calibration.real_null(results, np.random.default_rng([11, i])))["any"][
+            0
+        ]
+        for i in range(sims)
+    )
+    assert fired / sims <= bound(sims)
