@@ -191,6 +191,40 @@ def real_null(results: list[CaseResult], rng: np.random.Generator) -> list[CaseR
     return out
 
 
+def load_results(path: Path) -> list[CaseResult]:
+    """A run file's results, or those of a trimmed file holding only ``{"results": [...]}``
+    with their records (as tests/data/run_pref_lamp_8_users.json)."""
+    data = json.loads(path.read_text())
+    if "version" in data:
+        return read(path).results
+    return [
+        CaseResult.from_json(row, f"{path}: results[{i}]") for i, row in enumerate(data["results"])
+    ]
+
+
+def with_users(results: list[CaseResult], n: int, rng: np.random.Generator) -> list[CaseResult]:
+    """The run with ``n`` users drawn with replacement from its own (each draw a new user with
+    the drawn user's figures and records in every method): a run of the same methods and
+    spread at another size."""
+    users = sorted({u for r in results for values in r.per_user.values() for u in values})
+    drawn = [users[i] for i in rng.integers(0, len(users), n)]
+    names = {f"{u}#{k}": u for k, u in enumerate(drawn)}
+    out = []
+    for r in results:
+        per_user = {
+            metric: {new: values[old] for new, old in names.items() if old in values}
+            for metric, values in r.per_user.items()
+        }
+        items = [
+            {**it, "user": new} for new, old in names.items() for it in r.items if it["user"] == old
+        ]
+        pairs = [
+            {**p, "user": new} for new, old in names.items() for p in r.pairs if p["user"] == old
+        ]
+        out.append(replace(r, per_user=per_user, items=items, pairs=pairs, n_users=n))
+    return out
+
+
 def _reflect_wins(row: CaseResult, rng: np.random.Generator) -> None:
     """Each user's own-RM outcomes reflected about 1/2 (win and loss exchanged: the method's
     output and base's swapped) with probability 1/2, in the per-user shares and in the items'
@@ -281,18 +315,26 @@ def _rate(values: list[float]) -> Rate:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sims", type=int, default=200, help="simulated runs per cell")
-    parser.add_argument("--users", default="8,20,40")
+    parser.add_argument(
+        "--users",
+        default="8,20,40",
+        help="users per simulated run; with --run, users drawn with replacement from the run's",
+    )
     parser.add_argument("--run", type=Path, help="a run file whose null to simulate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the rates here")
     args = parser.parse_args()
+    args.users_given = any(a.startswith("--users") for a in sys.argv[1:])
     started = time.perf_counter()
     table: dict[str, Any] = {}
     if args.run:
-        results = read(args.run).results
-        null = rates(lambda g: real_null(results, g), args.sims, args.seed)
-        table[args.run.name] = {"null": null}
-        print_cell(f"null of {args.run.name}", null, {})
+        results = load_results(args.run)
+        for n in (int(u) for u in args.users.split(",")) if args.users_given else [0]:
+            runs = lambda g, n=n: real_null(with_users(results, n, g) if n else results, g)  # noqa: E731
+            null = rates(runs, args.sims, args.seed)
+            title = f"null of {args.run.name}" + (f", {n} users drawn from its own" if n else "")
+            table[f"{args.run.name}:{n or 'its users'}"] = {"null": null}
+            print_cell(title, null, {})
     else:
         for n in (int(u) for u in args.users.split(",")):
             null = rates(lambda g, n=n: simulate(n, NULL, g), args.sims, args.seed)

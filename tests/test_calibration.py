@@ -202,3 +202,13 @@ def test_the_null_of_a_real_run_states_nothing_more_often_than_the_level(
         for i in range(sims)
     )
     assert fired / sims <= bound(sims)
+
+
+def test_a_run_of_more_users_is_drawn_from_the_runs_own(calibration: ModuleType) -> None:
+    rows = calibration.simulate(8, calibration.NULL, np.random.default_rng(0))
+    more = calibration.with_users(rows, 40, np.random.default_rng(1))
+    for before, after in zip(rows, more, strict=True):
+        for metric, values in after.per_user.items():
+            assert len(values) == 40
+            for user, value in values.items():  # each new user is a copy of a drawn one
+                assert before.per_user[metric][user.split("#")[0]] == value
