@@ -202,7 +202,11 @@ class Rule(Protocol):
 @torch.inference_mode()
 def decode(kv: KV, rule: Rule, max_new_tokens: int, finished: Finished) -> list[list[int]]:
     """Token ids generated after each row of ``kv`` (a batch of prompts), stop token included
-    where one was reached. Rows whose response ``finished`` leave the batch (and the cache)."""
+    where one was reached. Rows whose response ``finished`` leave the batch (and the cache).
+    At most the model's ``window.response`` tokens (runtime/window.py), whatever is asked."""
+    window = getattr(kv.lm, "window", None)
+    if window is not None:
+        max_new_tokens = min(max_new_tokens, window.response)
     with events.step("decode", total=max_new_tokens, unit="tokens") as progress:
         return _decode(kv, rule, max_new_tokens, finished, progress)
 
@@ -271,3 +275,22 @@ def multinomial_choice(
     generator."""
     probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)
     return [int(torch.multinomial(p, 1, generator=g)) for p, g in zip(probs, gens, strict=True)]
+
+
+class Plain:
+    """Plain generation's rule: greedy, or a draw at ``temperature`` with each row's own
+    generator (so that a sample does not depend on the batch it ran in). ``lm``: what gives
+    next-token logits from hidden states (``LM.logits_from_hidden``)."""
+
+    def __init__(
+        self, lm: Any, temperature: float | None, gens: list[torch.Generator] | None
+    ) -> None:
+        self.lm, self.temperature, self.gens = lm, temperature, gens
+
+    def choose(self, step: Step) -> Choice:
+        logits = self.lm.logits_from_hidden(step.hidden)
+        if self.gens is None:
+            return Choice(greedy(logits))
+        return Choice(
+            gumbel_choice(logits, self.temperature or 1.0, [self.gens[r] for r in step.active])
+        )

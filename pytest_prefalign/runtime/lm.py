@@ -4,7 +4,9 @@ seeded generation, and teacher-forced scoring that prefills each distinct prompt
 Tokenization rule: a prompt is rendered with the tokenizer's chat template (user turn plus the
 assistant header) and tokenized as is; a response is tokenized on its own and followed by the
 end-of-turn id. The response is never re-tokenized together with its prompt, so every method
-scores and conditions on exactly the same tokens.
+scores and conditions on exactly the same tokens. Both are held to the model's window
+(``runtime/window.py``): a prompt too long loses its middle, a response its end, and no pass runs
+more than the window's bound.
 """
 
 from __future__ import annotations
@@ -18,16 +20,7 @@ import torch
 from pytest_prefalign import events
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
 from pytest_prefalign.runtime.batching import by_length, check_positive, read_batches
-from pytest_prefalign.runtime.decoding import (
-    KV,
-    Choice,
-    Step,
-    decode,
-    generator,
-    greedy,
-    gumbel_choice,
-    spread,
-)
+from pytest_prefalign.runtime.decoding import KV, Plain, decode, generator, spread
 from pytest_prefalign.runtime.devices import halving
 from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.prefill import (
@@ -39,6 +32,14 @@ from pytest_prefalign.runtime.prefill import (
     pad,
 )
 from pytest_prefalign.runtime.text import clean_text, end_of_turn_id
+from pytest_prefalign.runtime.window import (
+    Cuts,
+    cut_middle,
+    cut_text_end,
+    cut_text_middle,
+    model_window,
+    rows_for,
+)
 from pytest_prefalign.storage import content_key
 from pytest_prefalign.versions import code_version
 
@@ -95,6 +96,8 @@ class LM:
         )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.has_chat_template = bool(tokenizer.chat_template)
+        self.window = model_window(self.model.config, tokenizer)  # what the model reads
+        self.cuts = Cuts(label)  # the texts cut to the window, each logged once
         # every attention layer sees the whole sequence (no sliding window): what kept
         # prefills and ARGS's candidate queries need
         self.full_attention = full_attention(self.model.config)
@@ -122,15 +125,19 @@ class LM:
     def prompt_ids(self, prompt: str) -> list[int]:
         """Token ids of the rendered prompt. A chat template writes its own special tokens (a
         BOS included where the model needs one), so the tokenizer adds none; without a template
-        the tokenizer's own rule decides (e.g. Gemma's BOS)."""
-        rendered = self.render(prompt)
-        return list(
-            self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)["input_ids"]
-        )
+        the tokenizer's own rule decides (e.g. Gemma's BOS). More than ``window.prompt`` ids
+        lose their middle."""
+        limit = self.window.prompt
+        rendered = cut_text_middle(self.render(prompt), limit)
+        ids = self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)
+        return self.cuts.note("prompt", prompt, ids["input_ids"], cut_middle, limit)
 
     def response_ids(self, response: str) -> list[int]:
-        """Token ids of a response on its own, followed by ``eos_id``."""
-        return list(self.tokenizer(response, add_special_tokens=False)["input_ids"]) + [self.eos_id]
+        """Token ids of a response on its own, followed by ``eos_id``; at most
+        ``window.response`` of them (a longer response loses its end, ``eos_id`` kept)."""
+        limit = self.window.response - 1
+        ids = self.tokenizer(cut_text_end(response, limit), add_special_tokens=False)
+        return self.cuts.note("response", response, ids["input_ids"], _head, limit) + [self.eos_id]
 
     # ---------------------------------------------------------------------------------------
     # Generation
@@ -157,6 +164,7 @@ class LM:
         check_positive(
             max_new_tokens=max_new_tokens, batch_size=batch_size, num_samples=num_samples
         )
+        max_new_tokens = min(max_new_tokens, self.window.response)
         if sample and not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
         options = (max_new_tokens, sample, temperature, num_samples, seed)
@@ -179,8 +187,10 @@ class LM:
         self.prefills.warm(encoded, batch_size=batch_size)
         runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[str, list[str]] = {}
+        # rows of a pass: prompts times samples, each up to its prompt and new tokens
+        rows = rows_for(max(map(len, encoded), default=1) + max_new_tokens, batch_size)
         with events.step("generate", total=len(unique), unit="prompts") as progress:
-            for batch in chunks(by_length(encoded), max(1, batch_size // runs)):
+            for batch in chunks(by_length(encoded), max(1, rows // runs)):
                 seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
                 out = self._generate_batch(
                     [encoded[i] for i in batch],
@@ -206,7 +216,7 @@ class LM:
         kv = KV.start(self, prompt_seqs)
         kv.select(torch.arange(len(prompt_seqs)).repeat_interleave(num_samples))
         gens = None if temperature is None else [generator(s) for row in seeds for s in row]
-        tokens = decode(kv, _Plain(self, temperature, gens), max_new_tokens, self.finished)
+        tokens = decode(kv, Plain(self, temperature, gens), max_new_tokens, self.finished)
         return [tokens[i * num_samples : (i + 1) * num_samples] for i in range(len(prompt_seqs))]
 
     def finished(self, generated: list[int]) -> bool:
@@ -378,19 +388,5 @@ def _sample_seed(seed: int, prompt: str, index: int) -> int:
     return int(content_key(seed, prompt, index), 16) % (2**63)
 
 
-class _Plain:
-    """Plain generation's rule: greedy, or a draw at ``temperature`` with each row's own
-    generator (so that a sample does not depend on the batch it ran in)."""
-
-    def __init__(
-        self, lm: LM, temperature: float | None, gens: list[torch.Generator] | None
-    ) -> None:
-        self.lm, self.temperature, self.gens = lm, temperature, gens
-
-    def choose(self, step: Step) -> Choice:
-        logits = self.lm.logits_from_hidden(step.hidden)
-        if self.gens is None:
-            return Choice(greedy(logits))
-        return Choice(
-            gumbel_choice(logits, self.temperature or 1.0, [self.gens[r] for r in step.active])
-        )
+def _head(seq: list[int], limit: int) -> list[int]:
+    return seq[:limit]

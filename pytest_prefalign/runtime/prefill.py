@@ -27,6 +27,7 @@ import torch
 
 from pytest_prefalign import events
 from pytest_prefalign.runtime.roomy import ROOM, RoomyLayer, roomy_cache
+from pytest_prefalign.runtime.window import fixed_passes, rows_for
 
 MIN_SHARED = 32  # tokens: a shorter common prefix is not worth a pass of its own
 # what a pass costs beyond its rows on the CPU, in rows of its width: SmolLM2-135M prefilled
@@ -349,24 +350,28 @@ def length_batches(lengths: Sequence[int], most: int, device: torch.device) -> l
 
 
 def passes(lengths: list[int], most: int, device: torch.device) -> list[tuple[int, int]]:
-    """Sequences of ``lengths`` (longest first) cut into passes ``[a, b)`` of at most ``most``:
-    on the CPU, where a padding token costs as much as a real one, where the padding saved pays
-    for another pass (``snug``); elsewhere in fixed chunks."""
+    """Sequences of ``lengths`` (longest first) cut into passes ``[a, b)`` of at most ``most``,
+    and of at most the window's bound of positions (``window.rows_for``): on the CPU, where a
+    padding token costs as much as a real one, where the padding saved pays for another pass
+    (``snug``); elsewhere in fixed chunks."""
     if device.type != "cpu":
-        return [(a, min(a + most, len(lengths))) for a in range(0, len(lengths), most)]
+        return fixed_passes(lengths, most)
     return snug(lengths, most, PASS_OVERHEAD_ROWS)
 
 
 def snug(lengths: list[int], most: int, overhead: float) -> list[tuple[int, int]]:
     """Cut ``lengths`` (longest first) into consecutive batches ``[a, b)`` of at most ``most``
-    that minimise the padded work: a batch costs ``(rows + overhead) * its longest length``.
-    Exact, by dynamic programming over where the last batch starts."""
+    rows and at most ``window.rows_for`` its longest length, that minimise the padded work: a
+    batch costs ``(rows + overhead) * its longest length``. Exact, by dynamic programming over
+    where the last batch starts."""
     if most < 1:
         raise ValueError(f"most must be >= 1, got {most}")
     cost = [0.0] + [float("inf")] * len(lengths)
     start = [0] * (len(lengths) + 1)
     for b in range(1, len(lengths) + 1):
         for a in range(max(0, b - most), b):
+            if b - a > rows_for(lengths[a], most):
+                continue
             total = cost[a] + (b - a + overhead) * lengths[a]
             if total < cost[b]:
                 cost[b], start[b] = total, a
