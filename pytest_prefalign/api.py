@@ -69,6 +69,8 @@ class SuiteData:
     test_pairs: list[Pair] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # rule -> users dropped by it
     provenance: dict[str, Any] = field(default_factory=dict)  # how pairs were made, etc.
+    # each record dropped or altered for a fault in the data (``Fault``), in reading order
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def users(self) -> list[str]:
@@ -76,11 +78,48 @@ class SuiteData:
 
 
 class DataError(ValueError):
-    """A malformed record: names the file, the record and the field."""
+    """A malformed record: names the file, the record and the field; ``record_id`` is the
+    record's own id where it has one (an anthology id, a user id)."""
 
-    def __init__(self, file: str | Path, record: str | int, field: str, problem: str) -> None:
+    def __init__(
+        self,
+        file: str | Path,
+        record: str | int,
+        field: str,
+        problem: str,
+        *,
+        record_id: str | None = None,
+    ) -> None:
         self.file, self.record, self.field, self.problem = str(file), record, field, problem
+        self.record_id = record_id
         super().__init__(f"{file}: record {record}: field {field!r}: {problem}")
+
+    def fault(self, rule: str) -> dict[str, Any]:
+        """The error as a ``Fault`` of the record dropped or altered under ``rule``."""
+        return fault(self.file, self.record, self.record_id, self.field, self.problem, rule)
+
+
+FAULT_FIELDS = ("file", "line", "id", "field", "reason", "rule")
+
+
+def fault(
+    file: str, line: str | int | None, record_id: str | None, field: str, reason: str, rule: str
+) -> dict[str, Any]:
+    """A fault in the data, as the run file keeps it: ``file``; ``line``, the line number in
+    a JSON Lines or CSV file, the position (from 0) in a JSON list or a dataset split, None
+    where the record is known by its id only; ``id``, the record's own id or None; ``field``;
+    ``reason``, what is wrong and what was done; ``rule``, the count it is part of in
+    ``SuiteData.dropped`` (``record:bad_paper``) or what altered it (``context:prompt``)."""
+    return dict(zip(FAULT_FIELDS, (file, line, record_id, field, reason, rule), strict=True))
+
+
+def describe_fault(fault: dict[str, Any]) -> str:
+    """One line for a fault: ``file:line: id 'X': field 'f': reason``."""
+    where = str(fault.get("file") or "?")
+    if fault.get("line") is not None:
+        where += f":{fault['line']}"
+    ident = f" id {fault['id']!r}:" if fault.get("id") is not None else ""
+    return f"{where}:{ident} field {fault.get('field')!r}: {fault.get('reason')}"
 
 
 class DataNotFound(FileNotFoundError):

@@ -18,6 +18,7 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_prefalign import storage
 from pytest_prefalign.api import DataNotFound, requires_data_dir
@@ -152,9 +153,11 @@ def _from_ini(text: str, rootdir: Path | None) -> Path:
 
 
 def data_main(argv: list[str]) -> int:
-    """``prefalign data [--data DIR]``: each registered suite, its source, licence and where its
-    data is found, then the four places. Exit status 1 where a suite that needs a data
-    directory has none. ``prefalign data fetch ...`` builds the data (see ``fetch.py``)."""
+    """``prefalign data [--data DIR] [--check]``: each registered suite, its source, licence
+    and where its data is found, then the four places. With ``--data DIR`` or ``--check``, each
+    suite's data found is read with the rules a run applies and every record dropped or
+    altered for a fault is listed (``check_data``). Exit status 1 where a suite that needs a
+    data directory has none. ``prefalign data fetch ...`` builds the data (see ``fetch.py``)."""
     if argv[:1] == ["fetch"]:
         from pytest_prefalign.fetch import fetch_main
 
@@ -166,7 +169,14 @@ def data_main(argv: list[str]) -> int:
         "has none. prefalign data fetch [SUITE...] builds the data.",
     )
     parser.add_argument("--data", metavar="DIR", help="as --prefalign-data in a pytest run")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="read each suite's data found with a run's rules and list its faults "
+        "(the default with --data)",
+    )
     args = parser.parse_args(argv)
+    check = args.check or args.data is not None
     ini, inifile = ini_data_value(Path.cwd())
     places = data_places(option=args.data, ini=ini, rootdir=inifile.parent if inifile else None)
     missing = False
@@ -192,11 +202,33 @@ def data_main(argv: list[str]) -> int:
             f"{suite.name}: {suite.description}\n  source: {suite.source}\n"
             f"  licence: {suite.licence}\n  data: {where}"
         )
+        if check and found is not None and hasattr(suite, "load"):
+            print("\n".join(check_data(suite, found / suite.source)))
     print("Places searched, in order:")
     for n, place in enumerate(places, 1):
         origin = f" (from {inifile})" if place.label.startswith("ini") and inifile else ""
         print(f"  {n}. {place.label}: {place.path or 'not set'}{origin}")
     return 1 if missing else 0
+
+
+def check_data(suite: Any, folder: Path) -> list[str]:
+    """The lines ``prefalign data`` prints for a suite's data read with a run's rules (all its
+    users, the suite's default options): every record dropped or altered for a fault, or why
+    the data cannot be read at all."""
+    from pytest_prefalign.api import DataError, describe_fault
+
+    try:
+        data = suite.load(folder, limit=None, options={})
+    except (DataError, DataNotFound, OSError, ValueError) as exc:
+        return [f"  faults: the data cannot be read: {exc}"]
+    if not data.faults:
+        return ["  faults: none"]
+    total = int(data.provenance.get("faults_total", len(data.faults)))
+    lines = [f"  faults: {total} record(s) dropped or altered:"]
+    lines += [f"    {describe_fault(f)}" for f in data.faults]
+    if total > len(data.faults):
+        lines.append(f"    ... and {total - len(data.faults)} more")
+    return lines
 
 
 def ini_data_value(start: Path) -> tuple[str | None, Path | None]:

@@ -3,8 +3,14 @@
 A bad record is reported as a ``DataError`` naming the file, the record (the line number in JSON
 Lines and CSV files, the position in a JSON list or a dataset split) and the field. A loader
 either drops the record, counting it in ``Problems`` under a rule name, or, where the whole file is
-unusable, raises the error. ``Problems`` then lands in ``SuiteData.dropped`` (counts) and
-``SuiteData.provenance["data_errors"]`` (the first messages), so the run goes on and says why.
+unusable, raises the error. ``Problems`` then lands in ``SuiteData.dropped`` (counts),
+``SuiteData.faults`` (every record dropped for an error, each named: file, line, id, field,
+reason) and ``SuiteData.provenance["data_errors"]`` (the first messages), so the run goes on and
+says why.
+
+A text field longer than ``MAX_TEXT_CHARS`` is an error of its record: no task in the suites has
+inputs near that size (the longest ACL abstract has 7,251 characters), and a model would read
+only a small part of it (docs/suites.md, "Long texts").
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import SuiteData
 
 MAX_MESSAGES = 20  # error messages kept per load; the counts cover all of them
+MAX_FAULTS = 10_000  # faults kept per load (``faults_total`` in the provenance counts them all)
+MAX_TEXT_CHARS = 100_000  # a longer text field is an error of its record
 WHOLE = "(whole record)"  # the field named when a record cannot be read at all
 
 _SPACE = re.compile(r"\s+")
@@ -39,11 +47,13 @@ def normalise_ws(text: str) -> str:
 
 @dataclass
 class Problems:
-    """What one load dropped, by rule, and the first error messages."""
+    """What one load dropped, by rule, the first error messages, and every fault."""
 
     counts: Counter[str] = field(default_factory=Counter)
     messages: list[str] = field(default_factory=list)
     errors: int = 0
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    total_faults: int = 0
 
     def drop(self, rule: str, n: int = 1) -> None:
         """Count ``n`` records, users or pairs dropped by a rule (not an error in the data)."""
@@ -56,6 +66,13 @@ class Problems:
         self.errors += 1
         if len(self.messages) < MAX_MESSAGES:
             self.messages.append(str(error))
+        self.fault(rule, error)
+
+    def fault(self, rule: str, error: DataError) -> None:
+        """Name a record dropped or altered (without counting it again)."""
+        self.total_faults += 1
+        if len(self.faults) < MAX_FAULTS:
+            self.faults.append(error.fault(rule))
 
     def report(self, data: SuiteData) -> None:
         """Write the counts and messages into the suite data."""
@@ -64,6 +81,9 @@ class Problems:
         if self.errors:
             data.provenance["data_errors"] = list(self.messages)
             data.provenance["data_errors_total"] = self.errors
+        data.faults.extend(self.faults)
+        if self.total_faults > len(self.faults):
+            data.provenance["faults_total"] = self.total_faults
 
 
 @dataclass(frozen=True)
@@ -76,10 +96,20 @@ class Record:
     data: Any
     textual: bool = False
     prefix: str = ""  # the path of a nested object inside its record, e.g. ``summaries[1]``
+    id_field: str | None = None  # the field holding the record's own id, where it has one
 
     def error(self, name: str, problem: str) -> DataError:
         full = f"{self.prefix}.{name}" if self.prefix else name
-        return DataError(self.file, self.index, full, problem)
+        return DataError(self.file, self.index, full, problem, record_id=self.ident)
+
+    @property
+    def ident(self) -> str | None:
+        """The record's own id (its ``id_field``), where it has a readable one."""
+        if self.id_field is None or not isinstance(self.data, dict):
+            return None
+        value = self.data.get(self.id_field)
+        ok = isinstance(value, str | int) and not isinstance(value, bool) and str(value).strip()
+        return str(value) if ok else None
 
     def get(self, name: str) -> Any:
         """The value at a dotted path (``info.post``); a missing field or null is an error."""
@@ -98,10 +128,15 @@ class Record:
         return value
 
     def text(self, name: str) -> str:
-        """A non-empty string (after whitespace normalisation), returned normalised."""
+        """A non-empty string (after whitespace normalisation) of at most ``MAX_TEXT_CHARS``
+        characters, returned normalised."""
         value = self.get(name)
         if not isinstance(value, str):
             raise self.error(name, f"expected a string, got {_kind(value)}")
+        if len(value) > MAX_TEXT_CHARS:
+            raise self.error(
+                name, f"{len(value):,} characters, more than the {MAX_TEXT_CHARS:,} a text may have"
+            )
         value = normalise_ws(value)
         if not value:
             raise self.error(name, "empty")
@@ -140,7 +175,8 @@ class Record:
         """A nested object checked with the same file and record, its fields named under
         ``name`` (e.g. ``summaries[1].text``)."""
         full = f"{self.prefix}.{name}" if self.prefix else name
-        return Record(self.file, self.index, value, self.textual, prefix=full)
+        # the nested object's fields are named under the record's own id
+        return _Child(self.file, self.index, value, self.textual, full, parent=self.ident)
 
 
 def unique(
@@ -155,6 +191,7 @@ def unique(
             continue
         first = copies[0][0]
         problems.drop(rule)
+        problems.fault(rule, first.error(name, f"{key!r} repeats later; every copy is dropped"))
         for rec, _ in copies[1:]:
             where = "" if rec.file == first.file else f"{first.file} "
             problems.bad(
@@ -166,7 +203,9 @@ def unique(
     return kept
 
 
-def read_json_lines(path: Path, problems: Problems, rule: str) -> Iterator[Record]:
+def read_json_lines(
+    path: Path, problems: Problems, rule: str, id_field: str | None = None
+) -> Iterator[Record]:
     """Each non-blank line a JSON object; a line that is not is reported and skipped."""
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, 1):
@@ -191,7 +230,7 @@ def read_json_lines(path: Path, problems: Problems, rule: str) -> Iterator[Recor
                     DataError(path, number, WHOLE, f"expected a JSON object, got {_kind(obj)}"),
                 )
                 continue
-            yield Record(str(path), number, obj)
+            yield Record(str(path), number, obj, id_field=id_field)
 
 
 def read_json_document(path: Path) -> Any:
@@ -208,7 +247,9 @@ def read_json_document(path: Path) -> Any:
         raise DataError(path, exc.lineno, WHOLE, f"not valid JSON: {exc.msg}") from None
 
 
-def read_csv(path: Path, problems: Problems, rule: str, columns: Sequence[str]) -> Iterator[Record]:
+def read_csv(
+    path: Path, problems: Problems, rule: str, columns: Sequence[str], id_field: str | None = None
+) -> Iterator[Record]:
     """Rows of a CSV file with a header, numbered by the line they start on. A missing column
     is fatal; a row with the wrong number of fields or bytes that are not UTF-8 is skipped."""
     blob = path.read_bytes()
@@ -237,7 +278,18 @@ def read_csv(path: Path, problems: Problems, rule: str, columns: Sequence[str]) 
         if broken is not None:
             problems.bad(rule, DataError(path, line, broken, "not valid UTF-8"))
             continue
-        yield Record(str(path), line, values, textual=True)
+        yield Record(str(path), line, values, textual=True, id_field=id_field)
+
+
+@dataclass(frozen=True)
+class _Child(Record):
+    """A nested object of a record: its errors carry the record's id (``parent``)."""
+
+    parent: str | None = None
+
+    @property
+    def ident(self) -> str | None:
+        return self.parent
 
 
 def _undecodable(text: str) -> bool:

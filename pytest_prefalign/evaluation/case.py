@@ -23,7 +23,7 @@ from pytest_prefalign import cache, events, versions
 from pytest_prefalign.analysis import catalogue, metrics
 from pytest_prefalign.api import CaseContext
 from pytest_prefalign.errors import PrefalignError
-from pytest_prefalign.evaluation import generation, pairs, prepare, wins
+from pytest_prefalign.evaluation import faults, generation, pairs, prepare, wins
 from pytest_prefalign.evaluation.context import Case, RunContext
 from pytest_prefalign.registry import MethodName
 from pytest_prefalign.runs.records import CaseResult
@@ -98,6 +98,7 @@ class Evaluator:
             state = self.suite(case)
         with _timed(timings, "model_s"):
             lm = prepare.load_model(self.context, case.size)
+        named = faults.of_group(self.group(case), case.suite, case.size, state.data, lm)
         plan = self.plan(case, state, lm)
         factory = self.registry.decoder(case.method.decoder).obj
         ctx = CaseContext(
@@ -159,6 +160,7 @@ class Evaluator:
             data={
                 "source": state.data.source,
                 "dropped": state.data.dropped,
+                "faults": named,
                 "provenance": state.data.provenance,
                 "fingerprint": state.fingerprint,
             },

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from pytest_prefalign import cache, events, storage, versions
-from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod
+from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod, describe_fault
 from pytest_prefalign.errors import MethodFailure, PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
 
@@ -86,10 +86,11 @@ def nothing_to_evaluate(name: str, data: SuiteData) -> SuiteUnavailable:
     """The failure of a suite whose data left no item and no test pair: its source and what
     dropped its records and users (a floor or a gate would otherwise pass on no figure)."""
     dropped = ", ".join(f"{rule} {n}" for rule, n in sorted(data.dropped.items()) if n)
+    first = f"\nfirst fault: {describe_fault(data.faults[0])}" if data.faults else ""
     return SuiteUnavailable(
         name,
         f"suite {name!r}: no user left to evaluate in {data.source} ({len(data.profiles)} "
-        f"users, 0 items, 0 test pairs; dropped: {dropped or 'nothing'})",
+        f"users, 0 items, 0 test pairs; dropped: {dropped or 'nothing'}){first}",
         None,
     )
 

@@ -13,6 +13,10 @@ weights (``model["weights"]``), the environment (``environment``: versions, devi
 the reward method's ``fingerprint()``, package and version; per record, a ``digest`` of the pair
 or item it was computed on. Version 1 files are still read; they lack these fields, and a check
 that needs one says so (analysis/comparable.py).
+
+A result's ``data["faults"]`` names every record of the data dropped or altered for a fault
+(``api.fault``: file, line, id, field, reason, rule). Added within version 2: a file without it
+reads as one whose data had no fault named; where present it is checked.
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ class CaseResult:
     judge: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)  # name, fingerprint, weights
-    data: dict[str, Any] = field(default_factory=dict)  # source, dropped, provenance, fingerprint
+    # source, dropped, faults, provenance, fingerprint
+    data: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)  # versions, device, dtype
     reward_fingerprint: str | None = None  # the reward method's fingerprint()
     reward_package: str | None = None  # the distribution that provided it (None: no package)
@@ -99,6 +104,7 @@ class CaseResult:
         records = _object(row.get("records") or {}, f"{where}: field 'records'")
         known = {f.name for f in dataclasses.fields(cls)} - {"pairs", "items"}
         values = {k: v for k, v in row.items() if k in known}
+        _faults(_object(row.get("data") or {}, f"{where}: field 'data'"), f"{where}: data")
         result = cls(**values)
         result.pairs = _records(records.get("pairs"), "pair_id", f"{where}: records.pairs")
         result.items = _records(records.get("items"), "item_id", f"{where}: records.items")
@@ -272,6 +278,23 @@ def _records(value: Any, id_field: str, where: str) -> list[dict[str, Any]]:
                 raise RunFileError(f"{where}[{n}]: field {name!r} is missing")
         out.append(row)
     return out
+
+
+def _faults(data: dict[str, Any], where: str) -> None:
+    """``data["faults"]``, where present: a list of objects whose ``file``, ``field`` and
+    ``reason`` are strings, ``line`` an integer, a string or null, ``id`` a string or null."""
+    if "faults" not in data:
+        return
+    for n, value in enumerate(_list(data["faults"], f"{where}: field 'faults'")):
+        fault = _object(value, f"{where}: faults[{n}]")
+        for name in ("file", "field", "reason"):
+            if not isinstance(fault.get(name), str):
+                raise RunFileError(f"{where}: faults[{n}]: field {name!r}: missing or not a string")
+        line, ident = fault.get("line"), fault.get("id")
+        if not (line is None or isinstance(line, str) or (_number(line) and line == int(line))):
+            raise RunFileError(f"{where}: faults[{n}]: field 'line': {line!r} is not a line")
+        if not (ident is None or isinstance(ident, str)):
+            raise RunFileError(f"{where}: faults[{n}]: field 'id': {ident!r} is not a string")
 
 
 def _unique(records: Iterable[Mapping[str, Any]], id_field: str, where: str) -> None:

@@ -76,7 +76,7 @@ def read_statements(path: Path, problems: Problems) -> tuple[dict[int, Statement
     moderated-out statements are counted as ``record:moderated_out``."""
     _need(path)
     found: dict[int, list[tuple[Record, tuple[Statement | None, int]]]] = defaultdict(list)
-    for rec in read_csv(path, problems, "record:bad_comment", COMMENT_COLUMNS):
+    for rec in read_csv(path, problems, "record:bad_comment", COMMENT_COLUMNS, "comment-id"):
         try:
             cid = rec.integer("comment-id")
         except DataError as exc:

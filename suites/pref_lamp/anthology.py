@@ -7,7 +7,8 @@ its file, record and field):
   UTF-8 or JSON or not a list (nothing can be read from it);
 - ``record:bad_paper``: a paper line that is not UTF-8 or JSON, or lacks a field or has one of
   the wrong type (``anthology_id``, ``title``, ``abstract``: non-empty strings; ``year``: an
-  integer; ``authors``: a list of objects with a non-empty ``name``);
+  integer; ``authors``: a list of objects with a non-empty ``name``; a text of more than
+  ``records.MAX_TEXT_CHARS`` characters);
 - ``record:duplicate_paper_id``: every copy of an anthology id found twice (which copy is right
   cannot be told);
 - ``record:bad_author``: an author entry that is not an object with a non-empty ``user_id``,
@@ -60,7 +61,7 @@ def read_papers(folder: Path, problems: Problems) -> dict[str, Paper]:
         raise DataError(folder / PAPERS, "-", WHOLE, "no such file")
     found: dict[str, list[tuple[Record, Paper]]] = defaultdict(list)
     for path in files:
-        for rec in read_json_lines(path, problems, "record:bad_paper"):
+        for rec in read_json_lines(path, problems, "record:bad_paper", "anthology_id"):
             try:
                 paper = _paper(rec)
             except DataError as exc:
@@ -93,7 +94,7 @@ def read_authors(
         raise DataError(path, 1, WHOLE, "expected a JSON list of authors")
     found: dict[str, list[tuple[Record, list[str]]]] = defaultdict(list)
     for index, raw in enumerate(doc):
-        rec = Record(str(path), index, raw)
+        rec = Record(str(path), index, raw, id_field="user_id")
         try:
             if not isinstance(raw, dict):
                 raise rec.error(WHOLE, "expected an object")

@@ -74,7 +74,7 @@ def read_golds(path: Path, problems: Problems) -> dict[str, str]:
         raise DataError(path, 1, "task", f"expected LaMP_5, got {doc['task']!r}")
     golds = {}
     for index, raw in enumerate(doc["golds"]):
-        rec = Record(str(path), index, raw)
+        rec = Record(str(path), index, raw, id_field="id")
         try:
             golds[_id(rec)] = rec.text("output")
         except DataError as exc:
@@ -91,7 +91,7 @@ def read_questions(
         raise DataError(path, 1, WHOLE, "expected a JSON list of questions")
     found: dict[str, list[tuple[Record, Any]]] = defaultdict(list)
     for index, raw in enumerate(doc):
-        rec = Record(str(path), index, raw)
+        rec = Record(str(path), index, raw, id_field="id")
         try:
             qid, abstract = _id(rec), _abstract(rec)
             listed = rec.listing("profile")
