@@ -48,20 +48,36 @@ def table(
 def column_limits(
     body: Sequence[Sequence[Any]], headers: Sequence[str], width: int
 ) -> list[int | None]:
-    """A width for each column, narrowing the widest one first until the row fits ``width`` or
-    every column is down to ``MIN_COLUMN``; None for a column left as it is."""
+    """A width for each column, narrowing the widest one first until the row fits ``width``:
+    first only columns of words (cells with spaces), each down to its longest word, so that
+    text wraps between words; then, if the row is still too wide, any column down to
+    ``MIN_COLUMN`` (a long name is cut). None for a column left as it is."""
     columns = len(headers)
     natural = [_column_width(body, headers, i) for i in range(columns)]
+    words = [_longest_word(body, i) if _has_spaces(body, i) else None for i in range(columns)]
     limits = list(natural)
-    total = sum(limits) + GAP * (columns - 1)
-    while total > width:
-        candidates = [i for i in range(columns) if limits[i] > MIN_COLUMN]
-        if not candidates:
-            break
-        widest = max(candidates, key=lambda i: limits[i])
-        limits[widest] -= 1
-        total -= 1
+    excess = sum(limits) + GAP * (columns - 1) - width
+    floors_by_phase = (
+        [max(MIN_COLUMN, w) if w is not None else n for w, n in zip(words, natural, strict=True)],
+        [MIN_COLUMN] * columns,
+    )
+    for floors in floors_by_phase:
+        while excess > 0:
+            candidates = [i for i in range(columns) if limits[i] > floors[i]]
+            if not candidates:
+                break
+            widest = max(candidates, key=lambda i: limits[i])
+            limits[widest] -= 1
+            excess -= 1
     return [limits[i] if limits[i] < natural[i] else None for i in range(columns)]
+
+
+def _has_spaces(body: Sequence[Sequence[Any]], i: int) -> bool:
+    return any(" " in str(row[i]) for row in body)
+
+
+def _longest_word(body: Sequence[Sequence[Any]], i: int) -> int:
+    return max((len(word) for row in body for word in str(row[i]).split()), default=0)
 
 
 def prose(text: str, width: int | None, indent: str = "") -> list[str]:
