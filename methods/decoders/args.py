@@ -49,6 +49,7 @@ from pytest_prefalign import events
 from pytest_prefalign.api import CaseContext, DecodeOptions, Decoder, Item, RewardMethod
 from pytest_prefalign.runtime.decoding import KV, Choice, Step, decode
 from pytest_prefalign.runtime.lm import LM, chunks, clean_text
+from pytest_prefalign.runtime.window import rows_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
@@ -159,8 +160,10 @@ def args_generate(
     fast = uses_hidden(lm, reward)
     out: dict[tuple[str, str], list[int]] = {}
     order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
+    # a pass: each row's prompt, what it generated and its k candidates, within the bound
+    width = max((len(e) for e in encoded), default=1) + max_new_tokens + k
     with events.step("ARGS", total=len(unique), unit="prompts") as progress:
-        for batch in chunks(order, batch_size):
+        for batch in chunks(order, rows_for(width, batch_size)):
             batch_users = [unique[i][0] for i in batch]
             rule = (
                 HiddenRule(lm, reward, batch_users, k, w)

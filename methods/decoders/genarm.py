@@ -58,6 +58,7 @@ from pytest_prefalign.runtime.decoding import (
 )
 from pytest_prefalign.runtime.hidden import predicting_hidden
 from pytest_prefalign.runtime.lm import clean_text
+from pytest_prefalign.runtime.window import rows_for
 from pytest_prefalign.storage import content_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,7 +104,8 @@ class GenARMDecoder(BaseDecoder):
         encoded = [ctx.lm.prompt_ids(p) for _, p in unique]
         order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
         texts: dict[tuple[str, str], str] = {}
-        batch_size = ctx.options.batch_size
+        longest = max((len(e) for e in encoded), default=1) + ctx.options.max_new_tokens
+        batch_size = rows_for(longest, ctx.options.batch_size)  # within the pass bound
         with events.step("GenARM", total=len(order), unit="prompts") as progress:
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
