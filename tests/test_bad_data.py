@@ -153,3 +153,19 @@ def test_the_data_command_lists_the_faults(tmp_path, monkeypatch, capsys) -> Non
     for file, line, ident, field, reason in expected_faults(folder):
         named = f"{file}:{line}:" + (f" id {ident!r}:" if ident else "") + f" field {field!r}: "
         assert f"    {named}{reason}" in out, (named, out)
+
+
+def test_the_run_file_checks_its_faults_and_reads_older_files() -> None:
+    row = {"suite": "s", "method": "base", "size": "tiny", "data": {"source": "d"}}
+    assert records.CaseResult.from_json(row).data == {"source": "d"}  # written before faults
+    good = {"file": "f", "line": 3, "id": None, "field": "title", "reason": "empty"}
+    records.CaseResult.from_json({**row, "data": {"faults": [good, {**good, "line": None}]}})
+    for bad, message in (
+        ({**good, "file": None}, "field 'file': missing or not a string"),
+        ({**good, "line": 1.5}, "field 'line'"),
+        ({**good, "id": 7}, "field 'id'"),
+    ):
+        with pytest.raises(records.RunFileError, match=message):
+            records.CaseResult.from_json({**row, "data": {"faults": [bad]}})
+    with pytest.raises(records.RunFileError, match="faults"):
+        records.CaseResult.from_json({**row, "data": {"faults": "none"}})
