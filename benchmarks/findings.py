@@ -289,20 +289,22 @@ def claim_icl(loaded: list) -> list[str]:
         "",
         "The paper: ICL beats every reward-guided method from 3B parameters on. Here, at small",
         "sizes, only the direction is checked: each ICL row minus the best reward-guided row by",
-        "ROUGE-1, paired over users. The claim **holds at this size** where ICL is significantly",
-        "ahead (p below 0.05 and the interval above 0), **does not hold** where the reward-guided",
-        "row is, else **not enough evidence**.",
+        "ROUGE-1, over the users they all have (p: the within-user permutation of the ICL row",
+        "and every reward-guided row, the best chosen again in each; p_holm: adjusted with the",
+        "run's other looks). The claim **holds at this size** where the run states ICL ahead",
+        "(p_holm below 0.05), **does not hold** where it states the reward-guided row ahead,",
+        "else **not enough evidence**.",
         "",
-        "| suite · size | ICL | best reward-guided | metric | ICL - it | 95% CI | p | users | "
-        "analysis | claim |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| suite · size | ICL | best reward-guided | metric | ICL - it | 95% CI | p | p_holm | "
+        "users | analysis | claim |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
         for e in run.crisis.get("icl_vs_rgd", []):
             lines.append(
                 f"| {e['suite']} · {e['size']} | {e['icl']} | {e['rgd']} | {e['metric']} | "
                 f"{e['diff']:+.3f} | {_ci(e['ci'], '+.3f')} | {_p(e.get('p_value'))} | "
-                f"{e['n_users']} | {e['verdict']} | {icl_verdict(e)} |"
+                f"{_p(e.get('p_holm'))} | {e['n_users']} | {e['verdict']} | {icl_verdict(e)} |"
             )
     return lines + [""]
 
