@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -58,9 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def terminal_width() -> int | None:
-    """The width to fit tables to: the terminal's (or $COLUMNS), one column short of the edge;
-    None when the output goes to a pipe or a file, which no terminal wraps."""
-    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+    """The width to fit tables to: the terminal's, one column short of the edge; None when the
+    output goes to a pipe or a file, which no terminal wraps."""
+    if not sys.stdout.isatty():
         return None
     return max(40, shutil.get_terminal_size().columns - 1)
 

@@ -546,8 +546,13 @@ def test_a_metric_declared_once_reaches_the_leaderboard_run_file_floors_and_gate
 
 @pytest.mark.slow
 def test_the_summary_fits_a_terminal_of_the_given_width(pytester, monkeypatch):
-    # at a terminal (or with $COLUMNS) the leaderboard and the analysis fit its width, as
-    # pytest's own lines do; the synthetic suite's oracles bring the analysis's wide tables
+    # at a terminal the leaderboard and the analysis fit its width, as pytest's own lines do
+    # (here a terminal of 100 columns: the output stream taken for one, $COLUMNS its width);
+    # the synthetic suite's oracles bring the analysis's wide tables
+    from pytest_prefalign.plumbing import session
+
+    real = session.is_terminal
+    monkeypatch.setattr(session, "is_terminal", lambda tr: True)
     pytester.makeini("[pytest]\nprefalign_models = tiny = tiny\n")
     pytester.mkdir("synthetic").joinpath("suite.toml").write_text('[suite]\nname = "synthetic"\n')
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
@@ -563,3 +568,8 @@ def test_the_summary_fits_a_terminal_of_the_given_width(pytester, monkeypatch):
     assert any("Kendall's tau-b" in line for line in section)
     assert any("Circular evaluation" in line for line in section)
     assert max(len(line) for line in section) <= 100, max(section, key=len)
+    # no terminal (a CI log): the rows are left whole
+    monkeypatch.setattr(session, "is_terminal", real)
+    lines = run(pytester, *args).stdout.lines
+    start = next(i for i, line in enumerate(lines) if "prefalign leaderboard" in line)
+    assert max(len(line) for line in lines[start:]) > 100

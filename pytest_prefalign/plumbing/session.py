@@ -5,7 +5,6 @@ collected from test reports, the terminal summary and the run file. Imported onl
 from __future__ import annotations
 
 import datetime as dt
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -332,14 +331,18 @@ class PrefalignSession:
 
 
 def terminal_width(tr: Any) -> int | None:
-    """The width the summary's tables fit: the terminal's (or $COLUMNS), one column short of
-    the edge, as pytest's own lines; None where the output is no terminal (a CI log, a file),
-    which does not wrap rows."""
-    stream = getattr(tr._tw, "_file", None)
-    isatty = bool(getattr(stream, "isatty", lambda: False)())
-    if not isatty and "COLUMNS" not in os.environ:
+    """The width the summary's tables fit: the terminal's, one column short of the edge, as
+    pytest's own lines; None where the output is no terminal (a CI log, a file, a pipe), which
+    does not wrap rows. (Whether it is a terminal is read from the stream, not from $COLUMNS,
+    which pytest-xdist's workers and their subprocesses always carry.)"""
+    if not is_terminal(tr):
         return None
     return max(40, int(getattr(tr._tw, "fullwidth", 80)) - 1)
+
+
+def is_terminal(tr: Any) -> bool:
+    stream = getattr(tr._tw, "_file", None)
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 def check_plugins(config: pytest.Config, found: registry.Registry, *, strict: bool) -> None:
