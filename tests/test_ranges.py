@@ -51,3 +51,9 @@ def test_every_lower_bound_is_the_locked_version() -> None:
             assert lower.group(1) == locked[name], (name, lower.group(1), locked[name])
             checked += 1
     assert checked >= 15
+
+
+def test_install_sh_pins_the_locked_torch() -> None:
+    # torch goes first and alone, by its exact version: an unpinned torch pulls a CUDA build
+    (pin,) = re.findall(r'"torch==([^"]+)"', (ROOT / "install.sh").read_text())
+    assert pin == _locked()["torch"]
