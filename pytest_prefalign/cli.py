@@ -57,8 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def terminal_width() -> int | None:
-    """The width to fit tables to: the terminal's, one column short of the edge; None when the
-    output goes to a pipe or a file, which no terminal wraps."""
+    """The width to fit tables to: ``$PREFALIGN_WIDTH`` where set, else the terminal's, one
+    column short of the edge; None when the output goes to a pipe or a file, which no terminal
+    wraps."""
+    from pytest_prefalign.analysis import fit
+
+    forced = fit.forced_width()
+    if forced is not None:
+        return forced
     if not sys.stdout.isatty():
         return None
     return max(40, shutil.get_terminal_size().columns - 1)

@@ -546,17 +546,12 @@ def test_a_metric_declared_once_reaches_the_leaderboard_run_file_floors_and_gate
 
 @pytest.mark.slow
 def test_the_summary_fits_a_terminal_of_the_given_width(pytester, monkeypatch):
-    # at a terminal the leaderboard and the analysis fit its width, as pytest's own lines do
-    # (here a terminal of 100 columns: the output stream taken for one, $COLUMNS its width);
-    # the synthetic suite's oracles bring the analysis's wide tables
-    from pytest_prefalign.plumbing import session
-
-    real = session.is_terminal
-    monkeypatch.setattr(session, "is_terminal", lambda tr: True)
+    # the leaderboard and the analysis fit a width, as pytest's own lines do: the terminal's,
+    # or $PREFALIGN_WIDTH's (here 100); the synthetic suite's oracles bring the wide tables
     pytester.makeini("[pytest]\nprefalign_models = tiny = tiny\n")
     pytester.mkdir("synthetic").joinpath("suite.toml").write_text('[suite]\nname = "synthetic"\n')
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
-    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("PREFALIGN_WIDTH", "100")
     methods = "base,bon[oracle],bon[oracle_noisy],bon[oracle_negated]"
     args = ("--prefalign", "synthetic", "--prefalign-limit", "6", "--prefalign-methods", methods)
     result = run(pytester, *args)
@@ -564,12 +559,12 @@ def test_the_summary_fits_a_terminal_of_the_given_width(pytester, monkeypatch):
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if "prefalign leaderboard" in line)
     end = next(i for i, line in enumerate(lines) if line.startswith("cache: "))
-    section = lines[start:end]  # the tables and their sentences (then paths, as they are)
+    section = lines[start + 1 : end]  # the tables and their sentences (then paths, as they are)
     assert any("Kendall's tau-b" in line for line in section)
     assert any("Circular evaluation" in line for line in section)
     assert max(len(line) for line in section) <= 100, max(section, key=len)
-    # no terminal (a CI log): the rows are left whole
-    monkeypatch.setattr(session, "is_terminal", real)
+    # no terminal (a CI log) and no width asked for: the rows are left whole
+    monkeypatch.delenv("PREFALIGN_WIDTH")
     lines = run(pytester, *args).stdout.lines
     start = next(i for i, line in enumerate(lines) if "prefalign leaderboard" in line)
     assert max(len(line) for line in lines[start:]) > 100

@@ -4,11 +4,13 @@ wrapped to it, as pytest's own output adapts to the terminal width.
 A table wider than ``width`` has its widest cells wrapped inside their column (a verdict, a
 judge's description, a figure and its interval on two lines; a word longer than the column is
 cut), never the row itself wrapped by the terminal in the middle; no column is made narrower
-than ``MIN_COLUMN``. Without a width (the HTML report, a file) nothing is wrapped.
+than ``MIN_COLUMN``. Without a width (the HTML report, a file) nothing is wrapped. The width is the
+terminal's, or ``$PREFALIGN_WIDTH`` (``forced_width``) where set.
 """
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -78,6 +80,13 @@ def _has_spaces(body: Sequence[Sequence[Any]], i: int) -> bool:
 
 def _longest_word(body: Sequence[Sequence[Any]], i: int) -> int:
     return max((len(word) for row in body for word in str(row[i]).split()), default=0)
+
+
+def forced_width() -> int | None:
+    """``$PREFALIGN_WIDTH`` as a width (at least 40), or None where unset or not a number: a
+    width to fit even where the output is no terminal, as a log viewer that wraps its lines."""
+    text = os.environ.get("PREFALIGN_WIDTH", "").strip()
+    return max(40, int(text)) if text.isdigit() else None
 
 
 def prose(text: str, width: int | None, indent: str = "") -> list[str]:

@@ -331,18 +331,20 @@ class PrefalignSession:
 
 
 def terminal_width(tr: Any) -> int | None:
-    """The width the summary's tables fit: the terminal's, one column short of the edge, as
-    pytest's own lines; None where the output is no terminal (a CI log, a file, a pipe), which
-    does not wrap rows. (Whether it is a terminal is read from the stream, not from $COLUMNS,
-    which pytest-xdist's workers and their subprocesses always carry.)"""
-    if not is_terminal(tr):
+    """The width the summary's tables fit: ``$PREFALIGN_WIDTH`` where set (a log viewer's
+    width), else the terminal's, one column short of the edge, as pytest's own lines; None
+    where the output is no terminal (a CI log, a file, a pipe), which does not wrap rows.
+    (Whether it is a terminal is read from the stream, not from ``$COLUMNS``, which
+    pytest-xdist's workers and their subprocesses always carry.)"""
+    from pytest_prefalign.analysis import fit
+
+    forced = fit.forced_width()
+    if forced is not None:
+        return forced
+    stream = getattr(tr._tw, "_file", None)
+    if not getattr(stream, "isatty", lambda: False)():
         return None
     return max(40, int(getattr(tr._tw, "fullwidth", 80)) - 1)
-
-
-def is_terminal(tr: Any) -> bool:
-    stream = getattr(tr._tw, "_file", None)
-    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 def check_plugins(config: pytest.Config, found: registry.Registry, *, strict: bool) -> None:
