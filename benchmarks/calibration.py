@@ -177,7 +177,7 @@ def real_null(results: list[CaseResult], rng: np.random.Generator) -> list[CaseR
     for rows in groups.values():
         for metric in EXCHANGED:
             having = [r for r in rows if metric in r.per_user]
-            for user in {u for r in having for u in r.per_user[metric]}:
+            for user in sorted({u for r in having for u in r.per_user[metric]}):
                 holders = [r for r in having if user in r.per_user[metric]]
                 values = [r.per_user[metric][user] for r in holders]
                 for r, v in zip(holders, rng.permutation(values), strict=True):
