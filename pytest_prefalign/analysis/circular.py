@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pytest_prefalign.analysis import nulls, stats, users
-from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
+from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite
 from pytest_prefalign.runs.records import CaseResult
 
 ALPHA = 0.05
@@ -54,10 +54,10 @@ def entries(results: Iterable[CaseResult]) -> list[Row]:
     entries = []
     for row in results:
         win_self = row.metrics.get("win_self")
-        if not _finite(win_self):
+        if not finite(win_self):
             continue
         indep = row.metrics.get("win_independent")
-        indep = float(indep) if _finite(indep) else None
+        indep = float(indep) if finite(indep) else None
         base_row = base.get((row.suite, row.size))
         diff, diff_ci = None, None
         if base_row is not None and "rouge1" in row.per_user and "rouge1" in base_row.per_user:
@@ -143,7 +143,3 @@ def _prefers_method(row: CaseResult) -> bool:
     shares = _own_rm_shares(row)
     total = sum(n for _, n in shares.values())
     return bool(total) and sum((s - 0.5) * n for s, n in shares.values()) > 0
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any, TypeGuard
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from pytest_prefalign.analysis import (
     stats,
     users,
 )
+from pytest_prefalign.analysis.metrics import finite
 from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
@@ -96,7 +97,7 @@ def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], l
     decoders would count twice, and decoder effects would pass for reward effects)."""
     by_method: dict[tuple[str, str, str], CaseResult] = {}
     for row in results:
-        if row.reward and _finite(row.metrics.get(X_METRIC)):
+        if row.reward and finite(row.metrics.get(X_METRIC)):
             by_method[(row.suite, row.size, row.method)] = row
     groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
     for (suite, size, _), row in sorted(by_method.items()):
@@ -104,12 +105,8 @@ def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], l
     return dict(sorted(groups.items()))
 
 
-def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
 def _with_both(rows: list[CaseResult], y: str) -> list[CaseResult]:
-    return [r for r in rows if _finite(r.metrics.get(y))]
+    return [r for r in rows if finite(r.metrics.get(y))]
 
 
 # --------------------------------------------------------------------------------------------

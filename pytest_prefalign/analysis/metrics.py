@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 import numpy as np
 
@@ -183,6 +183,11 @@ def percentile_interval(stats: np.ndarray, level: float) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 # Input checks
 # --------------------------------------------------------------------------------------------
+
+
+def finite(value: Any) -> TypeGuard[float]:
+    """A figure that is a finite number (a metric a row lacks is None or nan)."""
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _check_same_length(

@@ -14,8 +14,9 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
+from pytest_prefalign.analysis.metrics import finite
 from pytest_prefalign.runs.records import CaseResult
 
 Point = tuple[str, float, float]  # (method, RM accuracy, policy accuracy)
@@ -26,7 +27,7 @@ def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[
     points: dict[tuple[str, str], list[Point]] = defaultdict(list)
     for row in results:
         x, y = row.metrics.get("rm_acc"), row.metrics.get("policy_acc")
-        if row.reward and _finite(x) and _finite(y):
+        if row.reward and finite(x) and finite(y):
             points[(row.suite, row.size)].append((row.method, float(x), float(y)))
     return dict(sorted(points.items()))
 
@@ -39,7 +40,7 @@ def scatter_extras(results: Sequence[CaseResult]) -> dict[tuple[str, str], dict[
         key = (row.suite, row.size)
         if row.reward and "rm_acc" in row.ci and "policy_acc" in row.ci:
             extras[key]["errors"][row.method] = (row.ci["rm_acc"], row.ci["policy_acc"])
-        if row.decoder == "base" and not row.reward and _finite(row.metrics.get("policy_acc")):
+        if row.decoder == "base" and not row.reward and finite(row.metrics.get("policy_acc")):
             extras[key]["base"] = row.metrics["policy_acc"]
     return dict(extras)
 
@@ -249,7 +250,3 @@ def _label(
     )  # fmt: skip
     label.set_in_layout(False)  # the layout is settled; a label must not move the panel
     return label
-
-
-def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 from pytest_prefalign.analysis import nulls, users
-from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, resample_counts
+from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite, resample_counts
 from pytest_prefalign.runs.records import CaseResult
 
 X_METRIC = "rm_acc"
@@ -146,7 +146,7 @@ def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[Row]:
     found = []
     for (suite, size, decoder), rows in groups.items():
         for y in Y_METRICS:
-            kept = [r for r in rows if _finite(r.metrics.get(y))]
+            kept = [r for r in rows if finite(r.metrics.get(y))]
             if len(kept) >= 2:
                 found.append(_entry(suite, size, decoder, y, kept))
     return found
@@ -178,7 +178,3 @@ def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) 
         "n_methods": len(rows),
         "n_users": len(tx.users),
     }
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and bool(np.isfinite(value))

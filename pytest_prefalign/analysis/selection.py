@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pytest_prefalign.analysis import catalogue, family, nulls, stats, users
-from pytest_prefalign.analysis.metrics import FIGURE_DIGITS
+from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite
 from pytest_prefalign.runs.records import CaseResult
 
 ICL_DECODERS = ("icl", "icl_rag")
@@ -54,7 +54,7 @@ def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
     for (suite, size), rows in sorted(by_group.items()):
         guided = [r for r in rows if r.reward]
         metric = "rouge1" if any("rouge1" in r.metrics for r in guided) else "policy_acc"
-        guided = [r for r in guided if metric in r.per_user and _finite(r.metrics.get(metric))]
+        guided = [r for r in guided if metric in r.per_user and finite(r.metrics.get(metric))]
         if not guided:
             continue
         for icl in (r for r in rows if r.decoder in ICL_DECODERS and not r.reward):
@@ -225,7 +225,3 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
         entry["p_holm"] = float(p_holm)
         entry["verdict"] = verdict(a, b, entry["metric"], entry["diff"], p_holm, entry["n_users"])
     return found
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
