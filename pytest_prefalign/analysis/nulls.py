@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import product
 
 import numpy as np
@@ -106,14 +106,22 @@ def within_user(
     draws."""
     values = np.asarray(values, dtype=float)
     observed = float(statistic(values[None])[0])
-    rng = np.random.default_rng(seed)
-    k, n = values.shape
-    order = np.argsort(rng.random((n_perm, k, n)), axis=1)
-    shuffled = np.take_along_axis(np.broadcast_to(values, (n_perm, k, n)), order, axis=1)
+    (shuffled,) = shuffled_within_users([values], n_perm, seed)
     draws = statistic(shuffled)
     upper = p_from_draws(observed, draws, exact=False)
     lower = p_from_draws(-observed, -draws, exact=False)
     return upper, lower, draws
+
+
+def shuffled_within_users(tables: Sequence[np.ndarray], n: int, seed: int) -> list[np.ndarray]:
+    """``n`` copies ``(n, methods, users)`` of each ``(methods, users)`` table with every user's
+    column shuffled across the methods, independently per user and copy (seeded); the same
+    shuffles for every table, so that a table of values and one of their weights stay
+    together."""
+    rng = np.random.default_rng(seed)
+    k, u = np.shape(tables[0])
+    order = np.argsort(rng.random((n, k, u)), axis=1)
+    return [np.take_along_axis(np.broadcast_to(t, (n, k, u)), order, axis=1) for t in tables]
 
 
 def two_sided(upper: float, lower: float) -> float:

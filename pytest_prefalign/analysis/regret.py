@@ -97,31 +97,17 @@ def crossfit(
     return np.round(np.asarray(total) / 2.0, FIGURE_DIGITS)
 
 
-def _shuffled(values: np.ndarray, weights: np.ndarray, n: int, seed: int) -> tuple:
-    """``n`` copies of a ``(K, U)`` table with each user's column shuffled across methods
-    (values and weights together)."""
-    rng = np.random.default_rng(seed)
-    k, u = values.shape
-    order = np.argsort(rng.random((n, k, u)), axis=1)
-    take = np.broadcast_to(values, (n, k, u))
-    return (
-        np.take_along_axis(take, order, axis=1),
-        np.take_along_axis(np.broadcast_to(weights, (n, k, u)), order, axis=1),
-    )
-
-
 def test(tx: users.Table, ty: users.Table, seed: int = SEED) -> tuple[float, float]:
     """The cross-fitted regret of picking by ``tx`` on ``ty`` and its one-sided p-value under
     within-user exchangeability of y across the methods."""
     masks = halves(len(tx.users), seed=seed)
     x, wx = tx.values[None], tx.weights[None]
     observed = float(crossfit(x, wx, ty.values[None], ty.weights[None], masks)[0])
-    draws = np.concatenate(
-        [
-            crossfit(x, wx, *_shuffled(ty.values, ty.weights, block, seed + 1 + i), masks)
-            for i, block in enumerate(_blocks(SHUFFLES))
-        ]
-    )
+    blocks = []
+    for i, block in enumerate(_blocks(SHUFFLES)):
+        y, wy = nulls.shuffled_within_users([ty.values, ty.weights], block, seed + 1 + i)
+        blocks.append(crossfit(x, wx, y, wy, masks))
+    draws = np.concatenate(blocks)
     return observed, nulls.p_from_draws(observed, draws[np.isfinite(draws)], exact=False)
 
 
