@@ -324,7 +324,7 @@ def test_close_means_with_different_worst_decile_flagged_only_with_enough_eviden
         ]
     )
     assert small["p_value"] == pytest.approx(2 / 32, abs=0.01)
-    assert spread.silent_looks(rows) == 0  # the one pair examined is the candidate
+    assert spread.silent_looks(rows, flags) == 0  # the one pair examined is the candidate
     _, found = crisis.analyse(rows)
     assert [f["fires"] for f in found["spread"]] == [True]
     # one user of ten: swapping that user alone moves the tail; p is far from small
@@ -342,7 +342,7 @@ def test_close_means_with_different_worst_decile_flagged_only_with_enough_eviden
         row(m, per_user={"policy_acc": {u: v for u, v in d.items() if u in many[:5]}})
         for m, d in (("args[a]", steady), ("args[b]", skewed))
     ]
-    assert spread.flags(few) == [] and spread.silent_looks(few) == 0
+    assert spread.flags(few) == [] and spread.silent_looks(few, []) == 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
         "silent_looks": {
             "inversions": inversion_looks(results)
             - sum(e["p_value"] is not None for e in inversions),
-            "spread": spread.silent_looks(results),
+            "spread": spread.silent_looks(results, spread_found),
         },
     }
     crisis["family"] = family.adjust(tau, crisis, alpha=ALPHA)
