@@ -94,7 +94,8 @@ def _circular_test(row: CaseResult, base: CaseResult | None, rouge_diff: float |
     win share against 1/2) and its ROUGE-1 is below base's (a sign-flip test over the users
     both have). The p-value is the larger of the two (intersection-union); ``holds``: both
     observed in the flag's direction."""
-    p_win = _win_sign_flip(row)
+    shares = _own_rm_shares(row)
+    p_win = _win_sign_flip(shares)
     p_rouge = (
         users.sign_flip(row, base, "rouge1")
         if base is not None and rouge_diff is not None
@@ -105,17 +106,15 @@ def _circular_test(row: CaseResult, base: CaseResult | None, rouge_diff: float |
         "p_win": p_win,
         "p_rouge": p_rouge,
         "p_value": nulls.intersection_union(p_win, p_rouge),
-        "holds": bool(_prefers_method(row) and rouge_diff is not None and rouge_diff < 0),
+        "holds": bool(_prefers_method(shares) and rouge_diff is not None and rouge_diff < 0),
     }
 
 
-def _win_sign_flip(row: CaseResult) -> float | None:
+def _win_sign_flip(shares: dict[str, tuple[float, float]]) -> float | None:
     """Two-sided sign-flip p-value over users of the own RM's preference: under the null the
     judge is indifferent between the method's output and base's, so each user's wins minus
     losses (per item, ties 0) is as likely negative as positive (users weigh by their items).
-    From the items' ``win_self_outcome`` (1, 1/2, 0); a row without item records (an older run
-    file) uses its per-user win shares, which then counted a tie 1/2."""
-    shares = _own_rm_shares(row)
+    ``shares``: ``_own_rm_shares``."""
     if len(shares) < stats.sign_test_floor(ALPHA):
         return None
     d = [share - 0.5 for share, _ in shares.values()]
@@ -124,7 +123,9 @@ def _win_sign_flip(row: CaseResult) -> float | None:
 
 
 def _own_rm_shares(row: CaseResult) -> dict[str, tuple[float, float]]:
-    """Each user's mean own-RM outcome (win 1, tie 1/2, loss 0) and number of items."""
+    """Each user's mean own-RM outcome (win 1, tie 1/2, loss 0) and number of items, from the
+    items' ``win_self_outcome``; a row without item records (an older run file) gives its
+    per-user win shares, which then counted a tie 1/2."""
     outcomes: dict[str, list[float]] = defaultdict(list)
     for item in row.items:
         if item.get("win_self_outcome") is not None:
@@ -137,9 +138,7 @@ def _own_rm_shares(row: CaseResult) -> dict[str, tuple[float, float]]:
     }
 
 
-def _prefers_method(row: CaseResult) -> bool:
-    """The own RM's wins outnumber its losses (over items; from the per-user shares without
-    item records)."""
-    shares = _own_rm_shares(row)
+def _prefers_method(shares: dict[str, tuple[float, float]]) -> bool:
+    """The own RM's wins outnumber its losses over the items (``shares``: ``_own_rm_shares``)."""
     total = sum(n for _, n in shares.values())
     return bool(total) and sum((s - 0.5) * n for s, n in shares.values()) > 0
