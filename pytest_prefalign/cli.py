@@ -57,17 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def terminal_width() -> int | None:
-    """The width to fit tables to: ``$PREFALIGN_WIDTH`` where set, else the terminal's, one
-    column short of the edge; None when the output goes to a pipe or a file, which no terminal
-    wraps."""
+    """The width to fit tables to (``fit.width``): standard output's terminal, or none."""
     from pytest_prefalign.analysis import fit
 
-    forced = fit.forced_width()
-    if forced is not None:
-        return forced
-    if not sys.stdout.isatty():
-        return None
-    return max(40, shutil.get_terminal_size().columns - 1)
+    return fit.width(sys.stdout.isatty(), shutil.get_terminal_size().columns)
 
 
 def version() -> str:
@@ -163,7 +156,7 @@ def compare_rows_main(run_name: str, rows: list[str]) -> int:
     """``prefalign compare RUN --rows A,B``: every metric with per-user figures of rows A and B
     of one run (``selection.compare_rows``), paired over their users. 0 when printed, 2 when the
     run cannot be read or a row is not in it (the run's rows are listed)."""
-    from pytest_prefalign.analysis import selection, summary
+    from pytest_prefalign.analysis import fit, selection, summary
     from pytest_prefalign.datadir import project_root
     from pytest_prefalign.runs import baselines
 
@@ -181,12 +174,14 @@ def compare_rows_main(run_name: str, rows: list[str]) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"prefalign compare: error: {exc}", file=sys.stderr)
         return 2
-    print(
+    width = terminal_width()
+    head = (
         f"A = {a}, B = {b}: A - B over the users both have (95% interval with users "
         "resampled; p: exact sign-flip test over users; p_holm: Holm over the metrics compared, "
         "which the verdict reads)"
     )
-    print(summary.rows_table(found, width=terminal_width()))
+    print("\n".join(fit.prose(head, width, indent="  ")))
+    print(summary.rows_table(found, width=width))
     return 0
 
 

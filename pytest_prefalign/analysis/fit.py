@@ -5,7 +5,7 @@ A table wider than ``width`` has its widest cells wrapped inside their column (a
 judge's description, a figure and its interval on two lines; a word longer than the column is
 cut), never the row itself wrapped by the terminal in the middle; no column is made narrower
 than ``MIN_COLUMN``. Without a width (the HTML report, a file) nothing is wrapped. The width is the
-terminal's, or ``$PREFALIGN_WIDTH`` (``forced_width``) where set.
+terminal's, or ``$PREFALIGN_WIDTH`` where set (``width``).
 """
 
 from __future__ import annotations
@@ -82,11 +82,15 @@ def _longest_word(body: Sequence[Sequence[Any]], i: int) -> int:
     return max((len(word) for row in body for word in str(row[i]).split()), default=0)
 
 
-def forced_width() -> int | None:
-    """``$PREFALIGN_WIDTH`` as a width (at least 40), or None where unset or not a number: a
-    width to fit even where the output is no terminal, as a log viewer that wraps its lines."""
+def width(is_terminal: bool, columns: int) -> int | None:
+    """The width to fit: ``$PREFALIGN_WIDTH`` where set (at least 40: a log viewer's width,
+    even where the output is no terminal); else, at a terminal of ``columns``, one column short
+    of its edge (at least 40), as pytest's own lines; None where the output is no terminal (a
+    CI log, a file, a pipe), which does not wrap rows."""
     text = os.environ.get("PREFALIGN_WIDTH", "").strip()
-    return max(40, int(text)) if text.isdigit() else None
+    if text.isdigit():
+        return max(40, int(text))
+    return max(40, columns - 1) if is_terminal else None
 
 
 def prose(text: str, width: int | None, indent: str = "") -> list[str]:

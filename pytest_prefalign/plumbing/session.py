@@ -331,20 +331,15 @@ class PrefalignSession:
 
 
 def terminal_width(tr: Any) -> int | None:
-    """The width the summary's tables fit: ``$PREFALIGN_WIDTH`` where set (a log viewer's
-    width), else the terminal's, one column short of the edge, as pytest's own lines; None
-    where the output is no terminal (a CI log, a file, a pipe), which does not wrap rows.
-    (Whether it is a terminal is read from the stream, not from ``$COLUMNS``, which
-    pytest-xdist's workers and their subprocesses always carry.)"""
+    """The width the summary's tables fit (``fit.width``), from pytest's terminal writer:
+    whether its stream is a terminal, and its full width. (Whether it is a terminal is read
+    from the stream, not from ``$COLUMNS``, which pytest-xdist's workers and their
+    subprocesses always carry.)"""
     from pytest_prefalign.analysis import fit
 
-    forced = fit.forced_width()
-    if forced is not None:
-        return forced
     stream = getattr(tr._tw, "_file", None)
-    if not getattr(stream, "isatty", lambda: False)():
-        return None
-    return max(40, int(getattr(tr._tw, "fullwidth", 80)) - 1)
+    is_terminal = bool(getattr(stream, "isatty", lambda: False)())
+    return fit.width(is_terminal, int(getattr(tr._tw, "fullwidth", 80)))
 
 
 def check_plugins(config: pytest.Config, found: registry.Registry, *, strict: bool) -> None:
