@@ -81,7 +81,7 @@ def against_best(one: CaseResult, others: list[CaseResult], metric: str) -> Row:
     ``n_users`` and the two-sided p-value of the within-user permutation of all the rows
     (None below ``stats.sign_test_floor(ALPHA)`` users), whose statistic chooses the best
     again in every permutation, so that the choice on the same data is part of the null."""
-    t = _shared_table([one, *others], metric)
+    t = users.shared_table([one, *others], metric)
     n = len(t.users)
     p_value, best = None, max(others, key=lambda r: r.metrics[metric])
     if n:
@@ -110,7 +110,7 @@ def range_test(rows: list[CaseResult], metric: str) -> float | None:
     """The one-sided p-value that the rows differ on ``metric``: the highest minus the lowest
     figure over the users every row has, against the within-user permutation of all the rows
     (None below ``stats.sign_test_floor(ALPHA)`` users or with fewer than two rows)."""
-    t = _shared_table(rows, metric)
+    t = users.shared_table(rows, metric)
     if len(rows) < 2 or len(t.users) < stats.sign_test_floor(ALPHA):
         return None
     w = t.weights.mean(axis=0)
@@ -120,18 +120,6 @@ def range_test(rows: list[CaseResult], metric: str) -> float | None:
         return means.max(axis=1) - means.min(axis=1)
 
     return nulls.within_user(t.values, statistic)[0]
-
-
-def _shared_table(rows: list[CaseResult], metric: str) -> users.Table:
-    """The rows' per-user figures over the users every row has."""
-    t = users.table(rows, metric)
-    keep = np.isfinite(t.values).all(axis=0)
-    return users.Table(
-        t.methods,
-        [u for u, k in zip(t.users, keep, strict=True) if k],
-        t.values[:, keep],
-        t.weights[:, keep],
-    )
 
 
 def _weighted_means(tables: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -75,6 +75,14 @@ def tables(rows: Sequence[CaseResult], x: str, y: str) -> tuple[Table, Table]:
     return _restricted(tx, shared), _restricted(ty, shared)
 
 
+def shared_table(rows: Sequence[CaseResult], metric: str) -> Table:
+    """The per-user figures of ``metric`` of these rows over the users every row has (a
+    comparison of several rows at once draws or shuffles users whom all of them have)."""
+    t = table(rows, metric)
+    every = np.isfinite(t.values).all(axis=0)
+    return _restricted(t, [u for u, kept in zip(t.users, every, strict=True) if kept])
+
+
 def _restricted(t: Table, keep: list[str]) -> Table:
     columns = [t.users.index(u) for u in keep]
     return Table(t.methods, keep, t.values[:, columns], t.weights[:, columns])
