@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_suite_pref_lamp import paper
 
 from pytest_prefalign.datadir import data_main
 from pytest_prefalign.runs import records
@@ -18,17 +19,6 @@ from pytest_prefalign.runs import records
 SUITE_TOML = '[suite]\nname = "pref_lamp"\n\n[options]\nnegatives = "other_author"\n'
 HUGE = 1_000_000  # characters: over the data's limit, the record is dropped
 LONG = 30_000  # characters: under it, but more tokens than the tiny model reads
-
-
-def paper(aid: str, title: str, abstract: str, author: str, year: int = 2019) -> dict:
-    return {
-        "anthology_id": aid,
-        "year": year,
-        "venue": "V",
-        "title": title,
-        "abstract": abstract,
-        "authors": [{"name": author, "id": None}],
-    }
 
 
 def faulty_folder(root: Path) -> Path:
@@ -43,13 +33,13 @@ def faulty_folder(root: Path) -> Path:
             if aid == "Cy4":  # Cy's test item: longer than the tiny model's window
                 abstract = ("word " * (LONG // 5)).strip()
                 title = ("long " * 2000).strip()
-            lines.append(json.dumps(paper(aid, title, abstract, name, 2015 + i)))
+            lines.append(json.dumps(paper(aid, title, abstract, [name], 2015 + i)))
         authors.append({"user_id": f"acl:{name}", "author": name, "paper_ids": ids})
     lines += [
-        json.dumps(paper("huge", "Huge", "x " * (HUGE // 2), "Ann")),  # line 16
+        json.dumps(paper("huge", "Huge", "x " * (HUGE // 2), ["Ann"])),  # line 16
         "{broken json",  # line 17
         b'{"anthology_id": "\xff\xfe", "title": "T"}',  # line 18
-        json.dumps(paper("empty", "", "An abstract", "Bob")),  # line 19
+        json.dumps(paper("empty", "", "An abstract", ["Bob"])),  # line 19
     ]
     authors[0]["paper_ids"] = ["huge", "nope", *authors[0]["paper_ids"]]
     authors.append({"user_id": "acl:Dee", "author": "Dee", "paper_ids": ["Bob0"]})
