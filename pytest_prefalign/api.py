@@ -276,6 +276,47 @@ class DecodeOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
+# --------------------------------------------------------------------------------------------
+# The independent judge of the win rates over base
+# --------------------------------------------------------------------------------------------
+
+INDEPENDENT_JUDGE = "independent"  # the name the evaluation asks the registry for
+
+
+class JudgeUnavailable(RuntimeError):
+    """A judge that cannot be built for a (suite, size); the message says why (the report
+    shows it in place of the independent win rate)."""
+
+
+class FittedJudge(Protocol):
+    """A judge built for one (suite, size)."""
+
+    @property
+    def description(self) -> str:
+        """What it is, for the report (its encoder, its training pairs and users)."""
+
+    def score(
+        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> np.ndarray:
+        """One score per (user, prompt, response), shape ``(n,)``."""
+
+
+class Judge(Protocol):
+    """The independent judge of the win rates over ``base``: a reward model of another family
+    than the methods it judges (docs/report.md). A plugin provides it with
+    ``registry.add_judge(INDEPENDENT_JUDGE, judge)``; the built-in one is
+    ``prefalign_methods.rewards.judge``, registered through its entry point like any method."""
+
+    def fit(self, ctx: CaseContext) -> FittedJudge:
+        """The judge of ``ctx``'s (suite, size), trained on its training pairs (memoised in
+        ``ctx.shared``); raises ``JudgeUnavailable`` when it cannot be built."""
+
+    def identity(self) -> dict[str, Any]:
+        """What the judge is, short of its training pairs and its code (both keyed
+        separately): its configuration and the versions of what it loads. Part of the key of
+        each reward-guided test's results."""
+
+
 # S_u(y|x) from the token log-likelihoods: their sum or their mean (docs/metrics.md)
 REDUCTIONS = ("sum", "mean")
 DEFAULT_REDUCE = "sum"  # the pairs are matched in length, so the sum is not decided by it

@@ -264,8 +264,8 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
 
 
 def list_main(argv: Sequence[str] | None = None) -> int:
-    """``prefalign list``: every registered reward method, decoder and suite, and every model
-    size, each with the package it came from. Returns 1 when a plugin failed to load or two
+    """``prefalign list``: every registered reward method, decoder, suite and judge, and every
+    model size, each with the package it came from. Returns 1 when a plugin failed to load or two
     registered one name (both are listed), else 0."""
     from pytest_prefalign import hookspec, registry
     from pytest_prefalign.runtime.models import DEFAULT_MODELS
@@ -273,9 +273,9 @@ def list_main(argv: Sequence[str] | None = None) -> int:
     if argv:
         if list(argv) in (["-h"], ["--help"]):
             print(
-                "usage: prefalign list\n\nEvery registered reward method, decoder and suite, and "
-                "every model size,\neach with the package it came from; exit status 1 when a "
-                "plugin failed to load\nor two registered one name."
+                "usage: prefalign list\n\nEvery registered reward method, decoder, suite and "
+                "judge, and every model size,\neach with the package it came from; exit status 1 "
+                "when a plugin failed to load\nor two registered one name."
             )
             return 0
         print(f"prefalign list: unexpected arguments {' '.join(argv)}", file=sys.stderr)
@@ -290,6 +290,7 @@ def list_main(argv: Sequence[str] | None = None) -> int:
         ("reward methods", found.rewards, "capabilities"),
         ("decoders", found.decoders, "needs"),
         ("suites", found.suites, ""),
+        ("judges", found.judges, ""),
     ):
         rows = []
         for name, entry in sorted(table.items()):

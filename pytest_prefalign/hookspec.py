@@ -16,11 +16,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def pytest_prefalign_register(registry: Registry) -> None:
-    """Called once per run, before collection, to add reward methods, decoders and suites.
+    """Called once per run, before collection, to add reward methods, decoders, suites and
+    judges.
 
     :param registry: call ``registry.add_reward(name, factory)``, ``registry.add_decoder(name,
-        factory)`` or ``registry.add_suite(suite)``. A name that a built-in uses is overridden by a
-        third-party registration, whatever the order of the calls.
+        factory)``, ``registry.add_suite(suite)`` or ``registry.add_judge(name, judge)`` (the
+        independent judge of the win rates, ``api.Judge``). A name that a built-in uses is
+        overridden by a third-party registration, whatever the order of the calls.
     """
 
 

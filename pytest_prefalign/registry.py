@@ -1,4 +1,4 @@
-"""The one registry of suites, decoders and reward methods, filled through the ``prefalign``
+"""The one registry of suites, decoders, reward methods and judges, filled through the ``prefalign``
 entry-point group and the ``pytest_prefalign_register`` hook.
 
 Built-ins register through the same path as third-party packages. A third-party registration of
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import pluggy
 
-    from pytest_prefalign.api import Decoder, RewardMethod, Suite
+    from pytest_prefalign.api import Decoder, Judge, RewardMethod, Suite
 
 GROUP = "prefalign"
 HOOK = "pytest_prefalign_register"  # what a plugin defines
@@ -99,6 +99,7 @@ class Registry:
     rewards: dict[str, Entry] = field(default_factory=dict)
     decoders: dict[str, Entry] = field(default_factory=dict)
     suites: dict[str, Entry] = field(default_factory=dict)
+    judges: dict[str, Entry] = field(default_factory=dict)  # api.INDEPENDENT_JUDGE: the one asked
     failures: list[Failure] = field(default_factory=list)  # plugins that failed to load
     conflicts: list[str] = field(default_factory=list)  # names two plugins registered
     overrides: list[str] = field(default_factory=list)  # built-ins a plugin replaced
@@ -115,6 +116,11 @@ class Registry:
 
     def add_suite(self, suite: Suite) -> None:
         self._add(self.suites, "suite", suite.name, suite)
+
+    def add_judge(self, name: str, judge: Judge) -> None:
+        """A judge of the win rates over base (``api.Judge``); the evaluation asks for
+        ``api.INDEPENDENT_JUDGE``."""
+        self._add(self.judges, "judge", name, judge)
 
     @contextmanager
     def registering(
@@ -164,6 +170,9 @@ class Registry:
 
     def reward(self, name: str) -> Entry:
         return self._get(self.rewards, name, "reward method")
+
+    def judge(self, name: str) -> Entry:
+        return self._get(self.judges, name, "judge")
 
     def _get(self, table: dict[str, Entry], name: str, kind: str) -> Entry:
         if name in table:

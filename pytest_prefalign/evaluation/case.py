@@ -202,7 +202,8 @@ class Evaluator:
         with _timed(timings, "judge_s"):
             base = generation.base_outputs(self.context, ctx)
             with events.step("judging win rates over base"):
-                won = wins.win_rates(ctx, ctx.data.items, outputs, base)
+                independent = wins.independent(self.registry)
+                won = wins.win_rates(ctx, ctx.data.items, outputs, base, independent)
         for field, outcomes in (
             ("win_self", won["outcomes_self"]),
             ("win_independent", won["outcomes_independent"]),
@@ -238,7 +239,7 @@ def results_key(
     evaluation's code (the metrics, the guard, the judges' training included), the decoder's
     code, options and seed, the policy score's reduction, the model, the reward method's key
     (its configuration, code and training pairs), the suite's code, the exact data, and for
-    the win rates base's generations and the independent judge's encoder."""
+    the win rates base's generations and the independent judge (what it is and its code)."""
     base = judge = None
     if plan is not None and ctx.data.items:
         base_factory = run.registry.decoder("base").obj
@@ -247,7 +248,7 @@ def results_key(
         )
         base_name = MethodName("base", None)
         base = generation.generation_key(base_ctx, base_name, base_factory, None).digest
-        judge = wins.judge_identity()
+        judge = wins.judge_key(wins.independent(run.registry))
     return cache.make_key(
         "results",
         method=str(case.method),

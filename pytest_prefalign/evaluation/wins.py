@@ -3,8 +3,9 @@
 - **self**: the reward method that guided decoding scores the method's output and base's output
   for the same item. This is circular (the decoder optimised exactly this score), so the report
   marks it and shows it next to:
-- **independent**: ``prefalign_methods.rewards.judge``, a reward model of another family trained
-  on other data.
+- **independent**: the judge registered as ``api.INDEPENDENT_JUDGE`` (the built-in one is
+  ``prefalign_methods.rewards.judge``, a reward model of another family trained on other data),
+  reached through the registry: the evaluation imports no plugin.
 
 A win rate counts strict wins: an item is won when the judge scores the method's output above
 base's. A tie (equal scores, or the same text from both decoders) is no win; ties and losses are
@@ -14,26 +15,65 @@ counted beside the wins, and each item keeps its outcome (1 win, 1/2 tie, 0 loss
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from prefalign_methods.rewards.judge import (
-    CONFIG,
-    ENCODER_PACKAGE,
-    JudgeUnavailable,
-    independent_judge,
-)
 from pytest_prefalign import versions
 from pytest_prefalign.analysis import metrics
-from pytest_prefalign.api import CaseContext, Item, RewardMethod
+from pytest_prefalign.api import (
+    INDEPENDENT_JUDGE,
+    CaseContext,
+    FittedJudge,
+    Item,
+    Judge,
+    JudgeUnavailable,
+    RewardMethod,
+)
+from pytest_prefalign.registry import UnknownName
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.registry import Registry
+
+
+def independent(registry: Registry) -> Judge:
+    """The registered independent judge; where none is (its plugin failed to load, say), a
+    judge that is unavailable for the registry's reason."""
+    try:
+        return registry.judge(INDEPENDENT_JUDGE).obj
+    except UnknownName as exc:
+        return Missing(str(exc))
+
+
+@dataclass(frozen=True)
+class Missing:
+    """No independent judge: every win rate it would give is unavailable, saying why."""
+
+    reason: str
+
+    def fit(self, ctx: CaseContext) -> FittedJudge:
+        raise JudgeUnavailable(self.reason)
+
+    def identity(self) -> dict[str, Any]:
+        return {"missing": self.reason}
+
+
+def judge_key(judge: Judge) -> dict[str, Any]:
+    """What a reward-guided test's results depend on of the independent judge: what it is and
+    its code (the judge's training pairs are the data's, keyed beside it)."""
+    return {**judge.identity(), "code": versions.code_version(judge)}
 
 
 def win_rates(
-    ctx: CaseContext, items: Sequence[Item], outputs: Sequence[str], base_outputs: Sequence[str]
+    ctx: CaseContext,
+    items: Sequence[Item],
+    outputs: Sequence[str],
+    base_outputs: Sequence[str],
+    independent: Judge,
 ) -> dict[str, Any]:
-    """Share of items where each judge scores the method's output strictly above base's.
+    """Share of items where each judge, the reward method that guided decoding and the
+    ``independent`` judge, scores the method's output strictly above base's.
 
     Returns ``win_self``, ``win_independent`` (``None`` with ``reason_independent`` when that
     judge cannot be built), ``n`` (items), ``judge_self`` and ``judge_independent`` (names), the
@@ -55,7 +95,7 @@ def win_rates(
         "reason_independent": None,
     }
     try:
-        judge = independent_judge(ctx)
+        judge = independent.fit(ctx)
     except JudgeUnavailable as exc:
         result.update(judge_independent="unavailable", reason_independent=str(exc))
         return result
@@ -73,15 +113,6 @@ def _judged(judge: str, won: np.ndarray | None) -> dict[str, Any]:
         f"win_{judge}": float(strict_wins(won).mean()),
         f"outcomes_{judge}": won.tolist(),
         f"counts_{judge}": counts(won),
-    }
-
-
-def judge_identity() -> dict[str, Any]:
-    """What the independent judge is, short of its training pairs (the data) and its code
-    (the evaluation's): its configuration and the installed encoder's version."""
-    return {
-        "config": asdict(CONFIG),
-        "encoder": versions.library_versions(ENCODER_PACKAGE.replace("_", "-")),
     }
 
 
