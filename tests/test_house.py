@@ -1,6 +1,7 @@
-"""The shape of the code, checked from its own imports and files: no import circle, no import
-that runs back up the layers, no module over 400 lines, ruff's lint and format clean, and
-comments that cite the project's own docs.
+"""The shape of the code, checked from its own imports and files: every module placed in a
+layer by name, no import circle, no import that runs back up the layers, the core importing no
+plugin, every module saying what it is for, ruff's lint and format clean, and comments that cite
+the project's own docs.
 
 The layers, lowest first (a module may import its own layer and the ones below):
 
@@ -14,6 +15,15 @@ The layers, lowest first (a module may import its own layer and the ones below):
 7. the evaluation of a case: evaluation/
 8. the pytest plumbing: plumbing/
 9. the entry points: plugin, cli
+10. the benchmarks: benchmarks/ (scripts; nothing imports them)
+
+Each module of the package's top level is named; a folder is named as a whole (``NAME.*``: the
+folder is the layer). A module that no name places fails ``test_every_module_is_placed`` until
+it is added to ``LAYERS``; there is no layer for the rest.
+
+There is no cap on a module's length: a module is split where it holds two responsibilities,
+not where it passes a count, and nothing is compressed to meet one (docs/architecture.md, "How
+a module is split").
 """
 
 from __future__ import annotations
@@ -31,34 +41,45 @@ FOLDERS = {
     "pytest_prefalign": "pytest_prefalign",
     "prefalign_methods": "methods",
     "prefalign_suites": "suites",
+    "benchmarks": "benchmarks",  # scripts, each run with its own folder on the path
 }
+CORE = "pytest_prefalign"
+PLUGINS = ("prefalign_methods", "prefalign_suites")  # the built-ins, registered as any plugin
+# (title, the modules it holds: a module by name, a folder as NAME.*), lowest first
 LAYERS = [
     (
-        "pytest_prefalign",
-        "pytest_prefalign.errors",
-        "pytest_prefalign.storage",
-        "pytest_prefalign.cache",
-        "pytest_prefalign.versions",
-        "pytest_prefalign.bm25",
+        "foundation",
+        (
+            "pytest_prefalign",
+            "pytest_prefalign.errors",
+            "pytest_prefalign.storage",
+            "pytest_prefalign.cache",
+            "pytest_prefalign.versions",
+            "pytest_prefalign.events",
+            "pytest_prefalign.bm25",
+        ),
     ),
-    ("pytest_prefalign.runtime",),
-    ("pytest_prefalign.api",),
+    ("model runtime", ("pytest_prefalign.runtime.*",)),
+    ("interfaces", ("pytest_prefalign.api",)),
     (
-        "pytest_prefalign.registry",
-        "pytest_prefalign.method_options",
-        "pytest_prefalign.hookspec",
-        "pytest_prefalign.datadir",
-        "pytest_prefalign.fetch",
-        "pytest_prefalign.manifest",
+        "names and places",
+        (
+            "pytest_prefalign.registry",
+            "pytest_prefalign.method_options",
+            "pytest_prefalign.hookspec",
+            "pytest_prefalign.datadir",
+            "pytest_prefalign.fetch",
+            "pytest_prefalign.manifest",
+        ),
     ),
-    ("pytest_prefalign.runs",),
-    ("pytest_prefalign.analysis",),
-    ("prefalign_methods", "prefalign_suites"),
-    ("pytest_prefalign.evaluation",),
-    ("pytest_prefalign.plumbing",),
-    ("pytest_prefalign.plugin", "pytest_prefalign.cli"),
+    ("run files", ("pytest_prefalign.runs.*",)),
+    ("analysis", ("pytest_prefalign.analysis.*",)),
+    ("methods and suites", ("prefalign_methods.*", "prefalign_suites.*")),
+    ("evaluation", ("pytest_prefalign.evaluation.*",)),
+    ("pytest plumbing", ("pytest_prefalign.plumbing.*",)),
+    ("entry points", ("pytest_prefalign.plugin", "pytest_prefalign.cli")),
+    ("benchmarks", ("benchmarks.*",)),
 ]
-MAX_LINES = 400
 
 
 def modules() -> dict[str, Path]:
@@ -75,19 +96,32 @@ def modules() -> dict[str, Path]:
 MODULES = modules()
 
 
+def places(name: str, module: str) -> bool:
+    """Whether a name of ``LAYERS`` places ``module``: the module itself, or ``NAME.*`` its
+    folder (the package and everything in it)."""
+    if name.endswith(".*"):
+        folder = name[:-2]
+        return module == folder or module.startswith(folder + ".")
+    return module == name
+
+
+def placed(module: str) -> list[int]:
+    """The layers whose names place ``module`` (exactly one, for a module in its place)."""
+    return [n for n, (_, names) in enumerate(LAYERS) if any(places(x, module) for x in names)]
+
+
 def layer(module: str) -> int:
-    """The layer of a module: the longest prefix listed."""
-    best, depth = -1, -1
-    for n, names in enumerate(LAYERS):
-        for name in names:
-            if (module == name or module.startswith(name + ".")) and len(name) > depth:
-                best, depth = n, len(name)
-    if best < 0:
-        raise AssertionError(f"{module} is in no layer: add it to LAYERS")
-    return best
+    found = placed(module)
+    if len(found) != 1:
+        raise AssertionError(f"{module} is in layers {found}: place it once in LAYERS")
+    return found[0]
 
 
-def resolve(name: str) -> str | None:
+def resolve(name: str, importer: str = "") -> str | None:
+    """The project module an import names; a benchmark's bare ``import bench_scoring`` is its
+    sibling script (the script's folder is on its path)."""
+    if importer.startswith("benchmarks.") and f"benchmarks.{name.split('.')[0]}" in MODULES:
+        name = f"benchmarks.{name}"
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
@@ -109,13 +143,25 @@ def imports(module: str, path: Path) -> set[str]:
                 base = ".".join(p for p in (*up, base) if p)
             names = [base] + [f"{base}.{a.name}" for a in node.names]
         for name in names:
-            target = resolve(name)
+            target = resolve(name, module)
             if target and target != module and not module.startswith(target + "."):
                 out.add(target)
     return out
 
 
 GRAPH = {module: imports(module, path) for module, path in MODULES.items()}
+
+
+def test_every_module_is_placed() -> None:
+    """A new module fails here until ``LAYERS`` names it (or the folder it is in)."""
+    unplaced = sorted(f"{m}: layers {placed(m)}" for m in MODULES if len(placed(m)) != 1)
+    assert unplaced == []
+
+
+def test_every_name_in_the_layers_is_a_module() -> None:
+    """No name left behind by a module that moved or went."""
+    stale = [x for _, names in LAYERS for x in names if not any(places(x, m) for m in MODULES)]
+    assert stale == []
 
 
 def test_no_import_runs_back_up_the_layers() -> None:
@@ -163,13 +209,30 @@ def test_no_import_circle() -> None:
     assert circles == []
 
 
-def test_no_module_over_the_size_limit() -> None:
-    big = {
-        module: n
+def test_the_core_imports_no_plugin() -> None:
+    """The built-in methods and suites are plugins like any other: the core reaches them
+    through the registry (their entry points), never by import."""
+    core = sorted(
+        f"{a} imports {b}"
+        for a, targets in GRAPH.items()
+        if a == CORE or a.startswith(CORE + ".")
+        for b in targets
+        if b.split(".")[0] in PLUGINS
+    )
+    assert core == []
+
+
+def test_every_module_says_what_it_is_for() -> None:
+    """A module opens with a docstring naming its one responsibility: what a reader needs to
+    find it, and what tells the next change whether it belongs there or in a module of its
+    own. A package's empty ``__init__.py`` says nothing."""
+    silent = [
+        module
         for module, path in MODULES.items()
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
-    assert big == {}
+        if (tree := ast.parse(path.read_text(encoding="utf-8"))).body
+        and not (ast.get_docstring(tree) or "").strip()
+    ]
+    assert silent == []
 
 
 def test_comments_cite_the_projects_own_docs() -> None:

@@ -223,8 +223,10 @@ class Gating:
             self.outcomes.append(value)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """What fails the run as a whole (nothing compared; with gates, a baseline test this run
-        did not compare, or a gate no test checked) fails a passing run's exit status."""
+        """What fails the run as a whole (nothing compared; with gates, a baseline test this
+        run did not compare, or a gate no test could check) turns a passing run's exit status
+        into a failure. Under ``--prefalign-shard`` the baseline's tests of the other shards
+        are not this run's to compare."""
         if self.baseline is None or is_worker(self.config):
             return
         from pytest_prefalign.analysis import comparable
