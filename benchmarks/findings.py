@@ -187,6 +187,8 @@ def tau_verdict(entry: dict[str, Any]) -> str:
 
 
 def claim_tau(loaded: list) -> list[str]:
+    from pytest_prefalign.analysis import catalogue
+
     lines = [
         "## 1. RM accuracy is a weak predictor of policy accuracy",
         "",
@@ -207,7 +209,7 @@ def claim_tau(loaded: list) -> list[str]:
     ]
     for _, run in loaded:
         for e in (e for e in run.tau if e["n_methods"] >= 3):
-            claim = tau_verdict(e) if e["y"] == "policy_acc" else ""
+            claim = tau_verdict(e) if e["y"] == catalogue.plotted() else ""
             lines.append(
                 f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['y']} | {e['n_methods']} | "
                 f"{e.get('n_users', '-')} | {_num(e['tau'], '+.3f')} | {_p(e['p_value'])} | "
@@ -234,8 +236,9 @@ def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
 
 
 def claim_spread(loaded: list) -> list[str]:
-    from pytest_prefalign.analysis import crisis, selection
+    from pytest_prefalign.analysis import catalogue, crisis, selection
 
+    x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
     lines = [
         "## 2. Large RM-accuracy differences, nearly the same ROUGE-1",
         "",
@@ -255,19 +258,19 @@ def claim_spread(loaded: list) -> list[str]:
     ]
     for _, run in loaded:
         for (suite, size, decoder), rows in crisis.reward_groups(run.results).items():
-            rows = [r for r in rows if "rouge1" in r.per_user and "rm_acc" in r.per_user]
+            rows = [r for r in rows if text in r.per_user and x in r.per_user]
             if len(rows) < 2:
                 continue
-            high = max(rows, key=lambda r: r.metrics["rm_acc"])
-            low = min(rows, key=lambda r: r.metrics["rm_acc"])
-            if high is low or high.metrics["rm_acc"] == low.metrics["rm_acc"]:
+            high = max(rows, key=lambda r: r.metrics[x])
+            low = min(rows, key=lambda r: r.metrics[x])
+            if high is low or high.metrics[x] == low.metrics[x]:
                 continue
-            rm = selection.paired(high, low, "rm_acc")
-            rm["p_range"] = selection.range_test(rows, "rm_acc")
-            rouge = selection.paired(high, low, "rouge1")
+            rm = selection.paired(high, low, x)
+            rm["p_range"] = selection.range_test(rows, x)
+            rouge = selection.paired(high, low, text)
             lines.append(
-                f"| {suite} · {size} | {decoder} | {high.method} {high.metrics['rm_acc']:.3f} | "
-                f"{low.method} {low.metrics['rm_acc']:.3f} | {rm['diff']:+.3f} "
+                f"| {suite} · {size} | {decoder} | {high.method} {high.metrics[x]:.3f} | "
+                f"{low.method} {low.metrics[x]:.3f} | {rm['diff']:+.3f} "
                 f"{_ci(rm['ci'], '+.3f')} p {_p(rm['p_range'])} | {rouge['diff']:+.3f} "
                 f"{_ci(rouge['ci'], '+.3f')} p {_p(rouge['p_value'])} | {rm['n_users']} | "
                 f"{spread_verdict(rm, rouge)} |"
@@ -311,8 +314,9 @@ def claim_icl(loaded: list) -> list[str]:
 
 def baselines(loaded: list) -> list[str]:
     """Not a claim of the paper: whether the best model row beats the trivial baselines."""
-    from pytest_prefalign.analysis import selection, table
+    from pytest_prefalign.analysis import catalogue, selection, table
 
+    text = catalogue.text_metric()  # ROUGE-1
     lines = [
         "## Trivial baselines",
         "",
@@ -326,15 +330,15 @@ def baselines(loaded: list) -> list[str]:
     ]
     for _, run in loaded:
         for (suite, size), rows in table.by_suite(run.results):
-            by_name = {r.method: r for r in rows if "rouge1" in r.per_user}
+            by_name = {r.method: r for r in rows if text in r.per_user}
             models = [r for name, r in by_name.items() if name not in ("lead", "profile_copy")]
             if not models:
                 continue
             for name in ("lead", "profile_copy"):
                 if name in by_name:
-                    e = selection.against_best(by_name[name], models, "rouge1")
+                    e = selection.against_best(by_name[name], models, text)
                     verdict = selection.verdict(
-                        name, e["best"], "rouge1", e["diff"], e["p_value"], e["n_users"]
+                        name, e["best"], text, e["diff"], e["p_value"], e["n_users"]
                     )
                     lines.append(
                         f"| {suite} · {size} | {e['best']} | {name} | {-e['diff']:+.3f} | "

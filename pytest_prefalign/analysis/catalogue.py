@@ -1,18 +1,39 @@
 """Every metric a run reports, declared once: what one observation is, which per-pair or
 per-item record field holds it, how observations are pooled, which way is better, whether a gate
-may test it, its leaderboard column and its format. The evaluation computes the record fields and
-pools them as declared; the leaderboard, the run file's checks, the floors and the regression
-gates all follow this list, so adding a metric is one declaration here plus the computation of
-its record field (docs/metrics.md defines each figure).
+may test it, its leaderboard column, its format, and the roles it plays in the analysis (the x
+that picks a method, the y's that picking should serve, ...). The evaluation computes the record
+fields and pools them as declared; the leaderboard, the run file's checks, the floors, the
+regression gates and the analysis (tau, inversions, regret, the plot, the per-user spread) all
+ask this list, so adding a metric is one declaration here plus the computation of its record
+field (docs/metrics.md defines each figure).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
 Level = Literal["pair", "item"]
 Pooling = Literal["macro", "micro"]
+
+# The roles a metric plays in the analysis, each asked by name (``with_role`` and the functions
+# below), never by a metric's name: what each role means, and whether one metric plays it at most.
+ROLES: dict[str, str] = {
+    "x": "the figure a method is picked by (RM accuracy): the x of tau, the inversions, the "
+    "selection regret and the plot",
+    "y": "a figure picking should serve (policy accuracy, ROUGE-1): tau, the inversions and the "
+    "selection regret test each against the x",
+    "plotted": "the y of the report's plot, against the x (and of the paper's weak-tau claim)",
+    "rank": "a leaderboard sort key, in catalogue order: the first that some row has sorts the "
+    "rows (and chooses the best reward-guided row that in-context learning is compared with)",
+    "spread": "examined per user for the per-user spread flags",
+    "reduced": "computed under the run's --prefalign-reduce (the leaderboard says which)",
+    "text": "the generated text against the user's own: the circular flag's loss to base",
+    "own_judge": "the win rate over base judged by the method's own reward model (circular)",
+    "independent_judge": "the win rate over base judged by the independent reward model",
+}
+SINGLE = frozenset({"x", "plotted", "text", "own_judge", "independent_judge"})
 
 
 @dataclass(frozen=True)
@@ -33,6 +54,21 @@ class Metric:
     low: float = 0.0  # the range a valid value lies in
     high: float = 1.0
     fmt: str = ".3f"
+    roles: tuple[str, ...] = ()  # what it is in the analysis (``ROLES``)
+
+    def __post_init__(self) -> None:
+        if self.level not in ("pair", "item"):
+            raise ValueError(f"metric {self.name!r}: level {self.level!r} is not 'pair' or 'item'")
+        if self.pooling not in ("macro", "micro"):
+            raise ValueError(
+                f"metric {self.name!r}: pooling {self.pooling!r} is not 'macro' or 'micro'"
+            )
+        unknown = sorted(set(self.roles) - set(ROLES))
+        if unknown:
+            raise ValueError(
+                f"metric {self.name!r}: unknown role {', '.join(map(repr, unknown))}; "
+                f"roles: {', '.join(ROLES)}"
+            )
 
     @property
     def test(self) -> str:
@@ -40,13 +76,34 @@ class Metric:
         exact sign-flip test over users on per-item scores."""
         return "mcnemar" if self.level == "pair" else "signflip"
 
+    def plays(self, role: str) -> bool:
+        return role in self.roles
+
 
 METRICS: tuple[Metric, ...] = (
-    Metric("rouge1", "item", "rouge1", "micro", "ROUGE-1", gateable=True),
+    Metric(
+        "rouge1",
+        "item",
+        "rouge1",
+        "micro",
+        "ROUGE-1",
+        gateable=True,
+        roles=("y", "rank", "spread", "text"),
+    ),
     Metric("rougeL", "item", "rougeL", "micro", "ROUGE-L", gateable=True),
-    Metric("policy_acc", "pair", "policy_correct", "macro", "policy acc", gateable=True),
+    Metric(
+        "policy_acc",
+        "pair",
+        "policy_correct",
+        "macro",
+        "policy acc",
+        gateable=True,
+        roles=("y", "plotted", "rank", "spread", "reduced"),
+    ),
     # the same outcomes pooled over pairs: the leaderboard's accuracies are the macro ones
-    Metric("policy_acc_micro", "pair", "policy_correct", "micro", alternative=True),
+    Metric(
+        "policy_acc_micro", "pair", "policy_correct", "micro", alternative=True, roles=("reduced",)
+    ),
     # the policy score under each reduction, whichever the run used (--prefalign-reduce)
     Metric(
         "policy_acc_sum", "pair", "policy_correct_sum", "macro", compared=False, alternative=True
@@ -54,7 +111,16 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "policy_acc_mean", "pair", "policy_correct_mean", "macro", compared=False, alternative=True
     ),
-    Metric("rm_acc", "pair", "rm_correct", "macro", "RM acc", gateable=True, needs_reward=True),
+    Metric(
+        "rm_acc",
+        "pair",
+        "rm_correct",
+        "macro",
+        "RM acc",
+        gateable=True,
+        needs_reward=True,
+        roles=("x", "spread"),
+    ),
     Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True, alternative=True),
     # win rates count strict wins (a tie is no win); each row's judge["counts"] holds the
     # wins, ties and losses, and each item its outcome in win_self_outcome, ...
@@ -67,36 +133,120 @@ METRICS: tuple[Metric, ...] = (
         "win vs base",
         compared=False,
         needs_reward=True,
+        roles=("independent_judge",),
     ),
-    Metric("win_self", "item", "win_self", "micro", compared=False, needs_reward=True),
+    Metric(
+        "win_self",
+        "item",
+        "win_self",
+        "micro",
+        compared=False,
+        needs_reward=True,
+        roles=("own_judge",),
+    ),
 )
 
 # Everything else is derived from METRICS when asked, so that the list is the one place to edit.
 
 
+def metrics() -> tuple[Metric, ...]:
+    """Every metric, in catalogue order."""
+    return METRICS
+
+
 def find(name: str) -> Metric | None:
-    return next((m for m in METRICS if m.name == name), None)
+    return next((m for m in metrics() if m.name == name), None)
 
 
 def names() -> tuple[str, ...]:
-    return tuple(m.name for m in METRICS)
+    return tuple(m.name for m in metrics())
 
 
 def gateable() -> tuple[str, ...]:
     """The metrics a regression gate may be set on."""
-    return tuple(m.name for m in METRICS if m.gateable)
+    return tuple(m.name for m in metrics() if m.gateable)
 
 
 def columns() -> tuple[Metric, ...]:
     """The leaderboard's metric columns, in order."""
-    return tuple(m for m in METRICS if m.title)
+    return tuple(m for m in metrics() if m.title)
 
 
 def compared() -> tuple[Metric, ...]:
     """The metrics shown when two runs are compared."""
-    return tuple(m for m in METRICS if m.compared)
+    return tuple(m for m in metrics() if m.compared)
 
 
 def fields(level: Level) -> tuple[str, ...]:
     """The record fields the metrics of one level read, in catalogue order."""
-    return tuple(dict.fromkeys(m.field for m in METRICS if m.level == level))
+    return tuple(dict.fromkeys(m.field for m in metrics() if m.level == level))
+
+
+# --------------------------------------------------------------------------------------------
+# Roles: what the analysis asks for
+# --------------------------------------------------------------------------------------------
+
+
+def with_role(role: str) -> tuple[Metric, ...]:
+    """The metrics that play ``role`` (one of ``ROLES``), in catalogue order."""
+    if role not in ROLES:
+        raise KeyError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
+    return tuple(m for m in metrics() if m.plays(role))
+
+
+def one(role: str) -> str:
+    """The name of the metric that plays a role one metric plays (``SINGLE``)."""
+    found = with_role(role)
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} metrics play the role {role!r}; one must")
+    return found[0].name
+
+
+def x_metric() -> str:
+    """The figure a method is picked by: the x of tau, the inversions, the regret, the plot."""
+    return one("x")
+
+
+def plotted() -> str:
+    """The y of the report's plot."""
+    return one("plotted")
+
+
+def y_metrics() -> tuple[str, ...]:
+    """The figures tau, the inversions and the regret test against the x: the plotted one first
+    (the paper's relation, RM accuracy against policy accuracy), then the others in catalogue
+    order."""
+    ys = [m.name for m in with_role("y")]
+    first = [name for name in ys if name == plotted()]
+    return (*first, *(name for name in ys if name not in first))
+
+
+def rank_key(present: Collection[str]) -> str:
+    """The metric rows are ranked by: the first ``rank`` metric among the names ``present``
+    (those some row has), else the plotted one."""
+    return next((m.name for m in with_role("rank") if m.name in present), plotted())
+
+
+def spread_metrics() -> tuple[str, ...]:
+    """The figures examined per user for the spread flags."""
+    return tuple(m.name for m in with_role("spread"))
+
+
+def reduced() -> tuple[str, ...]:
+    """The figures computed under the run's reduction of the policy score."""
+    return tuple(m.name for m in with_role("reduced"))
+
+
+def text_metric() -> str:
+    """The generated text against the user's own (the circular flag's loss to base)."""
+    return one("text")
+
+
+def own_judge() -> str:
+    """The win rate over base under the method's own reward model."""
+    return one("own_judge")
+
+
+def independent_judge() -> str:
+    """The win rate over base under the independent reward model."""
+    return one("independent_judge")

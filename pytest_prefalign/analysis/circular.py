@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign.analysis import nulls, stats, users
+from pytest_prefalign.analysis import catalogue, nulls, stats, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite
 from pytest_prefalign.runs.records import CaseResult
 
@@ -31,7 +31,7 @@ Row = dict[str, Any]
 def _gap_interval(row: CaseResult, n_boot: int = users.N_BOOT) -> list[float] | None:
     """The interval of ``win_self - win_independent`` with the row's users resampled (one draw
     for both judges)."""
-    ts, ti = users.tables([row], "win_self", "win_independent")
+    ts, ti = users.tables([row], catalogue.own_judge(), catalogue.independent_judge())
     if not ts.users:
         return None
     draws = [
@@ -50,20 +50,23 @@ def entries(results: Iterable[CaseResult]) -> list[Row]:
     the ROUGE-1 difference's interval is below 0.
     """
     results = list(results)
+    own = catalogue.own_judge()
+    independent = catalogue.independent_judge()
+    text = catalogue.text_metric()
     base = {(r.suite, r.size): r for r in results if r.decoder == "base" and not r.reward}
     entries = []
     for row in results:
-        win_self = row.metrics.get("win_self")
+        win_self = row.metrics.get(own)
         if not finite(win_self):
             continue
-        indep = row.metrics.get("win_independent")
+        indep = row.metrics.get(independent)
         indep = float(indep) if finite(indep) else None
         base_row = base.get((row.suite, row.size))
         diff, diff_ci = None, None
-        if base_row is not None and "rouge1" in row.per_user and "rouge1" in base_row.per_user:
-            d, diff_ci, _ = users.difference(row, base_row, "rouge1")
+        if base_row is not None and text in row.per_user and text in base_row.per_user:
+            d, diff_ci, _ = users.difference(row, base_row, text)
             diff = d if math.isfinite(d) else None
-        self_ci = row.ci.get("win_self")
+        self_ci = row.ci.get(own)
         test = _circular_test(row, base_row, diff)
         entries.append(
             {
@@ -73,7 +76,7 @@ def entries(results: Iterable[CaseResult]) -> list[Row]:
                 "win_self": float(win_self),
                 "win_self_ci": self_ci,
                 "win_independent": indep,
-                "win_independent_ci": row.ci.get("win_independent"),
+                "win_independent_ci": row.ci.get(independent),
                 "gap": round(float(win_self) - indep, FIGURE_DIGITS) if indep is not None else None,
                 "gap_ci": _gap_interval(row) if indep is not None else None,
                 "n": row.judge.get("n", row.n_items),
@@ -97,7 +100,7 @@ def _circular_test(row: CaseResult, base: CaseResult | None, rouge_diff: float |
     shares = _own_rm_shares(row)
     p_win = _win_sign_flip(shares)
     p_rouge = (
-        users.sign_flip(row, base, "rouge1")
+        users.sign_flip(row, base, catalogue.text_metric())
         if base is not None and rouge_diff is not None
         else None
     )
@@ -132,7 +135,7 @@ def _own_rm_shares(row: CaseResult) -> dict[str, tuple[float, float]]:
             outcomes[item["user"]].append(float(item["win_self_outcome"]))
     if outcomes:
         return {u: (float(np.mean(v)), float(len(v))) for u, v in sorted(outcomes.items())}
-    t = users.table([row], "win_self")
+    t = users.table([row], catalogue.own_judge())
     return {
         u: (float(v), float(w)) for u, v, w in zip(t.users, t.values[0], t.weights[0], strict=True)
     }

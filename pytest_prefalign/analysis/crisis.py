@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pytest_prefalign.analysis import (
+    catalogue,
     circular,
     family,
     nulls,
@@ -39,8 +40,6 @@ from pytest_prefalign.analysis import (
 from pytest_prefalign.analysis.metrics import finite
 from pytest_prefalign.runs.records import CaseResult
 
-X_METRIC = "rm_acc"
-Y_METRICS = ("policy_acc", "rouge1")
 ALPHA = 0.05
 MIN_METHODS = 5  # below this no tau can reach p < 0.05 (2 / n! > 0.05)
 MIN_USERS = 5  # below this the users-resampled interval means little
@@ -95,9 +94,10 @@ def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], l
     """Rows of reward-guided methods with an RM accuracy, by (suite, size, decoder). A method
     listed twice keeps its last row; decoders are never pooled (a reward method run under two
     decoders would count twice, and decoder effects would pass for reward effects)."""
+    x = catalogue.x_metric()
     by_method: dict[tuple[str, str, str], CaseResult] = {}
     for row in results:
-        if row.reward and finite(row.metrics.get(X_METRIC)):
+        if row.reward and finite(row.metrics.get(x)):
             by_method[(row.suite, row.size, row.method)] = row
     groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
     for (suite, size, _), row in sorted(by_method.items()):
@@ -122,7 +122,7 @@ def tau_entries(results: Iterable[CaseResult], *, n_boot: int = users.N_BOOT) ->
     a suite without generation items) gives no entry."""
     entries = []
     for (suite, size, decoder), rows in reward_groups(results).items():
-        for y in Y_METRICS:
+        for y in catalogue.y_metrics():
             kept = _with_both(rows, y)
             if kept:
                 entries.append(_tau_entry(suite, size, decoder, y, kept, n_boot))
@@ -132,7 +132,8 @@ def tau_entries(results: Iterable[CaseResult], *, n_boot: int = users.N_BOOT) ->
 def _tau_entry(
     suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int
 ) -> Row:
-    xs = [r.metrics[X_METRIC] for r in rows]
+    x = catalogue.x_metric()
+    xs = [r.metrics[x] for r in rows]
     tau = stats.kendall(xs, [r.metrics[y] for r in rows])
     ci, upper, n_users = (None, None, 0)
     if math.isfinite(tau.tau):
@@ -142,7 +143,7 @@ def _tau_entry(
         "suite": suite,
         "size": size,
         "decoder": decoder,
-        "x": X_METRIC,
+        "x": x,
         "y": y,
         "tau": _or_none(tau.tau),
         "p_value": _or_none(tau.p_value),
@@ -204,7 +205,7 @@ def _tau_interval(
 
 
 def _resampled_taus(rows: list[CaseResult], y: str, n_boot: int) -> tuple[np.ndarray, int]:
-    tx, ty = users.tables(rows, X_METRIC, y)
+    tx, ty = users.tables(rows, catalogue.x_metric(), y)
     if not tx.users:
         return np.zeros(0), 0
     taus = [
@@ -229,13 +230,14 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
     shared users and the intersection-union p-value of the two sign-flip tests (each
     two-sided; an inversion needs both). ``significant`` (set by ``analyse``): that p-value,
     adjusted with the run's other looks, below ``ALPHA``. Clearest first."""
+    x = catalogue.x_metric()
     entries = []
     for (suite, size, decoder), rows in reward_groups(results).items():
-        for y in Y_METRICS:
+        for y in catalogue.y_metrics():
             kept = _with_both(rows, y)
             for inv in stats.inversions(
                 [r.method for r in kept],
-                [r.metrics[X_METRIC] for r in kept],
+                [r.metrics[x] for r in kept],
                 [r.metrics[y] for r in kept],
             ):
                 a = next(r for r in kept if r.method == inv.a)
@@ -245,7 +247,7 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
                         "suite": suite,
                         "size": size,
                         "decoder": decoder,
-                        "x": X_METRIC,
+                        "x": x,
                         "y": y,
                         "a": inv.a,
                         "b": inv.b,
@@ -274,9 +276,10 @@ def _inversion_test(a: CaseResult, b: CaseResult, y: str) -> Row:
     """``a`` above ``b`` by RM accuracy and below by ``y``: both differences with their
     intervals (descriptions), and the larger of the two sign-flip p-values (None below
     ``stats.sign_test_floor`` shared users, where no sign-flip test can be significant)."""
-    _, x_ci, _ = users.difference(a, b, X_METRIC)
+    x = catalogue.x_metric()
+    _, x_ci, _ = users.difference(a, b, x)
     _, y_ci, n = users.difference(b, a, y)
-    p_x, p_y = users.sign_flip(a, b, X_METRIC), users.sign_flip(b, a, y)
+    p_x, p_y = users.sign_flip(a, b, x), users.sign_flip(b, a, y)
     return {
         "x_diff_ci": x_ci,
         "y_diff_ci": y_ci,
@@ -293,13 +296,14 @@ def inversion_looks(results: Iterable[CaseResult]) -> int:
     """The inversion tests a run makes: every pair of reward methods of a group, per y, with
     enough shared users for a test; the pairs that are not inverted are looks that could not
     fire (p = 1 in the family)."""
+    x, floor = catalogue.x_metric(), stats.sign_test_floor(ALPHA)
     looks = 0
     for rows in reward_groups(results).values():
-        for y in Y_METRICS:
+        for y in catalogue.y_metrics():
             kept = _with_both(rows, y)
             looks += sum(
-                len(users.paired_differences(a, b, y)[0]) >= stats.sign_test_floor(ALPHA)
-                and len(users.paired_differences(a, b, X_METRIC)[0]) >= stats.sign_test_floor(ALPHA)
+                len(users.paired_differences(a, b, y)[0]) >= floor
+                and len(users.paired_differences(a, b, x)[0]) >= floor
                 for i, a in enumerate(kept)
                 for b in kept[i + 1 :]
             )

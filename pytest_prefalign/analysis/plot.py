@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_prefalign.analysis import catalogue
 from pytest_prefalign.analysis.metrics import finite
 from pytest_prefalign.runs.records import CaseResult
 
@@ -23,10 +24,12 @@ Point = tuple[str, float, float]  # (method, RM accuracy, policy accuracy)
 
 
 def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[Point]]:
-    """One point per reward method with both figures, per (suite, size)."""
+    """One point per reward method with both figures (the catalogue's x and plotted), per
+    (suite, size)."""
+    x_metric, y_metric = catalogue.x_metric(), catalogue.plotted()
     points: dict[tuple[str, str], list[Point]] = defaultdict(list)
     for row in results:
-        x, y = row.metrics.get("rm_acc"), row.metrics.get("policy_acc")
+        x, y = row.metrics.get(x_metric), row.metrics.get(y_metric)
         if row.reward and finite(x) and finite(y):
             points[(row.suite, row.size)].append((row.method, float(x), float(y)))
     return dict(sorted(points.items()))
@@ -35,13 +38,14 @@ def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[
 def scatter_extras(results: Sequence[CaseResult]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (suite, size): each reward method's intervals of both figures (error bars) and
     base's policy accuracy (a reference line)."""
+    x, y = catalogue.x_metric(), catalogue.plotted()
     extras: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"errors": {}})
     for row in results:
         key = (row.suite, row.size)
-        if row.reward and "rm_acc" in row.ci and "policy_acc" in row.ci:
-            extras[key]["errors"][row.method] = (row.ci["rm_acc"], row.ci["policy_acc"])
-        if row.decoder == "base" and not row.reward and finite(row.metrics.get("policy_acc")):
-            extras[key]["base"] = row.metrics["policy_acc"]
+        if row.reward and x in row.ci and y in row.ci:
+            extras[key]["errors"][row.method] = (row.ci[x], row.ci[y])
+        if row.decoder == "base" and not row.reward and finite(row.metrics.get(y)):
+            extras[key]["base"] = row.metrics[y]
     return dict(extras)
 
 

@@ -27,12 +27,10 @@ import warnings
 
 import numpy as np
 
-from pytest_prefalign.analysis import nulls, users
+from pytest_prefalign.analysis import catalogue, nulls, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite, resample_counts
 from pytest_prefalign.runs.records import CaseResult
 
-X_METRIC = "rm_acc"
-Y_METRICS = ("policy_acc", "rouge1")
 SPLITS = 50  # random halvings of the users behind every cross-fitted estimate
 SHUFFLES = 2000  # within-user shuffles of the y figures behind its p-value
 N_BOOT = 500  # user resamples behind its interval
@@ -131,7 +129,7 @@ def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[Row]:
     """One entry per (suite, size, decoder, y) with at least two reward methods."""
     found = []
     for (suite, size, decoder), rows in groups.items():
-        for y in Y_METRICS:
+        for y in catalogue.y_metrics():
             kept = [r for r in rows if finite(r.metrics.get(y))]
             if len(kept) >= 2:
                 found.append(_entry(suite, size, decoder, y, kept))
@@ -139,10 +137,11 @@ def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[Row]:
 
 
 def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) -> Row:
-    xs = np.array([[r.metrics[X_METRIC] for r in rows]])
+    x = catalogue.x_metric()
+    xs = np.array([[r.metrics[x] for r in rows]])
     ys = np.array([[r.metrics[y] for r in rows]])
-    top = max(r.metrics[X_METRIC] for r in rows)
-    tx, ty = users.tables(rows, X_METRIC, y)  # over the users both figures have
+    top = max(r.metrics[x] for r in rows)
+    tx, ty = users.tables(rows, x, y)  # over the users both figures have
     estimate, p_value, ci = None, None, None
     if len(tx.users) >= 2:
         estimate, p_value = test(tx, ty)
@@ -151,9 +150,9 @@ def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) 
         "suite": suite,
         "size": size,
         "decoder": decoder,
-        "x": X_METRIC,
+        "x": x,
         "y": y,
-        "picked": [r.method for r in rows if r.metrics[X_METRIC] == top],
+        "picked": [r.method for r in rows if r.metrics[x] == top],
         "best": max(rows, key=lambda r: r.metrics[y]).method,
         "regret": estimate,
         "regret_in_sample": round(float(in_sample(xs, ys)[0]), FIGURE_DIGITS),

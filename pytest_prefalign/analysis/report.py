@@ -120,8 +120,7 @@ def _extra_columns() -> list[catalogue.Metric]:
     """The page shows the circular win rate beside the leaderboard's columns, marked as such."""
     return [
         dataclasses.replace(m, title="win, own RM (circular)")
-        for m in catalogue.METRICS
-        if m.name == "win_self"
+        for m in catalogue.with_role("own_judge")
     ]
 
 

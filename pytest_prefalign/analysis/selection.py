@@ -1,13 +1,13 @@
 """Paired comparisons of rows of one run.
 
 - **In-context learning against reward-guided decoding** (per suite and size): each ICL row
-  (``icl``, ``icl_rag``) against the best reward-guided row by ROUGE-1 (by policy accuracy where
-  the suite has no ROUGE), over the users they all have: the paper's central comparison. The
-  best row is chosen on the same users, so a plain paired test of ICL against it would favour
-  the chosen row (the best of several noisy figures is above its truth); the test is a
-  within-user permutation of the ICL row and every reward-guided row together
-  (``nulls.within_user``), whose statistic, ICL minus the best of the guided rows, chooses the
-  best again in every permutation.
+  (``icl``, ``icl_rag``) against the best reward-guided row by the leaderboard's sort key
+  (``catalogue.rank_key``: ROUGE-1, or policy accuracy where the suite has no ROUGE), over the
+  users they all have: the paper's central comparison. The best row is chosen on the same
+  users, so a plain paired test of ICL against it would favour the chosen row (the best of
+  several noisy figures is above its truth); the test is a within-user permutation of the ICL
+  row and every reward-guided row together (``nulls.within_user``), whose statistic, ICL minus
+  the best of the guided rows, chooses the best again in every permutation.
 - ``compare_rows``: every metric of two rows of one run, paired over their shared users (the
   ``prefalign compare RUN --rows A,B`` command), each by the exact sign-flip test over users
   (``stats.sign_flip``), the metrics of one command adjusted together by Holm.
@@ -53,7 +53,7 @@ def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
     entries = []
     for (suite, size), rows in sorted(by_group.items()):
         guided = [r for r in rows if r.reward]
-        metric = "rouge1" if any("rouge1" in r.metrics for r in guided) else "policy_acc"
+        metric = catalogue.rank_key({name for r in guided for name in r.metrics})
         guided = [r for r in guided if metric in r.per_user and finite(r.metrics.get(metric))]
         if not guided:
             continue
@@ -188,7 +188,7 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
         rows = {r.method: r for r in results if (r.suite, r.size) == (suite, size)}
         if a not in rows or b not in rows:
             continue
-        for metric in (m for m in catalogue.METRICS if not m.alternative):
+        for metric in (m for m in catalogue.metrics() if not m.alternative):
             if metric.name in rows[a].per_user and metric.name in rows[b].per_user:
                 found.append(
                     {

@@ -1,6 +1,7 @@
 """The per-user view: what a mean over users hides (docs/report.md).
 
-For each method, per (suite, size, metric): the mean over users and the mean of its worst
+For each method, per (suite, size, metric) of the catalogue's ``spread`` role (policy and RM
+accuracy, ROUGE-1): the mean over users and the mean of its worst
 decile of users. Two flags, each a test over users, only with enough users for a worst decile to
 be more than one or two people:
 
@@ -26,10 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from pytest_prefalign.analysis import nulls, users
+from pytest_prefalign.analysis import catalogue, nulls, users
 from pytest_prefalign.runs.records import CaseResult
 
-METRICS = ("policy_acc", "rm_acc", "rouge1")
 TAIL_SHARE = 0.10
 MIN_USERS = 10  # a worst decile of at least one user in ten
 CLOSE = 0.02  # means within 2 points count as close
@@ -63,7 +63,7 @@ def resampled_tails(
 def _groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:
     groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
     for result in results:
-        for metric in METRICS:
+        for metric in catalogue.spread_metrics():
             if len(result.per_user.get(metric, {})) >= MIN_USERS:
                 groups[(result.suite, result.size, metric)].append(result)
     return dict(sorted(groups.items()))

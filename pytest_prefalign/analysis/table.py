@@ -51,7 +51,7 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
     if dropped:
         second += " · dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
     reduce = (rows[0].settings or {}).get("reduce")
-    if reduce and any("policy_acc" in r.metrics for r in rows):
+    if reduce and any(name in r.metrics for r in rows for name in catalogue.reduced()):
         second += f" · policy score: {reduce} over tokens"  # what policy accuracy compares
     provenance = data.get("provenance") or {}
     if provenance.get("negatives") == "generated" and provenance.get(
@@ -68,7 +68,9 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
 
 
 def sort_key(rows: Sequence[CaseResult]) -> str:
-    return "rouge1" if any("rouge1" in r.metrics for r in rows) else "policy_acc"
+    """What the rows are ranked by (``catalogue.rank_key``): ROUGE-1 where the suite has the
+    users' own text, else policy accuracy."""
+    return catalogue.rank_key({name for r in rows for name in r.metrics})
 
 
 def ordered(rows: Sequence[CaseResult]) -> list[CaseResult]:

@@ -42,7 +42,8 @@ class Threshold:
 
 
 def parse_threshold(text: str) -> Threshold:
-    """``policy_acc:2pp`` -> ``Threshold("policy_acc", 2.0)``; an ``argparse`` type.
+    """``METRIC:2pp`` -> ``Threshold(METRIC, 2.0)``, METRIC a gateable metric of the
+    catalogue; an ``argparse`` type.
 
     The unit is required: a bare ``2`` could mean 2 points or 0.02 and a typo would move the gate
     a hundredfold; ``%`` is refused because it reads as a relative change.
