@@ -46,3 +46,14 @@ def pytest_prefalign_check(item: pytest.Item, result: Any) -> list[str] | None:
     (records in ``result.pairs`` and ``result.items``). Return a list of problems (each a full
     sentence) to fail the test, or None. Floors and regression gates are implemented through
     this hook."""
+
+
+def pytest_prefalign_metrics() -> list[Any] | None:
+    """Called once per run, on the controller and on every worker, after
+    ``pytest_prefalign_register``: return the metrics to add to the catalogue, each a
+    ``pytest_prefalign.analysis.catalogue.Metric`` (this layer does not import it). A metric's
+    figure is then pooled from each test's records (its ``compute`` gives one record's
+    observation), stored in the run file, shown as a leaderboard column (with a ``title``) and,
+    by its ``roles``, taken into the analysis (``"y"``: tau, the inversions and the selection
+    regret). A name the catalogue has already is a usage error. See docs/metrics.md, "Adding a
+    metric"."""

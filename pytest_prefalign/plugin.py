@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_prefalign.plumbing import gating, options, workers
+from pytest_prefalign.plumbing import gating, metric_plugins, options, workers
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.plumbing.session import PrefalignSession
@@ -73,7 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from pytest_prefalign.plumbing.session import PrefalignSession
 
-    session = PrefalignSession(config)
+    session = PrefalignSession(config)  # loads the plugins' registrations
+    metric_plugins.register(config)
     config.stash[session_key] = session
     config.pluginmanager.register(session, "prefalign-session")
 

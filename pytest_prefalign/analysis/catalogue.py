@@ -5,14 +5,16 @@ that picks a method, the y's that picking should serve, ...). The evaluation com
 fields and pools them as declared; the leaderboard, the run file's checks, the floors, the
 regression gates and the analysis (tau, inversions, regret, the plot, the per-user spread) all
 ask this list, so adding a metric is one declaration here plus the computation of its record
-field (docs/metrics.md defines each figure).
+field (docs/metrics.md defines each figure). A plugin adds its own through the
+``pytest_prefalign_metrics`` hook (``register``; docs/metrics.md#adding-a-metric).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import dataclasses
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Level = Literal["pair", "item"]
 Pooling = Literal["macro", "micro"]
@@ -55,6 +57,12 @@ class Metric:
     high: float = 1.0
     fmt: str = ".3f"
     roles: tuple[str, ...] = ()  # what it is in the analysis (``ROLES``)
+    # for a metric whose field the evaluation does not write (a plugin's): the observation of
+    # one record (a pair's or an item's, as the run file keeps it), None where it has none;
+    # written into each record as ``field`` before the figures are pooled
+    compute: Callable[[dict[str, Any]], float | None] | None = dataclasses.field(
+        default=None, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.level not in ("pair", "item"):
@@ -146,12 +154,16 @@ METRICS: tuple[Metric, ...] = (
     ),
 )
 
-# Everything else is derived from METRICS when asked, so that the list is the one place to edit.
+# Everything else is derived from METRICS and the registered metrics when asked, so that the
+# list is the one place to edit.
+
+# the metrics plugins registered for this run (``register``), after the built-ins
+_registered: dict[str, Metric] = {}
 
 
 def metrics() -> tuple[Metric, ...]:
-    """Every metric, in catalogue order."""
-    return METRICS
+    """Every metric: the built-ins, then those registered, in the order they were."""
+    return (*METRICS, *_registered.values())
 
 
 def find(name: str) -> Metric | None:
@@ -180,6 +192,11 @@ def compared() -> tuple[Metric, ...]:
 def fields(level: Level) -> tuple[str, ...]:
     """The record fields the metrics of one level read, in catalogue order."""
     return tuple(dict.fromkeys(m.field for m in metrics() if m.level == level))
+
+
+def computed(level: str) -> tuple[Metric, ...]:
+    """The metrics of one level whose observations ``compute`` gives (a plugin's)."""
+    return tuple(m for m in metrics() if m.level == level and m.compute is not None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,3 +267,41 @@ def own_judge() -> str:
 def independent_judge() -> str:
     """The win rate over base under the independent reward model."""
     return one("independent_judge")
+
+
+# --------------------------------------------------------------------------------------------
+# Registration: a plugin's metrics
+# --------------------------------------------------------------------------------------------
+
+
+def register(metric: Metric) -> Metric:
+    """Add a metric to the catalogue, after the built-ins: its figure is then pooled from the
+    records, checked against its range, stored in the run file, shown as a leaderboard column
+    (with a ``title``) and, by its ``roles``, taken into the analysis (a ``y`` into tau, the
+    inversions and the regret). A run registers what its plugins' hooks
+    ``pytest_prefalign_metrics`` return (``reset`` first). ValueError for a name already
+    declared, a role one metric plays that another plays already, or a ``compute`` over a
+    field another metric reads."""
+    if not isinstance(metric, Metric):
+        raise ValueError(f"{metric!r} is not a catalogue.Metric")
+    if find(metric.name) is not None:
+        raise ValueError(f"metric {metric.name!r} is declared already")
+    for role in sorted(SINGLE & set(metric.roles)):
+        taken = with_role(role)
+        if taken:
+            raise ValueError(
+                f"metric {metric.name!r}: {taken[0].name!r} plays the role {role!r} already, "
+                "and one metric plays it"
+            )
+    if metric.compute is not None and metric.field in fields(metric.level):
+        raise ValueError(
+            f"metric {metric.name!r} computes the field {metric.field!r}, which another metric "
+            "reads: name a field of its own"
+        )
+    _registered[metric.name] = metric
+    return metric
+
+
+def reset() -> None:
+    """Forget the registered metrics (each run registers its plugins' own)."""
+    _registered.clear()

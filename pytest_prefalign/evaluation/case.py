@@ -134,6 +134,7 @@ class Evaluator:
         # the records name their test: two sizes with one model share the cached records
         items = [{**record, **key} for record in value["items"]]
         records = [{**record, **key} for record in value["pairs"]]
+        observe({"pair": records, "item": items})
         judge = value["judge"]
         timings["total_s"] = time.perf_counter() - started
         values, ci, per_user = figures({"pair": records, "item": items})
@@ -308,6 +309,35 @@ def _kept(store: dict[Any, Any], key: Any, make: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+def observe(records: dict[str, Sequence[dict[str, Any]]]) -> None:
+    """Write each computed metric's observation (a plugin's ``Metric.compute``) into the
+    records of its level as its field, in place: after the cache, so that the cached records
+    stay the evaluation's own. A field the record has already, or an observation that is not a
+    finite number or None, is a failure naming the metric."""
+    for level, found in records.items():
+        for metric in catalogue.computed(level):
+            for record in found:
+                if metric.field in record:
+                    raise PrefalignError(
+                        f"metric {metric.name!r} computes the field {metric.field!r}, which "
+                        "the evaluation writes: name a field of its own"
+                    )
+                record[metric.field] = _observation(metric, record)
+
+
+def _observation(metric: catalogue.Metric, record: dict[str, Any]) -> float | None:
+    assert metric.compute is not None
+    value = metric.compute(record)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise PrefalignError(
+            f"metric {metric.name!r}: compute returned {value!r} for the record of user "
+            f"{record.get('user')!r}; expected a finite number or None"
+        )
+    return float(value)
+
+
 def figures(
     records: dict[str, Sequence[dict[str, Any]]],
 ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, dict[str, float]]]:
@@ -315,7 +345,7 @@ def figures(
     pooled over users (macro) or over observations (micro), with a 95% bootstrap interval over
     users and each user's mean where the catalogue asks for them."""
     values, ci, per_user = {}, {}, {}
-    for metric in catalogue.METRICS:
+    for metric in catalogue.metrics():
         observed = [
             (r[metric.field], r["user"])
             for r in records.get(metric.level, ())
