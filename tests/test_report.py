@@ -237,19 +237,18 @@ def test_labels_sit_at_their_points_and_do_not_overlap() -> None:
                 assert near < 80, name
 
 
-def test_a_leaderboard_with_the_models_own_negatives_carries_the_header_note(
+def test_a_leaderboard_with_the_models_own_pairs_carries_the_header_note(
     tmp_path: Path,
 ) -> None:
-    # the pairs' rejected sides written by the evaluated model: the header has a third line
+    # the pairs written by the evaluated model (the design's writer): the header has a note
     run = analysed(RUN)
+    design = {"label": "generated", "note": "", "writer_fingerprint": "fp"}
     for result in run.results:
         result.model = {"name": "SmolLM2-135M", "fingerprint": "fp"}
-        result.data = {
-            "source": "x",
-            "provenance": {"negatives": "generated", "reference_fingerprint": "fp"},
-        }
+        result.data = {"source": "x", "provenance": {"design": design}}
     text = report.write_report(run, tmp_path / "out").read_text()
-    assert "the rejected sides were written by this very model" in text
+    assert "pairs: generated" in text
+    assert "the pairs were written by this very model (generated)" in text
 
 
 def test_page_without_matplotlib_says_how_to_get_the_plot(

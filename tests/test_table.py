@@ -1,16 +1,16 @@
-"""The leaderboard's header says what the data is and when its pairs were written by the model
-under evaluation."""
+"""The leaderboard's header says what the data is, how its pairs were made (the design the suite
+describes in its provenance) and when they were written by the model under evaluation."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pytest_prefalign.analysis import catalogue, table
 from pytest_prefalign.runs.records import CaseResult
 
 
-def result(negatives: str, reference: str | None, model: str) -> CaseResult:
-    provenance = {"negatives": negatives}
-    if reference is not None:
-        provenance["reference_fingerprint"] = reference
+def result(design: dict[str, Any] | None, model: str) -> CaseResult:
+    provenance = {} if design is None else {"design": design}
     return CaseResult(
         "pref_lamp",
         "base",
@@ -24,20 +24,51 @@ def result(negatives: str, reference: str | None, model: str) -> CaseResult:
     )
 
 
-def test_header_notes_when_the_rejected_side_is_the_evaluated_models_own_output() -> None:
-    own = table.header("pref_lamp", "135m", [result("generated", "fp1", "fp1")])
-    assert len(own) == 3 and "written by this very model" in own[2]
-    other_size = table.header("pref_lamp", "270m", [result("generated", "fp1", "fp2")])
+def design(label: str, writer: str | None, note: str = "") -> dict[str, Any]:
+    return {"label": label, "note": note, "writer_fingerprint": writer}
+
+
+def test_header_names_the_pairs_design_and_notes_when_the_evaluated_model_wrote_them() -> None:
+    own = table.header("pref_lamp", "135m", [result(design("generated titles", "fp1"), "fp1")])
+    assert own == [
+        "pref_lamp · 135m · SmolLM2",
+        "  data: acl-anthology · 2 users · 5 items · 5 pairs · pairs: generated titles",
+        "  note: the pairs were written by this very model (generated titles): its policy "
+        "accuracy measures distance from its own writing, not only the users' preference",
+    ]
+    # another size, written by the reference model: no note on the model's own writing
+    other_size = table.header("pref_lamp", "270m", [result(design("generated", "fp1"), "fp2")])
     assert len(other_size) == 2
-    fair = table.header("pref_lamp", "135m", [result("other_author", None, "fp1")])
+    fair = table.header("pref_lamp", "135m", [result(design("other authors", None), "fp1")])
     assert fair == [
+        "pref_lamp · 135m · SmolLM2",
+        "  data: acl-anthology · 2 users · 5 items · 5 pairs · pairs: other authors",
+    ]
+
+
+def test_the_designs_own_note_is_printed_when_it_has_one() -> None:
+    noted = design("style", None, note="the rejected titles imitate another author's style")
+    lines = table.header("pref_lamp", "135m", [result(noted, "fp1")])
+    assert lines[2:] == ["  note: the rejected titles imitate another author's style"]
+    both = design("written", "fp1", note="rewritten by the model")
+    lines = table.header("pref_lamp", "135m", [result(both, "fp1")])
+    assert [line.split(":")[0] for line in lines[2:]] == ["  note", "  note"]
+    assert "this very model (written)" in lines[2] and lines[3] == "  note: rewritten by the model"
+
+
+def test_data_without_a_design_has_no_pairs_line() -> None:
+    """Data from before suites described their design (or a suite that does not): the
+    counts alone, and no guess from suite-specific keys."""
+    old = result(None, "fp1")
+    old.data["provenance"] = {"negatives": "generated", "reference_fingerprint": "fp1"}
+    assert table.header("pref_lamp", "135m", [old]) == [
         "pref_lamp · 135m · SmolLM2",
         "  data: acl-anthology · 2 users · 5 items · 5 pairs",
     ]
 
 
 def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
-    row = result("other_author", None, "fp1")
+    row = result(None, "fp1")
     row.metrics = {"policy_acc": 0.5}
     row.settings = {"reduce": "sum", "seed": 0}
     assert table.header("pref_lamp", "135m", [row])[1] == (
@@ -48,7 +79,7 @@ def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
 def test_a_win_rate_shows_its_ties_beside_it() -> None:
     """Win rates count strict wins, so the ties are printed beside them (``judge["counts"]``):
     5 wins, 2 ties and 5 losses of 12 items give 5/12 = 0.417."""
-    row = result("other_author", None, "fp1")
+    row = result(None, "fp1")
     row.metrics = {"win_independent": 5 / 12, "win_self": 0.5, "policy_acc": 0.5}
     row.ci = {"win_independent": [0.2, 0.63]}
     row.judge = {

@@ -41,30 +41,57 @@ def by_suite(results: Sequence[CaseResult]) -> list[tuple[tuple[str, str], list[
 
 
 def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
+    """The table's heading: the suite, size and model; the data line (its source, counts,
+    what was dropped, the policy score's reduction, the pairs' design); and notes on the
+    design (``design_notes``)."""
     model, data = rows[0].model, rows[0].data
     users = max(r.n_users for r in rows)
     items = max(r.n_items for r in rows)
     pairs = max(r.n_pairs for r in rows)
+    design = pairs_design(data)
     first = f"{suite} · {size} · {model.get('name', '?')}"
     second = f"  data: {data.get('source', '?')} · {users} users · {items} items · {pairs} pairs"
+    if design is not None:
+        second += f" · pairs: {design['label']}"
     dropped = {k: v for k, v in (data.get("dropped") or {}).items() if v}
     if dropped:
         second += " · dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
     reduce = (rows[0].settings or {}).get("reduce")
     if reduce and any(name in r.metrics for r in rows for name in catalogue.reduced()):
         second += f" · policy score: {reduce} over tokens"  # what policy accuracy compares
-    provenance = data.get("provenance") or {}
-    if provenance.get("negatives") == "generated" and provenance.get(
-        "reference_fingerprint"
-    ) == model.get("fingerprint"):
-        return [
-            first,
-            second,
-            "  note: the rejected sides were written by this very model "
-            "(its zero-shot greedy titles): its policy accuracy measures distance from its "
-            "own output, not the users' preference (negatives = other_author avoids it)",
-        ]
-    return [first, second]
+    return [first, second, *design_notes(design, model)]
+
+
+def pairs_design(data: dict[str, Any]) -> dict[str, Any] | None:
+    """How the suite made its pairs, as it describes it in its provenance (``design``: a
+    ``label``, a ``note``, the ``writer_fingerprint`` of the model that wrote a side, if one
+    did; docs/suites.md); None for data that does not say."""
+    design = (data.get("provenance") or {}).get("design")
+    if not isinstance(design, dict):
+        return None
+    return {
+        "label": str(design.get("label") or "?"),
+        "note": str(design.get("note") or ""),
+        "writer_fingerprint": design.get("writer_fingerprint"),
+    }
+
+
+def design_notes(design: dict[str, Any] | None, model: dict[str, Any]) -> list[str]:
+    """The header's notes on the pairs: that the evaluated model wrote them (its fingerprint
+    is the design's writer's), and the design's own note."""
+    if design is None:
+        return []
+    notes = []
+    writer = design["writer_fingerprint"]
+    if writer is not None and writer == model.get("fingerprint"):
+        notes.append(
+            f"  note: the pairs were written by this very model ({design['label']}): its "
+            "policy accuracy measures distance from its own writing, not only the users' "
+            "preference"
+        )
+    if design["note"]:
+        notes.append(f"  note: {design['note']}")
+    return notes
 
 
 def sort_key(rows: Sequence[CaseResult]) -> str:
