@@ -1,4 +1,11 @@
-"""Command-line options and ini values of the ``prefalign`` group, with their validating types."""
+"""The ``prefalign`` group of command-line options and ini values, and the run's settings
+resolved from them (command line over ini over defaults, checked once).
+
+As pytest's own plugins do, each subsystem declares the options it reads: the data and output
+paths in ``paths.py``, sharding in ``shards.py``, the gate in ``gating.py``; the run's own groups
+(which tests, their floors, how they evaluate, what a broken plugin does) are here, beside
+``settings``, which reads them for the session. ``addoption`` calls each group in the order
+``pytest --help`` shows them."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import pytest
 from pytest_prefalign import method_options
 from pytest_prefalign.analysis import catalogue
 from pytest_prefalign.api import DEFAULT_REDUCE, REDUCTIONS
+from pytest_prefalign.plumbing import paths, shards
 from pytest_prefalign.plumbing.shards import Shard
 
 DEFAULT_LIMIT = 8  # users: enough for a comparison paired over users to reach a finding
@@ -73,8 +81,30 @@ def reduce_kind(text: str) -> str:
     return text
 
 
+GROUP = "prefalign"
+
+
 def addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("prefalign", "personalized alignment evaluation (pytest-prefalign)")
+    """Every option and ini value of the ``prefalign`` group but the gate's
+    (``gating.addoption``), each group declared by the subsystem that reads it, in the order
+    ``pytest --help`` shows them. The group is opened here, first, with its description."""
+    parser.getgroup(GROUP, "personalized alignment evaluation (pytest-prefalign)")
+    for add in (
+        add_run_options,
+        paths.add_data_options,
+        paths.add_output_options,
+        add_floor_options,
+        add_evaluation_options,
+        add_plugin_options,
+        shards.add_options,
+    ):
+        add(parser)
+
+
+def add_run_options(parser: pytest.Parser) -> None:
+    """Which tests the run makes: the switch, the methods, the model sizes (and the models
+    they name), the users per suite."""
+    group = parser.getgroup(GROUP)
     group.addoption(
         "--prefalign",
         action="store_true",
@@ -101,21 +131,15 @@ def addoption(parser: pytest.Parser) -> None:
         metavar="N",
         help=f"number of users per suite (default: {DEFAULT_LIMIT}; ini: prefalign_limit).",
     )
-    group.addoption(
-        "--prefalign-data",
-        metavar="DIR",
-        help="data directory (else ini prefalign_data, env PREFALIGN_DATA, user cache).",
-    )
-    group.addoption(
-        "--prefalign-json", metavar="PATH", help="also write this run's results to PATH."
-    )
-    group.addoption(
-        "--prefalign-report",
-        metavar="DIR",
-        help="write the HTML report (leaderboards, tau, inversions, circular flags, "
-        "plot) to DIR at the end of the run.",
-    )
-    group.addoption(
+    parser.addini("prefalign_methods", "methods to run (comma-separated)")
+    parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
+    parser.addini("prefalign_limit", "number of users per suite")
+    parser.addini("prefalign_models", "size label = model source, one per line", type="linelist")
+
+
+def add_floor_options(parser: pytest.Parser) -> None:
+    """The floors a test's figures must reach (the session's ``problems``)."""
+    parser.getgroup(GROUP).addoption(
         "--prefalign-fail-under",
         type=floors,
         action="append",
@@ -123,6 +147,13 @@ def addoption(parser: pytest.Parser) -> None:
         metavar="METRIC=VALUE",
         help="fail tests whose metric is below VALUE, e.g. rouge1=0.2 (ini: prefalign_fail_under).",
     )
+    parser.addini("prefalign_fail_under", "floors METRIC=VALUE, comma-separated")
+
+
+def add_evaluation_options(parser: pytest.Parser) -> None:
+    """How each test evaluates: the policy score's reduction, the decoders' seed, the cache,
+    and the methods' own options (``method_options``)."""
+    group = parser.getgroup(GROUP)
     group.addoption(
         "--prefalign-reduce",
         type=reduce_kind,
@@ -157,35 +188,25 @@ def addoption(parser: pytest.Parser) -> None:
         "genarm.alpha=0.5, arm.rank=4, or max_new_tokens=32 for every decoder "
         "(repeatable; ini: prefalign_options, one per line).",
     )
-    group.addoption(
+    parser.addini("prefalign_reduce", "sum or mean")
+    parser.addini(
+        "prefalign_options",
+        "decoder and reward method options TARGET.FIELD=VALUE, one per line",
+        type="linelist",
+    )
+
+
+def add_plugin_options(parser: pytest.Parser) -> None:
+    """What a plugin that fails to load does (the session's ``check_plugins``)."""
+    parser.getgroup(GROUP).addoption(
         "--prefalign-strict-plugins",
         action="store_true",
         default=None,
         help="a prefalign plugin that fails to load is a usage error, not a warning "
         "(ini: prefalign_strict_plugins).",
     )
-    group.addoption(
-        "--prefalign-shard",
-        type=Shard.parse,
-        default=None,
-        metavar="K/N",
-        help="run shard K of N (1 <= K <= N): a deterministic share of the tests, each "
-        "(suite, size) whole; join the shards' run files with: prefalign merge.",
-    )
-    parser.addini("prefalign_data", "data directory for prefalign suites (relative to rootdir)")
-    parser.addini("prefalign_methods", "methods to run (comma-separated)")
-    parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
-    parser.addini("prefalign_limit", "number of users per suite")
-    parser.addini("prefalign_models", "size label = model source, one per line", type="linelist")
-    parser.addini("prefalign_fail_under", "floors METRIC=VALUE, comma-separated")
-    parser.addini("prefalign_reduce", "sum or mean")
     parser.addini(
         "prefalign_strict_plugins", "a plugin that fails to load stops the run", type="bool"
-    )
-    parser.addini(
-        "prefalign_options",
-        "decoder and reward method options TARGET.FIELD=VALUE, one per line",
-        type="linelist",
     )
 
 

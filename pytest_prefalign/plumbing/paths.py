@@ -1,6 +1,7 @@
-"""The paths a run is given, checked before any work: where its results go (``--prefalign-json``,
-``--prefalign-report``) and where its data comes from (``--prefalign-data``). A path that cannot
-serve is a usage error that names the option and the path, not a traceback after the run.
+"""The paths a run is given, declared and checked before any work: where its results go
+(``--prefalign-json``, ``--prefalign-report``) and where its data comes from
+(``--prefalign-data``). A path that cannot serve is a usage error that names the option and the
+path, not a traceback after the run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def add_data_options(parser: pytest.Parser) -> None:
+    """Where the suites' data comes from (``check_data_dir``, then ``datadir.find_data_dir``)."""
+    group = parser.getgroup("prefalign")
+    group.addoption(
+        "--prefalign-data",
+        metavar="DIR",
+        help="data directory (else ini prefalign_data, env PREFALIGN_DATA, user cache).",
+    )
+    parser.addini("prefalign_data", "data directory for prefalign suites (relative to rootdir)")
+
+
+def add_output_options(parser: pytest.Parser) -> None:
+    """Where the run's results go besides the terminal (``check_output_file``,
+    ``check_output_folder``)."""
+    group = parser.getgroup("prefalign")
+    group.addoption(
+        "--prefalign-json", metavar="PATH", help="also write this run's results to PATH."
+    )
+    group.addoption(
+        "--prefalign-report",
+        metavar="DIR",
+        help="write the HTML report (leaderboards, tau, inversions, circular flags, "
+        "plot) to DIR at the end of the run.",
+    )
 
 
 def given(config: pytest.Config, text: str | None) -> Path | None:

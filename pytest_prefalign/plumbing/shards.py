@@ -47,6 +47,18 @@ class Shard:
         return cls(index, count)
 
 
+def add_options(parser: pytest.Parser) -> None:
+    """``--prefalign-shard K/N`` (read into ``Sharding`` by the session)."""
+    parser.getgroup("prefalign").addoption(
+        "--prefalign-shard",
+        type=Shard.parse,
+        default=None,
+        metavar="K/N",
+        help="run shard K of N (1 <= K <= N): a deterministic share of the tests, each "
+        "(suite, size) whole; join the shards' run files with: prefalign merge.",
+    )
+
+
 def item_group(item: CaseItem) -> str:
     return group_name(item.suite, item.suite_options, item.size)
 
