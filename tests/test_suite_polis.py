@@ -61,14 +61,16 @@ def test_real_pairs_follow_the_votes_and_the_time_split():
         agrees = sum(vote == 1 for vote, _ in mine.values())
         assert agrees >= 3 and sum(vote == -1 for vote, _ in mine.values()) >= 3
         train, test = by_user[user]["train"], by_user[user]["test"]
-        assert len(train) + len(test) <= 12
-        assert len(test) == held_out(len(train) + len(test), Fraction(3, 10))
-        when = {}
-        for pair in train + test:
-            agreed, disagreed = map(int, pair.pair_id.split("/")[1].split(">"))
-            assert mine[agreed][0] == 1 and mine[disagreed][0] == -1
-            when[pair.pair_id] = max(mine[agreed][1], mine[disagreed][1])
-        assert max(when[p.pair_id] for p in train) <= min(when[p.pair_id] for p in test)
+        assert 0 < len(train) <= 24 and 0 < len(test) <= 12
+        sides = {}
+        for kind, pairs in (("train", train), ("test", test)):
+            ids = [tuple(map(int, p.pair_id.split("/")[1].split(">"))) for p in pairs]
+            assert all(mine[a][0] == 1 and mine[d][0] == -1 for a, d in ids)
+            sides[kind] = ({a for a, _ in ids}, {d for _, d in ids})
+        for side in (0, 1):  # agreed, disagreed: test statements voted after training ones
+            assert not sides["train"][side] & sides["test"][side]
+            latest_train = max(mine[c][1] for c in sides["train"][side])
+            assert latest_train <= min(mine[c][1] for c in sides["test"][side])
 
 
 def test_real_generation_items_are_kept_out_of_profile_and_pairs():
@@ -168,12 +170,13 @@ def test_tiny_conversation_rules_pairs_profile_and_item(tmp_path):
     assert data.users == ["town:5", "town:8"]  # voter 7 has two disagrees
     pairs = [p.pair_id for p in data.train_pairs if p.user == "town:5"]
     tests = [p.pair_id for p in data.test_pairs if p.user == "town:5"]
-    # y* (statement 2) leaves the pairs; 4 ends as a disagree (the last vote); ordered by the
-    # later vote of each pair: (0,5) 15, (1,5) 15, (0,6) 16, (1,6) 16, (0,4) 30, (1,4) 30
-    assert pairs == ["town:5/0>5", "town:5/1>5", "town:5/0>6", "town:5/1>6"]
-    assert tests == ["town:5/0>4", "town:5/1>4"]
+    # y* (statement 2) leaves the pairs; 4 ends as a disagree (the last vote). Agreed 0, 1 and
+    # disagreed 5, 6, 4 in voting order: the latest of each (1; 4) are test statements, so the
+    # training pairs combine 0 with 5 and 6 (ordered by the later vote: 15, 16)
+    assert pairs == ["town:5/0>5", "town:5/0>6"]
+    assert tests == ["town:5/1>4"]
     profile = [(e.doc_id, e.output) for e in data.profiles["town:5"]]
-    assert profile == [("town:5", "disagree"), ("town:6", "disagree")]  # not 0, 1, 4, nor 2
+    assert profile == [("town:0", "agree"), ("town:5", "disagree"), ("town:6", "disagree")]
     (item,) = data.items
     assert (item.item_id, item.reference, item.input) == (
         "town:5/2",
@@ -181,7 +184,7 @@ def test_tiny_conversation_rules_pairs_profile_and_item(tmp_path):
         "Parks in town",
     )
     pair = data.test_pairs[0]
-    assert (pair.chosen, pair.rejected) == ("Statement zero", "Statement four")
+    assert (pair.chosen, pair.rejected) == ("Statement one", "Statement four")
 
 
 def test_tiny_conversation_bad_records_are_named(tmp_path):
@@ -221,9 +224,14 @@ def test_a_broken_conversation_is_dropped_and_the_limit_spreads_over_the_rest(tm
 
 def test_cap_and_share_options(tmp_path):
     conversation(tmp_path, "town")
-    data = load(tmp_path, max_pairs_per_user="3", test_share="0.5")
-    mine = [p for p in data.train_pairs + data.test_pairs if p.user == "town:8"]
-    assert len(mine) == 3 and sum(p.user == "town:8" for p in data.test_pairs) == 2
+    # voter 8: half of the agreed (0, 1, 2) and disagreed (4, 5, 6), rounded up, are test
+    # statements: 2 x 2 test combinations, of which 3 are drawn; 1 x 1 training one
+    data = load(tmp_path, max_test_pairs="3", test_share="0.5")
+    assert sum(p.user == "town:8" for p in data.test_pairs) == 3
+    assert [p.pair_id for p in data.train_pairs if p.user == "town:8"] == ["town:8/0>4"]
+    data = load(tmp_path, max_train_pairs="1")  # one of the 2 x 2 training combinations
+    (drawn,) = [p.pair_id for p in data.train_pairs if p.user == "town:8"]
+    assert drawn in {f"town:8/{a}>{d}" for a in (0, 1) for d in (4, 5)}
 
 
 def test_missing_data_and_bad_options(tmp_path):

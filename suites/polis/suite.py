@@ -19,8 +19,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULTS = {
     "min_votes": "3",  # agrees and disagrees (each) a voter needs to be a user
-    "max_pairs_per_user": "12",  # pairs drawn per user (seeded) before the time split
-    "test_share": "0.3",  # the latest share of a user's pairs held out as test pairs
+    "max_train_pairs": "24",  # training pairs drawn per user (seeded)
+    "max_test_pairs": "12",  # test pairs drawn per user (seeded)
+    # the latest-voted share of a user's agreed statements, and of their disagreed ones, held
+    # out: the test pairs are made of them, the training pairs of the others
+    "test_share": "0.3",
     "items_per_user": "3",  # generation items per user: their most recent own statements
     "seed": "0",  # the seed of the pair draw
     "conversations": "",  # comma-separated conversation folders; empty: all
@@ -54,7 +57,8 @@ class Polis:
         opts = opt.resolve(options, DEFAULTS)
         rules = voters.Rules(
             min_each=opt.integer(opts, "min_votes", minimum=1),
-            max_pairs=opt.integer(opts, "max_pairs_per_user", minimum=1),
+            max_train=opt.integer(opts, "max_train_pairs", minimum=1),
+            max_test=opt.integer(opts, "max_test_pairs", minimum=1),
             test_share=opt.share(opts, "test_share"),
             items_per_user=opt.integer(opts, "items_per_user"),
             seed=opt.integer(opts, "seed"),

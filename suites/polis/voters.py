@@ -6,9 +6,13 @@ For one voter of one conversation (user ``{conversation}:{voter_id}``):
   recent ``items_per_user``; ``y*`` is the statement. A ``y*`` statement appears in none of the
   user's pairs and not in their profile.
 - pairs: a statement they agreed with (chosen) over one they disagreed with (rejected), for the
-  conversation's topic. Up to ``max_pairs`` combinations are drawn with a generator seeded by
-  the seed and the user id, then ordered by the time the later of the two votes was cast: the
-  latest ``test_share`` (at least one) are test pairs, the earlier ones training pairs.
+  conversation's topic. The statements are split in time first: of the statements they agreed
+  with, the latest-voted ``test_share`` (at least one) are test statements, and the same of those
+  they disagreed with. Test pairs combine a test agree with a test disagree, training pairs a
+  training agree with a training disagree, so no statement of a test pair is in a training pair
+  (its label would be learnt, not inferred). Up to ``max_test`` and ``max_train`` combinations
+  are drawn with a generator seeded by the seed and the user id, each set ordered by the time
+  the later of its two votes was cast.
 - profile: their agree and disagree votes, oldest first, as ``(statement, "agree"|"disagree")``,
   leaving out the statements of test pairs (their labels are what the test asks for) and ``y*``.
 """
@@ -20,10 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import zip_longest
+from typing import TYPE_CHECKING
 
 from prefalign_suites.polis.conversations import Conversation, Statement
 from prefalign_suites.splits import held_out, user_rng
 from pytest_prefalign.api import Item, Pair, ProfileEntry
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 LABELS = {1: "agree", -1: "disagree"}
 
@@ -31,7 +39,8 @@ LABELS = {1: "agree", -1: "disagree"}
 @dataclass(frozen=True)
 class Rules:
     min_each: int  # agrees and disagrees a voter needs to be a user
-    max_pairs: int
+    max_train: int  # training pairs drawn per user
+    max_test: int  # test pairs drawn per user
     test_share: Fraction
     items_per_user: int
     seed: int
@@ -102,22 +111,45 @@ def _pairs(
     conv: Conversation, user: str, prompt: str, votes: dict[int, tuple[int, int]], rules: Rules
 ) -> tuple[list[Pair], list[Pair], set[int]]:
     """Training pairs, test pairs, and the statements of the test pairs."""
-    agreed = sorted(cid for cid, (vote, _) in votes.items() if vote == 1)
-    disagreed = sorted(cid for cid, (vote, _) in votes.items() if vote == -1)
+    agreed, disagreed = _by_time(votes, 1), _by_time(votes, -1)
+    if not agreed or not disagreed:
+        return [], [], set()
+    test_agreed = agreed[len(agreed) - held_out(len(agreed), rules.test_share) :]
+    test_disagreed = disagreed[len(disagreed) - held_out(len(disagreed), rules.test_share) :]
+    rng = user_rng(rules.seed, user)
+    train_agreed = agreed[: len(agreed) - len(test_agreed)]
+    train_disagreed = disagreed[: len(disagreed) - len(test_disagreed)]
+    test = _draw(rng, test_agreed, test_disagreed, rules.max_test, votes)
+    train = _draw(rng, train_agreed, train_disagreed, rules.max_train, votes)
+
+    def pair(a: int, d: int) -> Pair:
+        texts = conv.statements[a].text, conv.statements[d].text
+        return Pair(f"{user}/{a}>{d}", user, prompt, *texts)
+
+    in_test = {*test_agreed, *test_disagreed}
+    return [pair(*ad) for ad in train], [pair(*ad) for ad in test], in_test
+
+
+def _by_time(votes: dict[int, tuple[int, int]], vote: int) -> list[int]:
+    """The statements voted ``vote``, in the order the votes were cast (ids break ties)."""
+    return sorted((cid for cid, (v, _) in votes.items() if v == vote), key=lambda c: (votes[c][1], c))
+
+
+def _draw(
+    rng: np.random.Generator,
+    agreed: list[int],
+    disagreed: list[int],
+    most: int,
+    votes: dict[int, tuple[int, int]],
+) -> list[tuple[int, int]]:
+    """Up to ``most`` (agreed, disagreed) combinations drawn without replacement, ordered by
+    the time of the later of the two votes."""
     total = len(agreed) * len(disagreed)
     if not total:
-        return [], [], set()
-    picks = user_rng(rules.seed, user).choice(
-        total, size=min(rules.max_pairs, total), replace=False
-    )
+        return []
+    picks = rng.choice(total, size=min(most, total), replace=False)
     combos = [(agreed[i // len(disagreed)], disagreed[i % len(disagreed)]) for i in picks]
-    combos.sort(key=lambda ad: (max(votes[ad[0]][1], votes[ad[1]][1]), ad))
-    pairs = [
-        Pair(f"{user}/{a}>{d}", user, prompt, conv.statements[a].text, conv.statements[d].text)
-        for a, d in combos
-    ]
-    cut = len(pairs) - held_out(len(pairs), rules.test_share)
-    return pairs[:cut], pairs[cut:], {cid for combo in combos[cut:] for cid in combo}
+    return sorted(combos, key=lambda ad: (max(votes[ad[0]][1], votes[ad[1]][1]), ad))
 
 
 def choose(found: list[Voter], limit: int | None) -> list[Voter]:
