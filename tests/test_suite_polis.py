@@ -6,13 +6,11 @@ from __future__ import annotations
 import csv
 import os
 from collections import defaultdict
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from prefalign_suites import polis
-from prefalign_suites.splits import held_out
 from pytest_prefalign.api import DataError, DataNotFound
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -132,7 +132,9 @@ def _pairs(
 
 def _by_time(votes: dict[int, tuple[int, int]], vote: int) -> list[int]:
     """The statements voted ``vote``, in the order the votes were cast (ids break ties)."""
-    return sorted((cid for cid, (v, _) in votes.items() if v == vote), key=lambda c: (votes[c][1], c))
+    return sorted(
+        (cid for cid, (v, _) in votes.items() if v == vote), key=lambda c: (votes[c][1], c)
+    )
 
 
 def _draw(
