@@ -128,7 +128,7 @@ def test_training_is_deterministic_and_cached(tiny_lm, tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("trained again instead of loading the cache")
 
-    monkeypatch.setattr(arm_module, "train", no_training)
+    monkeypatch.setattr(arm_training, "train", no_training)  # imported where it trains
     loaded = ARM(config)
     loaded.fit(tiny_lm, TRAIN, tmp_path / "a")
     assert not loaded.trained and loaded.history == first.history

@@ -29,6 +29,10 @@ Training cost: ``logits = W h + b + (W B) v``. The base logits ``W h + b`` need 
 are computed once (kept in memory up to ``logit_cache_mb``), and the gradient reaches ``B``
 through the ``(V, r)`` matrix ``W B``, so a step costs O(tokens x V x r) instead of
 O(tokens x V x H).
+
+This module declares the method (its configuration in ``arm_config``) without torch: torch,
+the adapter and its training (``arm_training``) are imported where it is fitted, loaded or
+asked for rewards.
 """
 
 from __future__ import annotations
@@ -39,26 +43,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
 
-from prefalign_methods.rewards.arm_training import (
-    ROWS_PER_CHUNK,
-    Adapter,
-    ARMConfig,
-    check_config,
-    output_head,
-    token_data,
-    train,
-)
+from prefalign_methods.rewards.arm_config import ARMConfig, check_config
 from prefalign_methods.rewards.bt_heads import load_or_train
 from pytest_prefalign import storage
 from pytest_prefalign.api import Pair, RewardMethod
-from pytest_prefalign.runtime.hidden import predicting_hidden
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from prefalign_methods.rewards.arm_training import Adapter
     from pytest_prefalign.registry import Registry
     from pytest_prefalign.runtime.lm import LM
 
@@ -100,11 +94,15 @@ class ARM(RewardMethod):
                 "arm: no training pairs; this reward method is trained on the "
                 "suite's training pairs"
             )
+        from prefalign_methods.rewards.arm_training import output_head
+
         self._head = output_head(lm)
         self._lm_fingerprint = lm.fingerprint
         load_or_train(self, lm, pairs, cache_dir)
 
     def _save(self, tensors_path: Path, meta_path: Path, lm: LM) -> None:
+        from safetensors.torch import save as save_tensors
+
         storage.atomic_write_bytes(tensors_path, save_tensors(self._tensors()))
         storage.atomic_write_json(
             meta_path,
@@ -118,6 +116,10 @@ class ARM(RewardMethod):
         )
 
     def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
+        import torch
+
+        from prefalign_methods.rewards.arm_training import Adapter, token_data, train
+
         names = sorted({p.user for p in pairs})
         self._users = {u: i for i, u in enumerate(names)}
         data = token_data(lm, pairs, self._users, self._head_weights(), self.config)
@@ -137,6 +139,11 @@ class ARM(RewardMethod):
         return {k: v.detach().contiguous() for k, v in adapter.state_dict().items()}
 
     def _load(self, tensors_path: Path, meta_path: Path) -> None:
+        import torch
+        from safetensors.torch import load as load_tensors
+
+        from prefalign_methods.rewards.arm_training import Adapter
+
         self.info = storage.read_json(meta_path)
         names = list(self.info["users"])
         self._users = {u: i for i, u in enumerate(names)}
@@ -166,6 +173,8 @@ class ARM(RewardMethod):
         self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
     ) -> list[np.ndarray]:
         """``log p_arm(. | x, y_<t)`` ``(T_y, V)`` float32 for each response position."""
+        from pytest_prefalign.runtime.hidden import predicting_hidden
+
         self._check_call(lm, users, prompts, responses)
         hidden = predicting_hidden(lm, prompts, responses)
         return [
@@ -173,10 +182,12 @@ class ARM(RewardMethod):
             for u, h in zip(users, hidden, strict=True)
         ]
 
-    @torch.no_grad()
     def logprobs_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
         """``log p_arm`` ``(N, ..., V)`` float32 from final-layer states ``(N, ..., H)`` of the
         base LM, one user per leading row; on ``hidden``'s device."""
+        import torch
+        import torch.nn.functional as F
+
         adapter = self._require_adapter()
         if hidden.dim() < 2 or hidden.shape[0] != len(users):
             raise ValueError(
@@ -188,22 +199,30 @@ class ARM(RewardMethod):
                 f"arm: hidden size {hidden.shape[-1]} but the ARM was trained on "
                 f"{adapter.A.shape[1]} (another model?)"
             )
-        device = hidden.device
-        adapter = adapter.to(device)
-        user = torch.tensor(
-            [self._users.get(u, len(self._users)) for u in users], dtype=torch.long, device=device
-        )
-        flat = hidden.reshape(hidden.shape[0], -1, hidden.shape[-1]).float()
-        weight, bias = self._head_weights()
-        weight, bias = weight.to(device), bias.to(device) if bias is not None else None
-        shifted = flat + adapter.codes(user, flat) @ adapter.B.T
-        logprobs = torch.log_softmax(F.linear(shifted, weight, bias), dim=-1)
-        return logprobs.reshape(*hidden.shape[:-1], -1)
+        with torch.no_grad():
+            device = hidden.device
+            adapter = adapter.to(device)
+            user = torch.tensor(
+                [self._users.get(u, len(self._users)) for u in users],
+                dtype=torch.long,
+                device=device,
+            )
+            flat = hidden.reshape(hidden.shape[0], -1, hidden.shape[-1]).float()
+            weight, bias = self._head_weights()
+            weight, bias = weight.to(device), bias.to(device) if bias is not None else None
+            shifted = flat + adapter.codes(user, flat) @ adapter.B.T
+            logprobs = torch.log_softmax(F.linear(shifted, weight, bias), dim=-1)
+            return logprobs.reshape(*hidden.shape[:-1], -1)
 
     def _token_rewards(
         self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
     ) -> list[np.ndarray]:
         """``beta * log p_arm(y_t | x, y_<t)`` per response token, float64."""
+        import torch
+
+        from prefalign_methods.rewards.arm_training import ROWS_PER_CHUNK
+        from pytest_prefalign.runtime.hidden import predicting_hidden
+
         self._check_call(lm, users, prompts, responses)
         hidden = predicting_hidden(lm, prompts, responses)
         targets = [torch.tensor(lm.response_ids(r)) for r in responses]

@@ -1,10 +1,9 @@
-"""Bradley-Terry reward heads over the frozen backbone: what the five built-in personal reward
-methods (``global_bt``, ``per_user_bt``, ``lore``, ``vpl``, ``pal``) share.
+"""The Bradley-Terry reward method: what the five built-in personal reward methods
+(``global_bt``, ``per_user_bt``, ``lore``, ``vpl``, ``pal``) share, ``HeadRewardMethod``.
 
-Each method is a small torch module (``Heads``) that maps a user and a standardised hidden state
-to a reward. This module does the rest, once for all of them: whole-response features of the
-training pairs, their standardisation, full-batch training on the Bradley-Terry loss
-``-log sigmoid(r_u(y_w) - r_u(y_l))`` (L-BFGS, seeded, deterministic), the on-disk cache of the
+Each method is a set of heads on the frozen backbone's standardised hidden states (its torch
+module, in ``heads``). This class does the rest, once for all of them: whole-response features
+of the training pairs, their standardisation, the heads' training, the on-disk cache of the
 trained parameters (safetensors for the tensors, JSON for the user index and the config; never
 pickle), and the three ways a decoder reads a reward: ``score`` (whole responses),
 ``prefix_rewards`` (every prefix of a response, from one ``response_hidden`` pass) and
@@ -12,127 +11,29 @@ pickle), and the three ways a decoder reads a reward: ``score`` (whole responses
 
 Users are indexed by the order of their names; a user with no training pairs gets index -1 and
 each method decides what that means (the global head, the mean user weights, ...).
+
+No torch at import: a method is declared (registered, listed, collected) without it; torch,
+the heads and the features are imported where the method is fitted, loaded or asked for a
+reward.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from safetensors.torch import load as load_tensors
-from safetensors.torch import save as save_tensors
-
-from prefalign_methods.rewards.features import remember, response_features
 from pytest_prefalign import cache, events, storage, versions
 from pytest_prefalign.api import Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import torch
+
+    from prefalign_methods.rewards.heads import Heads
     from pytest_prefalign.runtime.lm import LM
-
-UNKNOWN = -1  # the index of a user without training pairs
-DTYPE = torch.float64  # heads are tiny; float64 keeps L-BFGS's line search well behaved
-
-
-@dataclass(frozen=True)
-class TrainPairs:
-    """The training pairs as tensors: standardised features ``(P, H)`` of the chosen and the
-    rejected responses, each pair's user index ``(P,)``, and each user's share of the pairs
-    ``(U,)`` (per-user penalties are weighted by it, so a user's shrinkage does not depend on
-    how many other users there are)."""
-
-    chosen: torch.Tensor
-    rejected: torch.Tensor
-    user: torch.Tensor
-    share: torch.Tensor
-
-    @property
-    def n_users(self) -> int:
-        return int(self.share.shape[0])
-
-
-class Heads(torch.nn.Module):
-    """A method's reward model on standardised hidden states; parameters in float64."""
-
-    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """Rewards ``(N, ...)`` for user indices ``(N,)`` (``UNKNOWN`` allowed) and states
-        ``(N, ..., H)``."""
-        raise NotImplementedError
-
-    def margins(self, data: TrainPairs) -> torch.Tensor:
-        """``r_u(y_w) - r_u(y_l)`` of every training pair, ``(P,)``."""
-        return self(data.user, data.chosen) - self(data.user, data.rejected)
-
-    def penalty(self, data: TrainPairs) -> torch.Tensor:
-        """The regulariser added to the mean Bradley-Terry loss."""
-        raise NotImplementedError
-
-    def prepare(self, data: TrainPairs) -> None:
-        """Set data-derived buffers before training (VPL keeps each user's context here)."""
-
-
-def user_rows(table: torch.Tensor, user: torch.Tensor, default: torch.Tensor) -> torch.Tensor:
-    """``table[user]`` ``(N, D)``, with ``default`` ``(D,)`` for ``UNKNOWN`` users."""
-    known = user >= 0
-    rows = table[user.clamp(min=0)]
-    return torch.where(known[:, None], rows, default.expand_as(rows))
-
-
-def per_row(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """``x`` ``(N, D)`` viewed as ``(N, 1, ..., 1, D)``, to broadcast against ``h``
-    ``(N, ..., H)``."""
-    return x.reshape(x.shape[0], *([1] * (h.dim() - 2)), x.shape[-1])
-
-
-def dot(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """Row-wise ``x_n . h_n[...]``: ``(N, H)`` and ``(N, ..., H)`` give ``(N, ...)``."""
-    return (per_row(x, h) * h).sum(-1)
-
-
-def shared_penalty(data: TrainPairs, per_user: torch.Tensor) -> torch.Tensor:
-    """``sum_u share_u * per_user[u]``: a per-user penalty weighted by each user's share."""
-    return (data.share * per_user).sum()
-
-
-def init_normal(
-    shape: tuple[int, ...], scale: float, generator: torch.Generator
-) -> torch.nn.Parameter:
-    return torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=DTYPE) * scale)
-
-
-def objective(heads: Heads, data: TrainPairs) -> torch.Tensor:
-    """Mean Bradley-Terry loss plus the method's penalty."""
-    return -F.logsigmoid(heads.margins(data)).mean() + heads.penalty(data)
-
-
-def train(heads: Heads, data: TrainPairs, max_iter: int) -> float:
-    """Full-batch L-BFGS with a strong-Wolfe line search: no sampling, so the same data and
-    initialisation give the same parameters. Returns the final objective."""
-    params = [p for p in heads.parameters() if p.requires_grad]
-    optimiser = torch.optim.LBFGS(
-        params,
-        lr=1.0,
-        max_iter=max_iter,
-        history_size=20,
-        tolerance_grad=1e-8,
-        tolerance_change=1e-12,
-        line_search_fn="strong_wolfe",
-    )
-
-    def closure() -> torch.Tensor:
-        optimiser.zero_grad()
-        loss = objective(heads, data)
-        loss.backward()
-        return loss
-
-    optimiser.step(closure)
-    with torch.no_grad():
-        return float(objective(heads, data))
 
 
 def pairs_fingerprint(pairs: Sequence[Pair]) -> str:
@@ -153,6 +54,10 @@ class HeadRewardMethod(RewardMethod):
     version: ClassVar[int] = 1
 
     def __init__(self, config: Any | None = None) -> None:
+        import torch
+
+        from prefalign_methods.rewards.heads import DTYPE
+
         self.config = config if config is not None else self.Config()
         self.trained = False  # True when the last ``fit`` trained, False when it loaded
         self.info: dict[str, Any] = {}  # what the cache's JSON says: users, loss, accuracy
@@ -179,6 +84,11 @@ class HeadRewardMethod(RewardMethod):
         load_or_train(self, lm, pairs, cache_dir)
 
     def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
+        import torch
+
+        from prefalign_methods.rewards.features import response_features
+        from prefalign_methods.rewards.heads import DTYPE, TrainPairs, standardiser, train
+
         # one request with both sides of each pair next to each other, so that the LM prefills
         # each prompt once for the two responses
         both = response_features(
@@ -211,6 +121,8 @@ class HeadRewardMethod(RewardMethod):
         }
 
     def _save(self, tensors_path: Path, meta_path: Path, lm: LM) -> None:
+        from safetensors.torch import save as save_tensors
+
         if self._heads is None:
             raise RuntimeError(f"{self.name}: nothing trained to save")
         tensors = {
@@ -230,6 +142,9 @@ class HeadRewardMethod(RewardMethod):
         )
 
     def _load(self, tensors_path: Path, meta_path: Path) -> None:
+        import torch
+        from safetensors.torch import load as load_tensors
+
         self.info = storage.read_json(meta_path)
         tensors = load_tensors(tensors_path.read_bytes())
         names = list(self.info["users"])
@@ -245,6 +160,8 @@ class HeadRewardMethod(RewardMethod):
     def score(
         self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
     ) -> np.ndarray:
+        from prefalign_methods.rewards.features import response_features
+
         self._check_lengths(users, prompts, responses)
         feats = response_features(lm, prompts, responses)
         return self._rewards(users, feats).cpu().numpy()
@@ -254,6 +171,8 @@ class HeadRewardMethod(RewardMethod):
     ) -> list[np.ndarray]:
         """``r_u(x, y_<=t)`` for every response token ``t`` (the final ``eos_id`` included, so
         the last value is ``score``), from one teacher-forced pass."""
+        from prefalign_methods.rewards.features import remember
+
         self._check_lengths(users, prompts, responses)
         hidden = lm.response_hidden(prompts, responses)
         remember(lm, prompts, responses, hidden)
@@ -271,9 +190,12 @@ class HeadRewardMethod(RewardMethod):
             )
         return self._rewards(users, hidden).to(hidden.dtype)
 
-    @torch.no_grad()
     def _rewards(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
         """float64 rewards ``(N, ...)``; unknown users get index ``UNKNOWN``."""
+        import torch
+
+        from prefalign_methods.rewards.heads import DTYPE, UNKNOWN
+
         if self._heads is None:
             raise RuntimeError(f"{self.name}: call fit() before asking for rewards")
         if hidden.shape[-1] != self._mean.shape[0]:
@@ -281,12 +203,13 @@ class HeadRewardMethod(RewardMethod):
                 f"{self.name}: hidden size {hidden.shape[-1]} but the heads were "
                 f"trained on {self._mean.shape[0]} (another model?)"
             )
-        device = hidden.device
-        heads = self._heads.to(device)
-        user = torch.tensor(
-            [self._users.get(u, UNKNOWN) for u in users], dtype=torch.long, device=device
-        )
-        return heads(user, self._standardise(hidden.to(device=device, dtype=DTYPE)))
+        with torch.no_grad():
+            device = hidden.device
+            heads = self._heads.to(device)
+            user = torch.tensor(
+                [self._users.get(u, UNKNOWN) for u in users], dtype=torch.long, device=device
+            )
+            return heads(user, self._standardise(hidden.to(device=device, dtype=DTYPE)))
 
     def _standardise(self, h: torch.Tensor) -> torch.Tensor:
         return (h - self._mean.to(h.device)) / self._std.to(h.device)
@@ -302,19 +225,9 @@ class HeadRewardMethod(RewardMethod):
             )
 
 
-def standardiser(feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-dimension mean and standard deviation of ``(N, H)`` training features. A dimension
-    that barely varies gets a floor on its deviation, so that it does not blow up at test time."""
-    mean = feats.mean(0)
-    std = feats.std(0, correction=0) if feats.shape[0] > 1 else torch.ones_like(mean)
-    floor = 1e-2 * float(std.median()) + 1e-8
-    return mean, std.clamp(min=floor)
-
-
 def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
     """Load ``method``'s parameters cached for (its config and code, the backbone, the pairs),
-    or train
-    and save them, under a lock that pytest-xdist workers share. ``method`` provides
+    or train and save them, under a lock that pytest-xdist workers share. ``method`` provides
     ``_load(tensors_path, meta_path)``, ``_train(lm, pairs)`` and ``_save(tensors_path,
     meta_path, lm)``; afterwards ``method.trained`` says which happened."""
     key = storage.content_key(

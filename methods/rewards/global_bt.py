@@ -2,6 +2,9 @@
 
 ``r(x, y) = w . h(x, y)`` on the standardised final hidden state; every user, seen in training
 or not, gets the same reward.
+
+Its heads are ``heads.GlobalHead``, the torch module that ``bt_heads.HeadRewardMethod`` trains
+and reads.
 """
 
 from __future__ import annotations
@@ -9,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
-from prefalign_methods.rewards.bt_heads import DTYPE, HeadRewardMethod, Heads, TrainPairs
+from prefalign_methods.rewards.bt_heads import HeadRewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from prefalign_methods.rewards.heads import Heads
     from pytest_prefalign.registry import Registry
 
 
@@ -24,24 +28,13 @@ class GlobalBTConfig:
     seed: int = 0  # initialisation seed (w starts at zero, so unused; kept for the cache key)
 
 
-class GlobalHead(Heads):
-    def __init__(self, dim: int, config: GlobalBTConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.w = torch.nn.Parameter(torch.zeros(dim, dtype=DTYPE))
-
-    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return h @ self.w
-
-    def penalty(self, data: TrainPairs) -> torch.Tensor:
-        return self.config.l2 * self.w.square().sum()
-
-
 class GlobalBT(HeadRewardMethod):
     name = "global_bt"
     Config = GlobalBTConfig
 
     def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
+        from prefalign_methods.rewards.heads import GlobalHead
+
         return GlobalHead(dim, self.config)
 
 

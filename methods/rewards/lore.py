@@ -4,27 +4,22 @@ A shared basis of K linear reward heads ``B`` ``(K, H)``; each user a weight vec
 ``(K,)`` over it: ``r_u(x, y) = (a_u^T B) . h(x, y)``. Basis and weights are learnt jointly on
 all users' pairs, so users with few pairs borrow the basis the others shaped. A user unseen in
 training gets the mean of the learnt weights.
+
+Its heads are ``heads.LowRankHeads``, the torch module that ``bt_heads.HeadRewardMethod`` trains
+and reads.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
-from prefalign_methods.rewards.bt_heads import (
-    HeadRewardMethod,
-    Heads,
-    TrainPairs,
-    dot,
-    init_normal,
-    shared_penalty,
-    user_rows,
-)
+from prefalign_methods.rewards.bt_heads import HeadRewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from prefalign_methods.rewards.heads import Heads
     from pytest_prefalign.registry import Registry
 
 
@@ -37,30 +32,13 @@ class LoReConfig:
     seed: int = 0  # initialisation of B and a
 
 
-class LowRankHeads(Heads):
-    def __init__(
-        self, n_users: int, dim: int, config: LoReConfig, generator: torch.Generator
-    ) -> None:
-        super().__init__()
-        self.config = config
-        self.basis = init_normal((config.rank, dim), 1 / math.sqrt(dim), generator)
-        self.weights = init_normal((n_users, config.rank), 1 / math.sqrt(config.rank), generator)
-
-    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        a = user_rows(self.weights, user, self.weights.mean(0))  # unknown: the mean user
-        return dot(a @ self.basis, h)
-
-    def penalty(self, data: TrainPairs) -> torch.Tensor:
-        return self.config.l2 * self.basis.square().sum() + self.config.l2_user * shared_penalty(
-            data, self.weights.square().sum(-1)
-        )
-
-
 class LoRe(HeadRewardMethod):
     name = "lore"
     Config = LoReConfig
 
     def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
+        from prefalign_methods.rewards.heads import LowRankHeads
+
         if self.config.rank < 1:
             raise ValueError(f"lore: rank must be >= 1, got {self.config.rank}")
         return LowRankHeads(n_users, dim, self.config, generator)

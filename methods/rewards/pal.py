@@ -5,26 +5,22 @@ preference prototypes ``q_1..q_P`` (ideal points in that space); a user's ideal 
 mixture of them with the user's softmax weights, ``a_u = sum_p softmax(c_u)_p q_p``, and the
 reward is closeness to it: ``r_u(x, y) = -||M h(x, y) - a_u||^2``. A user unseen in training
 gets the mean mixture of the users seen.
+
+Its heads are ``heads.IdealPoints``, the torch module that ``bt_heads.HeadRewardMethod`` trains
+and reads.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
-from prefalign_methods.rewards.bt_heads import (
-    HeadRewardMethod,
-    Heads,
-    TrainPairs,
-    init_normal,
-    per_row,
-    shared_penalty,
-)
+from prefalign_methods.rewards.bt_heads import HeadRewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from prefalign_methods.rewards.heads import Heads
     from pytest_prefalign.registry import Registry
 
 
@@ -45,40 +41,13 @@ class PALConfig:
     seed: int = 0  # initialisation of M, the prototypes and the mixing logits
 
 
-class IdealPoints(Heads):
-    def __init__(
-        self, n_users: int, dim: int, config: PALConfig, generator: torch.Generator
-    ) -> None:
-        super().__init__()
-        self.config = config
-        self.project = init_normal((config.dim, dim), 1 / math.sqrt(dim), generator)
-        self.prototypes = init_normal((config.prototypes, config.dim), 1.0, generator)
-        self.logits = init_normal((n_users, config.prototypes), 0.1, generator)
-
-    def mixture(self, user: torch.Tensor) -> torch.Tensor:
-        """Each user's mixing weights ``(N, P)``; unknown users get the mean mixture."""
-        weights = torch.softmax(self.logits, dim=-1)
-        rows = weights[user.clamp(min=0)]
-        return torch.where((user >= 0)[:, None], rows, weights.mean(0).expand_as(rows))
-
-    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        ideal = self.mixture(user) @ self.prototypes  # (N, D)
-        f = h @ self.project.T  # (N, ..., D)
-        return -(f - per_row(ideal, f)).square().sum(-1)
-
-    def penalty(self, data: TrainPairs) -> torch.Tensor:
-        return (
-            self.config.l2 * self.project.square().sum()
-            + self.config.l2_prototypes * self.prototypes.square().sum()
-            + self.config.l2_user * shared_penalty(data, self.logits.square().sum(-1))
-        )
-
-
 class PAL(HeadRewardMethod):
     name = "pal"
     Config = PALConfig
 
     def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
+        from prefalign_methods.rewards.heads import IdealPoints
+
         if self.config.prototypes < 1 or self.config.dim < 1:
             raise ValueError(f"pal: prototypes and dim must be >= 1, got {self.config}")
         return IdealPoints(n_users, dim, self.config, generator)

@@ -4,6 +4,9 @@
 (each user's deviation from the global head) and a weaker one on ``w``: a user with few pairs
 stays close to the global head, a user with many can move away from it. A user unseen in
 training gets the global head ``w``.
+
+Its heads are ``heads.PerUserHeads``, the torch module that ``bt_heads.HeadRewardMethod`` trains
+and reads.
 """
 
 from __future__ import annotations
@@ -11,19 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import torch
-
-from prefalign_methods.rewards.bt_heads import (
-    DTYPE,
-    HeadRewardMethod,
-    Heads,
-    TrainPairs,
-    dot,
-    shared_penalty,
-    user_rows,
-)
+from prefalign_methods.rewards.bt_heads import HeadRewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from prefalign_methods.rewards.heads import Heads
     from pytest_prefalign.registry import Registry
 
 
@@ -35,30 +31,13 @@ class PerUserBTConfig:
     seed: int = 0  # initialisation seed (heads start at zero, so unused; kept for the cache key)
 
 
-class PerUserHeads(Heads):
-    def __init__(self, n_users: int, dim: int, config: PerUserBTConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.w = torch.nn.Parameter(torch.zeros(dim, dtype=DTYPE))
-        self.delta = torch.nn.Parameter(torch.zeros(n_users, dim, dtype=DTYPE))
-
-    def forward(self, user: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        # unknown users: no deviation, i.e. the global head
-        delta = user_rows(self.delta, user, torch.zeros_like(self.w))
-        return dot(self.w + delta, h)
-
-    def penalty(self, data: TrainPairs) -> torch.Tensor:
-        per_user = self.delta.square().sum(-1)
-        return self.config.l2 * self.w.square().sum() + self.config.l2_user * shared_penalty(
-            data, per_user
-        )
-
-
 class PerUserBT(HeadRewardMethod):
     name = "per_user_bt"
     Config = PerUserBTConfig
 
     def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
+        from prefalign_methods.rewards.heads import PerUserHeads
+
         return PerUserHeads(n_users, dim, self.config)
 
 
