@@ -78,7 +78,7 @@ class Run:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    from prefalign_methods.decoders.args import args_generate
+    from prefalign_methods.decoders.args_decode import args_generate
 
     # the references are test code, not part of the installed package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

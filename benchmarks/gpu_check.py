@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 # the built-in methods live in methods/, installed as prefalign_methods
 sys.modules.setdefault("prefalign_methods", importlib.import_module("methods"))
 
-from prefalign_methods.decoders.args import HiddenRule  # noqa: E402
-from prefalign_methods.decoders.genarm import GuidedRule  # noqa: E402
+from prefalign_methods.decoders.args_decode import HiddenRule  # noqa: E402
+from prefalign_methods.decoders.genarm_guided import GuidedRule  # noqa: E402
 from pytest_prefalign.api import RewardMethod  # noqa: E402
 from pytest_prefalign.runtime.decoding import KV, decode  # noqa: E402
 from pytest_prefalign.runtime.lm import LM  # noqa: E402

@@ -16,9 +16,9 @@ from reference.args_reference import full_recompute_generate, per_candidate_cach
 from prefalign_methods.decoders.args import (
     ArgsDecoder,
     ArgsOptions,
-    args_generate,
     pytest_prefalign_register,
 )
+from prefalign_methods.decoders.args_decode import args_generate
 from prefalign_methods.decoders.args_rule import pick, top_candidates
 from prefalign_methods.decoders.args_score import args_token_logprobs
 from pytest_prefalign.api import CaseContext, Item, RewardMethod

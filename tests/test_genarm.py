@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from prefalign_methods.decoders import genarm as genarm_module
+from prefalign_methods.decoders import genarm_guided
 from prefalign_methods.decoders.base import BaseDecoder
 from prefalign_methods.decoders.genarm import GenARMDecoder, GenARMOptions
 from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
@@ -193,8 +193,8 @@ def test_sampling_temperature_applies_to_the_guided_logits(tiny_lm, monkeypatch)
     # softmax(guided / T): the paper's T / (1 + alpha) on the mixture normalised by 1 + alpha;
     # T / (1 + alpha) on guided itself sampled from softmax((1 + alpha) * guided / T)
     seen = []
-    real = genarm_module.guided_generate
-    monkeypatch.setattr(genarm_module, "guided_generate", lambda *a: seen.append(a[6]) or real(*a))
+    real = genarm_guided.guided_generate
+    monkeypatch.setattr(genarm_guided, "guided_generate", lambda *a: seen.append(a[6]) or real(*a))
     reward = TableARM(tiny_lm, {"ann": {278: 5.0}})
     GenARMDecoder().generate(
         context(tiny_lm, reward, sample=True, temperature=1.5, alpha=2.0), ITEMS[:1]

@@ -20,8 +20,10 @@ passes on top of a shared prompt prefill: one plain pass (base logits, hence ``C
 tokens' rewards), one pass with every candidate of every ``t`` as an extra query token at ``t``'s
 position id that sees the prompt and ``y_<t`` only.
 
-The policy score is in ``args_score``, the rule both share in ``args_rule``; decoding itself is the
-LM's (``pytest_prefalign.runtime.decoding``): ARGS is a ``Rule`` there.
+Generation is in ``args_decode``, the policy score in ``args_score``, the rule both share in
+``args_rule``; decoding itself is the LM's (``pytest_prefalign.runtime.decoding``): ARGS is a
+``Rule`` there. This module declares the decoder (its options, what it needs of a reward method)
+without torch; the others are imported when it generates or scores.
 """
 
 from __future__ import annotations
@@ -31,27 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
-from prefalign_methods.decoders.args_rule import (
-    Finished,
-    eos_finished,
-    hidden_rewards,
-    pick,
-    text_rewards,
-    top_candidates,
-    uses_hidden,
-)
-from prefalign_methods.decoders.args_score import PASSES, args_token_logprobs
 from prefalign_methods.decoders.base import reductions
-from pytest_prefalign import events
 from pytest_prefalign.api import CaseContext, DecodeOptions, Decoder, Item, RewardMethod
-from pytest_prefalign.runtime.decoding import KV, Choice, Step, decode
-from pytest_prefalign.runtime.lm import LM, chunks, clean_text
-from pytest_prefalign.runtime.window import rows_for
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
     from pytest_prefalign.registry import Registry
 
 
@@ -77,6 +64,9 @@ class ArgsDecoder(Decoder):
     Options = ArgsOptions
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
+        from prefalign_methods.decoders.args_decode import args_generate
+        from pytest_prefalign.runtime.lm import clean_text
+
         opts, lm = ctx.options, ctx.lm
         tokens = args_generate(
             lm,
@@ -98,6 +88,8 @@ class ArgsDecoder(Decoder):
         prompts: Sequence[str],
         responses: Sequence[str],
     ) -> dict[str, np.ndarray]:
+        from prefalign_methods.decoders.args_score import PASSES, args_token_logprobs
+
         opts = ctx.options
         # the model's passes are the same for every hidden-state reward head of this
         # (suite, size): kept in the case's shared state, each head only applies itself
@@ -126,101 +118,6 @@ def require_reward(ctx: CaseContext) -> RewardMethod:
             f"{reward.name!r} declares neither 'prefix' nor 'hidden'"
         )
     return reward
-
-
-# -------------------------------------------------------------------------------------------
-# Generation
-# -------------------------------------------------------------------------------------------
-
-
-def args_generate(
-    lm: LM,
-    reward: RewardMethod,
-    users: Sequence[str],
-    prompts: Sequence[str],
-    *,
-    k: int = 10,
-    w: float = 1.0,
-    max_new_tokens: int = 24,
-    batch_size: int = 16,
-    finished: Finished | None = None,
-) -> list[list[int]]:
-    """ARGS token ids for each (user, prompt), stop token included where one was reached.
-
-    ``finished`` defaults to stopping at a stop id; rows that finish leave the batch.
-    """
-    if len(users) != len(prompts):
-        raise ValueError(f"{len(users)} users but {len(prompts)} prompts")
-    if max_new_tokens < 1 or batch_size < 1 or k < 1:
-        raise ValueError("k, max_new_tokens and batch_size must be >= 1")
-    finished = finished or eos_finished(lm)
-    # the same request gives the same tokens: each distinct one is decoded once
-    unique = list(dict.fromkeys(zip(users, prompts, strict=True)))
-    encoded = [lm.prompt_ids(p) for _, p in unique]
-    fast = uses_hidden(lm, reward)
-    out: dict[tuple[str, str], list[int]] = {}
-    order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
-    # a pass: each row's prompt, what it generated and its k candidates, within the bound
-    width = max((len(e) for e in encoded), default=1) + max_new_tokens + k
-    with events.step("ARGS", total=len(unique), unit="prompts") as progress:
-        for batch in chunks(order, rows_for(width, batch_size)):
-            batch_users = [unique[i][0] for i in batch]
-            rule = (
-                HiddenRule(lm, reward, batch_users, k, w)
-                if fast
-                else PrefixRule(lm, reward, batch_users, [unique[i][1] for i in batch], k, w)
-            )
-            kv = KV.start(lm, [encoded[i] for i in batch])
-            tokens = decode(kv, rule, max_new_tokens, finished)
-            out.update(zip((unique[i] for i in batch), tokens, strict=True))
-            progress.advance(len(batch))
-    return [list(out[(u, p)]) for u, p in zip(users, prompts, strict=True)]
-
-
-class HiddenRule:
-    """The fast path: the k candidates of each row run as k queries at the row's next position
-    (``KV.candidates``); their hidden states give their rewards, and the winner's hidden state,
-    kept in the cache as the row's next token, gives the next step's logits."""
-
-    def __init__(self, lm: LM, reward: RewardMethod, users: list[str], k: int, w: float) -> None:
-        self.lm, self.reward, self.users, self.k, self.w = lm, reward, users, k, w
-
-    def choose(self, step: Step) -> Choice:
-        logits = self.lm.logits_from_hidden(step.hidden)
-        cands = top_candidates(logits, self.k)
-        hidden = step.kv.candidates(cands)
-        rewards = hidden_rewards(self.reward, [self.users[r] for r in step.active], hidden)
-        win = pick(logits.gather(1, cands) + self.w * rewards)
-        return Choice(cands.gather(1, win[:, None])[:, 0].tolist(), query=win)
-
-
-class PrefixRule:
-    """The general path: the candidates' rewards come from ``prefix_rewards`` over their texts,
-    batched over candidates; the winner is then run as the next token."""
-
-    def __init__(
-        self, lm: LM, reward: RewardMethod, users: list[str], prompts: list[str], k: int, w: float
-    ) -> None:
-        self.lm, self.reward, self.k, self.w = lm, reward, k, w
-        self.users, self.prompts = users, prompts
-
-    def choose(self, step: Step) -> Choice:
-        logits = self.lm.logits_from_hidden(step.hidden)
-        cands = top_candidates(logits, self.k)
-        rows, k = step.active, cands.shape[1]
-        seqs = [
-            step.tokens[r] + [c] for r, row in zip(rows, cands.tolist(), strict=True) for c in row
-        ]
-        values = text_rewards(
-            self.lm,
-            self.reward,
-            [self.users[r] for r in rows for _ in range(k)],
-            [self.prompts[r] for r in rows for _ in range(k)],
-            seqs,
-        )
-        rewards = torch.tensor(values, dtype=torch.float32, device=cands.device).view(-1, k)
-        win = pick(logits.gather(1, cands) + self.w * rewards)
-        return Choice(cands.gather(1, win[:, None])[:, 0].tolist())
 
 
 def pytest_prefalign_register(registry: Registry) -> None:
