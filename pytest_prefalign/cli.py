@@ -268,7 +268,7 @@ def list_main(argv: Sequence[str] | None = None) -> int:
     model size, each with the package it came from. Returns 1 when a plugin failed to load or two
     registered one name (both are listed), else 0."""
     from pytest_prefalign import hookspec, registry
-    from pytest_prefalign.runtime.models import DEFAULT_MODELS
+    from pytest_prefalign.runtime.sources import DEFAULT_MODELS
 
     if argv:
         if list(argv) in (["-h"], ["--help"]):
@@ -328,7 +328,7 @@ def _installed(source: str) -> str:
     """For an embedded model: its packages, and whether they are installed."""
     import importlib.util
 
-    from pytest_prefalign.runtime.models import EMBEDDED
+    from pytest_prefalign.runtime.sources import EMBEDDED
 
     model = EMBEDDED.get(source.removeprefix("embedded:"))
     if model is None:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -123,6 +124,35 @@ def test_plugin_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+HEAVY = ("torch", "transformers")
+
+
+def imported_heavy(code: str, cwd: Path) -> list[str]:
+    """Run ``code`` in a fresh interpreter; the heavy modules it imported (its last line)."""
+    code += f"; import json, sys; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_collecting_every_method_imports_no_torch(tmp_path):
+    # the built-in suite with every registered method: each method's module is imported (its
+    # declaration: options, what it needs, its capabilities), its torch code only when it runs
+    suite = Path(__file__).parents[1] / "suites" / "synthetic"
+    code = (
+        "import pytest; "
+        f"rc = pytest.main(['--prefalign', {str(suite)!r}, '--collect-only', '-q', "
+        "'-p', 'no:cacheprovider']); assert rc == 0, rc"
+    )
+    assert imported_heavy(code, tmp_path) == []
+
+
+def test_listing_imports_no_torch(tmp_path):
+    code = "from pytest_prefalign import cli; assert cli.main(['list']) == 0"
+    assert imported_heavy(code, tmp_path) == []
 
 
 def test_end_to_end_leaderboard_and_run_file(toy):

@@ -1,12 +1,13 @@
 """The ini value ``prefalign_models``: one ``LABEL = SOURCE [OPTION...]`` line per size label,
-merged over the defaults into ``ModelSpec`` s (``runtime/models.py`` loads them)."""
+merged over the defaults into ``ModelSpec`` s (``runtime/sources.py``; ``runtime/models.py``
+loads them)."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
 
-from pytest_prefalign.runtime.models import DEFAULT_MODELS, EMBEDDED, ModelSpec
+from pytest_prefalign.runtime.sources import DEFAULT_MODELS, EMBEDDED, ModelSpec
 
 LINE_FORM = (
     "'LABEL = SOURCE [device_map=auto] [dtype=float32|bfloat16]', SOURCE one of embedded:NAME, "
