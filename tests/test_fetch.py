@@ -629,10 +629,12 @@ def test_a_file_where_the_data_folder_goes_is_one_line(tmp_path, monkeypatch, ca
     assert str(blocker) in err
 
 
-def test_the_authors_drawn_are_a_positive_number(capsys):
+@pytest.mark.parametrize("given", ["-1", "0", "²", "two"])
+def test_the_authors_drawn_are_a_positive_number(capsys, given):
     with pytest.raises(SystemExit):
-        fetch.fetch_main(["pref_lamp", "--anthology-authors", "-1"])
-    assert "--anthology-authors: '-1': expected a whole number >= 1" in capsys.readouterr().err
+        fetch.fetch_main(["pref_lamp", "--anthology-authors", given])
+    err = capsys.readouterr().err
+    assert f"--anthology-authors: expected a whole number >= 1, got {given!r}" in err
 
 
 def test_a_local_clone_is_read_from_the_current_folder(tmp_path, monkeypatch):

@@ -101,9 +101,14 @@ def _repository(text: str) -> str:
 
 
 def _positive(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return int(text)
+    """A whole number of at least 1 (``int`` decides what is a number: not "²")."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def hosts(options: argparse.Namespace) -> list[str]:
