@@ -152,7 +152,14 @@ class Suite(Protocol):
         needs a model are made in ``build_pairs``."""
 
     def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
-        """Fill ``data.train_pairs`` and ``data.test_pairs`` (a no-op where ``load`` did)."""
+        """Fill ``data.train_pairs`` and ``data.test_pairs`` (a no-op where ``load`` did).
+
+        ``reference`` is the model the suite's optional ``writer(data)`` names (a model source
+        such as ``embedded:gemma3-270m``: the same whatever the sizes evaluated), or the suites'
+        reference generator (the 135m size) for a suite without one or where it returns None.
+        A suite whose pairs a model wrote says so in ``data.provenance["design"]``
+        (``label``, ``note``, ``writer_fingerprint``): the leaderboard marks the rows of that
+        very model."""
 
 
 def requires_data_dir(suite: Any, options: dict[str, str]) -> bool:

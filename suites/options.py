@@ -42,6 +42,17 @@ def integer(opts: Mapping[str, str], key: str, *, minimum: int = 0) -> int:
     return value
 
 
+def positive(opts: Mapping[str, str], key: str) -> float:
+    """A number above 0."""
+    try:
+        value = float(opts[key])
+    except ValueError:
+        raise option_error(key, f"expected a number, got {opts[key]!r}") from None
+    if not value > 0:
+        raise option_error(key, f"expected a number above 0, got {opts[key]}")
+    return value
+
+
 def share(opts: Mapping[str, str], key: str) -> Fraction:
     """A proportion strictly between 0 and 1, kept exact (``0.3`` is 3/10) so rounding is too."""
     try:

@@ -27,6 +27,10 @@ def test_main_job_figures_are_unchanged(
         pytester.path / "suites" / "pref_lamp",
         ignore=shutil.ignore_patterns("*.py", "__pycache__"),
     )
+    # the pairs recorded: other_author's (the default then), which need no writer model
+    (pytester.path / "suites" / "pref_lamp" / "suite.toml").write_text(
+        '[suite]\nname = "pref_lamp"\n[options]\nnegatives = "other_author"\n'
+    )
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     recorded = json.loads(RECORDED.read_text())

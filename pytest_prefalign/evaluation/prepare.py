@@ -60,7 +60,7 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             if not (data.items or data.test_pairs or data.profiles):
                 raise nothing_to_evaluate(name, data)  # nothing to build pairs from
             if not data.train_pairs and not data.test_pairs:
-                reference = load_model(run, "reference")
+                reference = pairs_model(run, suite, data)
                 folder, _ = run.disk.folder(cache.make_key("pairs", suite=name))
                 with events.step("building pairs"):
                     suite.build_pairs(data, reference, folder)
@@ -157,6 +157,21 @@ def load_model(run: RunContext, label: str) -> LM:
         if exc.skip:
             pytest.skip(f"model {label}: {exc}")
         raise PrefalignError(f"model {label}: {exc}") from None
+
+
+def pairs_model(run: RunContext, suite: Suite, data: SuiteData) -> LM:
+    """The model a suite writes its pairs with: the one its ``writer(data)`` names (a model
+    source, the same whatever size is evaluated), else the suites' reference generator."""
+    writer = getattr(suite, "writer", None)
+    source = writer(data) if callable(writer) else None
+    if not source:
+        return load_model(run, "reference")
+    from pytest_prefalign.runtime.models import ModelUnavailable
+
+    try:
+        return run.models.writer(source)
+    except ModelUnavailable as exc:
+        raise PrefalignError(f"the pairs' writer {source}: {exc}") from None
 
 
 @dataclass

@@ -76,25 +76,40 @@ def add_pairs(
     train: Sequence[Source],
     test: Sequence[Source],
     negative: dict[str, str | None],
+    chosen: dict[str, str] | None = None,
 ) -> None:
-    """Pairs from sources and their negatives (by pair id); skipped pairs are counted."""
+    """Pairs from sources and their negatives (by pair id); the chosen side is the real title
+    unless ``chosen`` gives another (the writer's, in ``writer.py``). Skipped pairs are
+    counted."""
     problems = Problems()
-    data.train_pairs = list(_pairs(suite, train, negative, problems))
-    data.test_pairs = list(_pairs(suite, test, negative, problems))
+    data.train_pairs = list(_pairs(suite, train, negative, chosen or {}, problems))
+    data.test_pairs = list(_pairs(suite, test, negative, chosen or {}, problems))
     problems.report(data)
 
 
 def _pairs(
-    suite: Suite, srcs: Iterable[Source], negative: dict[str, str | None], problems: Problems
+    suite: Suite,
+    srcs: Iterable[Source],
+    negative: dict[str, str | None],
+    chosen: dict[str, str],
+    problems: Problems,
 ) -> Iterator[Pair]:
     for src in srcs:
         rejected = negative.get(src.pair_id)
+        preferred = chosen.get(src.pair_id, src.title)
         if not rejected:
             problems.drop("pair:no_negative")
-        elif same_title(rejected, src.title):
+        elif same_title(rejected, preferred):
             problems.drop("pair:negative_equals_real")
         else:
-            yield Pair(src.pair_id, src.user, suite.instruction(src.abstract), src.title, rejected)
+            prompt = suite.instruction(src.abstract)
+            yield Pair(src.pair_id, src.user, prompt, preferred, rejected)
+
+
+def design(label: str, writer_fingerprint: str | None, note: str = "") -> dict[str, Any]:
+    """The pairs' design as the leaderboard reads it from the provenance (``design``): a
+    label, a note, and the fingerprint of the model that wrote a side (None: no model did)."""
+    return {"label": label, "note": note, "writer_fingerprint": writer_fingerprint}
 
 
 def same_title(a: str, b: str) -> bool:
@@ -146,6 +161,10 @@ def generated(
     data.provenance.update(
         {
             "negatives": "generated",
+            "design": design(
+                f"generated: {reference.name}'s zero-shot titles as the rejected side",
+                reference.fingerprint,
+            ),
             "reference_model": reference.name,
             "reference_fingerprint": reference.fingerprint,
             "negatives_cache": str(path),
@@ -161,32 +180,41 @@ def _cache_key(src: Source, suite: Suite) -> str:
 def cached_generations(
     reference: Any, prompts: dict[str, str], path: Path, *, max_new_tokens: int, batch_size: int
 ) -> tuple[dict[str, str], int]:
-    """Cleaned greedy titles for every key of ``prompts``, and how many of them were generated
-    now; generates only what the cache file lacks, holding its lock so that parallel workers do
-    not generate the same titles twice."""
+    """Cleaned greedy titles for every key of ``prompts``, and how many were generated now."""
+
+    def produce(batch: list[str]) -> list[str]:
+        outputs = reference.generate(batch, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        return [clean_title(out[0]) for out in outputs]
+
+    header = {
+        "reference_model": reference.name,
+        "reference_fingerprint": reference.fingerprint,
+        "max_new_tokens": max_new_tokens,
+    }
+    return cached_outputs(path, prompts, produce, header)
+
+
+def cached_outputs(
+    path: Path, prompts: dict[str, str], produce: Any, header: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """``produce``'s output for every key of ``prompts`` (a list of prompts in, one output
+    each out), and how many were produced now; produces only what the cache file lacks,
+    ``CHUNK`` prompts at a time, rewriting the file after each, and holds its lock so that
+    parallel workers do not produce the same outputs twice. ``header`` is written beside the
+    outputs (what made them)."""
     with storage.locked(path):
-        titles = _read_titles(path)
-        missing = [key for key in prompts if key not in titles]
+        outputs = _read_outputs(path)
+        missing = [key for key in prompts if key not in outputs]
         for start in range(0, len(missing), CHUNK):
             chunk = missing[start : start + CHUNK]
-            outputs = reference.generate(
-                [prompts[k] for k in chunk], max_new_tokens=max_new_tokens, batch_size=batch_size
-            )
-            titles.update((k, clean_title(out[0])) for k, out in zip(chunk, outputs, strict=True))
-            storage.atomic_write_json(
-                path,
-                {
-                    "reference_model": reference.name,
-                    "reference_fingerprint": reference.fingerprint,
-                    "max_new_tokens": max_new_tokens,
-                    "titles": titles,
-                },
-            )
-    return {key: titles[key] for key in prompts}, len(missing)
+            made = produce([prompts[k] for k in chunk])
+            outputs.update(zip(chunk, made, strict=True))
+            storage.atomic_write_json(path, {**header, "titles": outputs})
+    return {key: outputs[key] for key in prompts}, len(missing)
 
 
-def _read_titles(path: Path) -> dict[str, str]:
-    """The cached titles; a file that cannot be read is started afresh (it is only a cache)."""
+def _read_outputs(path: Path) -> dict[str, Any]:
+    """The cached outputs; a file that cannot be read is started afresh (it is only a cache)."""
     if not path.exists():
         return {}
     try:
@@ -225,6 +253,7 @@ def other_author(
     data.provenance.update(
         {
             "negatives": "other_author",
+            "design": design("other_author: a similar paper's title by somebody else", None),
             "negatives_pool": len(candidates),
             "length_slack": length_slack,
         }

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefalign_suites import options as opt
-from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives
+from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives, writer
 from prefalign_suites.records import Problems, normalise_ws
 from pytest_prefalign.api import ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder
@@ -19,10 +19,17 @@ DEFAULTS = {
     "source": "anthology",  # anthology (acl-anthology/) or lamp5 (the original LaMP-5 files)
     "lamp5_dir": "",  # with source = lamp5: the folder of {split}_questions/_outputs.json
     "lamp5_split": "",  # dev or train; empty: dev where present, else train
-    # other_author: a similar paper's title by somebody else, as long as the real one (BM25);
-    # generated: the reference LM's zero-shot title (see docs/suites.md for why not by default)
+    # style: both sides written by the writer for the same abstract, from the author's own
+    # titles (chosen) and from other people's (rejected); written: the real title against the
+    # writer's from other people's; other_author: a similar paper's title by somebody else;
+    # generated: the reference LM's zero-shot title (docs/suites.md: how the default was chosen)
     "negatives": "other_author",
     "length_slack": "1",  # other_author: words the negative's length may differ; "any": no limit
+    "writer": writer.WRITER,  # style, written: the model source of the writer
+    "writer_shots": "3",  # style, written: example papers shown to the writer per prompt
+    "writer_samples": "3",  # style, written: titles sampled per prompt
+    "writer_temperature": "0.7",  # style, written: of the sampled titles
+    "writer_slack": "2",  # style, written: tokens the two sides' lengths may differ (counted)
     "test_share": "0.3",  # the most recent share of an author's papers held out as test items
     "min_profile": "3",  # users with fewer profile papers (after the leak rule) are dropped
     "max_train_pairs": "0",  # training pairs per user, the most recent profile papers; 0 = all
@@ -42,6 +49,10 @@ class PrefLamp:
     source = "acl-anthology"
     fetcher = "prefalign_suites.pref_lamp.fetch"  # builds source/: prefalign data fetch pref_lamp
 
+    def __init__(self) -> None:
+        # what ``load`` planned for the writer, by the data it loaded, until ``build_pairs``
+        self._briefs: dict[int, tuple[writer.Options, tuple[list, list]]] = {}
+
     @staticmethod
     def requires_data_dir(options: dict[str, str]) -> bool:
         """The ACL Anthology folder is needed unless the run reads the original LaMP-5 files."""
@@ -58,9 +69,10 @@ class PrefLamp:
     ) -> SuiteData:
         opts = opt.resolve(options, DEFAULTS)
         kind = opt.choice(opts, "source", ("anthology", "lamp5"))
-        mode = opt.choice(opts, "negatives", ("generated", "other_author"))
+        mode = opt.choice(opts, "negatives", (*writer.DESIGNS, "generated", "other_author"))
         for key in ("title_tokens", "batch_size"):  # used by build_pairs, checked now
             opt.integer(opts, key, minimum=1)
+        writing = self._writer_options(opts, mode) if mode in writer.DESIGNS else None
         problems = Problems()
         if kind == "lamp5":
             users, pool, where = lamp5.read(
@@ -99,11 +111,28 @@ class PrefLamp:
                 max_train=opt.integer(opts, "max_train_pairs"),
                 length_slack=slack,
             )
+        elif writing is not None:
+            max_train = opt.integer(opts, "max_train_pairs")
+            briefs = writer.briefs(users, pool, max_train=max_train, shots=writing.shots)
+            self._briefs[id(data)] = (writing, briefs)
         problems.report(data)
         return data
 
+    def writer(self, data: SuiteData) -> str | None:
+        """The model source that ``build_pairs`` needs for this data: the writer of the
+        ``style`` and ``written`` designs; None: the reference generator (``generated``)."""
+        planned = self._briefs.get(id(data))
+        return planned[0].writer if planned else None
+
     def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
-        """Generated negatives; a no-op where ``load`` made the pairs (other_author)."""
+        """Written or generated pairs, with ``reference`` the model ``writer`` names; a no-op
+        where ``load`` made the pairs (other_author). Called on the suite that loaded
+        ``data``."""
+        planned = self._briefs.pop(id(data), None)
+        if planned:
+            writing, (train, test) = planned
+            writer.write(self, data, train, test, reference, cache_dir, writing)
+            return
         opts: dict[str, Any] = data.provenance.get("options", DEFAULTS)
         if data.provenance.get("negatives") != "generated":
             return
@@ -115,6 +144,21 @@ class PrefLamp:
             max_train=opt.integer(opts, "max_train_pairs"),
             max_new_tokens=opt.integer(opts, "title_tokens", minimum=1),
             batch_size=opt.integer(opts, "batch_size", minimum=1),
+        )
+
+    @staticmethod
+    def _writer_options(opts: dict[str, str], design: str) -> writer.Options:
+        if not opts["writer"]:
+            raise opt.option_error("writer", "expected a model source, e.g. " + writer.WRITER)
+        return writer.Options(
+            design=design,
+            writer=opts["writer"],
+            shots=opt.integer(opts, "writer_shots", minimum=1),
+            samples=opt.integer(opts, "writer_samples", minimum=1),
+            temperature=opt.positive(opts, "writer_temperature"),
+            max_new_tokens=opt.integer(opts, "title_tokens", minimum=1),
+            batch_size=opt.integer(opts, "batch_size", minimum=1),
+            length_slack=opt.integer(opts, "writer_slack"),
         )
 
     @staticmethod

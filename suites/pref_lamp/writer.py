@@ -1,0 +1,307 @@
+"""Pref-LaMP pairs written for the same abstract by a fixed writer model.
+
+The writer (Gemma-3-270M base by default: not the embedded 135M model that the main job
+evaluates) is shown a few papers as examples, ``Abstract:``/``Title:`` pairs, and then the
+abstract of the pair's paper; it writes a title. Two sets of examples make two briefs per paper:
+
+- **own**: the author's own profile papers most similar to this one (BM25 over abstracts), the
+  paper itself left out;
+- **others**: as many papers of one other person, sharing no author with this one and no test
+  item of the run: of the people with enough papers, the one whose most similar papers are as
+  similar to this abstract as the author's own (the nearest total BM25 score). The two prompts
+  then differ in whose titles they show, not in how close their examples are to the abstract.
+
+Two designs (suite option ``negatives``):
+
+- ``style`` (default): chosen = the writer's title from the author's own examples, rejected = the
+  writer's title from the others' examples. Both sides are the same model's answer to the same
+  abstract; they differ only in whose titles the writer was shown, so neither the base model nor
+  a reward that knows nobody can prefer one side by construction, while a reward that knows this
+  author's titles can. The author's real title stays the reference of ROUGE.
+- ``written``: chosen = the author's real title, rejected = the writer's title from the others'
+  examples (a human title against a model's: a reward that knows nobody can learn that contrast).
+
+Length does not decide: each brief gets ``samples`` titles sampled from the writer, and the
+pair takes the two candidates nearest in length (the writer's tokens; the real title's length
+in ``written``), the earlier samples first among equals. A pair whose sides still differ by
+more than ``length_slack`` tokens is kept and counted (provenance ``length_unmatched``).
+
+Candidates are generated once per brief and kept in one JSON file per way of generating (the
+writer's fingerprint and the generation options), keyed by a hash of the prompt; an interrupted
+run resumes, and every model size sees the same pairs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prefalign_suites.pref_lamp.negatives import (
+    Source,
+    add_pairs,
+    cached_outputs,
+    clean_title,
+    design,
+    same_title,
+)
+from pytest_prefalign import bm25, cache, storage, versions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
+    from pytest_prefalign.api import Suite, SuiteData
+
+WRITER = "embedded:gemma3-270m"
+DESIGNS = ("style", "written")
+LABELS = {
+    "style": "style: {writer}'s titles from the author's own examples over other people's",
+    "written": "written: the real title over {writer}'s from other people's examples",
+}
+EXAMPLE_WORDS = 16  # an example's abstract is cut to its first words (its topic, cheaply)
+ABSTRACT_WORDS = 100  # the pair's own abstract, cut to this many words
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the writer is asked and how its candidates are paired."""
+
+    design: str = "style"
+    writer: str = WRITER
+    shots: int = 3
+    samples: int = 3
+    temperature: float = 0.7
+    max_new_tokens: int = 32
+    batch_size: int = 16
+    length_slack: int = 2  # tokens
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Brief:
+    """One pair to write: its source paper and the two prompts."""
+
+    source: Source
+    own: str
+    others: str
+    shown: tuple[str, ...]  # the example titles shown in either prompt (a copy is no answer)
+
+
+def briefs(
+    users: dict[str, UserPapers], pool: Sequence[Paper], *, max_train: int, shots: int
+) -> tuple[list[Brief], list[Brief]]:
+    """The training briefs (profile papers, the last ``max_train`` per user; 0 = all) and the
+    test briefs (test papers)."""
+    test_keys = {p.key for papers in users.values() for p in papers.tests}
+    shown = [p for p in pool if p.key not in test_keys]  # papers an example may come from
+    position = {p.key: i for i, p in enumerate(shown)}
+    retriever = bm25.index([p.abstract for p in shown])
+    people = _people(shown, shots)
+    train, test = [], []
+    for user, papers in users.items():
+        chosen = papers.profile[-max_train:] if max_train else papers.profile
+        for paper, into in [*((p, train) for p in chosen), *((p, test) for p in papers.tests)]:
+            scores = bm25.scores(retriever, paper.abstract)
+            own = [position[p.key] for p in papers.profile if p.key != paper.key]
+            mine = _best(scores, [i for i in own if _may_show(shown[i], paper, True)], shots)
+            theirs = _matched(scores, people, shown, paper, mine)
+            into.append(_brief(user, paper, [shown[i] for i in mine], [shown[i] for i in theirs]))
+    return train, test
+
+
+def _people(papers: Sequence[Paper], shots: int) -> dict[str, list[int]]:
+    """Each person with at least ``shots`` papers, and the positions of their papers."""
+    found: dict[str, list[int]] = {}
+    for i, paper in enumerate(papers):
+        for name in paper.people:
+            found.setdefault(name, []).append(i)
+    return {name: found[name] for name in sorted(found) if len(found[name]) >= shots}
+
+
+def _may_show(example: Paper, query: Paper, own: bool) -> bool:
+    """Whether ``example`` may be shown when the writer answers ``query``: never the paper
+    itself or its title; another person's example shares no author with it."""
+    if example.key == query.key or same_title(example.title, query.title):
+        return False
+    return own or not (example.people & query.people)
+
+
+def _best(scores: Any, positions: Sequence[int], k: int) -> list[int]:
+    """The ``k`` positions with the highest scores (the earlier among equals), the most
+    similar last (nearest the abstract the writer answers)."""
+    ranked = sorted(positions, key=lambda i: (-float(scores[i]), i))[:k]
+    return ranked[::-1]
+
+
+def _matched(
+    scores: Any, people: dict[str, list[int]], shown: Sequence[Paper], query: Paper, mine: list[int]
+) -> list[int]:
+    """Another person's examples, as many as the author's own and as similar to the query:
+    of the people with enough papers that share no author with it, the one whose most similar
+    papers' total score is nearest the author's own examples' (the first by name among
+    equals), and those papers."""
+    k, target = len(mine), float(sum(scores[i] for i in mine))
+    best: tuple[float, list[int]] | None = None
+    for positions in people.values():
+        eligible = [i for i in positions if _may_show(shown[i], query, False)]
+        if len(eligible) < k:
+            continue
+        top = _best(scores, eligible, k)
+        gap = abs(float(sum(scores[i] for i in top)) - target)
+        if best is None or gap < best[0]:
+            best = (gap, top)
+    return best[1] if best else []
+
+
+def _brief(user: str, paper: Paper, mine: list[Paper], theirs: list[Paper]) -> Brief:
+    source = Source(f"{user}/{paper.paper_id}", user, paper.paper_id, paper.abstract, paper.title)
+    return Brief(
+        source,
+        prompt(mine, paper.abstract),
+        prompt(theirs, paper.abstract),
+        tuple(p.title for p in (*mine, *theirs)),
+    )
+
+
+def prompt(examples: Sequence[Paper], abstract: str) -> str:
+    """The writer's prompt: the examples, then the abstract, ending where the title goes."""
+    shots = "".join(
+        f"Abstract:\n{_head(p.abstract, EXAMPLE_WORDS)}\nTitle:\n{p.title}\n\n" for p in examples
+    )
+    return f"{shots}Abstract:\n{_head(abstract, ABSTRACT_WORDS)}\nTitle:"
+
+
+def _head(text: str, words: int) -> str:
+    split = text.split()
+    return " ".join(split[:words]) + (" ..." if len(split) > words else "")
+
+
+def write(
+    suite: Suite,
+    data: SuiteData,
+    train: Sequence[Brief],
+    test: Sequence[Brief],
+    writer: Any,
+    cache_dir: Path,
+    options: Options,
+) -> None:
+    """Fill the pairs with the writer's titles (cached), paired by length."""
+    briefs_of = (*train, *test)
+    # written needs no title from the author's own examples
+    texts = [(b.own, b.others) if options.design == "style" else (b.others,) for b in briefs_of]
+    prompts = {_key(text): text for pair in texts for text in pair}
+    key = cache.make_key(
+        "written_titles",
+        writer=writer.fingerprint,
+        samples=options.samples,
+        temperature=options.temperature,
+        max_new_tokens=options.max_new_tokens,
+        seed=options.seed,
+        code=versions.code_version(candidates),
+    )
+    path = cache_dir / f"written-{key.digest}.json"
+    header = {"writer": writer.name, "writer_fingerprint": writer.fingerprint}
+
+    def produce(batch: list[str]) -> list[list[str]]:
+        return candidates(writer, batch, options)
+
+    found, generated_now = cached_outputs(path, prompts, produce, header)
+    asked = storage.content_key(sorted(prompts))
+    cache.note(cache.make_key("written_titles", **key.inputs, prompts=asked), hit=not generated_now)
+    length = _token_counter(writer)
+    sides: dict[str, tuple[str, str] | None] = {}
+    unmatched = 0
+    for brief in briefs_of:
+        theirs = _answers(found[_key(brief.others)], brief)
+        if options.design == "written":
+            pick = _nearest([brief.source.title], theirs, length)
+        else:
+            pick = _nearest(_answers(found[_key(brief.own)], brief), theirs, length)
+        sides[brief.source.pair_id] = pick and (pick[0], pick[1])
+        unmatched += bool(pick) and abs(length(pick[0]) - length(pick[1])) > options.length_slack
+    add_pairs(
+        suite,
+        data,
+        [b.source for b in train],
+        [b.source for b in test],
+        {pid: pick[1] if pick else None for pid, pick in sides.items()},
+        chosen={pid: pick[0] for pid, pick in sides.items() if pick},
+    )
+    data.provenance.update(
+        {
+            "negatives": options.design,
+            "design": design(LABELS[options.design].format(writer=writer.name), writer.fingerprint),
+            "writer": writer.name,
+            "writer_source": options.writer,
+            "writer_fingerprint": writer.fingerprint,
+            "writer_options": {
+                "shots": options.shots,
+                "samples": options.samples,
+                "temperature": options.temperature,
+                "max_new_tokens": options.max_new_tokens,
+                "seed": options.seed,
+                "example_words": EXAMPLE_WORDS,
+                "abstract_words": ABSTRACT_WORDS,
+            },
+            "length_slack_tokens": options.length_slack,
+            "length_unmatched": unmatched,
+            "written_cache": str(path),
+        }
+    )
+
+
+def _key(prompt_text: str) -> str:
+    return hashlib.sha256(prompt_text.encode("utf-8")).hexdigest()[:20]
+
+
+def candidates(writer: Any, prompts: list[str], options: Options) -> list[list[str]]:
+    """Each prompt's ``samples`` sampled titles, cleaned (one pass: the samples of a prompt
+    share its prefill)."""
+    drawn = writer.generate(
+        prompts,
+        max_new_tokens=options.max_new_tokens,
+        batch_size=options.batch_size,
+        sample=True,
+        temperature=options.temperature,
+        num_samples=options.samples,
+        seed=options.seed,
+    )
+    return [[clean_title(t) for t in texts] for texts in drawn]
+
+
+def _answers(texts: Sequence[str], brief: Brief) -> list[str]:
+    """The candidates that are a title: not empty, not a copy of an example shown, and not the
+    author's real title; each once, in order."""
+    kept: list[str] = []
+    for text in texts:
+        copy = any(same_title(text, shown) for shown in (*brief.shown, brief.source.title))
+        if text and not copy and not any(same_title(text, k) for k in kept):
+            kept.append(text)
+    return kept
+
+
+def _nearest(left: Sequence[str], right: Sequence[str], length: Any) -> tuple[str, str] | None:
+    """The (left, right) candidates nearest in length and not the same title; among equals,
+    the earliest."""
+    best: tuple[int, int, str, str] | None = None
+    for i, a in enumerate(left):
+        for j, b in enumerate(right):
+            if same_title(a, b):
+                continue
+            score = (abs(length(a) - length(b)), i + j)
+            if best is None or score < best[:2]:
+                best = (*score, a, b)
+    return (best[2], best[3]) if best else None
+
+
+def _token_counter(writer: Any) -> Any:
+    """A title's length in the writer's tokens (memoised)."""
+    seen: dict[str, int] = {}
+
+    def count(text: str) -> int:
+        if text not in seen:
+            seen[text] = len(writer.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return seen[text]
+
+    return count
