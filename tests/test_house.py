@@ -8,7 +8,8 @@ The layers, lowest first (a module may import its own layer and the ones below):
 0. foundation: errors, storage, cache, versions, events, bm25
 1. the model runtime: runtime/
 2. the interfaces plugins implement: api
-3. names and places: registry, method options, hook specifications, data folders, fetching
+3. names and places: registry, method and suite options, hook specifications, data folders,
+   fetching
 4. run files: runs/
 5. the analysis: analysis/ (metrics, statistics, catalogue, crisis, comparison, rendering)
 6. the methods and suites: prefalign_methods, prefalign_suites
@@ -66,6 +67,7 @@ LAYERS = [
         (
             "pytest_prefalign.registry",
             "pytest_prefalign.method_options",
+            "pytest_prefalign.suite_options",
             "pytest_prefalign.hookspec",
             "pytest_prefalign.datadir",
             "pytest_prefalign.fetch",
