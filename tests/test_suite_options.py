@@ -1,15 +1,22 @@
 """Suite options declared as dataclasses (``pytest_prefalign.suite_options``): the text of
 ``suite.toml``'s ``[options]`` read by each field's type, refused values named with what the
-option accepts, the options written back as text."""
+option accepts, the options written back as text in the form the provenance has always had."""
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Annotated, Literal
 
 import pytest
 
+from prefalign_suites.polis.suite import Polis, PolisOptions
+from prefalign_suites.pref_lamp import writer
+from prefalign_suites.pref_lamp.suite import PrefLamp, PrefLampOptions
+from prefalign_suites.prism.suite import Prism
+from prefalign_suites.synthetic.suite import Synthetic, SyntheticOptions
+from prefalign_suites.tldr.suite import Tldr
 from pytest_prefalign.api import DataError
 from pytest_prefalign.suite_options import (
     Above,
@@ -42,6 +49,39 @@ class Toy:
     def __post_init__(self) -> None:
         if self.on and not self.name:
             raise OptionError("name", "needed with on = true")
+
+
+@pytest.mark.parametrize("suite", [PrefLamp(), Polis(), Synthetic(), Tldr(), Prism()])
+def test_each_built_in_suite_declares_its_options(suite) -> None:
+    cls = declared(suite)
+    assert cls is not None and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    defaults = cls()
+    assert parse(cls, as_strings(defaults)) == defaults  # the text reads back as it was
+    assert parse(cls, {}) == defaults == for_suite(suite, {})
+
+
+def test_the_defaults_are_written_as_before() -> None:
+    """The provenance's ``options`` (run files keep it) are the strings the suites' old
+    ``DEFAULTS`` held: a share is ``0.3``, not ``3/10``, a list is comma-separated."""
+    assert as_strings(PolisOptions()) == {
+        "min_votes": "3",
+        "max_train_pairs": "24",
+        "max_test_pairs": "12",
+        "test_share": "0.3",
+        "items_per_user": "3",
+        "seed": "0",
+        "conversations": "",
+    }
+    assert as_strings(SyntheticOptions()) == {
+        "users": "6",
+        "items_per_user": "10",
+        "test_share": "0.3",
+        "rules": "short,colon,vocab",
+        "seed": "0",
+    }
+    lamp = as_strings(PrefLampOptions())
+    assert lamp["writer_temperature"] == "0.7" and lamp["length_slack"] == "1"
+    assert as_strings(PrefLampOptions(length_slack="any"))["length_slack"] == "any"
 
 
 def test_text_is_read_by_each_fields_type() -> None:
@@ -98,6 +138,8 @@ def test_options_given_as_a_dataclass_are_checked_as_their_text() -> None:
     assert parse(Toy, Toy(n=5)) == Toy(n=5)
     with pytest.raises(DataError, match="field 'n': expected at least 1, got 0"):
         parse(Toy, Toy(n=0))
+    with pytest.raises(DataError, match="field 'test_share': leaves no profile item of 2"):
+        Synthetic().load(None, limit=None, options={"items_per_user": "2", "test_share": "0.9"})
 
 
 def test_a_suite_without_options_gets_the_strings() -> None:
@@ -106,3 +148,21 @@ def test_a_suite_without_options_gets_the_strings() -> None:
 
     assert declared(Plain()) is None
     assert for_suite(Plain(), {"anything": "x"}) == {"anything": "x"}
+
+
+def test_pref_lamp_names_every_pair_design_it_writes() -> None:
+    negatives = typing.get_type_hints(PrefLampOptions)["negatives"]
+    assert set(writer.DESIGNS) <= set(typing.get_args(negatives))
+
+
+def test_loading_takes_the_dataclass_or_the_strings() -> None:
+    by_text = Synthetic().load(None, limit=2, options={"users": "3", "rules": "colon"})
+    typed = Synthetic().load(None, limit=2, options=SyntheticOptions(users=3, rules=("colon",)))
+    assert by_text == typed
+    assert typed.provenance["options"] == {
+        "users": "3",
+        "items_per_user": "10",
+        "test_share": "0.3",
+        "rules": "colon",
+        "seed": "0",
+    }

@@ -5,29 +5,37 @@ See docs/suites.md for the rules and options."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from prefalign_suites import options as opt
 from prefalign_suites.polis import conversations, voters
 from prefalign_suites.records import Problems, normalise_ws
+from pytest_prefalign import suite_options
 from pytest_prefalign.api import DataError, ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder
+from pytest_prefalign.suite_options import AtLeast, Count, Share
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from pytest_prefalign.runtime.lm import LM
 
-DEFAULTS = {
-    "min_votes": "3",  # agrees and disagrees (each) a voter needs to be a user
-    "max_train_pairs": "24",  # training pairs drawn per user (seeded)
-    "max_test_pairs": "12",  # test pairs drawn per user (seeded)
+
+@dataclass(frozen=True)
+class PolisOptions:
+    """Polis's options, set in ``suite.toml``'s ``[options]`` (docs/suites.md)."""
+
+    min_votes: Annotated[int, AtLeast(1)] = 3  # agrees and disagrees (each) to be a user
+    max_train_pairs: Annotated[int, AtLeast(1)] = 24  # training pairs drawn per user (seeded)
+    max_test_pairs: Annotated[int, AtLeast(1)] = 12  # test pairs drawn per user (seeded)
     # the latest-voted share of a user's agreed statements, and of their disagreed ones, held
     # out: the test pairs are made of them, the training pairs of the others
-    "test_share": "0.3",
-    "items_per_user": "3",  # generation items per user: their most recent own statements
-    "seed": "0",  # the seed of the pair draw
-    "conversations": "",  # comma-separated conversation folders; empty: all
-}
+    test_share: Share = Fraction("0.3")
+    items_per_user: Count = 3  # generation items per user: their most recent own statements
+    seed: Count = 0  # the seed of the pair draw
+    conversations: tuple[str, ...] = ()  # comma-separated conversation folders; empty: all
 
 
 class Polis:
@@ -44,6 +52,7 @@ class Polis:
     source = "polis"
     fetcher = "prefalign_suites.polis.fetch"  # builds source/: prefalign data fetch polis
     requires_data_dir = True
+    options = PolisOptions
 
     def instruction(self, input: str) -> str:
         return f"Write a statement you agree with about: {normalise_ws(input)}"
@@ -52,23 +61,27 @@ class Polis:
         return f"Statement: {entry.input}\nVote: {entry.output}"
 
     def load(
-        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+        self,
+        data_dir: Path | None,
+        *,
+        limit: int | None,
+        options: PolisOptions | Mapping[str, str],
     ) -> SuiteData:
-        opts = opt.resolve(options, DEFAULTS)
+        opts = suite_options.parse(PolisOptions, options)
         rules = voters.Rules(
-            min_each=opt.integer(opts, "min_votes", minimum=1),
-            max_train=opt.integer(opts, "max_train_pairs", minimum=1),
-            max_test=opt.integer(opts, "max_test_pairs", minimum=1),
-            test_share=opt.share(opts, "test_share"),
-            items_per_user=opt.integer(opts, "items_per_user"),
-            seed=opt.integer(opts, "seed"),
+            min_each=opts.min_votes,
+            max_train=opts.max_train_pairs,
+            max_test=opts.max_test_pairs,
+            test_share=opts.test_share,
+            items_per_user=opts.items_per_user,
+            seed=opts.seed,
         )
         folder = suite_folder(data_dir, self.source, "*/votes.csv")
         problems = Problems()
         drops: defaultdict[str, int] = defaultdict(int)
         found: list[voters.Voter] = []
         votes_stats: defaultdict[str, int] = defaultdict(int)
-        for conv_dir in self._conversations(folder, opts["conversations"]):
+        for conv_dir in self._conversations(folder, opts.conversations):
             try:
                 conv = conversations.read(conv_dir, problems)
             except DataError as exc:
@@ -86,7 +99,7 @@ class Polis:
             train_pairs=[p for v in chosen for p in v.train],
             test_pairs=[p for v in chosen for p in v.test],
             provenance={
-                "options": opts,
+                "options": suite_options.as_strings(opts),
                 "eligible_users": len(found),
                 "votes": dict(votes_stats),
                 "conversations": sorted({v.conversation for v in chosen}),
@@ -101,14 +114,13 @@ class Polis:
         """Nothing to do: the pairs come from the votes (``load`` made them)."""
 
     @staticmethod
-    def _conversations(folder: Path, wanted: str) -> list[Path]:
+    def _conversations(folder: Path, names: tuple[str, ...]) -> list[Path]:
         present = sorted(p for p in folder.iterdir() if p.is_dir())
-        if not wanted:
+        if not names:
             return present
-        names = [w.strip() for w in wanted.split(",") if w.strip()]
         unknown = [n for n in names if not (folder / n).is_dir()]
         if unknown:
-            raise opt.option_error(
+            raise suite_options.option_error(
                 "conversations",
                 f"no conversation folder {unknown[0]!r} in "
                 f"{folder}; present: {', '.join(p.name for p in present)}",

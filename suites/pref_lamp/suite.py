@@ -3,39 +3,56 @@ title of one's own paper from its abstract. See docs/suites.md for the rules and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from prefalign_suites import options as opt
 from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives, writer
 from prefalign_suites.records import Problems, normalise_ws
+from pytest_prefalign import suite_options
 from pytest_prefalign.api import ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder
+from pytest_prefalign.suite_options import Above, AtLeast, Count, OptionError, Share
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from pytest_prefalign.runtime.lm import LM
 
-DEFAULTS = {
-    "source": "anthology",  # anthology (acl-anthology/) or lamp5 (the original LaMP-5 files)
-    "lamp5_dir": "",  # with source = lamp5: the folder of {split}_questions/_outputs.json
-    "lamp5_split": "",  # dev or train; empty: dev where present, else train
+
+@dataclass(frozen=True)
+class PrefLampOptions:
+    """Pref-LaMP's options, set in ``suite.toml``'s ``[options]`` (docs/suites.md)."""
+
+    # anthology (acl-anthology/) or lamp5 (the original LaMP-5 files)
+    source: Literal["anthology", "lamp5"] = "anthology"
+    lamp5_dir: str = ""  # with source = lamp5: the folder of {split}_questions/_outputs.json
+    lamp5_split: Literal["", "dev", "train"] = ""  # dev or train; empty: dev where present
     # style: both sides written by the writer for the same abstract, from the author's own
     # titles (chosen) and from other people's (rejected); written: the real title against the
     # writer's from other people's; other_author: a similar paper's title by somebody else;
     # generated: the reference LM's zero-shot title (docs/suites.md: how the default was chosen)
-    "negatives": "other_author",
-    "length_slack": "1",  # other_author: words the negative's length may differ; "any": no limit
-    "writer": writer.WRITER,  # style, written: the model source of the writer
-    "writer_shots": "3",  # style, written: example papers shown to the writer per prompt
-    "writer_samples": "3",  # style, written: titles sampled per prompt
-    "writer_temperature": "0.7",  # style, written: of the sampled titles
-    "writer_slack": "2",  # style, written: tokens the two sides' lengths may differ (counted)
-    "test_share": "0.3",  # the most recent share of an author's papers held out as test items
-    "min_profile": "3",  # users with fewer profile papers (after the leak rule) are dropped
-    "max_train_pairs": "0",  # training pairs per user, the most recent profile papers; 0 = all
-    "title_tokens": "32",  # max_new_tokens of the reference LM's titles
-    "batch_size": "16",  # prompts per batch of the reference LM
-}
+    negatives: Literal["style", "written", "generated", "other_author"] = "other_author"
+    # other_author: words the negative's length may differ; "any": no limit
+    length_slack: Count | Literal["any"] = 1
+    writer: str = writer.WRITER  # style, written: the model source of the writer
+    # style, written: example papers shown to the writer per prompt
+    writer_shots: Annotated[int, AtLeast(1)] = 3
+    writer_samples: Annotated[int, AtLeast(1)] = 3  # style, written: titles sampled per prompt
+    writer_temperature: Annotated[float, Above(0)] = 0.7  # style, written: of the sampled titles
+    writer_slack: Count = 2  # style, written: tokens the two sides' lengths may differ (counted)
+    test_share: Share = Fraction("0.3")  # the most recent share of an author's papers: test items
+    min_profile: Count = 3  # users with fewer profile papers (after the leak rule) are dropped
+    max_train_pairs: Count = 0  # training pairs per user, the most recent profile papers; 0 = all
+    title_tokens: Annotated[int, AtLeast(1)] = 32  # max_new_tokens of the reference LM's titles
+    batch_size: Annotated[int, AtLeast(1)] = 16  # prompts per batch of the reference LM
+
+    def __post_init__(self) -> None:
+        if self.source == "lamp5" and not self.lamp5_dir:
+            raise OptionError("lamp5_dir", "needed with source = lamp5")
+        if self.negatives in writer.DESIGNS and not self.writer:
+            raise OptionError("writer", "expected a model source, e.g. " + writer.WRITER)
 
 
 class PrefLamp:
@@ -49,12 +66,14 @@ class PrefLamp:
     source = "acl-anthology"
     fetcher = "prefalign_suites.pref_lamp.fetch"  # builds source/: prefalign data fetch pref_lamp
 
+    options = PrefLampOptions
+
     def __init__(self) -> None:
         # what ``load`` planned for the writer, by the data it loaded, until ``build_pairs``
         self._briefs: dict[int, tuple[writer.Options, tuple[list, list]]] = {}
 
     @staticmethod
-    def requires_data_dir(options: dict[str, str]) -> bool:
+    def requires_data_dir(options: Mapping[str, str]) -> bool:
         """The ACL Anthology folder is needed unless the run reads the original LaMP-5 files."""
         return options.get("source", "anthology") != "lamp5"
 
@@ -65,55 +84,51 @@ class PrefLamp:
         return f"Abstract: {entry.input}\nTitle: {entry.output}"
 
     def load(
-        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+        self,
+        data_dir: Path | None,
+        *,
+        limit: int | None,
+        options: PrefLampOptions | Mapping[str, str],
     ) -> SuiteData:
-        opts = opt.resolve(options, DEFAULTS)
-        kind = opt.choice(opts, "source", ("anthology", "lamp5"))
-        mode = opt.choice(opts, "negatives", (*writer.DESIGNS, "generated", "other_author"))
-        for key in ("title_tokens", "batch_size"):  # used by build_pairs, checked now
-            opt.integer(opts, key, minimum=1)
-        writing = self._writer_options(opts, mode) if mode in writer.DESIGNS else None
+        opts = suite_options.parse(PrefLampOptions, options)
         problems = Problems()
-        if kind == "lamp5":
+        if opts.source == "lamp5":
             users, pool, where = lamp5.read(
-                self._lamp5_dir(opts),
-                split=opt.choice(opts, "lamp5_split", ("", *lamp5.SPLITS)),
+                Path(opts.lamp5_dir).expanduser().resolve(),  # relative: from the current dir
+                split=opts.lamp5_split,
                 limit=limit,
                 problems=problems,
             )
         else:
             folder = suite_folder(data_dir, self.source, anthology.AUTHORS)
             users, pool = anthology.read(
-                folder, limit=limit, share=opt.share(opts, "test_share"), problems=problems
+                folder, limit=limit, share=opts.test_share, problems=problems
             )
             where = str(folder)
-        users, leaked = corpus.apply_rules(
-            users, min_profile=opt.integer(opts, "min_profile"), problems=problems
-        )
+        users, leaked = corpus.apply_rules(users, min_profile=opts.min_profile, problems=problems)
         data = corpus.suite_data(
             self,
             users,
             source=where,
             provenance={
-                "format": kind,
-                "negatives": mode,
-                "options": opts,
+                "format": opts.source,
+                "negatives": opts.negatives,
+                "options": suite_options.as_strings(opts),
                 "leak_rule_removed_profile_papers": leaked,
             },
         )
-        if mode == "other_author":
-            slack = None if opts["length_slack"] == "any" else opt.integer(opts, "length_slack")
+        if opts.negatives == "other_author":
             negatives.other_author(
                 self,
                 data,
                 users,
                 pool,
-                max_train=opt.integer(opts, "max_train_pairs"),
-                length_slack=slack,
+                max_train=opts.max_train_pairs,
+                length_slack=None if opts.length_slack == "any" else opts.length_slack,
             )
-        elif writing is not None:
-            max_train = opt.integer(opts, "max_train_pairs")
-            briefs = writer.briefs(users, pool, max_train=max_train, shots=writing.shots)
+        elif opts.negatives in writer.DESIGNS:
+            writing = writer_options(opts)
+            briefs = writer.briefs(users, pool, max_train=opts.max_train_pairs, shots=writing.shots)
             self._briefs[id(data)] = (writing, briefs)
         problems.report(data)
         return data
@@ -133,36 +148,29 @@ class PrefLamp:
             writing, (train, test) = planned
             writer.write(self, data, train, test, reference, cache_dir, writing)
             return
-        opts: dict[str, Any] = data.provenance.get("options", DEFAULTS)
-        if data.provenance.get("negatives") != "generated":
+        opts = suite_options.parse(PrefLampOptions, data.provenance.get("options", {}))
+        if opts.negatives != "generated":
             return
         negatives.generated(
             self,
             data,
             reference,
             cache_dir,
-            max_train=opt.integer(opts, "max_train_pairs"),
-            max_new_tokens=opt.integer(opts, "title_tokens", minimum=1),
-            batch_size=opt.integer(opts, "batch_size", minimum=1),
+            max_train=opts.max_train_pairs,
+            max_new_tokens=opts.title_tokens,
+            batch_size=opts.batch_size,
         )
 
-    @staticmethod
-    def _writer_options(opts: dict[str, str], design: str) -> writer.Options:
-        if not opts["writer"]:
-            raise opt.option_error("writer", "expected a model source, e.g. " + writer.WRITER)
-        return writer.Options(
-            design=design,
-            writer=opts["writer"],
-            shots=opt.integer(opts, "writer_shots", minimum=1),
-            samples=opt.integer(opts, "writer_samples", minimum=1),
-            temperature=opt.positive(opts, "writer_temperature"),
-            max_new_tokens=opt.integer(opts, "title_tokens", minimum=1),
-            batch_size=opt.integer(opts, "batch_size", minimum=1),
-            length_slack=opt.integer(opts, "writer_slack"),
-        )
 
-    @staticmethod
-    def _lamp5_dir(opts: dict[str, str]) -> Path:
-        if not opts["lamp5_dir"]:
-            raise opt.option_error("lamp5_dir", "needed with source = lamp5")
-        return Path(opts["lamp5_dir"]).expanduser().resolve()  # relative: from the current dir
+def writer_options(opts: PrefLampOptions) -> writer.Options:
+    """What the writer of the ``style`` and ``written`` designs is asked, from the options."""
+    return writer.Options(
+        design=opts.negatives,
+        writer=opts.writer,
+        shots=opts.writer_shots,
+        samples=opts.writer_samples,
+        temperature=opts.writer_temperature,
+        max_new_tokens=opts.title_tokens,
+        batch_size=opts.batch_size,
+        length_slack=opts.writer_slack,
+    )

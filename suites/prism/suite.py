@@ -8,26 +8,35 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from prefalign_suites import hf_source
-from prefalign_suites import options as opt
 from prefalign_suites.records import Problems, Record, unique
 from prefalign_suites.splits import held_out, user_rng
+from pytest_prefalign import suite_options
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
+from pytest_prefalign.suite_options import AtLeast, Count, Share
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from pytest_prefalign.runtime.lm import LM
 
 DATASET = hf_source.HubDataset("HannahRoseKirk/prism-alignment", "conversations")
-DEFAULTS = {
-    "path": "",  # a local conversations.jsonl, or a folder holding it
-    "context": "history",  # history (the dialogue so far) or turn (the user's message alone)
-    "min_conversations": "6",  # participants with fewer are dropped (LoRe: more than 5)
-    "test_share": "0.5",  # share of a participant's conversations held out (LoRe: half)
-    "items_per_user": "5",  # generation items (distinct test prompts) per user
-    "seed": "0",  # the draw of each participant's test conversations
-}
+
+
+@dataclass(frozen=True)
+class PrismOptions:
+    """PRISM's options, set in ``suite.toml``'s ``[options]`` (docs/suites.md)."""
+
+    path: str = ""  # a local conversations.jsonl, or a folder holding it
+    # history (the dialogue so far) or turn (the user's message alone)
+    context: Literal["history", "turn"] = "history"
+    # participants with fewer are dropped (LoRe: more than 5)
+    min_conversations: Annotated[int, AtLeast(2)] = 6
+    test_share: Share = Fraction("0.5")  # share of a participant's conversations held out
+    items_per_user: Count = 5  # generation items (distinct test prompts) per user
+    seed: Count = 0  # the draw of each participant's test conversations
 
 
 @dataclass(frozen=True)
@@ -39,15 +48,6 @@ class Turn:
     message: str
     chosen: str
     rejected: list[tuple[str, str]]  # (response id, text), each rated lower than ``chosen``
-
-
-@dataclass(frozen=True)
-class Split:
-    """How each participant's conversations are divided, from the options."""
-
-    seed: int
-    test_share: Fraction
-    items_per_user: int
 
 
 class Prism:
@@ -64,6 +64,7 @@ class Prism:
     source = DATASET.dataset_id
     fetcher = "prefalign_suites.prism.fetch"  # a local copy: prefalign data fetch prism
     requires_data_dir = False  # the datasets library can find it in the Hugging Face cache
+    options = PrismOptions
 
     def instruction(self, input: str) -> str:
         # the input already is what the participant sent (or the dialogue ending with it)
@@ -73,36 +74,34 @@ class Prism:
         return f"User: {entry.input}\nAssistant: {entry.output}"
 
     def load(
-        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+        self,
+        data_dir: Path | None,
+        *,
+        limit: int | None,
+        options: PrismOptions | Mapping[str, str],
     ) -> SuiteData:
-        opts = opt.resolve(options, DEFAULTS)
-        history = opt.choice(opts, "context", ("history", "turn")) == "history"
-        minimum = opt.integer(opts, "min_conversations", minimum=2)
-        split = Split(
-            opt.integer(opts, "seed"),
-            opt.share(opts, "test_share"),
-            opt.integer(opts, "items_per_user"),
-        )
+        opts = suite_options.parse(PrismOptions, options)
         problems = Problems()
-        rows, where = hf_source.rows(
-            DATASET, path=opts["path"], data_dir=data_dir, problems=problems
-        )
-        by_user = _by_user(rows, history, problems)
-        data = SuiteData(self.name, where, {}, [], provenance={"options": opts})
+        rows, where = hf_source.rows(DATASET, path=opts.path, data_dir=data_dir, problems=problems)
+        by_user = _by_user(rows, opts.context == "history", problems)
+        provenance = {"options": suite_options.as_strings(opts)}
+        data = SuiteData(self.name, where, {}, [], provenance=provenance)
         for user, convs in by_user.items():
-            if len(convs) < minimum:
+            if len(convs) < opts.min_conversations:
                 problems.drop("user:too_few_conversations")
             elif limit is None or len(data.profiles) < limit:
-                self._add_user(data, f"prism:{user}", convs, split)
+                self._add_user(data, f"prism:{user}", convs, opts)
         problems.report(data)
         return data
 
     def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
         """Nothing to do: the pairs are the participants' ratings (``load`` made them)."""
 
-    def _add_user(self, data: SuiteData, user: str, convs: list[list[Turn]], split: Split) -> None:
-        order = user_rng(split.seed, user).permutation(len(convs))
-        cut = len(convs) - held_out(len(convs), split.test_share)
+    def _add_user(
+        self, data: SuiteData, user: str, convs: list[list[Turn]], opts: PrismOptions
+    ) -> None:
+        order = user_rng(opts.seed, user).permutation(len(convs))
+        cut = len(convs) - held_out(len(convs), opts.test_share)
         train = [t for i in sorted(order[:cut]) for t in convs[i]]
         test = [t for i in sorted(order[cut:]) for t in convs[i]]
         data.profiles[user] = [ProfileEntry(t.key, t.message, t.chosen) for t in train]
@@ -110,7 +109,7 @@ class Prism:
         data.test_pairs += [p for t in test for p in self._pairs(user, t)]
         data.items += [
             Item(f"{user}/{t.key}", user, t.prompt, self.instruction(t.prompt), None)
-            for t in test[: split.items_per_user]
+            for t in test[: opts.items_per_user]
         ]
 
     def _pairs(self, user: str, turn: Turn) -> list[Pair]:

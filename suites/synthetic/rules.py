@@ -17,9 +17,12 @@ the only channel every reward method has, so a third-party method could do the s
 from __future__ import annotations
 
 import re
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
-KINDS = ("short", "colon", "vocab")
+Kind = Literal["short", "colon", "vocab"]
+KINDS: tuple[Kind, ...] = typing.get_args(Kind)
 _ACRONYM = re.compile(r"[A-Z][A-Z0-9]*[A-Z][A-Z0-9]*")  # two capitals or more: BDR, GPT4
 _STRIP = "()[]{}:;,.!?\"'"
 _WORD = re.compile(r"^[a-z]+$")

@@ -5,25 +5,48 @@ is generated from the options, with no data files. See docs/suites.md."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from prefalign_suites import options as opt
 from prefalign_suites.synthetic import world
-from prefalign_suites.synthetic.rules import KINDS, Rule, user_id
+from prefalign_suites.synthetic.rules import KINDS, Kind, Rule, user_id
+from pytest_prefalign import suite_options
 from pytest_prefalign.api import Item, Pair, ProfileEntry, SuiteData
+from pytest_prefalign.suite_options import AtLeast, Count, OptionError, Share
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from pytest_prefalign.runtime.lm import LM
 
-DEFAULTS = {
-    "users": "6",  # users generated; a run takes the first --prefalign-limit of them
-    "items_per_user": "10",  # papers per user: the last test_share are test items
-    "test_share": "0.3",  # share of a user's papers held out (rounded half up, at least one)
-    "rules": ",".join(KINDS),  # the rules given to users in turn: short, colon, vocab
-    "seed": "0",  # everything is drawn from it
-}
+
+@dataclass(frozen=True)
+class SyntheticOptions:
+    """The synthetic suite's options, set in ``suite.toml``'s ``[options]`` (docs/suites.md)."""
+
+    # users generated; a run takes the first --prefalign-limit of them
+    users: Annotated[int, AtLeast(1)] = 6
+    # papers per user: the last test_share are test items
+    items_per_user: Annotated[int, AtLeast(2)] = 10
+    # share of a user's papers held out (rounded half up, at least one; one paper stays)
+    test_share: Share = Fraction("0.3")
+    rules: tuple[Kind, ...] = KINDS  # the rules given to users in turn: short, colon, vocab
+    seed: Count = 0  # everything is drawn from it
+
+    def __post_init__(self) -> None:
+        if not self.rules:
+            problem = f"expected rules among {', '.join(KINDS)}, got nothing"
+            raise OptionError("rules", problem)
+        if self.test_items >= self.items_per_user:
+            problem = f"leaves no profile item of {self.items_per_user}"
+            raise OptionError("test_share", problem)
+
+    @property
+    def test_items(self) -> int:
+        """A user's test items: the share, rounded half up (as pref_lamp), at least one."""
+        return max(1, int(self.test_share * self.items_per_user + Fraction(1, 2)))
 
 
 class Synthetic:
@@ -36,6 +59,7 @@ class Synthetic:
     source = "synthetic"  # read from nowhere: the suite generates its records
     requires_data_dir = False
     embedded = True  # `prefalign data` says the data is generated
+    options = SyntheticOptions
 
     def instruction(self, input: str) -> str:
         return f"Generate a title for the following abstract of a paper: {input}"
@@ -44,19 +68,16 @@ class Synthetic:
         return f"Abstract: {entry.input}\nTitle: {entry.output}"
 
     def load(
-        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+        self,
+        data_dir: Path | None,
+        *,
+        limit: int | None,
+        options: SyntheticOptions | Mapping[str, str],
     ) -> SuiteData:
-        opts = opt.resolve(options, DEFAULTS)
-        n_users = opt.integer(opts, "users", minimum=1)
-        per_user = opt.integer(opts, "items_per_user", minimum=2)
-        share = opt.share(opts, "test_share")
-        kinds = self._kinds(opts)
-        seed = opt.integer(opts, "seed")
-        n_test = max(1, int(share * per_user + Fraction(1, 2)))  # half up, as pref_lamp
-        if n_test >= per_user:
-            raise opt.option_error("test_share", f"leaves no profile item of {per_user}")
+        opts = suite_options.parse(SyntheticOptions, options)
+        seed, kinds = opts.seed, opts.rules
         # the first ``limit`` users: the rules come in turn, so a small run still mixes them
-        rules = [self._rule(kinds[i % len(kinds)], seed, i) for i in range(n_users)][
+        rules = [self._rule(kinds[i % len(kinds)], seed, i) for i in range(opts.users)][
             : limit or None
         ]
         data = SuiteData(
@@ -64,10 +85,13 @@ class Synthetic:
             f"generated (seed {seed})",
             {},
             [],
-            provenance={"options": opts, "users": [user_id(r, i) for i, r in enumerate(rules)]},
+            provenance={
+                "options": suite_options.as_strings(opts),
+                "users": [user_id(r, i) for i, r in enumerate(rules)],
+            },
         )
         for index, rule in enumerate(rules):
-            self._user(data, rule, index, seed, per_user, n_test)
+            self._user(data, rule, index, seed, opts.items_per_user, opts.test_items)
         return data
 
     def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
@@ -94,15 +118,6 @@ class Synthetic:
             else:
                 data.items.append(Item(item_id, user, paper.abstract, prompt, title))
                 data.test_pairs.append(pair)
-
-    @staticmethod
-    def _kinds(opts: dict[str, str]) -> list[str]:
-        kinds = [k.strip() for k in opts["rules"].split(",") if k.strip()]
-        unknown = [k for k in kinds if k not in KINDS]
-        if not kinds or unknown:
-            got = repr(unknown[0]) if unknown else "nothing"
-            raise opt.option_error("rules", f"expected rules among {', '.join(KINDS)}, got {got}")
-        return kinds
 
     @staticmethod
     def _rule(kind: str, seed: int, index: int) -> Rule:

@@ -6,16 +6,18 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from prefalign_suites import hf_source
-from prefalign_suites import options as opt
 from prefalign_suites.records import Problems, Record
 from prefalign_suites.splits import user_rng
-from pytest_prefalign import storage
+from pytest_prefalign import storage, suite_options
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData
+from pytest_prefalign.suite_options import AtLeast, Count
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from pytest_prefalign.runtime.lm import LM
 
 DATASET = hf_source.HubDataset("openai/summarize_from_feedback", "comparisons")
@@ -25,15 +27,21 @@ SPLITS = {
     "valid2": "validation",
     "validation": "validation",
 }  # record ``split`` values -> the dataset's two splits
-DEFAULTS = {
-    "path": "",  # a local file or folder of the published JSON Lines batches
-    "users": "seen",  # seen, unseen or all (LoRe's halves of the workers in both splits)
-    "max_train_pairs": "150",  # training pairs per seen user (LoRe: 150)
-    "max_train_pairs_unseen": "50",  # training pairs per unseen user (LoRe's few-shot: 50)
-    "max_test_pairs": "0",  # test pairs per user, the first in file order; 0 = all
-    "items_per_user": "5",  # generation items (distinct test posts) per user
-    "seed": "0",  # the user split and the draw of training pairs
-}
+
+
+@dataclass(frozen=True)
+class TldrOptions:
+    """TL;DR's options, set in ``suite.toml``'s ``[options]`` (docs/suites.md)."""
+
+    path: str = ""  # a local file or folder of the published JSON Lines batches
+    # seen, unseen or all (LoRe's halves of the workers in both splits)
+    users: Literal["seen", "unseen", "all"] = "seen"
+    max_train_pairs: Annotated[int, AtLeast(1)] = 150  # training pairs per seen user (LoRe: 150)
+    # training pairs per unseen user (LoRe's few-shot: 50)
+    max_train_pairs_unseen: Annotated[int, AtLeast(1)] = 50
+    max_test_pairs: Count = 0  # test pairs per user, the first in file order; 0 = all
+    items_per_user: Count = 5  # generation items (distinct test posts) per user
+    seed: Count = 0  # the user split and the draw of training pairs
 
 
 @dataclass(frozen=True)
@@ -45,27 +53,6 @@ class Comparison:
     text: str  # SUBREDDIT / TITLE / POST, whitespace-normalised
     chosen: str
     rejected: str
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """The numeric options, parsed once."""
-
-    train_seen: int
-    train_unseen: int
-    test: int  # 0 = all
-    items: int
-    seed: int
-
-    @classmethod
-    def parse(cls, opts: dict[str, str]) -> Sizes:
-        return cls(
-            train_seen=opt.integer(opts, "max_train_pairs", minimum=1),
-            train_unseen=opt.integer(opts, "max_train_pairs_unseen", minimum=1),
-            test=opt.integer(opts, "max_test_pairs"),
-            items=opt.integer(opts, "items_per_user"),
-            seed=opt.integer(opts, "seed"),
-        )
 
 
 class Tldr:
@@ -82,6 +69,7 @@ class Tldr:
     source = DATASET.dataset_id
     fetcher = "prefalign_suites.tldr.fetch"  # a local copy: prefalign data fetch tldr
     requires_data_dir = False  # the datasets library can find it in the Hugging Face cache
+    options = TldrOptions
 
     def instruction(self, input: str) -> str:
         return f"Summarize the following Reddit post in one sentence.\n\n{input}\n\nTL;DR:"
@@ -90,28 +78,33 @@ class Tldr:
         return f"{entry.input}\nTL;DR: {entry.output}"
 
     def load(
-        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
+        self,
+        data_dir: Path | None,
+        *,
+        limit: int | None,
+        options: TldrOptions | Mapping[str, str],
     ) -> SuiteData:
-        opts = opt.resolve(options, DEFAULTS)
-        which = opt.choice(opts, "users", ("seen", "unseen", "all"))
-        sizes = Sizes.parse(opts)  # before the data is read: a bad option fails at once
+        opts = suite_options.parse(TldrOptions, options)
         problems = Problems()
-        rows, where = hf_source.rows(
-            DATASET, path=opts["path"], data_dir=data_dir, problems=problems
-        )
+        rows, where = hf_source.rows(DATASET, path=opts.path, data_dir=data_dir, problems=problems)
         by_worker = _by_worker(rows, problems)
-        seen, unseen = _lore_users(by_worker, sizes.seed, problems)
-        caps = {u: sizes.train_seen for u in seen} | {u: sizes.train_unseen for u in unseen}
-        order = {"seen": seen, "unseen": unseen, "all": seen + unseen}[which]
+        seen, unseen = _lore_users(by_worker, opts.seed, problems)
+        caps = {u: opts.max_train_pairs for u in seen}
+        caps |= {u: opts.max_train_pairs_unseen for u in unseen}
+        order = {"seen": seen, "unseen": unseen, "all": seen + unseen}[opts.users]
         data = SuiteData(
             self.name,
             where,
             {},
             [],
-            provenance={"options": opts, "seen_users": len(seen), "unseen_users": len(unseen)},
+            provenance={
+                "options": suite_options.as_strings(opts),
+                "seen_users": len(seen),
+                "unseen_users": len(unseen),
+            },
         )
         for worker in order[:limit]:
-            self._add_user(data, worker, by_worker[worker], caps[worker], sizes)
+            self._add_user(data, worker, by_worker[worker], caps[worker], opts)
         problems.report(data)
         return data
 
@@ -119,15 +112,15 @@ class Tldr:
         """Nothing to do: the pairs are the workers' comparisons (``load`` made them)."""
 
     def _add_user(
-        self, data: SuiteData, worker: str, comps: list[Comparison], cap: int, sizes: Sizes
+        self, data: SuiteData, worker: str, comps: list[Comparison], cap: int, opts: TldrOptions
     ) -> None:
         user = f"tldr:{worker}"
         train = [c for c in comps if c.split == "train"]
         if len(train) > cap:
-            picks = user_rng(sizes.seed, user).choice(len(train), size=cap, replace=False)
+            picks = user_rng(opts.seed, user).choice(len(train), size=cap, replace=False)
             train = [train[i] for i in sorted(picks)]
         test = [c for c in comps if c.split == "validation"]
-        test = test[: sizes.test] if sizes.test else test
+        test = test[: opts.max_test_pairs] if opts.max_test_pairs else test
         data.profiles[user] = [ProfileEntry(c.pair_key, c.text, c.chosen) for c in train]
         data.train_pairs += [self._pair(user, c) for c in train]
         data.test_pairs += [self._pair(user, c) for c in test]
@@ -136,7 +129,7 @@ class Tldr:
             firsts.setdefault(c.post_id, c)
         data.items += [
             Item(f"{user}/{c.post_id}", user, c.text, self.instruction(c.text), None)
-            for c in list(firsts.values())[: sizes.items]
+            for c in list(firsts.values())[: opts.items_per_user]
         ]
 
     def _pair(self, user: str, c: Comparison) -> Pair:
