@@ -145,11 +145,11 @@ class Suite(Protocol):
     def example(self, entry: ProfileEntry) -> str:
         """One profile entry shown as an in-context example."""
 
-    def load(
-        self, data_dir: Path | None, *, limit: int | None, options: dict[str, str]
-    ) -> SuiteData:
+    def load(self, data_dir: Path | None, *, limit: int | None, options: Any) -> SuiteData:
         """Read and validate the data; ``limit`` is a number of users. Pairs whose rejected side
-        needs a model are made in ``build_pairs``."""
+        needs a model are made in ``build_pairs``. ``options``: the suite's optional ``options``
+        dataclass built from its ``suite.toml`` (``suite_options``), else the strings as a
+        dict."""
 
     def build_pairs(self, data: SuiteData, reference: LM, cache_dir: Path) -> None:
         """Fill ``data.train_pairs`` and ``data.test_pairs`` (a no-op where ``load`` did).

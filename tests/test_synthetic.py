@@ -405,16 +405,11 @@ def test_baselines_have_rouge_and_no_policy_accuracy(synthetic_run) -> None:
         assert line.split()[6] == "-", line
 
 
-@pytest.fixture
-def heavy_modules_imported(tiny_lm) -> None:
-    """pytester restores sys.modules after an in-process run; torch cannot be imported twice in
-    one process, so everything heavy is imported before its snapshot."""
-    import pytest_prefalign.evaluation.case  # noqa: F401
-
-
-def test_bad_suite_option_fails_the_suites_tests_naming_it(
-    heavy_modules_imported: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+def test_bad_suite_option_is_a_usage_error_naming_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Checked when the suite is collected, as a decoder's options are: one line naming the
+    file, the option and what it accepts, before any test runs, and when only listing them."""
     pytester.makeini("[pytest]\nprefalign_models = tiny = tiny\nprefalign_sizes = tiny\n")
     folder = pytester.mkdir("synthetic")
     folder.joinpath("suite.toml").write_text(
@@ -427,13 +422,17 @@ def test_bad_suite_option_fails_the_suites_tests_naming_it(
     """)
     )
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
-    result = pytester.runpytest_inprocess(
-        "--prefalign", "synthetic", "--prefalign-methods", "lead", "-p", "no:cacheprovider"
-    )
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["suite 'synthetic': suite.toml: record ?options?: field 'users': expected an integer*"]
-    )
+    args = ("--prefalign", "synthetic", "--prefalign-methods", "lead", "-p", "no:cacheprovider")
+    for extra in ((), ("--collect-only",)):
+        result = pytester.runpytest_inprocess(*args, *extra)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(
+            [
+                "ERROR: synthetic/suite.toml: [options] field 'users': "
+                "expected an integer, got 'many'"
+            ]
+        )
+        assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
 
 
 def test_win_rates_count_strict_wins_with_ties_and_losses_beside(synthetic_run) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_prefalign import cache, events, storage, versions
+from pytest_prefalign import cache, events, storage, suite_options, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod, describe_fault
 from pytest_prefalign.errors import MethodFailure, PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
@@ -51,9 +51,10 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
     with cache.recording() as uses, events.step(f"loading suite {name}"):
         suite = run.registry.suite(name)
         try:
+            typed = suite_options.for_suite(suite, options)  # its dataclass, where it has one
             data_dir, missing = locate_data(run, suite, options)
             try:
-                data = suite.load(data_dir, limit=run.settings.limit, options=options)
+                data = suite.load(data_dir, limit=run.settings.limit, options=typed)
             except DataNotFound as exc:
                 # a suite reading a Hugging Face cache names its own places; add ours to them
                 raise DataNotFound(f"{exc}\n{missing}" if missing else str(exc)) from None

@@ -1,8 +1,11 @@
-"""The data a run's tests will need, checked once their suites are known and before any test
-runs: a data folder that no place holds and that the run cannot get is a usage error of the run
-(one message, exit status 4), not one failure per test.
+"""What a run's tests will need, checked once their suites are known and before any test runs:
+each suite's options, and its data. A suite option that its suite refuses, or a data folder that
+no place holds and that the run cannot get, is a usage error of the run (one message, exit
+status 4), not one failure per test.
 
-Two cases are known that early:
+The options are checked as the suite declares them (its ``options`` dataclass,
+``suite_options``), even when only listing the tests (``--collect-only``). For the data, two
+cases are known that early:
 
 - ``--prefalign-data DIR`` holds no folder of a collected suite that reads one (that directory
   is never replaced by another place);
@@ -30,41 +33,71 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.plumbing.options import Settings
     from pytest_prefalign.registry import Registry
 
+# suite name -> (its suite.toml, as the test ids name it; its options, as written)
+Found = dict[str, tuple[str, dict[str, str]]]
 Needed = dict[str, tuple[Any, dict[str, str]]]  # suite name -> (the suite, its options)
 
 
-def suites_of_items(registry: Registry, items: Iterable[pytest.Item]) -> Needed:
-    """The suites of the collected evaluation tests that need a data folder."""
-    found = {item.suite: dict(item.suite_options) for item in items if isinstance(item, CaseItem)}
-    return _needing_data(registry, found)
+def suites_of_items(items: Iterable[pytest.Item]) -> Found:
+    """The suites of the collected evaluation tests."""
+    found: Found = {}
+    for item in items:
+        if isinstance(item, CaseItem):
+            file = item.nodeid.partition("::")[0]
+            found.setdefault(item.suite, (file, dict(item.suite_options)))
+    return found
 
 
-def suites_of_ids(registry: Registry, rootpath: Path, ids: Iterable[str]) -> Needed:
+def suites_of_ids(rootpath: Path, ids: Iterable[str]) -> Found:
     """As ``suites_of_items``, from test ids (``suites/NAME/suite.toml::NAME[method-size]``):
     each suite and its options read again from the ``suite.toml`` the id names."""
     files = {nodeid.partition("::")[0] for nodeid in ids if "::" in nodeid}
-    found = {}
+    found: Found = {}
     for file in sorted(files):
         path = rootpath / file
         if path.name == "suite.toml" and path.is_file():
             name, options = read_suite_toml(path)
-            found.setdefault(name, options)
-    return _needing_data(registry, found)
+            found.setdefault(name, (file, options))
+    return found
 
 
-def _needing_data(registry: Registry, found: dict[str, dict[str, str]]) -> Needed:
+def bad_options(registry: Registry, found: Found) -> str | None:
+    """What is wrong with the options of the suites ``found``, one line per suite whose
+    ``suite.toml`` sets an option it does not have or a value it refuses; None when nothing."""
+    from pytest_prefalign import suite_options
+    from pytest_prefalign.api import DataError
+
+    lines = []
+    for name, (file, options) in sorted(found.items()):
+        suite = _registered(registry, name)
+        if suite is None:
+            continue
+        try:
+            suite_options.for_suite(suite, options)
+        except DataError as exc:
+            lines.append(f"{file}: [options] field {exc.field!r}: {exc.problem}")
+    return "\n".join(lines) or None
+
+
+def needing_data(registry: Registry, found: Found) -> Needed:
+    """The suites ``found`` that need a data folder."""
     from pytest_prefalign.api import requires_data_dir
-    from pytest_prefalign.registry import UnknownName
 
     needed = {}
-    for name, options in found.items():
-        try:
-            suite = registry.suite(name)
-        except UnknownName:  # a collection error of its own
-            continue
-        if requires_data_dir(suite, options):
+    for name, (_, options) in found.items():
+        suite = _registered(registry, name)
+        if suite is not None and requires_data_dir(suite, options):
             needed[name] = (suite, options)
     return needed
+
+
+def _registered(registry: Registry, name: str) -> Any:
+    from pytest_prefalign.registry import UnknownName
+
+    try:
+        return registry.suite(name)
+    except UnknownName:  # a collection error of its own
+        return None
 
 
 def problem(needed: Needed, settings: Settings, data_dir: Path | None, rootdir: Path) -> str | None:

@@ -60,7 +60,7 @@ class PrefalignSession:
             [] if is_worker(config) else storage.remove_stale_temporaries(self.disk.root)
         )
         self._evaluator: Evaluator | None = None
-        self.data_checked = False  # the collected suites' data (preflight)
+        self.suites_checked = False  # the collected suites' options and data (preflight)
         self.results: list[CaseResult] = []
         self.write_errors: list[str] = []
         self.notes: list[str] = []  # lines for the summary
@@ -113,23 +113,28 @@ class PrefalignSession:
             return SuiteFile.from_parent(parent, path=file_path, host=self)
         return None
 
+    @pytest.hookimpl(tryfirst=True)  # before --collect-only lists the tests
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """The data of the collected suites, checked before any test runs (``preflight``)."""
+        """The options and data of the collected suites, checked before any test runs
+        (``preflight``)."""
         if not is_worker(self.config):
-            self._check_data(preflight.suites_of_items(self.registry, session.items))
+            self._check_suites(preflight.suites_of_items(session.items))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         """Under xdist the workers collect: the same check, on the ids the first one reports."""
-        if not self.data_checked:
-            rootpath = Path(self.config.rootpath)
-            self._check_data(preflight.suites_of_ids(self.registry, rootpath, ids))
+        if not self.suites_checked:
+            self._check_suites(preflight.suites_of_ids(Path(self.config.rootpath), ids))
 
-    def _check_data(self, needed: preflight.Needed) -> None:
-        self.data_checked = True
+    def _check_suites(self, found: preflight.Found) -> None:
+        self.suites_checked = True
+        problem = preflight.bad_options(self.registry, found)
+        if problem:
+            raise pytest.UsageError(problem)
         if self.config.option.collectonly and self.data_dir is None:
             return  # listing the tests needs no data
         rootdir = Path(self.config.rootpath)
+        needed = preflight.needing_data(self.registry, found)
         problem = preflight.problem(needed, self.settings, self.data_dir, rootdir)
         if problem:
             raise pytest.UsageError(problem)
