@@ -51,6 +51,9 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
     design = pairs_design(data)
     first = f"{suite} · {size} · {model.get('name', '?')}"
     second = f"  data: {data.get('source', '?')} · {users} users · {items} items · {pairs} pairs"
+    if pairs and users:
+        # a user's accuracy moves in steps of one over their pairs: how coarse a figure is
+        second += f" ({pairs / users:.1f} per user)"
     if design is not None:
         second += f" · pairs: {design['label']}"
     dropped = {k: v for k, v in (data.get("dropped") or {}).items() if v}
