@@ -25,10 +25,13 @@ Row = dict[str, Any]
 def leaderboards(results: Sequence[CaseResult], width: int | None = None) -> list[str]:
     """One table per (suite, size), best first: by ROUGE-1 where the suite has the users' own
     text (what the tool is about: writing what the user wants), else by policy accuracy. With
-    a ``width`` (the terminal's), a row wider than it has its cells wrapped (``fit``)."""
+    a ``width`` (the terminal's), a row wider than it has its cells wrapped (``fit``), and a
+    heading line wider than it is wrapped under its indent."""
     lines: list[str] = []
     for (suite, size), rows in by_suite(results):
-        lines += [""] + header(suite, size, rows)
+        lines.append("")
+        for line in header(suite, size, rows):
+            lines += fit.prose(line, width, indent=" " * (len(line) - len(line.lstrip()) + 2))
         lines += table(rows, width).splitlines()
     return lines
 
