@@ -32,7 +32,8 @@ def test_header_names_the_pairs_design_and_notes_when_the_evaluated_model_wrote_
     own = table.header("pref_lamp", "135m", [result(design("generated titles", "fp1"), "fp1")])
     assert own == [
         "pref_lamp · 135m · SmolLM2",
-        "  data: acl-anthology · 2 users · 5 items · 5 pairs (2.5 per user) · pairs: generated titles",
+        "  data: acl-anthology · 2 users · 5 items · 5 pairs (2.5 per user) · pairs: generated "
+        "titles",
         "  note: the pairs were written by this very model (generated titles): its policy "
         "accuracy measures distance from its own writing, not only the users' preference",
     ]
@@ -72,7 +73,8 @@ def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
     row.metrics = {"policy_acc": 0.5}
     row.settings = {"reduce": "sum", "seed": 0}
     assert table.header("pref_lamp", "135m", [row])[1] == (
-        "  data: acl-anthology · 2 users · 5 items · 5 pairs (2.5 per user) · policy score: sum over tokens"
+        "  data: acl-anthology · 2 users · 5 items · 5 pairs (2.5 per user) · policy score: sum "
+        "over tokens"
     )
 
 
