@@ -1,55 +1,144 @@
-"""How the design of Pref-LaMP's rejected side decides what RM and policy accuracy can show.
+"""How the design of Pref-LaMP's pairs decides what RM and policy accuracy can show.
 
-For each design (the reference LM's own greedy title; the title of a similar paper by somebody
-else, of any length; the same, matched in length), on the first N authors of the data: the RM
-accuracy of the five Bradley-Terry-style reward methods (its spread is what tau can rank), the
-base model's policy accuracy by the mean and by the sum of token log-likelihoods (a design in
-which base is below chance by construction measures distance from the base model), and the
-lengths of the two sides (median words, and how often the shorter side is the chosen one).
+Every design of the suite side by side, on the first ``--users`` authors after ``--offset`` in
+the data's ``authors.json`` (offset 0: the README main job's authors; a larger offset: authors
+the main job and the findings never read, a stand-in for data the designs were not tuned on):
 
-    python benchmarks/pair_designs.py [--users 8] [--data ../shared/data]
+- RM accuracy of the five Bradley-Terry-style reward methods on the test pairs (macro), and
+  the ceiling share: the largest share of users at RM accuracy 1.0 over the methods;
+- the personal gap: each user's RM accuracy under the best personal method minus under
+  ``global_bt`` (which knows nobody), its mean over users with a 95% interval (users resampled);
+- base policy accuracy (the default sum of token log-likelihoods, and the mean), its interval:
+  a design in which it is far from 0.5 is decided by the base model, not by any reward;
+- how many pairs' sides differ in length beyond the design's slack, and the time to build the
+  pairs (from an empty cache, as the first run pays it).
 
-Real model (the embedded SmolLM2-135M-Instruct), real data; the figures go into docs/suites.md.
+    python benchmarks/pair_designs.py [--users 8] [--offset 0] [--data ../shared/data]
+
+Real models (the embedded SmolLM2-135M-Instruct evaluates and trains the reward methods; the
+writer designs need Gemma-3-270M installed), real data; the figures go into docs/suites.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import statistics
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 
 DESIGNS = {  # label -> suite options
-    "generated (reference LM's title)": {"negatives": "generated"},
-    "other author, any length": {"negatives": "other_author", "length_slack": "any"},
-    "other author, length matched (default)": {"negatives": "other_author"},
+    "generated (the 135M's own title)": {"negatives": "generated"},
+    "other_author (another abstract's title)": {"negatives": "other_author"},
+    "written (real title vs the writer's)": {"negatives": "written"},
+    "style (the writer's, own vs others' examples)": {"negatives": "style"},
 }
-METHODS = ("global_bt", "per_user_bt", "lore", "vpl", "pal")
+PERSONAL = ("per_user_bt", "lore", "vpl", "pal")
+METHODS = ("global_bt", *PERSONAL)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=8)
+    parser.add_argument("--offset", type=int, default=0, help="authors skipped first")
     parser.add_argument(
         "--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data")
     )
+    parser.add_argument("--designs", nargs="*", default=list(DESIGNS), choices=list(DESIGNS))
+    parser.add_argument("--cache", help="a cache folder kept between runs (default: a new one)")
+    parser.add_argument("--json", help="write the figures to this file as well")
     args = parser.parse_args()
     from tabulate import tabulate
 
-    from prefalign_methods.decoders.base import reduce_logprobs
-    from prefalign_methods.rewards import global_bt, lore, pal, per_user_bt, vpl
-    from prefalign_suites.pref_lamp.suite import PrefLamp
     from pytest_prefalign import cache
-    from pytest_prefalign.analysis.metrics import accuracy, pair_outcomes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = authors_slice(Path(args.data), Path(tmp), args.offset, args.users)
+        folder = Path(args.cache) if args.cache else Path(tmp) / "cache"
+        with cache.using(cache.Disk(folder)):
+            rows = [measure(label, DESIGNS[label], data_dir, folder) for label in args.designs]
+    print(
+        f"authors {args.offset + 1}-{args.offset + args.users} of {args.data}/acl-anthology"
+        f"/authors.json"
+    )
+    print(tabulate([table_row(r) for r in rows], headers=HEADERS, disable_numparse=True))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+HEADERS = [
+    "design",
+    "users",
+    "train / test pairs",
+    "RM acc (" + " ".join(METHODS) + ")",
+    "ceiling share",
+    "personal gap [95%]",
+    "base policy acc, sum [95%]",
+    "(mean)",
+    "length unmatched",
+    "build s",
+]
+
+
+def authors_slice(data: Path, tmp: Path, offset: int, users: int) -> Path:
+    """A data folder whose ``authors.json`` lists authors ``offset`` to ``offset + users`` of
+    ``data``'s (the papers are the same files)."""
+    source = data / "acl-anthology"
+    target = tmp / "data" / "acl-anthology"
+    target.mkdir(parents=True)
+    authors = json.loads((source / "authors.json").read_text(encoding="utf-8"))
+    chosen = authors[offset : offset + users]
+    if len(chosen) < users:
+        sys.exit(f"{source}/authors.json has {len(authors)} authors, fewer than asked")
+    (target / "authors.json").write_text(json.dumps(chosen), encoding="utf-8")
+    for path in source.glob("papers-*.jsonl"):
+        shutil.copyfile(path, target / path.name)
+    return target.parent
+
+
+def measure(label: str, options: dict[str, str], data_dir: Path, folder: Path) -> dict[str, Any]:
+    from prefalign_suites.pref_lamp.suite import PrefLamp
     from pytest_prefalign.runtime.models import ModelSpec, load_lm
 
     lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
+    suite = PrefLamp()
+    start = time.perf_counter()
+    data = suite.load(data_dir, limit=None, options=options)
+    if not data.train_pairs:
+        source = suite.writer(data)
+        model = load_lm(ModelSpec("writer", source), device="cpu") if source else lm
+        suite.build_pairs(data, model, folder / "pairs")
+    build_s = time.perf_counter() - start
+    print(f"{label}: pairs built in {build_s:.0f} s", file=sys.stderr, flush=True)
+    figures = {
+        "design": label,
+        "options": options,
+        "users": len({p.user for p in data.test_pairs}),
+        "train_pairs": len(data.train_pairs),
+        "test_pairs": len(data.test_pairs),
+        "build_s": round(build_s, 1),
+        "length_unmatched": unmatched(data),
+        "writer": data.provenance.get("writer"),
+    }
+    figures.update(rm_figures(lm, data, folder / label.split()[0]))
+    figures.update(base_figures(lm, data))
+    return figures
+
+
+def rm_figures(lm: Any, data: Any, folder: Path) -> dict[str, Any]:
+    """Each reward method's RM accuracy, the ceiling share and the personal gap."""
+    from prefalign_methods.rewards import global_bt, lore, pal, per_user_bt, vpl
+    from pytest_prefalign.analysis.metrics import accuracy, pair_outcomes
+    from pytest_prefalign.analysis.stats import paired_bootstrap
+
     classes = {
         "global_bt": global_bt.GlobalBT,
         "per_user_bt": per_user_bt.PerUserBT,
@@ -57,75 +146,79 @@ def main() -> None:
         "vpl": vpl.VPL,
         "pal": pal.PAL,
     }
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp, cache.using(cache.Disk(Path(tmp))):
-        for label, options in DESIGNS.items():
-            data = PrefLamp().load(Path(args.data), limit=args.users, options=options)
-            if not data.train_pairs:
-                PrefLamp().build_pairs(data, lm, Path(tmp) / "pairs")
-            test = data.test_pairs
-            users = [p.user for p in test]
-            rm = {}
-            for name in METHODS:
-                method = classes[name]()
-                method.fit(lm, data.train_pairs, Path(tmp) / name)
-                scores = method.score(
-                    lm,
-                    users * 2,
-                    [p.prompt for p in test] * 2,
-                    [p.chosen for p in test] + [p.rejected for p in test],
-                )
-                rm[name] = accuracy(
-                    pair_outcomes(scores[: len(test)], scores[len(test) :]), users
-                ).macro
-            prompts = [p.prompt for p in test]
-            chosen = lm.response_logprobs(prompts, [p.chosen for p in test])
-            rejected = lm.response_logprobs(prompts, [p.rejected for p in test])
-            base = {
-                how: accuracy(
-                    pair_outcomes(reduce_logprobs(chosen, how), reduce_logprobs(rejected, how)),
-                    users,
-                ).macro
-                for how in ("mean", "sum")
-            }
-            words_c = [len(p.chosen.split()) for p in test + data.train_pairs]
-            words_r = [len(p.rejected.split()) for p in test + data.train_pairs]
-            shorter = np.mean(
-                [c < r for c, r in zip(words_c, words_r, strict=True) if c != r] or [np.nan]
-            )
-            rows.append(
-                [
-                    label,
-                    len({p.user for p in test}),
-                    len(data.train_pairs),
-                    len(test),
-                    " ".join(f"{rm[m]:.2f}" for m in METHODS),
-                    f"{max(rm.values()) - min(rm.values()):.2f}",
-                    f"{base['mean']:.2f}",
-                    f"{base['sum']:.2f}",
-                    f"{statistics.median(words_c)} / {statistics.median(words_r)}",
-                    f"{shorter:.2f}",
-                ]
-            )
-            print(f"{label}: done", file=sys.stderr, flush=True)
-    print(
-        tabulate(
-            rows,
-            headers=[
-                "design",
-                "users",
-                "train pairs",
-                "test pairs",
-                "RM acc (" + " ".join(METHODS) + ")",
-                "spread",
-                "base policy acc (mean)",
-                "(sum)",
-                "median words chosen / rejected",
-                "chosen is the shorter",
-            ],
-            disable_numparse=True,
+    test = data.test_pairs
+    users = [p.user for p in test]
+    per_user: dict[str, dict[str, float]] = {}
+    macro: dict[str, float] = {}
+    for name in METHODS:
+        method = classes[name]()
+        method.fit(lm, data.train_pairs, folder / name)
+        scores = method.score(
+            lm,
+            users * 2,
+            [p.prompt for p in test] * 2,
+            [p.chosen for p in test] + [p.rejected for p in test],
         )
-    )
+        acc = accuracy(pair_outcomes(scores[: len(test)], scores[len(test) :]), users)
+        per_user[name], macro[name] = acc.per_user, acc.macro
+    best = max(PERSONAL, key=lambda m: macro[m])
+    gap, interval, _ = paired_bootstrap(per_user["global_bt"], per_user[best])
+    ceiling = max(np.mean([v == 1.0 for v in per_user[m].values()]) for m in METHODS)
+    return {
+        "rm_acc": macro,
+        "ceiling_share": float(ceiling),
+        "best_personal": best,
+        "personal_gap": gap,
+        "personal_gap_ci": list(interval),
+    }
+
+
+def base_figures(lm: Any, data: Any) -> dict[str, Any]:
+    """Base policy accuracy by the sum (the default) and the mean of token log-likelihoods."""
+    from prefalign_methods.decoders.base import reduce_logprobs
+    from pytest_prefalign.analysis.metrics import accuracy, bootstrap_ci, pair_outcomes
+
+    test = data.test_pairs
+    users = [p.user for p in test]
+    prompts = [p.prompt for p in test]
+    chosen = lm.response_logprobs(prompts, [p.chosen for p in test])
+    rejected = lm.response_logprobs(prompts, [p.rejected for p in test])
+    found: dict[str, Any] = {}
+    for how in ("sum", "mean"):
+        outcomes = pair_outcomes(reduce_logprobs(chosen, how), reduce_logprobs(rejected, how))
+        found[f"base_{how}"] = accuracy(outcomes, users).macro
+        found[f"base_{how}_ci"] = list(bootstrap_ci(outcomes, users))
+    return found
+
+
+def unmatched(data: Any) -> str:
+    """Pairs whose sides differ in length beyond the design's slack, of all pairs."""
+    pairs = [*data.train_pairs, *data.test_pairs]
+    counted = data.provenance.get("length_unmatched")
+    if counted is None:
+        slack = data.provenance.get("length_slack")
+        if not isinstance(slack, int):
+            return "no rule"
+        counted = sum(abs(len(p.chosen.split()) - len(p.rejected.split())) > slack for p in pairs)
+    return f"{counted} / {len(pairs)}"
+
+
+def table_row(r: dict[str, Any]) -> list[str]:
+    def ci(pair: list[float]) -> str:
+        return f"[{pair[0]:.2f}, {pair[1]:.2f}]"
+
+    return [
+        r["design"],
+        str(r["users"]),
+        f"{r['train_pairs']} / {r['test_pairs']}",
+        " ".join(f"{r['rm_acc'][m]:.2f}" for m in METHODS),
+        f"{r['ceiling_share']:.2f}",
+        f"{r['personal_gap']:+.2f} {ci(r['personal_gap_ci'])} ({r['best_personal']})",
+        f"{r['base_sum']:.2f} {ci(r['base_sum_ci'])}",
+        f"{r['base_mean']:.2f}",
+        r["length_unmatched"],
+        f"{r['build_s']:.0f}",
+    ]
 
 
 if __name__ == "__main__":

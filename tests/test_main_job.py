@@ -79,9 +79,10 @@ def test_pref_lamp_on_the_real_model_and_data(pytester: pytest.Pytester):
 def test_cached_reruns_equal_no_cache_runs_on_real_data(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ):
-    """The stale-cache sequence on the real model and data: the default negatives, then
-    ``other_author`` in the same cache (the reward method is retrained on other pairs, so what
-    it guides must be generated again), against a ``--prefalign-no-cache`` run of the second."""
+    """The stale-cache sequence on the real models and data: the default pairs (written by
+    Gemma-3-270M), then the same design written by another writer (the embedded 135M) in the
+    same cache (the pairs are written again, the reward method is retrained on them, and what
+    it guides is generated again), against a ``--prefalign-no-cache`` run of the second."""
     from pytest_prefalign import storage
 
     pytester.makeini("[pytest]\n")  # the rootdir, where run files go
@@ -99,18 +100,18 @@ def test_cached_reruns_equal_no_cache_runs_on_real_data(
         (cache / "models").symlink_to(converted, target_is_directory=True)
     monkeypatch.setenv("PREFALIGN_CACHE", str(cache))
 
-    def run(negatives: str, *args: str) -> dict:
+    def run(writer: str, *args: str) -> dict:
         suite_toml.write_text(
-            f'[suite]\nname = "pref_lamp"\n[options]\nnegatives = "{negatives}"\n'
+            f'[suite]\nname = "pref_lamp"\n[options]\nnegatives = "style"\nwriter = "{writer}"\n'
         )
-        out = f"run-{negatives}-{len(list(pytester.path.glob('run-*.json')))}.json"
+        out = f"run-{len(list(pytester.path.glob('run-*.json')))}.json"
         result = pytester.runpytest_subprocess(
             "--prefalign",
             "suites/pref_lamp",
             "--prefalign-data",
             str(DATA),
             "--prefalign-limit",
-            "2",
+            "1",  # one author: the pairs are written three times (two writers, a cold run)
             "--prefalign-methods",
             "base,args[lore]",
             "--prefalign-json",
@@ -130,15 +131,19 @@ def test_cached_reruns_equal_no_cache_runs_on_real_data(
             if u["artifact"] != "features"
         }
 
-    generated = run("generated")
-    other = run("other_author")
-    # retrained on the new pairs, and what it guides generated again; base's outputs reused
+    first = run("embedded:gemma3-270m")
+    assert first["results"][0]["data"]["provenance"]["writer"] == "gemma-3-270m"
+    other = run("embedded:smollm2-135m")
+    assert other["results"][0]["data"]["provenance"]["writer"] == "SmolLM2-135M-Instruct"
+    # written again by the other writer, retrained on the new pairs, and what it guides
+    # generated again; base's outputs reused
+    assert hits(other)[("args[lore]", "written_titles", "")] is False
     assert hits(other)[("args[lore]", "rewards", "lore")] is False
     assert hits(other)[("args[lore]", "generations", "args[lore]")] is False
     assert hits(other)[("base", "generations", "base")] is True
-    fresh = run("other_author", "--prefalign-no-cache")
-    # nothing read from the cache but the converted model (the model itself, not a result)
+    fresh = run("embedded:smollm2-135m", "--prefalign-no-cache")
+    # nothing read from the cache but the converted models (the models, not a result)
     assert not any(hit for (_, kind, _), hit in hits(fresh).items() if kind != "models")
     assert same_figures(other, fresh)
-    again = run("generated")
-    assert all(hits(again).values()) and same_figures(again, generated)
+    again = run("embedded:gemma3-270m")
+    assert all(hits(again).values()) and same_figures(again, first)

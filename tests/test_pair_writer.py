@@ -219,7 +219,7 @@ def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "*pairs: style: tiny*'s titles from the author's own examples over other people's*",
+            "*pairs: style: tiny*'s titles from the author's own examples over another person's*",
             "*note: the pairs were written by this very model*",
         ]
     )
@@ -228,3 +228,14 @@ def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester
     provenance = row["data"]["provenance"]
     assert provenance["writer_source"] == "tiny" and provenance["negatives"] == "style"
     assert provenance["design"]["writer_fingerprint"] == row["model"]["fingerprint"]
+
+
+def test_the_default_pairs_wait_for_the_writer():
+    """By default the pairs are written (``style``): loading makes none, and names the writer
+    that ``build_pairs`` needs."""
+    if not (DATA / "acl-anthology").is_dir():
+        pytest.skip(f"no data at {DATA}")
+    suite = pref_lamp.PrefLamp()
+    data = suite.load(DATA, limit=1, options={})
+    assert data.provenance["negatives"] == "style" and not data.test_pairs
+    assert suite.writer(data) == writer.WRITER == "embedded:gemma3-270m"

@@ -443,8 +443,9 @@ def test_other_author_negative_matches_the_real_titles_length(tmp_path):
     assert pair.rejected == "A much longer title than the real one by far"
 
 
-def test_default_pairs_on_real_data_are_matched_in_length():
-    data = pref_lamp.PrefLamp().load(real_data(), limit=4, options={})
+def test_other_author_pairs_on_real_data_are_matched_in_length():
+    options = {"negatives": "other_author"}
+    data = pref_lamp.PrefLamp().load(real_data(), limit=4, options=options)
     assert data.provenance["negatives"] == "other_author"
     pairs = data.train_pairs + data.test_pairs
     gaps = [abs(len(p.chosen.split()) - len(p.rejected.split())) for p in pairs]

@@ -29,11 +29,11 @@ class PrefLampOptions:
     source: Literal["anthology", "lamp5"] = "anthology"
     lamp5_dir: str = ""  # with source = lamp5: the folder of {split}_questions/_outputs.json
     lamp5_split: Literal["", "dev", "train"] = ""  # dev or train; empty: dev where present
-    # style: both sides written by the writer for the same abstract, from the author's own
-    # titles (chosen) and from other people's (rejected); written: the real title against the
-    # writer's from other people's; other_author: a similar paper's title by somebody else;
+    # style: both sides written by the writer for the same abstract, after the author's own
+    # papers (chosen) and after another person's (rejected); written: the real title over the
+    # writer's after another person's; other_author: a similar paper's title by somebody else;
     # generated: the reference LM's zero-shot title (docs/suites.md: how the default was chosen)
-    negatives: Literal["style", "written", "generated", "other_author"] = "other_author"
+    negatives: Literal["style", "written", "generated", "other_author"] = "style"
     # other_author: words the negative's length may differ; "any": no limit
     length_slack: Count | Literal["any"] = 1
     writer: str = writer.WRITER  # style, written: the model source of the writer
@@ -45,8 +45,9 @@ class PrefLampOptions:
     test_share: Share = Fraction("0.3")  # the most recent share of an author's papers: test items
     min_profile: Count = 3  # users with fewer profile papers (after the leak rule) are dropped
     max_train_pairs: Count = 0  # training pairs per user, the most recent profile papers; 0 = all
-    title_tokens: Annotated[int, AtLeast(1)] = 32  # max_new_tokens of the reference LM's titles
-    batch_size: Annotated[int, AtLeast(1)] = 16  # prompts per batch of the reference LM
+    # max_new_tokens of the writer's or the reference LM's titles
+    title_tokens: Annotated[int, AtLeast(1)] = 32
+    batch_size: Annotated[int, AtLeast(1)] = 16  # sequences per batch of the writer or the LM
 
     def __post_init__(self) -> None:
         if self.source == "lamp5" and not self.lamp5_dir:

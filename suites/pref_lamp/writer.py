@@ -56,8 +56,8 @@ if TYPE_CHECKING:  # pragma: no cover
 WRITER = "embedded:gemma3-270m"
 DESIGNS = ("style", "written")
 LABELS = {
-    "style": "style: {writer}'s titles from the author's own examples over other people's",
-    "written": "written: the real title over {writer}'s from other people's examples",
+    "style": "style: {writer}'s titles from the author's own examples over another person's",
+    "written": "written: the real title over {writer}'s from another person's examples",
 }
 EXAMPLE_WORDS = 16  # an example's abstract is cut to its first words (its topic, cheaply)
 ABSTRACT_WORDS = 100  # the pair's own abstract, cut to this many words
