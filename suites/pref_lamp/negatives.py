@@ -249,7 +249,9 @@ def other_author(
     both = [*train, *test]
     nearest = _nearest_other(retriever, candidates, [paper for _, paper in both], length_slack)
     found = {f"{u}/{p.paper_id}": neg for (u, p), neg in zip(both, nearest, strict=True)}
-    add_pairs(suite, data, [_source(*t) for t in train], [_source(*t) for t in test], found)
+    add_pairs(
+        suite, data, [paper_source(*t) for t in train], [paper_source(*t) for t in test], found
+    )
     data.provenance.update(
         {
             "negatives": "other_author",
@@ -260,7 +262,8 @@ def other_author(
     )
 
 
-def _source(user: str, paper: Paper) -> Source:
+def paper_source(user: str, paper: Paper) -> Source:
+    """The pair source of one user's paper (its pair id ``{user}/{paper id}``)."""
     return Source(f"{user}/{paper.paper_id}", user, paper.paper_id, paper.abstract, paper.title)
 
 

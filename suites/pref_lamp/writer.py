@@ -45,11 +45,14 @@ from prefalign_suites.pref_lamp.negatives import (
     cached_outputs,
     clean_title,
     design,
+    paper_source,
     same_title,
 )
 from pytest_prefalign import bm25, cache, storage, versions
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
     from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
     from pytest_prefalign.api import Suite, SuiteData
 
@@ -97,26 +100,31 @@ def briefs(
     shown = [p for p in pool if p.key not in test_keys]  # papers an example may come from
     position = {p.key: i for i, p in enumerate(shown)}
     retriever = bm25.index([p.abstract for p in shown])
-    people = _people(shown, shots)
-    train, test = [], []
+    written_by = _people(shown)
+    people = {name: at for name, at in written_by.items() if len(at) >= shots}
+    train: list[Brief] = []
+    test: list[Brief] = []
     for user, papers in users.items():
         chosen = papers.profile[-max_train:] if max_train else papers.profile
         for paper, into in [*((p, train) for p in chosen), *((p, test) for p in papers.tests)]:
             scores = bm25.scores(retriever, paper.abstract)
             own = [position[p.key] for p in papers.profile if p.key != paper.key]
             mine = _best(scores, [i for i in own if _may_show(shown[i], paper, True)], shots)
-            theirs = _matched(scores, people, shown, paper, mine)
+            allowed = _others_allowed(shown, written_by, paper)
+            theirs = _matched(scores, people, allowed, mine)
             into.append(_brief(user, paper, [shown[i] for i in mine], [shown[i] for i in theirs]))
     return train, test
 
 
-def _people(papers: Sequence[Paper], shots: int) -> dict[str, list[int]]:
-    """Each person with at least ``shots`` papers, and the positions of their papers."""
+def _people(papers: Sequence[Paper]) -> dict[str, np.ndarray]:
+    """Each person, by name in order, and the positions of their papers."""
+    import numpy as np
+
     found: dict[str, list[int]] = {}
     for i, paper in enumerate(papers):
         for name in paper.people:
             found.setdefault(name, []).append(i)
-    return {name: found[name] for name in sorted(found) if len(found[name]) >= shots}
+    return {name: np.array(found[name], dtype=np.int64) for name in sorted(found)}
 
 
 def _may_show(example: Paper, query: Paper, own: bool) -> bool:
@@ -127,6 +135,23 @@ def _may_show(example: Paper, query: Paper, own: bool) -> bool:
     return own or not (example.people & query.people)
 
 
+def _others_allowed(
+    shown: Sequence[Paper], written_by: dict[str, np.ndarray], query: Paper
+) -> np.ndarray:
+    """Which of ``shown`` another person's examples for ``query`` may be (``_may_show``'s rule
+    for them, for every paper at once): no paper of the query's authors, not the query itself
+    or its title."""
+    import numpy as np
+
+    allowed = np.ones(len(shown), dtype=bool)
+    for name in query.people:
+        allowed[written_by.get(name, [])] = False
+    for i in map(int, np.flatnonzero(allowed)):
+        if shown[i].key == query.key or same_title(shown[i].title, query.title):
+            allowed[i] = False
+    return allowed
+
+
 def _best(scores: Any, positions: Sequence[int], k: int) -> list[int]:
     """The ``k`` positions with the highest scores (the earlier among equals), the most
     similar last (nearest the abstract the writer answers)."""
@@ -135,29 +160,32 @@ def _best(scores: Any, positions: Sequence[int], k: int) -> list[int]:
 
 
 def _matched(
-    scores: Any, people: dict[str, list[int]], shown: Sequence[Paper], query: Paper, mine: list[int]
+    scores: Any, people: dict[str, np.ndarray], allowed: np.ndarray, mine: list[int]
 ) -> list[int]:
     """Another person's examples, as many as the author's own and as similar to the query:
-    of the people with enough papers that share no author with it, the one whose most similar
-    papers' total score is nearest the author's own examples' (the first by name among
-    equals), and those papers."""
+    of the people with enough ``allowed`` papers, the one whose most similar papers' total
+    score is nearest the author's own examples' (the first by name among equals), and those
+    papers."""
+    import numpy as np
+
     k, target = len(mine), float(sum(scores[i] for i in mine))
-    best: tuple[float, list[int]] | None = None
+    values = np.asarray(scores)
+    best: tuple[float, np.ndarray] | None = None
     for positions in people.values():
-        eligible = [i for i in positions if _may_show(shown[i], query, False)]
+        eligible = positions[allowed[positions]]
         if len(eligible) < k:
             continue
-        top = _best(scores, eligible, k)
-        gap = abs(float(sum(scores[i] for i in top)) - target)
+        # the k highest scores, summed as the target is: from the lowest up, in their dtype
+        total = float(sum(np.sort(values[eligible])[len(eligible) - k :]))
+        gap = abs(total - target)
         if best is None or gap < best[0]:
-            best = (gap, top)
-    return best[1] if best else []
+            best = (gap, eligible)
+    return _best(scores, best[1].tolist(), k) if best else []
 
 
 def _brief(user: str, paper: Paper, mine: list[Paper], theirs: list[Paper]) -> Brief:
-    source = Source(f"{user}/{paper.paper_id}", user, paper.paper_id, paper.abstract, paper.title)
     return Brief(
-        source,
+        paper_source(user, paper),
         prompt(mine, paper.abstract),
         prompt(theirs, paper.abstract),
         tuple(p.title for p in (*mine, *theirs)),
@@ -218,8 +246,9 @@ def write(
             pick = _nearest([brief.source.title], theirs, length)
         else:
             pick = _nearest(_answers(found[_key(brief.own)], brief), theirs, length)
-        sides[brief.source.pair_id] = pick and (pick[0], pick[1])
-        unmatched += bool(pick) and abs(length(pick[0]) - length(pick[1])) > options.length_slack
+        sides[brief.source.pair_id] = pick
+        if pick and abs(length(pick[0]) - length(pick[1])) > options.length_slack:
+            unmatched += 1
     add_pairs(
         suite,
         data,
