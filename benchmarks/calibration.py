@@ -69,6 +69,19 @@ class Scenario:
     win: float = 0.5  # P(own RM prefers the method's output), ties aside
     tail_method: str = ""
     tail_share: float = 0.0
+    rm_levels: tuple[float, ...] = RM_LEVELS  # the reward methods' RM accuracies, in REWARDS order
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How much each simulated user holds: test pairs (policy and RM accuracy are shares of
+    them) and generation items (ROUGE-1 and the own-RM win are means over them)."""
+
+    pairs: int = PAIRS
+    items: int = ITEMS
+
+
+SHAPE = Shape()
 
 
 NULL = Scenario("null", {}, {})
@@ -87,8 +100,10 @@ EFFECTS: dict[str, Scenario] = {
 }
 
 
-def simulate(n_users: int, scenario: Scenario, rng: np.random.Generator) -> list[CaseResult]:
-    """One run's results under ``scenario``."""
+def simulate(
+    n_users: int, scenario: Scenario, rng: np.random.Generator, shape: Shape = SHAPE
+) -> list[CaseResult]:
+    """One run's results under ``scenario``, each user holding ``shape``'s pairs and items."""
     users = [f"u{i:03d}" for i in range(n_users)]
     level = rng.normal(0.4, 0.8, n_users)  # each user's policy-accuracy logit, shared by methods
     rouge_level = np.clip(rng.normal(0.20, 0.06, n_users), 0.02, 0.6)
@@ -97,8 +112,8 @@ def simulate(n_users: int, scenario: Scenario, rng: np.random.Generator) -> list
     for method in (*FREE, *REWARDS, "bon[per_user_bt]"):
         decoder, _, reward = method.partition("[")
         reward = reward.rstrip("]") or None
-        policy = _bernoulli_means(level + scenario.policy_shift.get(method, 0.0), rng)
-        rouge = _item_means(rouge_level + scenario.rouge_shift.get(method, 0.0), rng)
+        policy = _bernoulli_means(level + scenario.policy_shift.get(method, 0.0), rng, shape)
+        rouge = _item_means(rouge_level + scenario.rouge_shift.get(method, 0.0), rng, shape)
         if method == scenario.tail_method:
             rouge = _with_tail(rouge, scenario.tail_share, rng)
         per_user = {
@@ -106,21 +121,24 @@ def simulate(n_users: int, scenario: Scenario, rng: np.random.Generator) -> list
             "rouge1": dict(zip(users, rouge, strict=True)),
         }
         if reward:
-            rm = RM_LEVELS[REWARDS.index(method)] if method in REWARDS else RM_LEVELS[1]
+            levels = scenario.rm_levels
+            rm = levels[REWARDS.index(method)] if method in REWARDS else levels[1]
             logit = math.log(rm / (1 - rm)) + rm_user
-            per_user["rm_acc"] = dict(zip(users, _bernoulli_means(logit, rng), strict=True))
-            per_user["win_self"] = dict(zip(users, _wins(scenario.win, n_users, rng), strict=True))
+            per_user["rm_acc"] = dict(zip(users, _bernoulli_means(logit, rng, shape), strict=True))
+            wins = _wins(scenario.win, n_users, rng, shape)
+            per_user["win_self"] = dict(zip(users, wins, strict=True))
         rows.append(_result(method, decoder, reward, per_user, n_users))
     return rows
 
 
-def _bernoulli_means(logits: np.ndarray, rng: np.random.Generator) -> list[float]:
+def _bernoulli_means(logits: np.ndarray, rng: np.random.Generator, shape: Shape) -> list[float]:
     p = 1.0 / (1.0 + np.exp(-logits))
-    return (rng.binomial(PAIRS, p) / PAIRS).tolist()
+    return (rng.binomial(shape.pairs, p) / shape.pairs).tolist()
 
 
-def _item_means(levels: np.ndarray, rng: np.random.Generator) -> list[float]:
-    items = np.clip(levels[:, None] + rng.normal(0.0, 0.12, (len(levels), ITEMS)), 0.0, 1.0)
+def _item_means(levels: np.ndarray, rng: np.random.Generator, shape: Shape) -> list[float]:
+    noise = rng.normal(0.0, 0.12, (len(levels), shape.items))
+    items = np.clip(levels[:, None] + noise, 0.0, 1.0)
     return items.mean(axis=1).tolist()
 
 
@@ -136,11 +154,11 @@ def _with_tail(values: list[float], share: float, rng: np.random.Generator) -> l
     return out.tolist()
 
 
-def _wins(p_win: float, n_users: int, rng: np.random.Generator) -> list[float]:
-    """Each user's own-RM outcome share over ``ITEMS`` items: win 1, tie 1/2 (one in ten),
+def _wins(p_win: float, n_users: int, rng: np.random.Generator, shape: Shape) -> list[float]:
+    """Each user's own-RM outcome share over the shape's items: win 1, tie 1/2 (one in ten),
     loss 0, a win ``p_win`` as likely as a win or a loss."""
-    ties = rng.random((n_users, ITEMS)) < 0.1
-    wins = rng.random((n_users, ITEMS)) < p_win
+    ties = rng.random((n_users, shape.items)) < 0.1
+    wins = rng.random((n_users, shape.items)) < p_win
     return np.where(ties, 0.5, wins.astype(float)).mean(axis=1).tolist()
 
 

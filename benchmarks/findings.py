@@ -22,21 +22,36 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import importlib.util
 import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import filelock
+
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_TAU = (0.08, 0.31)  # the paper's range of tau across its three datasets
 NEAR = 0.02  # ROUGE-1 differences within this (2 points) count as nearly the same
 ALPHA = 0.05
+KEPT = "benchmarks/findings-runs"  # where the run files the page is made from are kept
+POWER = ROOT / "docs" / "findings-power.json"  # benchmarks/claim_power.py's table
+# the positive control: a suite whose truth is known, run with the methods that know it
+CONTROLS = {
+    "synthetic": (
+        "benchmarks/findings-control",  # the synthetic suite with more users (its suite.toml)
+        "base,bon[oracle],bon[oracle_noise1],bon[oracle_noisy],bon[oracle_noise4],"
+        "bon[oracle_noise8],bon[oracle_negated]",
+    )
+}
 
 
 @dataclasses.dataclass
@@ -51,6 +66,39 @@ class Run:
     returncode: int | None = None
     note: str = ""
     started: str = ""  # when the run started, UTC
+    invocation: str = ""  # the findings.py command that made this run
+    machine: str = ""  # where it ran: CPU, cores, threads torch was given
+    cache: str = ""  # what the results cache held when it started, from the run's summary
+
+
+def machine() -> str:
+    """This machine in a few words, for the runs table: the CPU model, its cores, and the
+    threads torch is given (OMP_NUM_THREADS, when set, e.g. for two runs side by side)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    threads = os.environ.get("OMP_NUM_THREADS")
+    return f"{cpu}, {os.cpu_count()} cores" + (f", {threads} thread(s) per run" if threads else "")
+
+
+SUITE_ORDER = ("pref_lamp", "polis", "synthetic")
+
+
+def merged(runs: list[Run], new: Run) -> list[Run]:
+    """The runs with ``new`` in place of an earlier run of the same suite and size, in page
+    order (suite, then size): runs made by separate invocations share one index."""
+    kept = [r for r in runs if (r.suite, r.size) != (new.suite, new.size)] + [new]
+
+    def order(run: Run) -> tuple[int, str, str]:
+        known = run.suite in SUITE_ORDER
+        return (SUITE_ORDER.index(run.suite) if known else len(SUITE_ORDER), run.size, run.suite)
+
+    return sorted(kept, key=order)
 
 
 def main() -> None:
@@ -61,22 +109,31 @@ def main() -> None:
     parser.add_argument("--runs", default=str(ROOT / ".prefalign" / "findings"), metavar="DIR")
     parser.add_argument("--out", default=str(ROOT / "docs" / "findings.md"))
     parser.add_argument("--render-only", action="store_true", help="reuse DIR/runs.json")
+    parser.add_argument("--power", type=Path, default=POWER, help="claim_power.py's table")
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help=f"keep the run files, compressed, in DIR ({KEPT})"
+    )
     args = parser.parse_args()
     runs_dir = Path(args.runs)
     index = runs_dir / "runs.json"
-    if args.render_only:
-        saved = json.loads(index.read_text())
-        invocation, runs = saved["invocation"], [Run(**r) for r in saved["runs"]]
-    else:
-        invocation = shlex.join(["python", "benchmarks/findings.py", *sys.argv[1:]])
+    saved = json.loads(index.read_text()) if index.is_file() else {"runs": []}
+    runs = [Run(**r) for r in saved["runs"]]
+    if not args.render_only:
         runs_dir.mkdir(parents=True, exist_ok=True)
-        runs = []
         for size in args.sizes.split(","):
             for suite in args.suites.split(","):
-                runs.append(run_one(suite, size, args.limit, runs_dir))
-                saved = {"invocation": invocation, "runs": [dataclasses.asdict(r) for r in runs]}
-                index.write_text(json.dumps(saved, indent=1))
-    Path(args.out).write_text(render(runs, invocation))
+                done = run_one(suite, size, args.limit, runs_dir)
+                done.invocation = shlex.join(["python", "benchmarks/findings.py", *sys.argv[1:]])
+                # written under a lock: several invocations (one per shard of the work) may run
+                # at once and each adds its own runs to the same index
+                with filelock.FileLock(str(index) + ".lock"):
+                    current = json.loads(index.read_text()) if index.is_file() else {"runs": []}
+                    runs = merged([Run(**r) for r in current["runs"]], done)
+                    index.write_text(index_text(runs))
+    power = json.loads(args.power.read_text()) if args.power.is_file() else None
+    Path(args.out).write_text(render(runs, runs_dir, power))
+    if args.keep:
+        keep(runs, runs_dir, args.keep)
     print(f"wrote {args.out}")
 
 
@@ -101,27 +158,53 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
     path = runs_dir / f"{suite}-{size}.json"
     path.unlink(missing_ok=True)  # a run file left by an earlier run must not pass for this one
 
+    folder, methods = CONTROLS.get(suite, (f"suites/{suite}", ""))
+    chosen = ["--prefalign-methods", methods] if methods else []  # else the default methods
+
     def argv(json_path: str) -> list[str]:
-        return ["pytest", "--prefalign", f"suites/{suite}", "--prefalign-sizes", size,
-                "--prefalign-limit", str(limit), "--prefalign-json", json_path,
+        return ["pytest", "--prefalign", folder, "--prefalign-sizes", size,
+                "--prefalign-limit", str(limit), *chosen, "--prefalign-json", json_path,
                 "-p", "no:cacheprovider"]  # fmt: skip
 
     print(f"{suite} {size}: {shlex.join(argv(str(path)))}", file=sys.stderr, flush=True)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", *argv(str(path))], cwd=ROOT, env=dict(os.environ))
+    returncode, cache = _pytest(argv(str(path)))
     seconds = time.perf_counter() - start
     ok = path.is_file()
     return Run(
         suite,
         size,
         command=shlex.join(argv(path.name)),
-        path=str(path) if ok else None,
+        path=path.name if ok else None,
+        cache=cache,
         seconds=seconds,
-        returncode=done.returncode,
+        returncode=returncode,
         started=started,
-        note="" if ok else f"no run file (pytest exit status {done.returncode})",
+        machine=machine(),
+        note="" if ok else f"no run file (pytest exit status {returncode})",
     )
+
+
+def _pytest(args: list[str]) -> tuple[int, str]:
+    """Run pytest, its output passed through as it comes; its exit status and the summary's
+    line on what the results cache held ("1 of 39 values reused, 38 computed")."""
+    cache = ""
+    with subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if line.startswith("cache: "):
+                cache = line.removeprefix("cache: ").split(" (")[0].strip()
+    return process.returncode, cache
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,34 +212,163 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
 # --------------------------------------------------------------------------------------------
 
 
-def render(runs: list[Run], invocation: str = "python benchmarks/findings.py") -> str:
-    from pytest_prefalign.runs import records
+def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None) -> str:
+    """The page, from the run files in ``runs_dir`` (and the claims' power table, where given)."""
 
-    loaded = [(r, records.read(Path(r.path))) for r in runs if r.path]
+    everything = [(r, read_run(runs_dir, r)) for r in runs if r.path]
+    loaded = [(r, run) for r, run in everything if r.suite not in CONTROLS]
+    controls = [(r, run) for r, run in everything if r.suite in CONTROLS]
     lines = [
         "# Findings: the paper's claims at this scale",
         "",
-        f"Written by `{invocation}` from the run files of the real runs below;",
-        "every figure comes from them (regenerate, never edit). Verdicts: **holds**, **does not",
-        "hold**, or **not enough evidence** at this scale, by the rules under each claim.",
+        "Written by `python benchmarks/findings.py` from the run files of the real runs below",
+        "(`--render-only` writes it again from them); every figure comes from them (regenerate,",
+        "never edit). Verdicts: **holds**, **does not hold**, or **not enough evidence** at this",
+        "scale, by the rules under each claim.",
         "",
         "## Runs",
         "",
-        "Time: the wall time of the run on the machine that made it, with what its cache held.",
+        f"The run files are kept in `{KEPT}` (see its README); `python benchmarks/findings.py",
+        f"--runs {KEPT} --render-only` writes this page again from them. Time: the wall time",
+        "of the run on the machine that made it; cache: what the results cache already held",
+        "when it started (the run's own summary line).",
         "",
-        "| suite | size | command | started | time | result |",
-        "|---|---|---|---|---|---|",
+        "| suite | size | command | started | time | machine | cache | result |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         result = r.note or f"exit status {r.returncode}"
         command = f"`{r.command}`" if r.command else "-"
         time_text = f"{r.seconds / 60:.0f} min" if r.command else "-"
         lines.append(
-            f"| {r.suite} | {r.size} | {command} | {r.started or '-'} | {time_text} | {result} |"
+            f"| {r.suite} | {r.size} | {command} | {r.started or '-'} | {time_text} | "
+            f"{r.machine or '-'} | {r.cache or '-'} | {result} |"
         )
-    lines += ["", *claim_tau(loaded), *claim_spread(loaded), *claim_icl(loaded)]
-    lines += [*baselines(loaded), *tables(loaded)]
+    made_by = sorted({r.invocation for r in runs if r.invocation})
+    if made_by:
+        lines += ["", "Made by " + ", ".join(f"`{i}`" for i in made_by) + "."]
+    lines += ["", *control(controls)]
+    lines += [*claim_tau(loaded, power), *claim_spread(loaded, power), *claim_icl(loaded, power)]
+    lines += [*power_table(power), *baselines(loaded), *tables(everything)]
     return "\n".join(lines) + "\n"
+
+
+def read_run(runs_dir: Path, run: Run) -> Any:
+    """A run's file from ``runs_dir``: ``NAME.json`` as the run wrote it, or ``NAME.json.gz`` as
+    kept (``--keep``), read through a temporary copy."""
+    from pytest_prefalign.runs import records
+
+    assert run.path is not None
+    path = runs_dir / Path(run.path).name
+    if path.is_file():
+        return records.read(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / path.name
+        plain.write_bytes(gzip.decompress((runs_dir / (path.name + ".gz")).read_bytes()))
+        return records.read(plain)
+
+
+def keep(runs: list[Run], runs_dir: Path, kept: Path) -> None:
+    """The index and every run file, compressed, in ``kept`` (the page is re-rendered from
+    there with ``--runs KEPT --render-only``); files of runs no longer in the index go."""
+    kept.mkdir(parents=True, exist_ok=True)
+    names = {Path(r.path).name + ".gz" for r in runs if r.path}
+    for old in kept.glob("*.json.gz"):
+        if old.name not in names:
+            old.unlink()
+    for r in runs:
+        if r.path:
+            source = runs_dir / Path(r.path).name
+            if source.is_file():  # else already kept, compressed
+                data = gzip.compress(source.read_bytes(), mtime=0)
+                (kept / (source.name + ".gz")).write_bytes(data)
+    (kept / "runs.json").write_text(index_text(runs))
+
+
+def index_text(runs: list[Run]) -> str:
+    """The runs' index (``runs.json``): each run's command, file, time, machine and cache."""
+    return json.dumps({"runs": [dataclasses.asdict(r) for r in runs]}, indent=1) + "\n"
+
+
+def users_needed(power: dict[str, Any] | None, suite: str, claim: str, verdict: str) -> str:
+    """Where a claim has not enough evidence: the users benchmarks/claim_power.py's table says
+    it needs at this suite's shape (the fewest of its grid at which power reaches its target),
+    or that none of the grid reaches it; "-" where the run decided or no table covers it."""
+    if verdict != "not enough evidence":
+        return "-"
+    row = (power or {}).get("power", {}).get(suite, {}).get(claim)
+    if not row:
+        return "-"
+    target = power["target"] if power else 0.8
+    grid = sorted(row, key=int)
+    for n in grid:
+        if row[n][0] >= target:
+            return f"{n} (power {row[n][0]:.2f})"
+    return f"more than {grid[-1]} (power {row[grid[-1]][0]:.2f} at {grid[-1]})"
+
+
+def power_table(power: dict[str, Any] | None) -> list[str]:
+    """The claims' power by users, as benchmarks/claim_power.py measured it."""
+    if not power:
+        return []
+    lines = [
+        "## How many users each claim needs",
+        "",
+        "Power: the share of simulated runs in which the claim reaches its verdict when the",
+        "paper's effect is true, by this page's own rules (benchmarks/claim_power.py, whose",
+        "docstring states each effect; `"
+        + power["command"]
+        + "`, "
+        + str(power["sims"])
+        + " runs per cell, ± its Monte Carlo standard error). The grid",
+        f"stops at the first number of users with power {power['target']}. Shapes: test pairs and",
+        "generation items per user ("
+        + "; ".join(f"{k}: {v[0]} pairs, {v[1]} items" for k, v in power["shapes"].items())
+        + ").",
+        "",
+        "| suite shape | claim (the paper's effect) | power by users |",
+        "|---|---|---|",
+    ]
+    for shape, claims in power["power"].items():
+        for claim, row in claims.items():
+            grid = sorted(row, key=int)
+            cells = ", ".join(f"{n}: {row[n][0]:.2f} ± {row[n][1]:.2f}" for n in grid)
+            lines.append(f"| {shape} | {power['claims'][claim]} | {cells} |")
+    return lines + [""]
+
+
+def control(controls: list) -> list[str]:
+    """The positive control: on a suite whose truth is known (the synthetic suite's noise
+    ladder of oracles, whose RM accuracy falls with the noise by construction), the tool must
+    find that RM accuracy predicts policy accuracy: a tau finding, claim 1 not holding there."""
+    if not controls:
+        return []
+    lines = [
+        "## Positive control: the synthetic suite's oracle ladder",
+        "",
+        "Users with known rules and reward methods that know them, with noise of 0, 1, 2, 4 and 8",
+        'rule units and the rule reversed (docs/suites.md, "synthetic"): RM accuracy falls',
+        "down the ladder by construction, and a policy guided by a better RM ranks pairs better.",
+        "Where the truth is that RM accuracy predicts policy accuracy, the tool must say so: the",
+        "control **passes** where the run states a positive tau finding (adjusted with its other",
+        "looks) with the interval above the paper's range, so claim 1 does not hold there.",
+        "",
+        "| suite · size | decoder | methods | users | tau | p | p_holm | 95% CI | analysis | "
+        "control |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    from pytest_prefalign.analysis import catalogue
+
+    for _, run in controls:
+        for e in (e for e in run.tau if e["n_methods"] >= 3 and e["y"] == catalogue.plotted()):
+            passed = tau_verdict(e) == "does not hold"
+            lines.append(
+                f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['n_methods']} | "
+                f"{e.get('n_users', '-')} | {_num(e['tau'], '+.3f')} | {_p(e['p_value'])} | "
+                f"{_p(e.get('p_holm'))} | {_ci(e['ci'])} | {e['verdict']} | "
+                f"{'passes' if passed else 'fails'} |"
+            )
+    return lines + [""]
 
 
 def _ci(ci: Any, spec: str = "+.2f") -> str:
@@ -186,7 +398,7 @@ def tau_verdict(entry: dict[str, Any]) -> str:
     return "not enough evidence"
 
 
-def claim_tau(loaded: list) -> list[str]:
+def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
     from pytest_prefalign.analysis import catalogue
 
     lines = [
@@ -204,17 +416,18 @@ def claim_tau(loaded: list) -> list[str]:
         "no tau and are left out.",
         "",
         "| suite · size | decoder | y | methods | users | tau | p | p_holm | 95% CI | upper 95% | "
-        "analysis | claim |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "analysis | claim | users needed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
         for e in (e for e in run.tau if e["n_methods"] >= 3):
             claim = tau_verdict(e) if e["y"] == catalogue.plotted() else ""
+            needed = users_needed(power, e["suite"], "tau", claim) if claim else ""
             lines.append(
                 f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['y']} | {e['n_methods']} | "
                 f"{e.get('n_users', '-')} | {_num(e['tau'], '+.3f')} | {_p(e['p_value'])} | "
                 f"{_p(e.get('p_holm'))} | {_ci(e['ci'])} | {_num(e.get('upper_95'), '+.2f')} | "
-                f"{e['verdict']} | {claim} |"
+                f"{e['verdict']} | {claim} | {needed} |"
             )
     return lines + [""]
 
@@ -235,10 +448,10 @@ def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
     return "not enough evidence"
 
 
-def claim_spread(loaded: list) -> list[str]:
-    from pytest_prefalign.analysis import catalogue, crisis, selection
+def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
+    from pytest_prefalign.analysis import catalogue
 
-    x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
+    x = catalogue.x_metric()  # RM accuracy
     lines = [
         "## 2. Large RM-accuracy differences, nearly the same ROUGE-1",
         "",
@@ -253,29 +466,43 @@ def claim_spread(loaded: list) -> list[str]:
         "evidence**.",
         "",
         "| suite · size | decoder | high RM acc | low RM acc | RM acc diff [95% CI] p range | "
-        "ROUGE-1 diff [95% CI] p | users | claim |",
-        "|---|---|---|---|---|---|---|---|",
+        "ROUGE-1 diff [95% CI] p | users | claim | users needed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
-        for (suite, size, decoder), rows in crisis.reward_groups(run.results).items():
-            rows = [r for r in rows if text in r.per_user and x in r.per_user]
-            if len(rows) < 2:
-                continue
-            high = max(rows, key=lambda r: r.metrics[x])
-            low = min(rows, key=lambda r: r.metrics[x])
-            if high is low or high.metrics[x] == low.metrics[x]:
-                continue
-            rm = selection.paired(high, low, x)
-            rm["p_range"] = selection.range_test(rows, x)
-            rouge = selection.paired(high, low, text)
+        for e in spread_entries(run.results):
+            high, low, rm, rouge = e["high"], e["low"], e["rm"], e["rouge"]
             lines.append(
-                f"| {suite} · {size} | {decoder} | {high.method} {high.metrics[x]:.3f} | "
-                f"{low.method} {low.metrics[x]:.3f} | {rm['diff']:+.3f} "
+                f"| {e['suite']} · {e['size']} | {e['decoder']} | {high.method} "
+                f"{high.metrics[x]:.3f} | {low.method} {low.metrics[x]:.3f} | {rm['diff']:+.3f} "
                 f"{_ci(rm['ci'], '+.3f')} p {_p(rm['p_range'])} | {rouge['diff']:+.3f} "
                 f"{_ci(rouge['ci'], '+.3f')} p {_p(rouge['p_value'])} | {rm['n_users']} | "
-                f"{spread_verdict(rm, rouge)} |"
+                f"{e['claim']} | {users_needed(power, e['suite'], 'spread', e['claim'])} |"
             )
     return lines + [""]
+
+
+def spread_entries(results: list) -> list[dict[str, Any]]:
+    """Claim 2 per (suite, size, decoder) with two reward methods or more: the methods with the
+    highest and the lowest RM accuracy, their paired differences and the claim's verdict."""
+    from pytest_prefalign.analysis import catalogue, crisis, selection
+
+    x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
+    out = []
+    for (suite, size, decoder), rows in crisis.reward_groups(results).items():
+        rows = [r for r in rows if text in r.per_user and x in r.per_user]
+        if len(rows) < 2:
+            continue
+        high = max(rows, key=lambda r: r.metrics[x])
+        low = min(rows, key=lambda r: r.metrics[x])
+        if high is low or high.metrics[x] == low.metrics[x]:
+            continue
+        rm = selection.paired(high, low, x)
+        rm["p_range"] = selection.range_test(rows, x)
+        rouge = selection.paired(high, low, text)
+        out.append({"suite": suite, "size": size, "decoder": decoder, "high": high, "low": low,
+                    "rm": rm, "rouge": rouge, "claim": spread_verdict(rm, rouge)})  # fmt: skip
+    return out
 
 
 def icl_verdict(entry: dict[str, Any]) -> str:
@@ -286,7 +513,7 @@ def icl_verdict(entry: dict[str, Any]) -> str:
     return "not enough evidence"
 
 
-def claim_icl(loaded: list) -> list[str]:
+def claim_icl(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
     lines = [
         "## 3. In-context learning against the best reward-guided method",
         "",
@@ -299,15 +526,16 @@ def claim_icl(loaded: list) -> list[str]:
         "else **not enough evidence**.",
         "",
         "| suite · size | ICL | best reward-guided | metric | ICL - it | 95% CI | p | p_holm | "
-        "users | analysis | claim |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "users | analysis | claim | users needed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
         for e in run.crisis.get("icl_vs_rgd", []):
             lines.append(
                 f"| {e['suite']} · {e['size']} | {e['icl']} | {e['rgd']} | {e['metric']} | "
                 f"{e['diff']:+.3f} | {_ci(e['ci'], '+.3f')} | {_p(e.get('p_value'))} | "
-                f"{_p(e.get('p_holm'))} | {e['n_users']} | {e['verdict']} | {icl_verdict(e)} |"
+                f"{_p(e.get('p_holm'))} | {e['n_users']} | {e['verdict']} | {icl_verdict(e)} | "
+                f"{users_needed(power, e['suite'], 'icl', icl_verdict(e))} |"
             )
     return lines + [""]
 

@@ -5,6 +5,7 @@ command; a size that could not run is named with the reason."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ def findings() -> Iterator[ModuleType]:
     del sys.modules["findings"]
 
 
-def row(method: str, **figures: float) -> CaseResult:
+def row(method: str, suite: str = "pref_lamp", **figures: float) -> CaseResult:
     """Every user near the figure (-0.01, 0, +0.01 in turn: the mean over ten users is 0.001
     below it); every method the same pattern, so paired differences are the same for all."""
     decoder, _, reward = method.partition("[")
@@ -41,7 +42,7 @@ def row(method: str, **figures: float) -> CaseResult:
         for name, value in figures.items()
     }
     return CaseResult(
-        suite="pref_lamp",
+        suite=suite,
         size="135m",
         method=method,
         decoder=decoder,
@@ -71,20 +72,63 @@ def results() -> list[CaseResult]:
     return rows + [row("lead", rouge1=0.40)]
 
 
-@pytest.fixture
-def rendered(findings: ModuleType, tmp_path: Path) -> str:
-    rows = results()
+def ladder() -> list[CaseResult]:
+    """The positive control's shape: six best-of-N rows whose RM accuracy orders policy
+    accuracy perfectly (the synthetic suite's oracle ladder)."""
+    rungs = [("oracle", 1.0, 0.9), ("noise1", 0.9, 0.8), ("noise2", 0.8, 0.7),
+             ("noise4", 0.6, 0.6), ("noise8", 0.5, 0.5), ("negated", 0.0, 0.2)]  # fmt: skip
+    rows = [
+        row(f"bon[{n}]", "synthetic", rm_acc=rm, policy_acc=pa, rouge1=0.2) for n, rm, pa in rungs
+    ]
+    return rows + [row("base", "synthetic", policy_acc=0.5, rouge1=0.2)]
+
+
+POWER = {
+    "command": "python benchmarks/claim_power.py --sims 50",
+    "sims": 50,
+    "target": 0.8,
+    "claims": {"tau": "1. tau weak", "spread": "2. spread", "icl": "3. ICL ahead"},
+    "shapes": {"pref_lamp": [5, 5]},
+    "power": {
+        "pref_lamp": {
+            "tau": {"10": [0.0, 0.0], "20": [0.1, 0.04]},
+            "spread": {"10": [0.3, 0.06], "20": [0.86, 0.05]},
+            "icl": {"10": [0.9, 0.04]},
+        }
+    },
+}
+
+
+def write_run(rows: list[CaseResult], path: Path) -> None:
     tau, found = crisis.analyse(rows)
-    path = tmp_path / "pref_lamp-135m.json"
     records.write(RunFile(rows, tau=tau, crisis=found), path)
+
+
+@pytest.fixture
+def runs(findings: ModuleType, tmp_path: Path) -> list:
+    write_run(results(), tmp_path / "pref_lamp-135m.json")
+    write_run(ladder(), tmp_path / "synthetic-135m.json")
     command = "pytest --prefalign suites/pref_lamp --prefalign-sizes 135m --prefalign-limit 10"
-    runs = [
+    return [
         findings.Run(
-            "pref_lamp", "135m", command=command, path=str(path), seconds=600.0, returncode=0
+            "pref_lamp",
+            "135m",
+            command=command,
+            path="pref_lamp-135m.json",
+            seconds=600.0,
+            returncode=0,
+            invocation="python benchmarks/findings.py --limit 10",
+            machine="a CPU, 2 cores",
+            cache="0 of 39 values reused, 39 computed",
         ),
         findings.Run("pref_lamp", "270m", note="skipped: SmolLM2-360M is not installed"),
+        findings.Run("synthetic", "135m", command="pytest ...", path="synthetic-135m.json"),
     ]
-    return findings.render(runs, "python benchmarks/findings.py --limit 10")
+
+
+@pytest.fixture
+def rendered(findings: ModuleType, runs: list, tmp_path: Path) -> str:
+    return findings.render(runs, tmp_path, POWER)
 
 
 def line_with(text: str, *parts: str) -> str:
@@ -98,7 +142,7 @@ def test_claim_one_does_not_hold_where_rm_accuracy_orders_policy_accuracy(render
     # with the run's other looks, and the interval above the paper's 0.31
     assert "| 6 | 10 | +1.000 | 0.00278 |" in line and "| [+1.00, +1.00] | +1.00 |" in line
     assert line.endswith("| finding: RM accuracy orders the methods the same way as policy_acc "
-                         "| does not hold |")  # fmt: skip
+                         "| does not hold | - |")  # fmt: skip
     # a decoder with one reward method has no tau: left out of the claim's table
     claim = rendered.split("## 1.")[1].split("## 2.")[0]
     assert "| bon |" not in claim and "fewer than 3 reward methods" in claim
@@ -109,14 +153,14 @@ def test_claim_two_holds_where_rouge_is_nearly_the_same(rendered: str) -> None:
     # the extremes of six, tested by the within-user permutation of all six: every user
     # orders them alike, so no shuffle reaches the observed range: p = 1 / 10001
     assert "+0.350 [+0.350, +0.350] p 0.0001" in line
-    assert line.endswith("| 10 | holds |")
+    assert line.endswith("| 10 | holds | - |")
 
 
 def test_claim_three_and_the_baselines(rendered: str) -> None:
     line = line_with(rendered, "| pref_lamp · 135m | icl | args[e] | rouge1 |")
     # ICL ahead of every guided row for every user: no shuffle of the eight rows reaches it
     assert (
-        "| +0.050 | [+0.050, +0.050] | 0.0002 | 0.001 | 10 | icl better | holds at this size |"
+        "| +0.050 | [+0.050, +0.050] | 0.0002 | 0.001 | 10 | icl better | holds at this size | - |"
         in line
     )
     line = line_with(rendered, "| pref_lamp · 135m | icl | lead |")
@@ -124,9 +168,13 @@ def test_claim_three_and_the_baselines(rendered: str) -> None:
 
 
 def test_runs_commands_and_tables(rendered: str) -> None:
-    assert "Written by `python benchmarks/findings.py --limit 10` from the run files" in rendered
-    assert "| pref_lamp | 270m | - | - | - | skipped: SmolLM2-360M is not installed |" in rendered
-    assert line_with(rendered, "| pref_lamp | 135m |").endswith("| 10 min | exit status 0 |")
+    assert "Made by `python benchmarks/findings.py --limit 10`." in rendered
+    assert "| pref_lamp | 270m | - | - | - | - | - | skipped: SmolLM2-360M is not installed |" in (
+        rendered
+    )
+    assert line_with(rendered, "| pref_lamp | 135m |").endswith(
+        "| 10 min | a CPU, 2 cores | 0 of 39 values reused, 39 computed | exit status 0 |"
+    )
     # the tables as the run printed them, under the command that produced them
     section = rendered.split("### pref_lamp · 135m")[1]
     assert "`pytest --prefalign suites/pref_lamp --prefalign-sizes 135m --prefalign-limit 10`" in (
@@ -161,3 +209,61 @@ def test_runs_commands_and_tables(rendered: str) -> None:
 )
 def test_tau_verdicts(findings: ModuleType, entry: dict, claim: str) -> None:
     assert findings.tau_verdict(entry) == claim
+
+
+def test_the_positive_control_passes_where_rm_accuracy_orders_policy_accuracy(
+    rendered: str,
+) -> None:
+    section = rendered.split("## Positive control")[1].split("## 1.")[0]
+    line = line_with(section, "| synthetic · 135m | bon |")
+    # six rungs ranked perfectly: exact p 2/6!, a finding with its interval above 0.31
+    assert "| 6 | 10 | +1.000 | 0.00278 |" in line and line.endswith("| passes |")
+    # the control is not one of the paper's claims: it is not in their tables
+    assert "synthetic" not in rendered.split("## 1.")[1].split("## The runs' tables")[0]
+
+
+def test_users_needed_read_from_the_power_table(findings: ModuleType) -> None:
+    assert findings.users_needed(POWER, "pref_lamp", "spread", "not enough evidence") == (
+        "20 (power 0.86)"
+    )
+    assert findings.users_needed(POWER, "pref_lamp", "tau", "not enough evidence") == (
+        "more than 20 (power 0.10 at 20)"
+    )
+    # a claim the run decided needs no more users; a suite the table does not cover has none
+    assert findings.users_needed(POWER, "pref_lamp", "spread", "holds") == "-"
+    assert findings.users_needed(POWER, "polis", "spread", "not enough evidence") == "-"
+    assert findings.users_needed(None, "pref_lamp", "spread", "not enough evidence") == "-"
+
+
+def test_the_power_table_is_on_the_page(rendered: str) -> None:
+    section = rendered.split("## How many users each claim needs")[1]
+    assert "`python benchmarks/claim_power.py --sims 50`" in section
+    assert "| pref_lamp | 2. spread | 10: 0.30 ± 0.06, 20: 0.86 ± 0.05 |" in section
+
+
+def test_the_kept_run_files_render_the_same_page(
+    findings: ModuleType, runs: list, rendered: str, tmp_path: Path
+) -> None:
+    kept = tmp_path / "kept"
+    findings.keep(runs, tmp_path, kept)
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "pref_lamp-135m.json.gz", "runs.json", "synthetic-135m.json.gz"
+    ]  # fmt: skip
+    index = json.loads((kept / "runs.json").read_text())
+    again = [findings.Run(**r) for r in index["runs"]]
+    assert findings.render(again, kept, POWER) == rendered
+    # keeping again drops the file of a run no longer in the index
+    findings.keep(runs[:2], kept, kept)
+    assert not (kept / "synthetic-135m.json.gz").exists()
+
+
+def test_a_run_replaces_the_earlier_run_of_its_suite_and_size(findings: ModuleType) -> None:
+    old = [findings.Run("polis", "135m", note="old"), findings.Run("pref_lamp", "270m")]
+    new = findings.merged(old, findings.Run("polis", "135m", note="new"))
+    assert [(r.suite, r.size, r.note) for r in new] == [
+        ("pref_lamp", "270m", ""), ("polis", "135m", "new")
+    ]  # fmt: skip
+    more = findings.merged(new, findings.Run("pref_lamp", "135m"))
+    assert [(r.suite, r.size) for r in more] == [
+        ("pref_lamp", "135m"), ("pref_lamp", "270m"), ("polis", "135m")
+    ]  # fmt: skip
