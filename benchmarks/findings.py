@@ -42,6 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER_TAU = (0.08, 0.31)  # the paper's range of tau across its three datasets
 NEAR = 0.02  # ROUGE-1 differences within this (2 points) count as nearly the same
 ALPHA = 0.05
+NEEDED = (  # what the "users needed" column of each claim means
+    "Users needed (where there is not enough evidence): the fewest users at which a run of "
+    "this suite's shape reaches the claim 8 times in 10 when the paper's effect is true "
+    '("How many users each claim needs", below).'
+)
 KEPT = "benchmarks/findings-runs"  # where the run files the page is made from are kept
 POWER = ROOT / "docs" / "findings-power.json"  # benchmarks/claim_power.py's table
 # the positive control: a suite whose truth is known, run with the methods that know it
@@ -215,6 +220,7 @@ def _pytest(args: list[str]) -> tuple[int, str]:
 def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None) -> str:
     """The page, from the run files in ``runs_dir`` (and the claims' power table, where given)."""
 
+    runs = [_with_file(r, runs_dir) for r in runs]
     everything = [(r, read_run(runs_dir, r)) for r in runs if r.path]
     loaded = [(r, run) for r, run in everything if r.suite not in CONTROLS]
     controls = [(r, run) for r, run in everything if r.suite in CONTROLS]
@@ -251,6 +257,17 @@ def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None)
     lines += [*claim_tau(loaded, power), *claim_spread(loaded, power), *claim_icl(loaded, power)]
     lines += [*power_table(power), *baselines(loaded), *tables(everything)]
     return "\n".join(lines) + "\n"
+
+
+def _with_file(run: Run, runs_dir: Path) -> Run:
+    """The run as listed, or, where its run file is in ``runs_dir`` neither plain nor kept,
+    without it and saying so (the page names the run and renders the others)."""
+    if not run.path:
+        return run
+    name = Path(run.path).name
+    if (runs_dir / name).is_file() or (runs_dir / (name + ".gz")).is_file():
+        return run
+    return dataclasses.replace(run, path=None, note=f"its run file {name} is not in {runs_dir}")
 
 
 def read_run(runs_dir: Path, run: Run) -> Any:
@@ -413,7 +430,7 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
         f"methods the same way as policy accuracy with an interval above {PAPER_TAU[1]}; else",
         "**not enough evidence** (also where the analysis says so, for its own reasons).",
         "ROUGE-1 rows are shown for reference; decoders with fewer than 3 reward methods have",
-        "no tau and are left out.",
+        "no tau and are left out. " + NEEDED,
         "",
         "| suite · size | decoder | y | methods | users | tau | p | p_holm | 95% CI | upper 95% | "
         "analysis | claim | users needed |",
@@ -463,7 +480,7 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
         "**holds** where that test is significant and the ROUGE-1 difference's",
         f"interval lies within +-{NEAR} (or ROUGE-1 goes significantly the other way); it **does",
         "not hold** where ROUGE-1 differs significantly the same way; else **not enough",
-        "evidence**.",
+        "evidence**. " + NEEDED,
         "",
         "| suite · size | decoder | high RM acc | low RM acc | RM acc diff [95% CI] p range | "
         "ROUGE-1 diff [95% CI] p | users | claim | users needed |",
@@ -523,7 +540,7 @@ def claim_icl(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
         "and every reward-guided row, the best chosen again in each; p_holm: adjusted with the",
         "run's other looks). The claim **holds at this size** where the run states ICL ahead",
         "(p_holm below 0.05), **does not hold** where it states the reward-guided row ahead,",
-        "else **not enough evidence**.",
+        "else **not enough evidence**. " + NEEDED,
         "",
         "| suite · size | ICL | best reward-guided | metric | ICL - it | 95% CI | p | p_holm | "
         "users | analysis | claim | users needed |",

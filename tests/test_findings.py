@@ -267,3 +267,14 @@ def test_a_run_replaces_the_earlier_run_of_its_suite_and_size(findings: ModuleTy
     assert [(r.suite, r.size) for r in more] == [
         ("pref_lamp", "135m"), ("pref_lamp", "270m"), ("polis", "135m")
     ]  # fmt: skip
+
+
+def test_a_run_whose_file_is_gone_is_named_and_the_others_rendered(
+    findings: ModuleType, runs: list, tmp_path: Path
+) -> None:
+    gone = findings.Run("polis", "135m", command="pytest ...", path="polis-135m.json")
+    page = findings.render([*runs, gone], tmp_path, POWER)
+    assert line_with(page, "| polis | 135m |").endswith(
+        f"| its run file polis-135m.json is not in {tmp_path} |"
+    )
+    assert "### pref_lamp · 135m" in page and "### polis · 135m" not in page
