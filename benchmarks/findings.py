@@ -235,20 +235,23 @@ def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None)
         "## Runs",
         "",
         f"The run files are kept in `{KEPT}` (see its README); `python benchmarks/findings.py",
-        f"--runs {KEPT} --render-only` writes this page again from them. Time: the wall time",
+        f"--runs {KEPT} --render-only` writes this page again from them. Commit: the checkout",
+        "that ran (the run file's own record of `git rev-parse HEAD`). Time: the wall time",
         "of the run on the machine that made it; cache: what the results cache already held",
         "when it started (the run's own summary line).",
         "",
-        "| suite | size | command | started | time | machine | cache | result |",
-        "|---|---|---|---|---|---|---|---|",
+        "| suite | size | command | commit | started | time | machine | cache | result |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    commits = {id(r): run.commit for r, run in everything}
     for r in runs:
         result = r.note or f"exit status {r.returncode}"
         command = f"`{r.command}`" if r.command else "-"
         time_text = f"{r.seconds / 60:.0f} min" if r.command else "-"
         lines.append(
-            f"| {r.suite} | {r.size} | {command} | {r.started or '-'} | {time_text} | "
-            f"{r.machine or '-'} | {r.cache or '-'} | {result} |"
+            f"| {r.suite} | {r.size} | {command} | {commits.get(id(r)) or '-'} | "
+            f"{r.started or '-'} | {time_text} | {r.machine or '-'} | {r.cache or '-'} | "
+            f"{result} |"
         )
     made_by = sorted({r.invocation for r in runs if r.invocation})
     if made_by:

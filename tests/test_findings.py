@@ -101,7 +101,7 @@ POWER = {
 
 def write_run(rows: list[CaseResult], path: Path) -> None:
     tau, found = crisis.analyse(rows)
-    records.write(RunFile(rows, tau=tau, crisis=found), path)
+    records.write(RunFile(rows, tau=tau, crisis=found, commit="abc1234"), path)
 
 
 @pytest.fixture
@@ -169,11 +169,13 @@ def test_claim_three_and_the_baselines(rendered: str) -> None:
 
 def test_runs_commands_and_tables(rendered: str) -> None:
     assert "Made by `python benchmarks/findings.py --limit 10`." in rendered
-    assert "| pref_lamp | 270m | - | - | - | - | - | skipped: SmolLM2-360M is not installed |" in (
-        rendered
+    assert (
+        "| pref_lamp | 270m | - | - | - | - | - | - | skipped: SmolLM2-360M is not installed |"
+        in (rendered)
     )
     assert line_with(rendered, "| pref_lamp | 135m |").endswith(
-        "| 10 min | a CPU, 2 cores | 0 of 39 values reused, 39 computed | exit status 0 |"
+        "| abc1234 | - | 10 min | a CPU, 2 cores | 0 of 39 values reused, 39 computed "
+        "| exit status 0 |"
     )
     # the tables as the run printed them, under the command that produced them
     section = rendered.split("### pref_lamp · 135m")[1]
