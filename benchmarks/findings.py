@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -246,6 +247,8 @@ def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None)
     commits = {id(r): run.commit for r, run in everything}
     for r in runs:
         result = r.note or f"exit status {r.returncode}"
+        if r.returncode is not None and r.returncode < 0:  # ended by a signal
+            result += f" (killed by {signal.Signals(-r.returncode).name})"
         command = f"`{r.command}`" if r.command else "-"
         time_text = f"{r.seconds / 60:.0f} min" if r.command else "-"
         lines.append(

@@ -274,6 +274,12 @@ def test_a_run_replaces_the_earlier_run_of_its_suite_and_size(findings: ModuleTy
 def test_a_run_whose_file_is_gone_is_named_and_the_others_rendered(
     findings: ModuleType, runs: list, tmp_path: Path
 ) -> None:
+    killed = findings.Run("polis", "270m", command="pytest ...", returncode=-9,
+                          note="no run file (pytest exit status -9)")  # fmt: skip
+    page = findings.render([*runs, killed], tmp_path, POWER)
+    assert line_with(page, "| polis | 270m |").endswith(
+        "| no run file (pytest exit status -9) (killed by SIGKILL) |"
+    )
     gone = findings.Run("polis", "135m", command="pytest ...", path="polis-135m.json")
     page = findings.render([*runs, gone], tmp_path, POWER)
     assert line_with(page, "| polis | 135m |").endswith(
