@@ -3,30 +3,20 @@ reached-verdict functions read findings.py's own verdicts."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
+import benchmark_scripts
 import numpy as np
 import pytest
 from scipy.stats import kendalltau
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def claim_power() -> Iterator[ModuleType]:
     loaded = {name: sys.modules.get(name) for name in ("claim_power", "calibration", "findings")}
-    spec = importlib.util.spec_from_file_location(
-        "claim_power", ROOT / "benchmarks" / "claim_power.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["claim_power"] = module
-    spec.loader.exec_module(module)
-    yield module
+    yield benchmark_scripts.load("claim_power")
     for name, before in loaded.items():  # leave other tests' modules as they were
         if before is None:
             sys.modules.pop(name, None)

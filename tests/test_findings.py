@@ -4,13 +4,13 @@ command; a size that could not run is named with the reason."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import benchmark_scripts
 import numpy as np
 import pytest
 
@@ -19,17 +19,11 @@ from pytest_prefalign.runs import records
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def findings() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("findings", ROOT / "benchmarks" / "findings.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["findings"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
+    yield benchmark_scripts.load("findings")
     del sys.modules["findings"]
 
 
