@@ -122,8 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     runs_dir = Path(args.runs)
     index = runs_dir / "runs.json"
-    saved = json.loads(index.read_text()) if index.is_file() else {"runs": []}
-    runs = [Run(**r) for r in saved["runs"]]
+    runs = read_index(index)
     if not args.render_only:
         runs_dir.mkdir(parents=True, exist_ok=True)
         for size in args.sizes.split(","):
@@ -133,8 +132,7 @@ def main() -> None:
                 # written under a lock: several invocations (one per shard of the work) may run
                 # at once and each adds its own runs to the same index
                 with filelock.FileLock(str(index) + ".lock"):
-                    current = json.loads(index.read_text()) if index.is_file() else {"runs": []}
-                    runs = merged([Run(**r) for r in current["runs"]], done)
+                    runs = merged(read_index(index), done)
                     index.write_text(index_text(runs))
     power = json.loads(args.power.read_text()) if args.power.is_file() else None
     Path(args.out).write_text(render(runs, runs_dir, power))
@@ -306,6 +304,13 @@ def keep(runs: list[Run], runs_dir: Path, kept: Path) -> None:
                 data = gzip.compress(source.read_bytes(), mtime=0)
                 (kept / (source.name + ".gz")).write_bytes(data)
     (kept / "runs.json").write_text(index_text(runs))
+
+
+def read_index(index: Path) -> list[Run]:
+    """The runs listed in an index (``runs.json``); none where there is no index yet."""
+    if not index.is_file():
+        return []
+    return [Run(**r) for r in json.loads(index.read_text())["runs"]]
 
 
 def index_text(runs: list[Run]) -> str:

@@ -4,7 +4,6 @@ command; a size that could not run is named with the reason."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -245,8 +244,7 @@ def test_the_kept_run_files_render_the_same_page(
     assert sorted(p.name for p in kept.iterdir()) == [
         "pref_lamp-135m.json.gz", "runs.json", "synthetic-135m.json.gz"
     ]  # fmt: skip
-    index = json.loads((kept / "runs.json").read_text())
-    again = [findings.Run(**r) for r in index["runs"]]
+    again = findings.read_index(kept / "runs.json")
     assert findings.render(again, kept, POWER) == rendered
     # keeping again drops the file of a run no longer in the index
     findings.keep(runs[:2], kept, kept)
