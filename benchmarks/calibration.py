@@ -55,6 +55,8 @@ KINDS = ("tau", "regret", "inversions", "icl_vs_rgd", "circular", "spread")
 REWARDS = ("args[global_bt]", "args[per_user_bt]", "args[lore]", "args[vpl]", "args[pal]")
 RM_LEVELS = (0.70, 0.74, 0.78, 0.82, 0.86)  # the reward methods' RM accuracies, truly apart
 FREE = ("base", "icl", "icl_rag")
+ROUGE_LEVEL = (0.20, 0.06)  # users' ROUGE-1 levels: mean and spread (clipped to 0.02..0.6)
+ITEM_SD = 0.12  # an item's ROUGE-1 about its user's level (clipped to 0..1)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def simulate(
     """One run's results under ``scenario``, each user holding ``shape``'s pairs and items."""
     users = [f"u{i:03d}" for i in range(n_users)]
     level = rng.normal(0.4, 0.8, n_users)  # each user's policy-accuracy logit, shared by methods
-    rouge_level = np.clip(rng.normal(0.20, 0.06, n_users), 0.02, 0.6)
+    rouge_level = _rouge_levels(rng, n_users)
     rm_user = rng.normal(0.0, 0.5, n_users)
     rows = []
     for method in (*FREE, *REWARDS, "bon[per_user_bt]"):
@@ -136,10 +138,36 @@ def _bernoulli_means(logits: np.ndarray, rng: np.random.Generator, shape: Shape)
     return (rng.binomial(shape.pairs, p) / shape.pairs).tolist()
 
 
+def _rouge_levels(rng: np.random.Generator, n_users: int) -> np.ndarray:
+    return np.clip(rng.normal(*ROUGE_LEVEL, n_users), 0.02, 0.6)
+
+
+def _items(levels: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    return np.clip(levels[:, None] + noise, 0.0, 1.0)
+
+
 def _item_means(levels: np.ndarray, rng: np.random.Generator, shape: Shape) -> list[float]:
-    noise = rng.normal(0.0, 0.12, (len(levels), shape.items))
-    items = np.clip(levels[:, None] + noise, 0.0, 1.0)
-    return items.mean(axis=1).tolist()
+    noise = rng.normal(0.0, ITEM_SD, (len(levels), shape.items))
+    return _items(levels, noise).mean(axis=1).tolist()
+
+
+def rouge_gap(shift: float, draws: int = 1_000_000, seed: int = 0) -> float:
+    """The true difference of mean ROUGE-1 that a ``rouge_shift`` of ``shift`` makes: less than
+    the shift, where an item's ROUGE-1 is clipped at 0 (computed over ``draws`` users with
+    common random numbers)."""
+    rng = np.random.default_rng(seed)
+    levels, noise = _rouge_levels(rng, draws), rng.normal(0.0, ITEM_SD, (draws, 1))
+    return float((_items(levels + shift, noise) - _items(levels, noise)).mean())
+
+
+def rouge_shift_for(gap: float, tolerance: float = 1e-5) -> float:
+    """The ``rouge_shift`` whose true mean ROUGE-1 difference is ``gap`` (bisection on
+    ``rouge_gap``, which grows with the shift)."""
+    low, high = gap, 2 * gap
+    while high - low > tolerance:
+        middle = (low + high) / 2
+        low, high = (middle, high) if rouge_gap(middle) < gap else (low, middle)
+    return (low + high) / 2
 
 
 def _with_tail(values: list[float], share: float, rng: np.random.Generator) -> list[float]:

@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from pytest_prefalign.analysis import crisis  # noqa: E402
 from pytest_prefalign.runs.records import CaseResult  # noqa: E402
 
+POWER = ROOT / "docs" / "findings-power.json"  # this script's power table, as findings.py reads it
 TARGET = 0.8  # the power at which a number of users is enough
 PAPER_TAU_RANKS = (1, 0, 4, 3, 2)  # policy-accuracy ranks against RM-accuracy order: tau 0.2
 TAU_STEP = 0.3  # logit of policy accuracy per rank
@@ -87,18 +88,28 @@ class Claim:
     reached: Callable[[list[CaseResult]], bool]
 
 
-def tau_reached(results: list[CaseResult]) -> bool:
-    """Claim 1's verdict on the ``args`` decoder's tau over policy accuracy is "holds"."""
+def tau_said(results: list[CaseResult]) -> str:
+    """Claim 1's verdict on the ``args`` decoder's tau over policy accuracy."""
     (entry,) = [
         e for e in crisis.tau_entries(results) if (e["decoder"], e["y"]) == ("args", "policy_acc")
     ]
-    return bool(findings.tau_verdict(entry) == "holds")
+    return str(findings.tau_verdict(entry))
+
+
+def tau_reached(results: list[CaseResult]) -> bool:
+    """Claim 1's verdict on the ``args`` decoder's tau over policy accuracy is "holds"."""
+    return tau_said(results) == "holds"
+
+
+def spread_said(results: list[CaseResult]) -> str:
+    """Claim 2's verdict on the ``args`` decoder."""
+    (entry,) = [e for e in findings.spread_entries(results) if e["decoder"] == "args"]
+    return str(entry["claim"])
 
 
 def spread_reached(results: list[CaseResult]) -> bool:
-    """Claim 2's verdict on the ``args`` decoder is "holds"."""
-    (entry,) = [e for e in findings.spread_entries(results) if e["decoder"] == "args"]
-    return bool(entry["claim"].startswith("holds"))
+    """Claim 2's verdict on the ``args`` decoder is "holds" (either way)."""
+    return spread_said(results).startswith("holds")
 
 
 def icl_reached(results: list[CaseResult]) -> bool:
@@ -135,6 +146,90 @@ EFFECTS = {
 }
 
 
+NULL_TAU_RANKS = (1, 0, 4, 2, 3)  # tau 0.4: above the paper's 0.31, the nearest five methods allow
+ALL_SAME = (0.76,) * 5  # every reward method's RM accuracy, the same
+
+
+@dataclass(frozen=True)
+class Error:
+    """A world in which one of a claim's verdicts is false. The share of simulated runs that
+    say it there is that verdict's error rate; a world on the edge of the verdict's null gives
+    its level."""
+
+    claim: str  # the EFFECTS key
+    world: str
+    scenario: Any  # calibration.Scenario
+    verdict: str  # the false verdict counted (a verdict that begins with it)
+    said: Callable[[list[CaseResult]], str]
+
+
+def error_worlds() -> list[Error]:
+    """The worlds where claims 1 and 2 would say something false: "holds" on the nearest edge
+    of its null, "does not hold" where the paper's effect is true. (Claim 3's "holds at this
+    size" is the analysis's icl_vs_rgd verdict, whose rate under its null is in
+    docs/metrics.md's calibration table.)"""
+    best = calibration.REWARDS[-1]  # the highest RM accuracy of SPREAD_LEVELS
+    edge = calibration.rouge_shift_for(findings.NEAR)  # a true ROUGE-1 gap of exactly NEAR
+    tau_04 = {m: TAU_STEP * r for m, r in zip(calibration.REWARDS, NULL_TAU_RANKS, strict=True)}
+    return [
+        Error(
+            "tau",
+            "tau 0.4 in truth (the nearest above the paper's 0.31 that five methods allow)",
+            calibration.Scenario("tau 0.4", tau_04, {}),
+            "holds",
+            tau_said,
+        ),
+        Error(
+            "tau",
+            "tau 0.2 in truth (the paper's)",
+            EFFECTS["tau"].scenario,
+            "does not hold",
+            tau_said,
+        ),  # fmt: skip
+        Error(
+            "spread",
+            f"RM accuracy 20 points apart, the highest's ROUGE-1 {findings.NEAR} above "
+            "(the edge of nearly the same)",
+            calibration.Scenario("spread edge", {}, {best: edge}, rm_levels=SPREAD_LEVELS),
+            "holds",
+            spread_said,
+        ),
+        Error(
+            "spread",
+            "RM accuracy the same for every method, ROUGE-1 the same",
+            calibration.Scenario("spread none", {}, {}, rm_levels=ALL_SAME),
+            "holds",
+            spread_said,
+        ),
+        Error(
+            "spread",
+            "RM accuracy 20 points apart, ROUGE-1 the same (the paper's)",
+            EFFECTS["spread"].scenario,
+            "does not hold",
+            spread_said,
+        ),
+    ]
+
+
+def users_needed(power: dict[str, Any], shape: str, claim: str) -> int:
+    """The fewest users of the power table's grid at which ``claim`` reached its target at
+    ``shape`` (its largest where none did)."""
+    row = power["power"][shape][claim]
+    grid = sorted(int(n) for n in row)
+    return next((n for n in grid if row[str(n)][0] >= power["target"]), grid[-1])
+
+
+def error_rate(error: Error, n_users: int, shape: Any, sims: int, seed: int) -> tuple[float, float]:
+    """The share of ``sims`` simulated runs in ``error``'s world that say its false verdict,
+    and its Monte Carlo standard error."""
+    said = []
+    for i in range(sims):
+        rng = np.random.default_rng([seed, i])
+        said.append(error.said(calibration.simulate(n_users, error.scenario, rng, shape)))
+    rate = float(np.mean([s.startswith(error.verdict) for s in said]))
+    return rate, math.sqrt(rate * (1 - rate) / sims)
+
+
 def power(claim: Claim, n_users: int, shape: Any, sims: int, seed: int) -> tuple[float, float]:
     """The share of ``sims`` simulated runs in which ``claim`` was reached, and its Monte Carlo
     standard error."""
@@ -153,10 +248,27 @@ def main() -> None:
     parser.add_argument("--claims", default=",".join(EFFECTS))
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--errors", action="store_true", help="the false verdicts' rates instead of the power"
+    )
+    parser.add_argument(
+        "--power", type=Path, default=POWER, help="with --errors: the power table, for 'needed'"
+    )
     parser.add_argument("--json", type=Path, help="write the table here (findings.py reads it)")
     args = parser.parse_args()
-    grid = [int(u) for u in args.users.split(",")]
     started = time.perf_counter()
+    saved = errors_table(args) if args.errors else power_table(args)
+    print(f"{args.sims} simulated runs per cell; {time.perf_counter() - started:.0f} s")
+    if args.json:
+        command = "python benchmarks/claim_power.py " + " ".join(sys.argv[1:])
+        saved = {"command": command, "sims": args.sims, **saved}
+        saved["shapes"] = {name: [s.pairs, s.items] for name, s in SHAPES.items()}
+        args.json.write_text(json.dumps(saved, indent=1) + "\n")
+
+
+def power_table(args: argparse.Namespace) -> dict[str, Any]:
+    """Each claim's power by users, per shape, up to the first number of users reaching TARGET."""
+    grid = [int(u) for u in args.users.split(",")]
     table: dict[str, dict[str, dict[str, list[float]]]] = {}
     for shape_name in args.shapes.split(","):
         for claim_name in args.claims.split(","):
@@ -169,18 +281,28 @@ def main() -> None:
                       flush=True)  # fmt: skip
                 if rate >= TARGET:  # enough users found; more only cost time
                     break
-    seconds = time.perf_counter() - started
-    print(f"{args.sims} simulated runs per cell; {seconds:.0f} s")
-    if args.json:
-        saved = {
-            "command": "python benchmarks/claim_power.py " + " ".join(sys.argv[1:]),
-            "sims": args.sims,
-            "target": TARGET,
-            "claims": {name: c.title for name, c in EFFECTS.items()},
-            "shapes": {name: [s.pairs, s.items] for name, s in SHAPES.items()},
-            "power": table,
-        }
-        args.json.write_text(json.dumps(saved, indent=1) + "\n")
+    claims = {name: c.title for name, c in EFFECTS.items()}
+    return {"target": TARGET, "claims": claims, "power": table}
+
+
+def errors_table(args: argparse.Namespace) -> dict[str, Any]:
+    """Each false verdict's rate in its world, by shape and users (``needed`` in ``--users``:
+    the users the claim needs at that shape by the power table ``--power``)."""
+    power = json.loads(args.power.read_text())
+    worlds = []
+    for error in (e for e in error_worlds() if e.claim in args.claims.split(",")):
+        rates: dict[str, dict[str, list[float]]] = {}
+        for shape_name in args.shapes.split(","):
+            needed = users_needed(power, shape_name, error.claim)
+            grid = sorted({needed if u == "needed" else int(u) for u in args.users.split(",")})
+            for n in grid:
+                rate, se = error_rate(error, n, SHAPES[shape_name], args.sims, args.seed)
+                rates.setdefault(shape_name, {})[str(n)] = [rate, se]
+                print(f"{shape_name:9} {error.world[:60]:60} {error.verdict!r:16} {n:4d} users: "
+                      f"{rate:.3f} ± {se:.3f}", flush=True)  # fmt: skip
+        worlds.append({"claim": error.claim, "world": error.world, "verdict": error.verdict,
+                       "rates": rates})  # fmt: skip
+    return {"claims": {name: c.title for name, c in EFFECTS.items()}, "errors": worlds}
 
 
 if __name__ == "__main__":

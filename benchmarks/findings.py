@@ -43,6 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER_TAU = (0.08, 0.31)  # the paper's range of tau across its three datasets
 NEAR = 0.02  # ROUGE-1 differences within this (2 points) count as nearly the same
 ALPHA = 0.05
+CLAIMS = {  # the page's claims, as its headings name them
+    "tau": "1. RM accuracy is a weak predictor of policy accuracy",
+    "spread": "2. Large RM-accuracy differences, nearly the same ROUGE-1",
+}
 NEEDED = (  # what the "users needed" column of each claim means
     "Users needed (where there is not enough evidence): the fewest users at which a run of "
     "this suite's shape reaches the claim 8 times in 10 when the paper's effect is true "
@@ -50,6 +54,7 @@ NEEDED = (  # what the "users needed" column of each claim means
 )
 KEPT = "benchmarks/findings-runs"  # where the run files the page is made from are kept
 POWER = ROOT / "docs" / "findings-power.json"  # benchmarks/claim_power.py's table
+ERRORS = ROOT / "docs" / "findings-errors.json"  # claim_power.py --errors: false verdicts' rates
 # the positive control: a suite whose truth is known, run with the methods that know it
 CONTROLS = {
     "synthetic": (
@@ -117,6 +122,9 @@ def main() -> None:
     parser.add_argument("--render-only", action="store_true", help="reuse DIR/runs.json")
     parser.add_argument("--power", type=Path, default=POWER, help="claim_power.py's table")
     parser.add_argument(
+        "--errors", type=Path, default=ERRORS, help="claim_power.py --errors's table"
+    )
+    parser.add_argument(
         "--keep", type=Path, metavar="DIR", help=f"keep the run files, compressed, in DIR ({KEPT})"
     )
     args = parser.parse_args()
@@ -135,7 +143,8 @@ def main() -> None:
                     runs = merged(read_index(index), done)
                     index.write_text(index_text(runs))
     power = json.loads(args.power.read_text()) if args.power.is_file() else None
-    Path(args.out).write_text(render(runs, runs_dir, power))
+    errors = json.loads(args.errors.read_text()) if args.errors.is_file() else None
+    Path(args.out).write_text(render(runs, runs_dir, power, errors))
     if args.keep:
         keep(runs, runs_dir, args.keep)
     print(f"wrote {args.out}")
@@ -216,8 +225,14 @@ def _pytest(args: list[str]) -> tuple[int, str]:
 # --------------------------------------------------------------------------------------------
 
 
-def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None) -> str:
-    """The page, from the run files in ``runs_dir`` (and the claims' power table, where given)."""
+def render(
+    runs: list[Run],
+    runs_dir: Path,
+    power: dict[str, Any] | None = None,
+    errors: dict[str, Any] | None = None,
+) -> str:
+    """The page, from the run files in ``runs_dir`` (and the claims' power and error tables,
+    where given)."""
 
     runs = [_with_file(r, runs_dir) for r in runs]
     everything = [(r, read_run(runs_dir, r)) for r in runs if r.path]
@@ -259,7 +274,7 @@ def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None)
         lines += ["", "Made by " + ", ".join(f"`{i}`" for i in made_by) + "."]
     lines += ["", *control(controls)]
     lines += [*claim_tau(loaded, power), *claim_spread(loaded, power), *claim_icl(loaded, power)]
-    lines += [*power_table(power), *baselines(loaded), *tables(everything)]
+    lines += [*power_table(power), *error_table(errors), *baselines(loaded), *tables(everything)]
     return "\n".join(lines) + "\n"
 
 
@@ -365,6 +380,41 @@ def power_table(power: dict[str, Any] | None) -> list[str]:
     return lines + [""]
 
 
+def error_table(errors: dict[str, Any] | None) -> list[str]:
+    """How often claims 1 and 2 say a false verdict, as benchmarks/claim_power.py --errors
+    measured it; a rate whose 95% interval lies above ALPHA is marked."""
+    if not errors:
+        return []
+    lines = [
+        "## How often a verdict is wrong",
+        "",
+        "The share of simulated runs that say a claim's verdict in a world where it is false, by",
+        "this page's own rules (`" + errors["command"] + "`, " + str(errors["sims"]) + " runs",
+        "per cell, ± its Monte Carlo standard error), at the users of the runs above and at the",
+        "users each claim needs (the power table). **holds** is counted on the nearest edge of",
+        "its null, where its rate is its level (its tests are built for at most",
+        f"{ALPHA}); **does not hold** where the paper's effect is true. A rate whose 95% interval",
+        f"(±1.96 standard errors) lies above {ALPHA} is marked **above {ALPHA}**. Claim 3's",
+        "verdict is the analysis's ICL-vs-guided test, whose rate under its null is in",
+        "docs/metrics.md.",
+        "",
+        "| claim | in truth | verdict said | suite shape | rate by users |",
+        "|---|---|---|---|---|",
+    ]
+    for world in errors["errors"]:
+        for shape, row in world["rates"].items():
+            cells = []
+            for n in sorted(row, key=int):
+                rate, se = row[n]
+                above = f" **above {ALPHA}**" if rate - 1.96 * se > ALPHA else ""
+                cells.append(f"{n}: {rate:.3f} ± {se:.3f}{above}")
+            lines.append(
+                f"| {CLAIMS[world['claim']]} | {world['world']} | {world['verdict']} | "
+                f"{shape} | {', '.join(cells)} |"
+            )
+    return lines + [""]
+
+
 def control(controls: list) -> list[str]:
     """The positive control: on a suite whose truth is known (the synthetic suite's noise
     ladder of oracles, whose RM accuracy falls with the noise by construction), the tool must
@@ -430,7 +480,7 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
     from pytest_prefalign.analysis import catalogue
 
     lines = [
-        "## 1. RM accuracy is a weak predictor of policy accuracy",
+        "## " + CLAIMS["tau"],
         "",
         f"The paper: Kendall's tau {PAPER_TAU[0]} to {PAPER_TAU[1]}. Per suite, size and decoder,",
         "tau across its reward methods (exact permutation p; p_holm adjusted with the run's",
@@ -481,7 +531,7 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
 
     x = catalogue.x_metric()  # RM accuracy
     lines = [
-        "## 2. Large RM-accuracy differences, nearly the same ROUGE-1",
+        "## " + CLAIMS["spread"],
         "",
         "Per suite, size and decoder: the reward method with the highest RM accuracy against the",
         "one with the lowest, paired over users (exact sign-flip p, 95% interval). The two are",

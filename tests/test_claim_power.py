@@ -44,3 +44,40 @@ def test_the_spread_claim_is_reached_only_where_rouge_is_the_same(claim_power: M
     apart = calibration.Scenario("apart", {}, {best: 0.08}, rm_levels=claim_power.SPREAD_LEVELS)
     rows = calibration.simulate(400, apart, np.random.default_rng(0), shape)
     assert not claim_power.spread_reached(rows)
+
+
+def test_the_worlds_of_false_verdicts_are_on_the_edge(claim_power: ModuleType) -> None:
+    # tau 0.4: the nearest to the paper's upper 0.31 from above that five methods' ranks allow
+    tau = kendalltau(range(5), claim_power.NULL_TAU_RANKS).statistic
+    assert tau == pytest.approx(0.4) and tau > claim_power.findings.PAPER_TAU[1]
+    # ROUGE-1 is clipped at 0, so a shift of 2 points moves the mean less; the edge's shift
+    # makes the true gap 2 points (checked on draws of another seed)
+    calibration, near = claim_power.calibration, claim_power.findings.NEAR
+    assert calibration.rouge_gap(near) < near - 0.001
+    shift = calibration.rouge_shift_for(near)
+    assert calibration.rouge_gap(shift, seed=1) == pytest.approx(near, abs=3e-4)
+    worlds = {(e.claim, e.verdict, e.scenario.name): e for e in claim_power.error_worlds()}
+    edge = worlds["spread", "holds", "spread edge"].scenario
+    assert edge.rouge_shift == {calibration.REWARDS[-1]: shift}
+    assert edge.rm_levels == claim_power.SPREAD_LEVELS
+    assert max(edge.rm_levels) == edge.rm_levels[-1]  # the highest RM accuracy writes better
+
+
+def test_error_rates_count_the_verdict_said(claim_power: ModuleType) -> None:
+    shape = claim_power.SHAPES["polis"]
+    null = claim_power.calibration.NULL
+    other_way = claim_power.Error("spread", "w", null, "holds", lambda _: "holds (the other way)")
+    assert claim_power.error_rate(other_way, 5, shape, 4, 0) == (1.0, 0.0)
+    never = claim_power.Error("spread", "w", null, "does not hold", lambda _: "holds")
+    assert claim_power.error_rate(never, 5, shape, 4, 0) == (0.0, 0.0)
+    half = iter(["holds", "not enough evidence"] * 2)
+    some = claim_power.Error("tau", "w", null, "holds", lambda _: next(half))
+    assert claim_power.error_rate(some, 5, shape, 4, 0) == (0.5, 0.25)
+
+
+def test_users_needed_where_power_reaches_its_target(claim_power: ModuleType) -> None:
+    tau = {"10": [0.1, 0.0], "80": [0.85, 0.0]}
+    icl = {"10": [0.2, 0.0], "20": [0.5, 0.0]}
+    power = {"target": 0.8, "power": {"polis": {"tau": tau, "icl": icl}}}
+    assert claim_power.users_needed(power, "polis", "tau") == 80
+    assert claim_power.users_needed(power, "polis", "icl") == 20  # none reached: the largest

@@ -92,6 +92,21 @@ POWER = {
 }
 
 
+ERRORS = {
+    "command": "python benchmarks/claim_power.py --errors --sims 100",
+    "sims": 100,
+    "claims": POWER["claims"],
+    "errors": [
+        {
+            "claim": "spread",
+            "world": "ROUGE-1 2 points apart",
+            "verdict": "holds",
+            "rates": {"pref_lamp": {"40": [0.06, 0.024], "160": [0.2, 0.04]}},
+        }
+    ],
+}
+
+
 def write_run(rows: list[CaseResult], path: Path) -> None:
     tau, found = crisis.analyse(rows)
     records.write(RunFile(rows, tau=tau, crisis=found, commit="abc1234"), path)
@@ -234,6 +249,20 @@ def test_the_power_table_is_on_the_page(rendered: str) -> None:
     section = rendered.split("## How many users each claim needs")[1]
     assert "`python benchmarks/claim_power.py --sims 50`" in section
     assert "| pref_lamp | 2. spread | 10: 0.30 ± 0.06, 20: 0.86 ± 0.05 |" in section
+
+
+def test_the_error_table_marks_a_rate_above_its_level(
+    findings: ModuleType, runs: list, tmp_path: Path
+) -> None:
+    page = findings.render(runs, tmp_path, POWER, ERRORS)
+    section = page.split("## How often a verdict is wrong")[1].split("\n## ")[0]
+    assert "`python benchmarks/claim_power.py --errors --sims 100`, 100 runs" in section
+    line = line_with(section, "| ROUGE-1 2 points apart | holds | pref_lamp |")
+    assert line.startswith("| 2. Large RM-accuracy differences, nearly the same ROUGE-1 |")
+    # 0.06 ± 0.024 may be 0.05 (its interval reaches below); 0.2 ± 0.04 is above it
+    assert "40: 0.060 ± 0.024 |" not in line and "40: 0.060 ± 0.024, " in line
+    assert line.endswith("160: 0.200 ± 0.040 **above 0.05** |")
+    assert "How often a verdict is wrong" not in findings.render(runs, tmp_path, POWER)
 
 
 def test_the_kept_run_files_render_the_same_page(
