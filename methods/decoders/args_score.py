@@ -122,7 +122,7 @@ def args_token_logprobs(
         )
     if batch_size < 1 or k < 1:
         raise ValueError("k and batch_size must be >= 1")
-    if uses_hidden(lm, reward):
+    if uses_hidden(lm, reward, forced_columns(lm, prompts, responses, k)):
         tokens = forced_tokens(
             lm, prompts, responses, k, batch_size, passes_memo() if memo is None else memo
         )
@@ -155,6 +155,19 @@ def args_token_logprobs(
     return results
 
 
+def forced_columns(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: int) -> int:
+    """The most cache columns the fast path's passes reach: the longest prompt, the longest
+    response and the candidate queries of one pass (``candidate_hidden``)."""
+    longest = max((len(lm.response_ids(r)) for r in set(responses)), default=0)
+    prompt = max((len(lm.prompt_ids(p)) for p in set(prompts)), default=0)
+    return prompt + longest + _queries_per_pass(longest, k)
+
+
+def _queries_per_pass(steps: int, k: int) -> int:
+    """Candidate query columns a pass of ``candidate_hidden`` appends for ``steps`` steps."""
+    return min(max(1, QUERY_BLOCK // k), steps) * k
+
+
 def forced_tokens(
     lm: LM,
     prompts: Sequence[str],
@@ -180,7 +193,13 @@ def forced_tokens(
         for indices in length_batches(lengths, batch_size, lm.device):
             batch = [missing[i] for i in indices]
             with torch.inference_mode():
-                forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
+                longest = max(lengths[i] for i in indices)
+                forced = teacher_force(
+                    lm,
+                    [p for p, _, _ in batch],
+                    [r for _, r, _ in batch],
+                    queries=_queries_per_pass(longest, k),
+                )
                 cands = top_candidates(forced.logits.flatten(0, 1), k).view(
                     *forced.targets.shape, -1
                 )
@@ -245,14 +264,18 @@ def guided_from_tokens(
     return out
 
 
-def teacher_force(lm: LM, prompts: list[str], responses: list[str]) -> ForcedBatch:
+def teacher_force(
+    lm: LM, prompts: list[str], responses: list[str], *, queries: int = 0
+) -> ForcedBatch:
     """Prefill each distinct prompt once, then run the responses on their prompts' rows: the
-    base logits predicting every ``y_t`` and the hidden states after each."""
+    base logits predicting every ``y_t`` and the hidden states after each. ``queries``: the
+    most candidate query columns the caller will append to the cache at once."""
     unique = list(dict.fromkeys(prompts))
-    kv = KV.start(lm, [lm.prompt_ids(p) for p in unique])
+    answers = [lm.response_ids(r) for r in responses]
+    then = max(map(len, answers), default=0) + queries
+    kv = KV.start(lm, [lm.prompt_ids(p) for p in unique], then=then)
     kv.select([unique.index(p) for p in prompts])
     prompt_width, last, start = kv.mask.shape[1], kv.last, kv.positions
-    answers = [lm.response_ids(r) for r in responses]
     ids, _ = pad(answers, lm.pad_id, left=False, device=lm.device)
     positions = start[:, None] + torch.arange(ids.shape[1], device=lm.device)
     hidden = kv.extend(answers)  # (B, T, H): row t has read y_t
