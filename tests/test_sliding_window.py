@@ -154,3 +154,23 @@ def test_args_policy_scores_match_a_hand_computation_on_a_sliding_window_model()
         for u, p, r in zip(users, prompts, responses, strict=True)
     ]
     np.testing.assert_allclose([float(np.sum(g)) for g in got], want, atol=1e-4)
+
+
+def test_args_policy_scores_take_the_fast_path_in_a_window_narrower_than_a_query_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # prompts of 44 and 53 tokens, responses of at most 4 and k = 3: a window of 80 holds the
+    # prompt, the response and a few steps' candidates at a time (not QUERY_BLOCK's 512)
+    from prefalign_methods.decoders import args_score
+
+    lm = tiny_gemma(80)
+    head = HeadReward(lm.model.config.hidden_size)
+    users, prompts, responses = USERS[1:3], PROMPTS[1:3], ["the model", "an"]
+    assert args_score.steps_per_pass(lm, 53 + 4, 3) == 7
+    monkeypatch.setattr(args_score, "candidate_rewards_text", None)  # the slow path would fail
+    got = args_token_logprobs(lm, head, users, prompts, responses, k=3, w=1.5)
+    want = [
+        hand_loglik(lm, head, u, p, r, k=3, w=1.5)
+        for u, p, r in zip(users, prompts, responses, strict=True)
+    ]
+    np.testing.assert_allclose([float(np.sum(g)) for g in got], want, atol=1e-4)

@@ -13,6 +13,7 @@ hidden-state head only applies itself to them. Otherwise the candidates' rewards
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,16 +157,21 @@ def args_token_logprobs(
 
 
 def forced_columns(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: int) -> int:
-    """The most cache columns the fast path's passes reach: the longest prompt, the longest
-    response and the candidate queries of one pass (``candidate_hidden``)."""
+    """The fewest cache columns the fast path's passes need: the longest prompt, the longest
+    response and one step's k candidate queries (a pass may take more steps where there is
+    room: ``steps_per_pass``)."""
     longest = max((len(lm.response_ids(r)) for r in set(responses)), default=0)
     prompt = max((len(lm.prompt_ids(p)) for p in set(prompts)), default=0)
-    return prompt + longest + _queries_per_pass(longest, k)
+    return prompt + longest + k
 
 
-def _queries_per_pass(steps: int, k: int) -> int:
-    """Candidate query columns a pass of ``candidate_hidden`` appends for ``steps`` steps."""
-    return min(max(1, QUERY_BLOCK // k), steps) * k
+def steps_per_pass(lm: LM, columns: int, k: int) -> int:
+    """Steps whose candidates one pass of ``candidate_hidden`` runs on a cache of ``columns``
+    columns: as many as ``QUERY_BLOCK`` allows and, on a model with sliding-window layers, as
+    many as keep the cache within the window (at least one)."""
+    steps = max(1, QUERY_BLOCK // k)
+    room = lm.prefills.reach - columns
+    return steps if math.isinf(room) else max(1, min(steps, int(room) // k))
 
 
 def forced_tokens(
@@ -194,16 +200,18 @@ def forced_tokens(
             batch = [missing[i] for i in indices]
             with torch.inference_mode():
                 longest = max(lengths[i] for i in indices)
+                prompt = max(len(lm.prompt_ids(p)) for p, _, _ in batch)
+                per_pass = steps_per_pass(lm, prompt + longest, k)
                 forced = teacher_force(
                     lm,
                     [p for p, _, _ in batch],
                     [r for _, r, _ in batch],
-                    queries=_queries_per_pass(longest, k),
+                    queries=min(per_pass, longest) * k,
                 )
                 cands = top_candidates(forced.logits.flatten(0, 1), k).view(
                     *forced.targets.shape, -1
                 )
-                hidden = candidate_hidden(forced, cands)
+                hidden = candidate_hidden(forced, cands, per_pass)
                 true_logits = forced.logits.gather(-1, forced.targets[..., None])[..., 0]
                 cand_logits = forced.logits.gather(-1, cands)
             # kept on the CPU (on a GPU they would hold device memory for the whole session)
@@ -292,12 +300,15 @@ def teacher_force(
     )
 
 
-def candidate_hidden(forced: ForcedBatch, cands: torch.Tensor) -> torch.Tensor:
+def candidate_hidden(
+    forced: ForcedBatch, cands: torch.Tensor, per_pass: int | None = None
+) -> torch.Tensor:
     """The final hidden states ``(B, T, k, H)`` after every candidate, in as few passes as
-    ``QUERY_BLOCK`` allows: each candidate is a query token at ``y_t``'s position that sees the
-    prompt and ``y_<t`` only."""
+    ``QUERY_BLOCK`` (or ``per_pass`` steps a pass) allows: each candidate is a query token at
+    ``y_t``'s position that sees the prompt and ``y_<t`` only."""
     steps, k = cands.shape[1:]
-    per_pass = max(1, QUERY_BLOCK // k)  # steps per pass: bounds the mask and attention sizes
+    if per_pass is None:  # steps per pass: bounds the mask and attention sizes
+        per_pass = max(1, QUERY_BLOCK // k)
     values = [
         _candidate_pass(forced, cands[:, start : start + per_pass], start)
         for start in range(0, steps, per_pass)
