@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -121,8 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     runs_dir = Path(args.runs)
     index = runs_dir / "runs.json"
-    saved = json.loads(index.read_text()) if index.is_file() else {"runs": []}
-    runs = [Run(**r) for r in saved["runs"]]
+    runs = read_index(index)
     if not args.render_only:
         runs_dir.mkdir(parents=True, exist_ok=True)
         for size in args.sizes.split(","):
@@ -132,8 +132,7 @@ def main() -> None:
                 # written under a lock: several invocations (one per shard of the work) may run
                 # at once and each adds its own runs to the same index
                 with filelock.FileLock(str(index) + ".lock"):
-                    current = json.loads(index.read_text()) if index.is_file() else {"runs": []}
-                    runs = merged([Run(**r) for r in current["runs"]], done)
+                    runs = merged(read_index(index), done)
                     index.write_text(index_text(runs))
     power = json.loads(args.power.read_text()) if args.power.is_file() else None
     Path(args.out).write_text(render(runs, runs_dir, power))
@@ -235,20 +234,25 @@ def render(runs: list[Run], runs_dir: Path, power: dict[str, Any] | None = None)
         "## Runs",
         "",
         f"The run files are kept in `{KEPT}` (see its README); `python benchmarks/findings.py",
-        f"--runs {KEPT} --render-only` writes this page again from them. Time: the wall time",
+        f"--runs {KEPT} --render-only` writes this page again from them. Commit: the checkout",
+        "that ran (the run file's own record of `git rev-parse HEAD`). Time: the wall time",
         "of the run on the machine that made it; cache: what the results cache already held",
         "when it started (the run's own summary line).",
         "",
-        "| suite | size | command | started | time | machine | cache | result |",
-        "|---|---|---|---|---|---|---|---|",
+        "| suite | size | command | commit | started | time | machine | cache | result |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    commits = {id(r): run.commit for r, run in everything}
     for r in runs:
         result = r.note or f"exit status {r.returncode}"
+        if r.returncode is not None and r.returncode < 0:  # ended by a signal
+            result += f" (killed by {signal.Signals(-r.returncode).name})"
         command = f"`{r.command}`" if r.command else "-"
         time_text = f"{r.seconds / 60:.0f} min" if r.command else "-"
         lines.append(
-            f"| {r.suite} | {r.size} | {command} | {r.started or '-'} | {time_text} | "
-            f"{r.machine or '-'} | {r.cache or '-'} | {result} |"
+            f"| {r.suite} | {r.size} | {command} | {commits.get(id(r)) or '-'} | "
+            f"{r.started or '-'} | {time_text} | {r.machine or '-'} | {r.cache or '-'} | "
+            f"{result} |"
         )
     made_by = sorted({r.invocation for r in runs if r.invocation})
     if made_by:
@@ -300,6 +304,13 @@ def keep(runs: list[Run], runs_dir: Path, kept: Path) -> None:
                 data = gzip.compress(source.read_bytes(), mtime=0)
                 (kept / (source.name + ".gz")).write_bytes(data)
     (kept / "runs.json").write_text(index_text(runs))
+
+
+def read_index(index: Path) -> list[Run]:
+    """The runs listed in an index (``runs.json``); none where there is no index yet."""
+    if not index.is_file():
+        return []
+    return [Run(**r) for r in json.loads(index.read_text())["runs"]]
 
 
 def index_text(runs: list[Run]) -> str:

@@ -5,7 +5,6 @@ with power beside it, for docs/metrics.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import benchmark_scripts
 import numpy as np
 import pytest
 
@@ -31,14 +31,7 @@ def bound(n: int, level: float = ALPHA) -> float:
 
 @pytest.fixture(scope="module")
 def calibration() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location(
-        "calibration", ROOT / "benchmarks" / "calibration.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["calibration"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
+    yield benchmark_scripts.load("calibration")
     del sys.modules["calibration"]
 
 
@@ -219,11 +212,7 @@ def test_the_weak_tau_claim_holds_rarely_where_tau_is_not_weak(calibration: Modu
     # below the paper's 0.31); five reward methods whose policy accuracy follows RM accuracy
     # with tau 0.4 in truth (ranks 2 0 1 4 3 against the RM order): the claim is false there
     name = "findings_in_calibration"  # not test_findings.py's module name: both may be loaded
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "findings.py")
-    assert spec is not None and spec.loader is not None
-    findings = importlib.util.module_from_spec(spec)
-    sys.modules[name] = findings  # dataclasses look their module up there
-    spec.loader.exec_module(findings)
+    findings = benchmark_scripts.load("findings", name)
     ranks = [2, 0, 1, 4, 3]
     shift = {m: 0.3 * r for m, r in zip(calibration.REWARDS, ranks, strict=True)}
     scenario = calibration.Scenario("tau 0.4", shift, {})

@@ -4,13 +4,12 @@ command; a size that could not run is named with the reason."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import benchmark_scripts
 import numpy as np
 import pytest
 
@@ -19,17 +18,11 @@ from pytest_prefalign.runs import records
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def findings() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("findings", ROOT / "benchmarks" / "findings.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["findings"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
+    yield benchmark_scripts.load("findings")
     del sys.modules["findings"]
 
 
@@ -101,7 +94,7 @@ POWER = {
 
 def write_run(rows: list[CaseResult], path: Path) -> None:
     tau, found = crisis.analyse(rows)
-    records.write(RunFile(rows, tau=tau, crisis=found), path)
+    records.write(RunFile(rows, tau=tau, crisis=found, commit="abc1234"), path)
 
 
 @pytest.fixture
@@ -169,11 +162,13 @@ def test_claim_three_and_the_baselines(rendered: str) -> None:
 
 def test_runs_commands_and_tables(rendered: str) -> None:
     assert "Made by `python benchmarks/findings.py --limit 10`." in rendered
-    assert "| pref_lamp | 270m | - | - | - | - | - | skipped: SmolLM2-360M is not installed |" in (
-        rendered
+    assert (
+        "| pref_lamp | 270m | - | - | - | - | - | - | skipped: SmolLM2-360M is not installed |"
+        in (rendered)
     )
     assert line_with(rendered, "| pref_lamp | 135m |").endswith(
-        "| 10 min | a CPU, 2 cores | 0 of 39 values reused, 39 computed | exit status 0 |"
+        "| abc1234 | - | 10 min | a CPU, 2 cores | 0 of 39 values reused, 39 computed "
+        "| exit status 0 |"
     )
     # the tables as the run printed them, under the command that produced them
     section = rendered.split("### pref_lamp · 135m")[1]
@@ -249,8 +244,7 @@ def test_the_kept_run_files_render_the_same_page(
     assert sorted(p.name for p in kept.iterdir()) == [
         "pref_lamp-135m.json.gz", "runs.json", "synthetic-135m.json.gz"
     ]  # fmt: skip
-    index = json.loads((kept / "runs.json").read_text())
-    again = [findings.Run(**r) for r in index["runs"]]
+    again = findings.read_index(kept / "runs.json")
     assert findings.render(again, kept, POWER) == rendered
     # keeping again drops the file of a run no longer in the index
     findings.keep(runs[:2], kept, kept)
@@ -272,6 +266,12 @@ def test_a_run_replaces_the_earlier_run_of_its_suite_and_size(findings: ModuleTy
 def test_a_run_whose_file_is_gone_is_named_and_the_others_rendered(
     findings: ModuleType, runs: list, tmp_path: Path
 ) -> None:
+    killed = findings.Run("polis", "270m", command="pytest ...", returncode=-9,
+                          note="no run file (pytest exit status -9)")  # fmt: skip
+    page = findings.render([*runs, killed], tmp_path, POWER)
+    assert line_with(page, "| polis | 270m |").endswith(
+        "| no run file (pytest exit status -9) (killed by SIGKILL) |"
+    )
     gone = findings.Run("polis", "135m", command="pytest ...", path="polis-135m.json")
     page = findings.render([*runs, gone], tmp_path, POWER)
     assert line_with(page, "| polis | 135m |").endswith(

@@ -4,26 +4,16 @@ installed (Debian: ``apt-get install chromium``)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+import benchmark_scripts
 import pytest
 
 from pytest_prefalign.analysis import report
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _module():
-    spec = importlib.util.spec_from_file_location(
-        "report_browser", ROOT / "benchmarks" / "report_browser.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["report_browser"] = module
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_scripts.load("report_browser")
 
 
 @pytest.mark.slow
