@@ -50,11 +50,11 @@ def args_generate(
     # the same request gives the same tokens: each distinct one is decoded once
     unique = list(dict.fromkeys(zip(users, prompts, strict=True)))
     encoded = [lm.prompt_ids(p) for _, p in unique]
-    fast = uses_hidden(lm, reward)
     out: dict[tuple[str, str], list[int]] = {}
     order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
     # a pass: each row's prompt, what it generated and its k candidates, within the bound
     width = max((len(e) for e in encoded), default=1) + max_new_tokens + k
+    fast = uses_hidden(lm, reward, width)
     with events.step("ARGS", total=len(unique), unit="prompts") as progress:
         for batch in chunks(order, rows_for(width, batch_size)):
             batch_users = [unique[i][0] for i in batch]
@@ -63,7 +63,7 @@ def args_generate(
                 if fast
                 else PrefixRule(lm, reward, batch_users, [unique[i][1] for i in batch], k, w)
             )
-            kv = KV.start(lm, [encoded[i] for i in batch])
+            kv = KV.start(lm, [encoded[i] for i in batch], then=max_new_tokens + k)
             tokens = decode(kv, rule, max_new_tokens, finished)
             out.update(zip((unique[i] for i in batch), tokens, strict=True))
             progress.advance(len(batch))

@@ -57,10 +57,11 @@ def eos_finished(lm: LM) -> Finished:
     return lambda tokens: tokens[-1] in lm.stop_ids
 
 
-def uses_hidden(lm: LM, reward: RewardMethod) -> bool:
-    """Whether the fast path applies: the reward reads the base model's hidden states, and all
-    attention layers are full (a sliding-window layer would need its own mask)."""
-    return "hidden" in reward.capabilities and lm.full_attention
+def uses_hidden(lm: LM, reward: RewardMethod, columns: int) -> bool:
+    """Whether the fast path applies: the reward reads the base model's hidden states, and
+    every attention layer sees the whole of a cache of ``columns`` columns (full attention,
+    or within a sliding window: ``LM.attends_whole``), as the candidate queries' mask needs."""
+    return "hidden" in reward.capabilities and lm.attends_whole(columns)
 
 
 def hidden_rewards(

@@ -13,6 +13,7 @@ hidden-state head only applies itself to them. Otherwise the candidates' rewards
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,7 +123,7 @@ def args_token_logprobs(
         )
     if batch_size < 1 or k < 1:
         raise ValueError("k and batch_size must be >= 1")
-    if uses_hidden(lm, reward):
+    if uses_hidden(lm, reward, forced_columns(lm, prompts, responses, k)):
         tokens = forced_tokens(
             lm, prompts, responses, k, batch_size, passes_memo() if memo is None else memo
         )
@@ -155,6 +156,24 @@ def args_token_logprobs(
     return results
 
 
+def forced_columns(lm: LM, prompts: Sequence[str], responses: Sequence[str], k: int) -> int:
+    """The fewest cache columns the fast path's passes need: the longest prompt, the longest
+    response and one step's k candidate queries (a pass may take more steps where there is
+    room: ``steps_per_pass``)."""
+    longest = max((len(lm.response_ids(r)) for r in set(responses)), default=0)
+    prompt = max((len(lm.prompt_ids(p)) for p in set(prompts)), default=0)
+    return prompt + longest + k
+
+
+def steps_per_pass(lm: LM, columns: int, k: int) -> int:
+    """Steps whose candidates one pass of ``candidate_hidden`` runs on a cache of ``columns``
+    columns: as many as ``QUERY_BLOCK`` allows and, on a model with sliding-window layers, as
+    many as keep the cache within the window (at least one)."""
+    steps = max(1, QUERY_BLOCK // k)
+    room = lm.prefills.reach - columns
+    return steps if math.isinf(room) else max(1, min(steps, int(room) // k))
+
+
 def forced_tokens(
     lm: LM,
     prompts: Sequence[str],
@@ -180,11 +199,19 @@ def forced_tokens(
         for indices in length_batches(lengths, batch_size, lm.device):
             batch = [missing[i] for i in indices]
             with torch.inference_mode():
-                forced = teacher_force(lm, [p for p, _, _ in batch], [r for _, r, _ in batch])
+                longest = max(lengths[i] for i in indices)
+                prompt = max(len(lm.prompt_ids(p)) for p, _, _ in batch)
+                per_pass = steps_per_pass(lm, prompt + longest, k)
+                forced = teacher_force(
+                    lm,
+                    [p for p, _, _ in batch],
+                    [r for _, r, _ in batch],
+                    queries=min(per_pass, longest) * k,
+                )
                 cands = top_candidates(forced.logits.flatten(0, 1), k).view(
                     *forced.targets.shape, -1
                 )
-                hidden = candidate_hidden(forced, cands)
+                hidden = candidate_hidden(forced, cands, per_pass)
                 true_logits = forced.logits.gather(-1, forced.targets[..., None])[..., 0]
                 cand_logits = forced.logits.gather(-1, cands)
             # kept on the CPU (on a GPU they would hold device memory for the whole session)
@@ -245,14 +272,18 @@ def guided_from_tokens(
     return out
 
 
-def teacher_force(lm: LM, prompts: list[str], responses: list[str]) -> ForcedBatch:
+def teacher_force(
+    lm: LM, prompts: list[str], responses: list[str], *, queries: int = 0
+) -> ForcedBatch:
     """Prefill each distinct prompt once, then run the responses on their prompts' rows: the
-    base logits predicting every ``y_t`` and the hidden states after each."""
+    base logits predicting every ``y_t`` and the hidden states after each. ``queries``: the
+    most candidate query columns the caller will append to the cache at once."""
     unique = list(dict.fromkeys(prompts))
-    kv = KV.start(lm, [lm.prompt_ids(p) for p in unique])
+    answers = [lm.response_ids(r) for r in responses]
+    then = max(map(len, answers), default=0) + queries
+    kv = KV.start(lm, [lm.prompt_ids(p) for p in unique], then=then)
     kv.select([unique.index(p) for p in prompts])
     prompt_width, last, start = kv.mask.shape[1], kv.last, kv.positions
-    answers = [lm.response_ids(r) for r in responses]
     ids, _ = pad(answers, lm.pad_id, left=False, device=lm.device)
     positions = start[:, None] + torch.arange(ids.shape[1], device=lm.device)
     hidden = kv.extend(answers)  # (B, T, H): row t has read y_t
@@ -269,12 +300,15 @@ def teacher_force(lm: LM, prompts: list[str], responses: list[str]) -> ForcedBat
     )
 
 
-def candidate_hidden(forced: ForcedBatch, cands: torch.Tensor) -> torch.Tensor:
+def candidate_hidden(
+    forced: ForcedBatch, cands: torch.Tensor, per_pass: int | None = None
+) -> torch.Tensor:
     """The final hidden states ``(B, T, k, H)`` after every candidate, in as few passes as
-    ``QUERY_BLOCK`` allows: each candidate is a query token at ``y_t``'s position that sees the
-    prompt and ``y_<t`` only."""
+    ``QUERY_BLOCK`` (or ``per_pass`` steps a pass) allows: each candidate is a query token at
+    ``y_t``'s position that sees the prompt and ``y_<t`` only."""
     steps, k = cands.shape[1:]
-    per_pass = max(1, QUERY_BLOCK // k)  # steps per pass: bounds the mask and attention sizes
+    if per_pass is None:  # steps per pass: bounds the mask and attention sizes
+        per_pass = max(1, QUERY_BLOCK // k)
     values = [
         _candidate_pass(forced, cands[:, start : start + per_pass], start)
         for start in range(0, steps, per_pass)

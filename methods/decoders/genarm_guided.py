@@ -191,7 +191,7 @@ def guided_generate(
     base model runs on its KV cache, one new token per row and step (``decoding.decode``);
     the ARM's term comes from ``step``."""
     rule = GuidedRule(lm, step, keys, alpha, temperature, seeds)
-    return decode(KV.start(lm, prompt_seqs), rule, max_new_tokens, lm.finished)
+    return decode(KV.start(lm, prompt_seqs, then=max_new_tokens), rule, max_new_tokens, lm.finished)
 
 
 # -------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ class Model(Protocol):
     model: Any
     pad_id: int
 
-    def prefill(self, seqs: list[list[int]], *, batch_size: int = 16) -> Prefill: ...
+    def prefill(self, seqs: list[list[int]], *, batch_size: int = 16, then: int = 0) -> Prefill: ...
 
 
 @dataclass
@@ -52,9 +52,11 @@ class KV:
     pending: torch.Tensor | None = None
 
     @classmethod
-    def start(cls, lm: Model, seqs: list[list[int]]) -> KV:
-        """The prompts' prefill (from the LM's prefill store where kept)."""
-        state = lm.prefill(seqs, batch_size=len(seqs))
+    def start(cls, lm: Model, seqs: list[list[int]], *, then: int = 0) -> KV:
+        """The prompts' prefill (from the LM's prefill store where kept). ``then``: the most
+        columns the caller will add (new tokens, pending queries), which decides whether a
+        model with sliding-window layers can use kept prefills (``PrefillStore.fits``)."""
+        state = lm.prefill(seqs, batch_size=len(seqs), then=then)
         return cls(lm, state.cache, state.mask, state.mask.sum(-1), state.last)
 
     def _run(

@@ -98,8 +98,8 @@ class LM:
         self.has_chat_template = bool(tokenizer.chat_template)
         self.window = model_window(self.model.config, tokenizer)  # what the model reads
         self.cuts = Cuts(label)  # the texts cut to the window, each logged once
-        # every attention layer sees the whole sequence (no sliding window): what kept
-        # prefills and ARGS's candidate queries need
+        # every attention layer sees the whole sequence (no sliding window); where some slide,
+        # kept prefills and ARGS's candidate queries apply within the window (attends_whole)
         self.full_attention = full_attention(self.model.config)
         # prompts' prefills, kept within a memory budget (see runtime/prefill.py)
         self.prefills = PrefillStore(self.model, self.pad_id, self.device)
@@ -108,6 +108,15 @@ class LM:
 
     def __repr__(self) -> str:
         return f"LM(label={self.label!r}, name={self.name!r}, fingerprint={self.fingerprint!r})"
+
+    def attends_whole(self, columns: int) -> bool:
+        """Whether a cache of ``columns`` columns (prompt, padding, new tokens and queries) is
+        seen whole by every layer on kept prefills: always with full attention; within the
+        narrowest window with sliding-window layers (Gemma 3), where the prefill store keeps
+        the rows. What ARGS's candidate queries need (their mask spans the whole cache)."""
+        if self.full_attention:
+            return True
+        return self.prefills.enabled and columns <= self.prefills.reach
 
     # ---------------------------------------------------------------------------------------
     # Tokenization
@@ -184,7 +193,7 @@ class LM:
     ) -> list[list[str]]:
         unique = list(dict.fromkeys(prompts))  # the same prompt gives the same texts
         encoded = [self.prompt_ids(p) for p in unique]
-        self.prefills.warm(encoded, batch_size=batch_size)
+        self.prefills.warm(encoded, batch_size=batch_size, then=max_new_tokens)
         runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[str, list[str]] = {}
         # rows of a pass: prompts times samples, each up to its prompt and new tokens
@@ -213,7 +222,7 @@ class LM:
         seeds: list[list[int]],
     ) -> list[list[list[int]]]:
         """Token ids generated for each prompt and sample; finished rows leave the batch."""
-        kv = KV.start(self, prompt_seqs)
+        kv = KV.start(self, prompt_seqs, then=max_new_tokens)
         kv.select(torch.arange(len(prompt_seqs)).repeat_interleave(num_samples))
         gens = None if temperature is None else [generator(s) for row in seeds for s in row]
         tokens = decode(kv, Plain(self, temperature, gens), max_new_tokens, self.finished)
@@ -312,21 +321,38 @@ class LM:
         unique = list(dict.fromkeys(prompts))
         where = {p: i for i, p in enumerate(unique)}
         encoded = [self.prompt_ids(p) for p in unique]
-        self.prefills.warm(encoded, batch_size=batch_size)
         answers = [self.response_ids(r) for r in responses]
-        results: dict[int, torch.Tensor] = {}
-        batches = read_batches(
-            encoded,
-            [where[p] for p in prompts],
-            answers,
-            batch_size,
-            self.device,
-            kept=self.prefills.holds(encoded),
+        # with sliding-window layers, the pairs that stay within the window (kept prefills)
+        # are read apart from those that reach past it (plain passes); else one group
+        fits = [
+            self.prefills.fits([encoded[where[p]]], len(a))
+            for p, a in zip(prompts, answers, strict=True)
+        ]
+        groups = [[n for n in range(len(prompts)) if fits[n] == side] for side in (True, False)]
+        self.prefills.warm(
+            [encoded[where[prompts[n]]] for n in groups[0]],
+            batch_size=batch_size,
+            then=max((len(answers[n]) for n in groups[0]), default=0),
         )
+        results: dict[int, torch.Tensor] = {}
+        batches = [
+            [group[i] for i in batch]
+            for group in groups
+            if group
+            for batch in read_batches(
+                encoded,
+                [where[prompts[n]] for n in group],
+                [answers[n] for n in group],
+                batch_size,
+                self.device,
+                kept=self.prefills.holds([encoded[where[prompts[n]]] for n in group]),
+            )
+        ]
         with events.step("read", total=len(prompts), unit="responses") as progress:
             for pairs in batches:
                 prompt_rows = list(dict.fromkeys(where[prompts[n]] for n in pairs))
-                kv = KV.start(self, [encoded[i] for i in prompt_rows])
+                then = max(len(answers[n]) for n in pairs)
+                kv = KV.start(self, [encoded[i] for i in prompt_rows], then=then)
                 kv.select([prompt_rows.index(where[prompts[n]]) for n in pairs])
                 scored = self._continue(kv, [answers[n] for n in pairs], hidden, predicting)
                 for n, value in zip(pairs, scored, strict=True):
@@ -353,11 +379,12 @@ class LM:
         logp = logp.double().cpu()
         return [logp[k, :n] for k, n in enumerate(lengths)]
 
-    def prefill(self, seqs: list[list[int]], *, batch_size: int = 16) -> Prefill:
+    def prefill(self, seqs: list[list[int]], *, batch_size: int = 16, then: int = 0) -> Prefill:
         """Left-padded prompts after the base model: their cache, mask and final hidden states
         at the last token (position ids count real tokens only). A prompt kept in
-        ``self.prefills`` is not run again, and prompts sharing a prefix run it once."""
-        return self.prefills.prefill(seqs, batch_size=batch_size)
+        ``self.prefills`` is not run again, and prompts sharing a prefix run it once.
+        ``then``: the columns the caller will add (see ``PrefillStore.prefill``)."""
+        return self.prefills.prefill(seqs, batch_size=batch_size, then=then)
 
     @property
     def vocab_size(self) -> int:

@@ -9,14 +9,19 @@ however many of these ask for it. Prompts that begin with the same tokens (a use
 shown before each of the user's inputs; the chat template's opening) have their common prefix
 prefilled once, and each prompt continues from it.
 
-Only for models whose attention layers all see the whole sequence (a sliding-window layer keeps
-part of its cache); for others ``prefill`` is one plain pass over the batch and nothing is kept.
+For models whose attention layers all see the whole sequence, and for models with sliding-window
+layers (Gemma 3) as long as every row stays within the narrowest window (``attention_reach``):
+there a sliding layer sees the whole sequence too, and its cache is kept as a full layer's, limited
+to the window (``roomy.RoomyLayer``). A batch that would reach past the window (its prompts and
+the ``then`` tokens a caller will add) gets one plain pass, the model's own sliding cache, and
+nothing is kept.
 The results are those of a plain pass up to floating-point rounding (the same attention over the
 same keys, computed in other batches).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -86,7 +91,9 @@ class PrefillStore:
         min_shared: int = MIN_SHARED,
     ) -> None:
         self.model, self.pad_id, self.device = model, pad_id, device
-        self.enabled = full_attention(model.config)
+        # columns within which every layer sees the whole sequence (inf: full attention)
+        self.reach = attention_reach(model.config)
+        self.enabled = self.reach > 0
         if budget_bytes is None:
             budget_bytes = budget_from_env()
         self.budget, self.min_shared = budget_bytes, min_shared
@@ -95,32 +102,45 @@ class PrefillStore:
         self.stats = {"asked": 0, "computed": 0, "tokens_run": 0, "passes": 0}
 
     @torch.inference_mode()
-    def prefill(self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16) -> Prefill:
-        """The batch's prefill, from kept rows where there are any."""
+    def prefill(
+        self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16, then: int = 0
+    ) -> Prefill:
+        """The batch's prefill, from kept rows where there are any. ``then``: the columns the
+        caller will add to the cache (new tokens, queries); a model with sliding-window layers
+        gets a plain pass where the batch would reach past its window."""
         if not seqs:
             raise ValueError("prefill() needs at least one sequence")
-        if not self.enabled:
+        if not self.fits(seqs, then):
             return self._plain([list(s) for s in seqs])
         return assemble(
-            self.model.config, self._rows([tuple(s) for s in seqs], batch_size), self.device
+            self.model.config,
+            self._rows([tuple(s) for s in seqs], batch_size),
+            self.device,
+            reach=self.reach,
         )
 
+    def fits(self, seqs: Sequence[Sequence[int]], then: int = 0) -> bool:
+        """Whether these prompts, left-padded to the longest, and ``then`` more columns stay
+        where every layer sees the whole sequence (kept prefills apply)."""
+        return self.enabled and max(map(len, seqs), default=0) + then <= self.reach
+
     @torch.inference_mode()
-    def warm(self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16) -> None:
+    def warm(self, seqs: Sequence[Sequence[int]], *, batch_size: int = 16, then: int = 0) -> None:
         """Compute the prefills of all these prompts now, together, so that those sharing a
         prefix are grouped whatever batches they are asked for in later. Only when they all
         fit in the budget: otherwise each batch computes its own when it comes (sharing
-        prefixes within the batch), and memory holds one batch at a time."""
+        prefixes within the batch), and memory holds one batch at a time. Prompts that with
+        ``then`` more columns would reach past a sliding window are left out."""
         if not self.enabled or not seqs:
             return
-        keys = list(dict.fromkeys(tuple(s) for s in seqs))
+        keys = list(dict.fromkeys(tuple(s) for s in seqs if self.fits([s], then)))
         if sum(map(len, keys)) * self.bytes_per_token > self.budget:
             return
         self._rows(keys, batch_size)
 
-    def holds(self, seqs: Sequence[Sequence[int]]) -> bool:
+    def holds(self, seqs: Sequence[Sequence[int]], then: int = 0) -> bool:
         """Whether every one of these prompts is kept (a ``prefill`` of them runs nothing)."""
-        return self.enabled and all(tuple(s) in self.rows for s in seqs)
+        return self.fits(seqs, then) and all(tuple(s) in self.rows for s in seqs)
 
     @property
     def bytes_per_token(self) -> int:
@@ -199,15 +219,27 @@ class PrefillStore:
         return next((n for n in lengths if key[:n] in self.rows), 0)
 
     def _extend(self, heads: list[Row | None], tails: list[Key]) -> list[Row]:
-        """Run each tail on its head's cache (``None``: no head) and return the whole rows."""
-        starts = [Row((), (), torch.empty(0)) if h is None else h for h in heads]
+        """Run each tail on its head's cache (``None``: no head) and return the whole rows.
+        Where the padded pass would reach past a sliding window, the rows run one at a time
+        (each within it: ``prefill`` keeps only rows that are)."""
         lengths = [0 if h is None else h.length for h in heads]
+        if len(tails) > 1 and max(lengths) + max(map(len, tails)) > self.reach:
+            return [
+                row for h, t in zip(heads, tails, strict=True) for row in self._extend([h], [t])
+            ]
+        starts = [Row((), (), torch.empty(0)) if h is None else h for h in heads]
         if any(lengths):
-            state = assemble(self.model.config, starts, self.device, lengths=lengths)
+            state = assemble(
+                self.model.config, starts, self.device, lengths=lengths, reach=self.reach
+            )
             cache, head_mask = state.cache, state.mask
         else:
+            # a sliding layer of the model's own cache would drop what is past its window
+            own = (
+                None if math.isinf(self.reach) else roomy_cache(self.model.config, reach=self.reach)
+            )
             cache, head_mask = (
-                None,
+                own,
                 torch.zeros((len(tails), 0), dtype=torch.long, device=self.device),
             )
         ids, tail_mask = pad([list(t) for t in tails], self.pad_id, left=True, device=self.device)
@@ -255,18 +287,24 @@ class PrefillStore:
 
 
 def assemble(
-    config: Any, rows: list[Row], device: torch.device, *, lengths: list[int] | None = None
+    config: Any,
+    rows: list[Row],
+    device: torch.device,
+    *,
+    lengths: list[int] | None = None,
+    reach: float = math.inf,
 ) -> Prefill:
     """A left-padded batch (cache, mask, last) from kept rows. With ``lengths``, rows of
     length 0 (placeholders without tensors) are all padding. The cache's layers append in
-    place (``runtime.roomy``): each gets room for what will follow the prompts."""
+    place (``runtime.roomy``): each gets room for what will follow the prompts; with a finite
+    ``reach`` (sliding windows) every layer is one, limited to it."""
     lengths = [r.length for r in rows] if lengths is None else lengths
     width = max(lengths)
     mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
     filled = [b for b, n in enumerate(lengths) if n]
     for b in filled:
         mask[b, width - lengths[b] :] = 1
-    cache = roomy_cache(config)
+    cache = roomy_cache(config, reach=reach)
     model_row = rows[filled[0]]
     for layer, (k0, v0) in enumerate(zip(model_row.keys, model_row.values, strict=True)):
         # the padding columns are zeros (masked, but read); the room is written before it is
@@ -308,6 +346,20 @@ def shared_lengths(order: list[Key], min_shared: int) -> list[int]:
         n = min(n, len(key) - 1)
         out.append(n if n >= min_shared else 0)
     return out
+
+
+def attention_reach(config: Any) -> float:
+    """The columns within which every attention layer sees the whole sequence: infinite where
+    every layer is full attention, the narrowest sliding window where some layers slide, 0
+    where a layer is of another kind or its window is unknown."""
+    if full_attention(config):
+        return math.inf
+    config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layer_types = getattr(config, "layer_types", None) or []
+    window = getattr(config, "sliding_window", None)
+    if not window or any(t not in ("full_attention", "sliding_attention") for t in layer_types):
+        return 0
+    return int(window)
 
 
 def full_attention(config: Any) -> bool:

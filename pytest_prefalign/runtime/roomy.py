@@ -13,6 +13,7 @@ step). The numbers are the same as ``DynamicLayer``'s: the same values, read thr
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import torch
@@ -22,10 +23,15 @@ ROOM = 64  # columns of room a buffer gets beyond what it holds (a response, ARG
 
 
 class RoomyLayer(DynamicLayer):
-    """``DynamicLayer`` with in-place appends; ``keys``/``values`` are views of its buffers."""
+    """``DynamicLayer`` with in-place appends; ``keys``/``values`` are views of its buffers.
 
-    def __init__(self, **kwargs: Any) -> None:
+    ``limit``: the columns it may hold. A sliding-window layer is given one as a ``RoomyLayer``
+    whose limit is its window: within it the layer sees the whole sequence, as a full layer
+    does; past it the layer would be wrong, so it raises instead."""
+
+    def __init__(self, *, limit: float = math.inf, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.limit = limit
         self.length = 0
         self.key_room: torch.Tensor | None = None
         self.value_room: torch.Tensor | None = None
@@ -33,6 +39,7 @@ class RoomyLayer(DynamicLayer):
     def hold(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
         """Take ``(B, heads, C, head_dim)`` buffers whose first ``length`` columns are the
         cache (``C - length`` columns of room)."""
+        self._check(length)
         self.device, self.is_initialized = keys.device, True
         self.key_room, self.value_room, self.length = keys, values, length
         self._views()
@@ -43,6 +50,7 @@ class RoomyLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         start, end = self.length, self.length + key_states.shape[-2]
+        self._check(end)
         room = self.key_room
         if (
             room is None
@@ -56,6 +64,14 @@ class RoomyLayer(DynamicLayer):
         self.value_room[:, :, start:end] = value_states
         self.length = end
         return self._views()
+
+    def _check(self, columns: int) -> None:
+        if columns > self.limit:
+            raise RuntimeError(
+                f"a KV cache layer given {columns} columns, beyond its limit of "
+                f"{self.limit:g} (a sliding window: the layer would no longer see the whole "
+                f"sequence); the caller must ask for a plain pass"
+            )
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
@@ -133,12 +149,16 @@ def select_rows(buffer: torch.Tensor, indices: torch.Tensor, length: int) -> tor
     return buffer[: len(order)]
 
 
-def roomy_cache(config: Any) -> Any:
-    """A ``DynamicCache`` for ``config`` whose full-attention layers are ``RoomyLayer``s."""
+def roomy_cache(config: Any, *, reach: float = math.inf) -> Any:
+    """A ``DynamicCache`` for ``config`` whose full-attention layers are ``RoomyLayer``s. With
+    a finite ``reach`` (a model with sliding-window layers, every one of whose rows will stay
+    within ``reach`` columns: ``prefill.attention_reach``), every layer is a ``RoomyLayer``
+    limited to it: within its window a sliding layer attends as a full one."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=config)
     cache.layers = [
-        RoomyLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
+        RoomyLayer(limit=reach) if type(layer) is DynamicLayer or math.isfinite(reach) else layer
+        for layer in cache.layers
     ]
     return cache
