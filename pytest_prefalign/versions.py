@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +34,10 @@ NOT_FOLLOWED = ("pytest_prefalign.cache", __name__)
 # parsed syntax trees by (module, sha256 of its file), and import names -> distributions
 _TREES = Slot("parsed code", dict[tuple[str, str], tuple[str, tuple[str, ...], tuple[str, ...]]])
 _DISTRIBUTIONS = Slot("distributions", lambda: dict(importlib.metadata.packages_distributions()))
+# CPython 3.11's parser is not safe to run from two threads at once (``ast.parse``, which
+# ``inspect.getsource`` also calls, can fail with "AST constructor recursion depth mismatch":
+# python/cpython#106905), and loaders may version code from threads: one parse at a time
+_PARSING = threading.Lock()
 
 
 def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
@@ -65,7 +70,8 @@ def function_version(fn: Callable[..., Any]) -> str:
     depends on a single function rather than on a whole module."""
     # a callable object (a test's stand-in converter, say) is versioned by its class
     target = fn if inspect.isfunction(fn) or inspect.isclass(fn) else type(fn)
-    tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
+    with _PARSING:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
     return storage.content_key("function", _dump(tree))
 
 
@@ -137,7 +143,8 @@ def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]
     memo_key = (name, hashlib.sha256(source).hexdigest())
     trees = PROCESS[_TREES]
     if memo_key not in trees:
-        tree = ast.parse(source, filename=str(path))
+        with _PARSING:
+            tree = ast.parse(source, filename=str(path))
         is_package = path.name == "__init__.py"
         imported = tuple(sorted(set(_imports(tree, name, is_package))))
         stdlib = sys.stdlib_module_names
