@@ -5,6 +5,12 @@ reads the table (``--json``) and, where a claim is "not enough evidence", states
 would need.
 
     python benchmarks/claim_power.py [--sims 100] [--users 10,20,40,80,160,320,640] [--json FILE]
+    python benchmarks/claim_power.py --errors [--sims 200] [--users 20,40,needed] [--json FILE]
+
+With ``--errors``, the other side: how often claims 1 and 2 say a false verdict (``Error``,
+``error_worlds``): "holds" on the nearest edge of its null, where its rate is its level, and
+"does not hold" where the paper's effect is true; ``needed`` in ``--users`` is the users the
+claim needs at that shape by the power table (``--power``).
 
 **The paper's effects** (Rezk et al., arXiv 2512.23067; ``EFFECTS`` below), each simulated
 with every other figure as calibration.py makes it (users differ, a user's level shared by
