@@ -191,7 +191,7 @@ def error_worlds() -> list[Error]:
             EFFECTS["tau"].scenario,
             "does not hold",
             tau_said,
-        ),  # fmt: skip
+        ),
         Error(
             "spread",
             f"RM accuracy 20 points apart, the highest's ROUGE-1 {findings.NEAR} above "
@@ -221,28 +221,43 @@ def users_needed(power: dict[str, Any], shape: str, claim: str) -> int:
     """The fewest users of the power table's grid at which ``claim`` reached its target at
     ``shape`` (its largest where none did)."""
     row = power["power"][shape][claim]
-    grid = sorted(int(n) for n in row)
-    return next((n for n in grid if row[str(n)][0] >= power["target"]), grid[-1])
+    fewest = findings.fewest_users(row, power["target"])
+    return max(map(int, row)) if fewest is None else fewest
 
 
 def error_rate(error: Error, n_users: int, shape: Any, sims: int, seed: int) -> tuple[float, float]:
     """The share of ``sims`` simulated runs in ``error``'s world that say its false verdict,
     and its Monte Carlo standard error."""
-    said = []
-    for i in range(sims):
-        rng = np.random.default_rng([seed, i])
-        said.append(error.said(calibration.simulate(n_users, error.scenario, rng, shape)))
-    rate = float(np.mean([s.startswith(error.verdict) for s in said]))
-    return rate, math.sqrt(rate * (1 - rate) / sims)
+    return share(
+        lambda rows: error.said(rows).startswith(error.verdict),
+        error.scenario,
+        n_users,
+        shape,
+        sims,
+        seed,
+    )
 
 
 def power(claim: Claim, n_users: int, shape: Any, sims: int, seed: int) -> tuple[float, float]:
     """The share of ``sims`` simulated runs in which ``claim`` was reached, and its Monte Carlo
     standard error."""
+    return share(claim.reached, claim.scenario, n_users, shape, sims, seed)
+
+
+def share(
+    hit: Callable[[list[CaseResult]], bool],
+    scenario: Any,
+    n_users: int,
+    shape: Any,
+    sims: int,
+    seed: int,
+) -> tuple[float, float]:
+    """The share of ``sims`` runs simulated under ``scenario`` (run ``i`` drawn from the seed
+    ``[seed, i]``) for which ``hit`` is true, and its Monte Carlo standard error."""
     hits = []
     for i in range(sims):
         rng = np.random.default_rng([seed, i])
-        hits.append(claim.reached(calibration.simulate(n_users, claim.scenario, rng, shape)))
+        hits.append(hit(calibration.simulate(n_users, scenario, rng, shape)))
     rate = float(np.mean(hits))
     return rate, math.sqrt(rate * (1 - rate) / sims)
 
@@ -267,7 +282,8 @@ def main() -> None:
     print(f"{args.sims} simulated runs per cell; {time.perf_counter() - started:.0f} s")
     if args.json:
         command = "python benchmarks/claim_power.py " + " ".join(sys.argv[1:])
-        saved = {"command": command, "sims": args.sims, **saved}
+        claims = {name: c.title for name, c in EFFECTS.items()}
+        saved = {"command": command, "sims": args.sims, **saved, "claims": claims}
         saved["shapes"] = {name: [s.pairs, s.items] for name, s in SHAPES.items()}
         args.json.write_text(json.dumps(saved, indent=1) + "\n")
 
@@ -287,8 +303,7 @@ def power_table(args: argparse.Namespace) -> dict[str, Any]:
                       flush=True)  # fmt: skip
                 if rate >= TARGET:  # enough users found; more only cost time
                     break
-    claims = {name: c.title for name, c in EFFECTS.items()}
-    return {"target": TARGET, "claims": claims, "power": table}
+    return {"target": TARGET, "power": table}
 
 
 def errors_table(args: argparse.Namespace) -> dict[str, Any]:
@@ -308,7 +323,7 @@ def errors_table(args: argparse.Namespace) -> dict[str, Any]:
                       f"{rate:.3f} ± {se:.3f}", flush=True)  # fmt: skip
         worlds.append({"claim": error.claim, "world": error.world, "verdict": error.verdict,
                        "rates": rates})  # fmt: skip
-    return {"claims": {name: c.title for name, c in EFFECTS.items()}, "errors": worlds}
+    return {"errors": worlds}
 
 
 if __name__ == "__main__":

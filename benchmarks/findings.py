@@ -342,12 +342,17 @@ def users_needed(power: dict[str, Any] | None, suite: str, claim: str, verdict: 
     row = (power or {}).get("power", {}).get(suite, {}).get(claim)
     if not row:
         return "-"
-    target = power["target"] if power else 0.8
-    grid = sorted(row, key=int)
-    for n in grid:
-        if row[n][0] >= target:
-            return f"{n} (power {row[n][0]:.2f})"
-    return f"more than {grid[-1]} (power {row[grid[-1]][0]:.2f} at {grid[-1]})"
+    n = fewest_users(row, power["target"] if power else 0.8)
+    if n is not None:
+        return f"{n} (power {row[str(n)][0]:.2f})"
+    largest = max(row, key=int)
+    return f"more than {largest} (power {row[largest][0]:.2f} at {largest})"
+
+
+def fewest_users(row: dict[str, list[float]], target: float) -> int | None:
+    """The fewest users of a power-table row (users -> [power, its error]) whose power reaches
+    ``target``; None where none does."""
+    return next((int(n) for n in sorted(row, key=int) if row[n][0] >= target), None)
 
 
 def power_table(power: dict[str, Any] | None) -> list[str]:
