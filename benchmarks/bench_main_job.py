@@ -10,7 +10,8 @@ where the phase processes tokens, tokens per second; the last line is
 
 with the wall time of each pytest process (start-up and the summary included). The phases are
 the run file's per-test ``timings``: model (load, and convert once), data (the suite's data and
-its pairs), fit (reward training), generate (per decoder), rouge, judge (win rates over base,
+its pairs), fit (reward training), guidance (the guidance strength chosen on validation items,
+the fitting left out), generate (per decoder), rouge, judge (win rates over base,
 the independent judge's training included), rm (reward scores of the test pairs) and policy
 (the guided policy's log-likelihoods of the test pairs); "other" is the rest of each process
 (start-up, collection, the analysis, the summary and the run file). A line on the model's
@@ -42,7 +43,7 @@ from typing import Any
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("model", "data", "fit", "generate", "rouge", "judge", "rm", "policy")
+PHASES = ("model", "data", "fit", "guidance", "generate", "rouge", "judge", "rm", "policy")
 
 
 def main() -> None:

@@ -336,13 +336,20 @@ class Decoder:
     an empty set for decoders without a reward method (``base``, ``icl``, ``icl_rag``).
     ``Options``: the dataclass of its options (``ctx.options`` is an instance). ``policy``:
     whether it is a distribution over texts with a ``loglik`` (policy accuracy); a baseline that
-    writes without a model (``lead``) sets it False and gets no policy accuracy.
+    writes without a model (``lead``) sets it False and gets no policy accuracy. ``strength``
+    and ``strengths``: the option a run chooses on validation items, and its grid.
     """
 
     name: ClassVar[str] = "?"
     needs: ClassVar[frozenset[str]] = frozenset()
     Options: ClassVar[type[DecodeOptions]] = DecodeOptions
     policy: ClassVar[bool] = True
+    # the option of ``Options`` that sets how strongly the reward guides (ARGS's ``w``,
+    # GenARM's ``alpha``), and the values a run chooses it from on validation items of the
+    # training users, never the test items (docs/metrics.md, "Working points"); None: the
+    # decoder has nothing to choose
+    strength: ClassVar[str | None] = None
+    strengths: ClassVar[tuple[float, ...]] = ()
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         """One output text per item."""

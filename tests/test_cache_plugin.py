@@ -205,6 +205,17 @@ def results_of(methods: str) -> set[tuple[str, str, str]]:
     return {(m, "results", m) for m in methods.split(",")}
 
 
+def guidance_of(methods: str) -> set[tuple[str, str, str]]:
+    """Each reward-guided test's guidance strength, chosen on validation items: consulted
+    before its results, so a rerun reads it too."""
+    return {(m, "guidance", m) for m in methods.split(",") if m.startswith(("args[", "genarm["))}
+
+
+def consulted(methods: str) -> set[tuple[str, str, str]]:
+    """What a rerun whose results all come from the cache consults."""
+    return results_of(methods) | guidance_of(methods)
+
+
 def keys(run_file: dict[str, Any]) -> set[tuple[str, str]]:
     return {
         (u["artifact"], u["key"])
@@ -218,11 +229,11 @@ def test_an_unchanged_rerun_hits_every_cached_value_with_the_same_figures(projec
     first = run(project, GUIDED, out="first.json")
     assert misses(first) == set(uses(first))  # a cold cache computes everything
     kinds = {artifact for _, artifact, _ in uses(first)}
-    assert {"generations", "rewards", "judges", "results"} <= kinds
+    assert {"generations", "rewards", "reward-scale", "guidance", "judges", "results"} <= kinds
     again = run(project, GUIDED, out="again.json")
-    # each test's results come whole from the cache: nothing inside them is consulted, no
-    # reward method is fitted
-    assert set(uses(again)) == results_of(GUIDED) and misses(again) == set()
+    # each test's results come whole from the cache, after its guidance strength: nothing
+    # inside them is consulted, no reward method is fitted
+    assert set(uses(again)) == consulted(GUIDED) and misses(again) == set()
     assert same_figures(again, first)
     assert keys(again) <= keys(first)  # the same keys both times
     # the phases: a cold run generated and scored in each test, trained once per reward
@@ -249,7 +260,22 @@ def edit_training_pair(project: pytest.Pytester) -> list[str]:
 
 
 def reward_guided_misses(method: str, reward: str) -> set[tuple[str, str, str]]:
-    return {(method, "rewards", reward), (method, "generations", method), *results_of(method)}
+    """A new fitted reward method: its scale, the strength chosen with it, the outputs and the
+    results are computed again."""
+    return {
+        (method, "rewards", reward),
+        (method, "reward-scale", reward),
+        *guidance_of(method),
+        (method, "generations", method),
+        *results_of(method),
+    }
+
+
+def edit_test_reference(project: pytest.Pytester) -> list[str]:
+    records = json.loads(json.dumps(RECORDS))
+    records[0]["tests"][0][1] = "An Edited Reference Title"
+    (project.path / "data" / "toy" / "records.json").write_text(json.dumps(records))
+    return []
 
 
 SCENARIOS = {
@@ -277,7 +303,23 @@ SCENARIOS = {
     "decoder option": (
         "args[global_bt],genarm[arm]",
         lambda p: ["--prefalign-option", "args.k=3"],
-        {("args[global_bt]", "generations", "args[global_bt]"), *results_of("args[global_bt]")},
+        {
+            ("args[global_bt]", "guidance", "args[global_bt]"),
+            ("args[global_bt]", "generations", "args[global_bt]"),
+            *results_of("args[global_bt]"),
+        },
+    ),
+    # the guidance strength is chosen on validation items, never the test items: a test
+    # item's reference changes every output's record, not the strength
+    "test item": (
+        "base,args[global_bt]",
+        edit_test_reference,
+        {
+            ("base", "generations", "base"),
+            ("args[global_bt]", "generations", "base"),
+            ("args[global_bt]", "generations", "args[global_bt]"),
+            *results_of("base,args[global_bt]"),
+        },
     ),
     "policy reduction": (  # scores the pairs again; the outputs stay
         "base,args[global_bt]",
@@ -292,6 +334,7 @@ SCENARIOS = {
             ("icl", "generations", "icl"),
             ("args[global_bt]", "generations", "args[global_bt]"),
             ("args[global_bt]", "generations", "base"),
+            ("args[global_bt]", "guidance", "args[global_bt]"),
             *results_of("base,icl,args[global_bt]"),
         },
     ),
@@ -323,7 +366,10 @@ def test_each_input_changed_alone_recomputes_exactly_what_depends_on_it(project,
         before = {u for u in uses(first) if u[0] == method}
         shared = {(method, artifact, of) for _, artifact, of in uses(first)}
         assert before <= again <= shared
-    assert {u for u in uses(second) if u[0] not in recomputed} == results_of(methods) - expected
+    others = [m for m in methods.split(",") if m not in recomputed]
+    assert {u for u in uses(second) if u[0] not in recomputed} == (
+        consulted(",".join(others)) - expected if others else set()
+    )
 
 
 CONF_RM = """
@@ -400,6 +446,8 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
         ("args[global_bt]", "generations", "base"),
         ("args[global_bt]", "generations", "args[global_bt]"),
         ("args[global_bt]", "rewards", "global_bt"),
+        ("args[global_bt]", "reward-scale", "global_bt"),
+        ("args[global_bt]", "guidance", "args[global_bt]"),
         *results_of("base,args[global_bt]"),
     }
     assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
@@ -433,7 +481,13 @@ def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):
     generations = {u["inputs"]["method"]: u for u in by_kind["generations"]}
     assert set(generations) == {"args[global_bt]", "base"}  # base's for the win rates
     own = generations["args[global_bt]"]
-    assert own["inputs"]["reward"] == reward["key"]  # the fitted reward's key, data included
+    # the fitted reward's key, data included, through its scale's: the outputs depend on both
+    (scale,) = by_kind["reward-scale"]
+    assert scale["inputs"]["reward"] == reward["key"]
+    assert own["inputs"]["reward"] == scale["key"]
+    (strength,) = by_kind["guidance"]
+    assert strength["inputs"]["reward"] == reward["key"] and "validation" in strength["inputs"]
+    assert not {"items", "test_pairs"} & set(strength["inputs"])  # never the test items
     assert {"decoder", "options", "seed", "model", "suite", "items", "profiles"} <= set(
         own["inputs"]
     )

@@ -62,6 +62,10 @@ class ArgsDecoder(Decoder):
     needs = frozenset({"score", "prefix"})
     order = 10  # position in the default method list: the first reward-guided decoder
     Options = ArgsOptions
+    # w, chosen per (reward method, suite, size) on validation items (docs/metrics.md): the
+    # rewards are standardised, so w = 1 weighs one standard deviation of reward as one nat
+    strength = "w"
+    strengths = (0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         from prefalign_methods.decoders.args_decode import args_generate

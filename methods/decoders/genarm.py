@@ -65,6 +65,9 @@ class GenARMDecoder(BaseDecoder):
     needs = frozenset({"score", "next_token"})
     order = 20
     Options = GenARMOptions
+    # alpha, chosen per (reward method, suite, size) on validation items (docs/metrics.md)
+    strength = "alpha"
+    strengths = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         from prefalign_methods.decoders.genarm_guided import generate

@@ -65,7 +65,27 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
     reduce = (rows[0].settings or {}).get("reduce")
     if reduce and any(name in r.metrics for r in rows for name in catalogue.reduced()):
         second += f" · policy score: {reduce} over tokens"  # what policy accuracy compares
-    return [first, second, *design_notes(design, model)]
+    return [first, second, *working_points(rows), *design_notes(design, model)]
+
+
+def working_points(rows: Sequence[CaseResult]) -> list[str]:
+    """The line naming each reward-guided row's guidance strength and how it was set
+    (``guidance.strength`` of the run file: chosen on validation items, or fixed); none where
+    no row has one."""
+    found = []
+    for row in sorted(rows, key=lambda r: r.method):
+        strength = (row.guidance or {}).get("strength")
+        if not isinstance(strength, dict):
+            continue
+        how = strength.get("how", "?")
+        if how == "chosen" and strength.get("fallback"):
+            how = "chosen, none passed"
+        found.append(
+            f"{row.method} {strength.get('option', '?')}={strength.get('value', 0):g} ({how})"
+        )
+    if not found:
+        return []
+    return ["  working points: " + ", ".join(found)]
 
 
 def pairs_design(data: dict[str, Any]) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from pytest_prefalign import cache, events, versions
 from pytest_prefalign.analysis import catalogue, metrics
 from pytest_prefalign.api import CaseContext
 from pytest_prefalign.errors import PrefalignError
-from pytest_prefalign.evaluation import faults, generation, pairs, prepare, wins
+from pytest_prefalign.evaluation import faults, generation, guidance, pairs, prepare, scale, wins
 from pytest_prefalign.evaluation.context import Case, RunContext
 from pytest_prefalign.registry import MethodName
 from pytest_prefalign.runs.records import CaseResult
@@ -111,12 +111,15 @@ class Evaluator:
             reduce=self.settings.reduce,
             shared=self.group(case),
         )
+        before = lm.meter.reading()  # the guidance's passes are metered with the test's
+        chosen = self.working_point(case, ctx, factory, state, lm, plan, timings)
+        if chosen is not None:  # the decoder at its working point
+            ctx = dataclasses.replace(ctx, options=chosen.apply(ctx.options))
         key = {"suite": case.suite, "method": str(case.method), "size": case.size}
         fitted_uses: list[cache.Use] = []
 
         def compute() -> dict[str, Any]:
             nonlocal ctx
-            before = lm.meter.reading()
             with _timed(timings, "fit_s"):
                 fitted = self.reward(case, state, lm, plan)
             if fitted is not None:
@@ -127,7 +130,8 @@ class Evaluator:
             with events.step(f"scoring {len(ctx.data.test_pairs)} pairs"):
                 records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
             timings.update(lm.meter.since(before, lm.meter.reading()))
-            return {"items": items, "pairs": records, "judge": judge}
+            standard = fitted.scale.to_json() if fitted is not None else None
+            return {"items": items, "pairs": records, "judge": judge, "reward_scale": standard}
 
         results = results_key(self.context, case, ctx, factory, plan, state)
         value = self.disk.json(results, compute, valid=_valid_results)
@@ -136,6 +140,10 @@ class Evaluator:
         records = [{**record, **key} for record in value["pairs"]]
         observe({"pair": records, "item": items})
         judge = value["judge"]
+        steering = {
+            **({"strength": chosen.to_json()} if chosen is not None else {}),
+            **({"reward_scale": value["reward_scale"]} if value.get("reward_scale") else {}),
+        }
         timings["total_s"] = time.perf_counter() - started
         values, ci, per_user = figures({"pair": records, "item": items})
         used = cache.unique([*lm.cache_uses, *state.uses, *fitted_uses, *uses])
@@ -170,11 +178,36 @@ class Evaluator:
             reward_package=plan.package if plan else None,
             reward_version=plan.version if plan else None,
             options=dataclasses.asdict(ctx.options),
+            guidance=steering,
             settings={"reduce": ctx.reduce, "seed": ctx.seed},
             cache=[u.to_json() for u in used],
             pairs=records,
             items=items,
         )
+
+    def working_point(
+        self,
+        case: Case,
+        ctx: CaseContext,
+        factory: Any,
+        state: prepare.SuiteState,
+        lm: Any,
+        plan: prepare.RewardPlan | None,
+        timings: dict[str, float],
+    ) -> guidance.Choice | None:
+        """The decoder's guidance strength (``guidance.choose``), timed as the guidance phase
+        with the reward method's fitting, if it happens here, in the fit phase."""
+
+        def fit() -> prepare.FittedReward | None:
+            with _timed(timings, "fit_s"):
+                return self.reward(case, state, lm, plan)
+
+        started = time.perf_counter()
+        fitting = timings.get("fit_s", 0.0)
+        chosen = guidance.choose(self.context, case, ctx, factory, plan, fit)
+        spent = time.perf_counter() - started - (timings.get("fit_s", 0.0) - fitting)
+        timings["guidance_s"] = timings.get("guidance_s", 0.0) + spent
+        return chosen
 
     def _items(
         self,
@@ -190,8 +223,9 @@ class Evaluator:
         if not ctx.data.items:
             return [], {}
         with _timed(timings, "generate_s"):
+            # the outputs depend on the fitted method and on the scale its rewards are read on
             outputs = generation.cached_generate(
-                self.context, ctx, case.method, fitted.key if fitted else None
+                self.context, ctx, case.method, scale.scale_key(fitted.key) if fitted else None
             )
         _, got = ctx.shared[generation.OUTPUTS][str(case.method)]
         if not got.hit:  # generated here: its tokens give the decoder's rate

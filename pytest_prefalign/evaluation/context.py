@@ -38,6 +38,7 @@ class Settings:
     limit: int  # users per suite
     seed: int
     reduce: str  # policy score: sum or mean of token log-likelihoods
+    guidance: str  # guidance strengths chosen on validation items, or fixed by the options
     data: str | None  # --prefalign-data
     data_ini: str | None  # the ini value prefalign_data
     rootdir: Path

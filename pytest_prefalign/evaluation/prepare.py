@@ -13,6 +13,7 @@ from pytest_prefalign import cache, events, storage, suite_options, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod, describe_fault
 from pytest_prefalign.errors import MethodFailure, PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
+from pytest_prefalign.evaluation.scale import RewardScale, StandardisedReward, cached_scale
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Suite, SuiteData
@@ -37,12 +38,14 @@ class FittedReward:
     """A reward method fitted for one (suite, size): guarded, with its cache key and the cached
     values its fitting used."""
 
-    reward: RewardMethod  # a GuardedReward, which answers as the method it wraps
+    # a GuardedReward on its own scale (StandardisedReward), which answers as the method it wraps
+    reward: RewardMethod
     key: cache.Key
     uses: list[cache.Use]
     fingerprint: str  # the method's fingerprint()
     package: str | None  # the distribution that provided it, and its version
     version: str | None
+    scale: RewardScale  # its rewards standardised on its training responses (scale.py)
 
 
 def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteState:
@@ -209,7 +212,8 @@ def fit_reward(run: RunContext, plan: RewardPlan, state: SuiteState, lm: LM) -> 
     """Fit the reward method in a cache folder of its own key: everything its parameters
     depend on (its configuration and code, the model, the exact training pairs), so that a
     method keeping files there cannot be handed parameters trained on other data. Disabled
-    cache: a fresh folder."""
+    cache: a fresh folder. The fitted method answers on its own scale: its rewards
+    standardised on its training responses (``scale.py``)."""
     name, reward, key = plan.name, plan.method, plan.key
     with cache.recording() as uses, events.step(f"fitting {name}"):
         try:
@@ -223,10 +227,12 @@ def fit_reward(run: RunContext, plan: RewardPlan, state: SuiteState, lm: LM) -> 
     trained = getattr(reward, "trained", None)
     hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
     uses.append(cache.Use(key, hit))
-    guarded = cast(
-        RewardMethod, GuardedReward(reward, name, state.data, getattr(lm, "vocab_size", None))
-    )
-    return FittedReward(guarded, key, uses, plan.fingerprint, plan.package, plan.version)
+    guarded = GuardedReward(reward, name, state.data, getattr(lm, "vocab_size", None))
+    with cache.recording() as scaled:
+        scale = cached_scale(run.disk, key, cast(RewardMethod, guarded), lm, state.data.train_pairs)
+    uses.extend(scaled)
+    standard = cast(RewardMethod, StandardisedReward(guarded, scale))
+    return FittedReward(standard, key, uses, plan.fingerprint, plan.package, plan.version, scale)
 
 
 def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pair]) -> cache.Key:

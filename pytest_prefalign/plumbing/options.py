@@ -81,6 +81,16 @@ def reduce_kind(text: str) -> str:
     return text
 
 
+GUIDANCE = ("chosen", "fixed")  # how a decoder's guidance strength is set
+DEFAULT_GUIDANCE = "chosen"
+
+
+def guidance_kind(text: str) -> str:
+    if text not in GUIDANCE:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {' or '.join(GUIDANCE)}")
+    return text
+
+
 GROUP = "prefalign"
 
 
@@ -162,6 +172,16 @@ def add_evaluation_options(parser: pytest.Parser) -> None:
         f"(default: {DEFAULT_REDUCE}; the run file keeps both).",
     )
     group.addoption(
+        "--prefalign-guidance",
+        type=guidance_kind,
+        metavar="chosen|fixed",
+        help="the guidance strength of reward-guided decoders (args.w, genarm.alpha): chosen "
+        "per (reward method, decoder, suite, size) on validation items of the training users "
+        "by the rule of docs/metrics.md, or fixed at the option's value (the paper's "
+        f"constants unless set with --prefalign-option; default: {DEFAULT_GUIDANCE}). A "
+        "strength set with --prefalign-option is always kept as set.",
+    )
+    group.addoption(
         "--prefalign-seed",
         type=int,
         default=None,
@@ -189,6 +209,7 @@ def add_evaluation_options(parser: pytest.Parser) -> None:
         "(repeatable; ini: prefalign_options, one per line).",
     )
     parser.addini("prefalign_reduce", "sum or mean")
+    parser.addini("prefalign_guidance", "chosen or fixed")
     parser.addini(
         "prefalign_options",
         "decoder and reward method options TARGET.FIELD=VALUE, one per line",
@@ -225,6 +246,7 @@ class Settings:
     reduce: str
     seed: int
     use_cache: bool
+    guidance: str  # chosen (on validation items) or fixed (as the options say)
     models: list[str]
     assignments: list[method_options.Assignment]  # ini lines first, the command line after
     strict_plugins: bool  # a plugin that fails to load is a usage error
@@ -264,6 +286,7 @@ def settings(config: pytest.Config) -> Settings:
         if config.getoption("prefalign_seed") is not None
         else DEFAULT_SEED,
         use_cache=not config.getoption("prefalign_no_cache"),
+        guidance=pick("prefalign_guidance", "prefalign_guidance", guidance_kind, DEFAULT_GUIDANCE),
         models=list(config.getini("prefalign_models")),
         assignments=[
             *_ini_assignments(config),

@@ -149,6 +149,7 @@ class PrefalignSession:
                 limit=self.settings.limit,
                 seed=self.settings.seed,
                 reduce=self.settings.reduce,
+                guidance=self.settings.guidance,
                 data=str(self.data_dir) if self.data_dir is not None else None,
                 data_ini=self.settings.data_ini,
                 rootdir=Path(self.config.rootpath),

@@ -70,6 +70,10 @@ class CaseResult:
     reward_package: str | None = None  # the distribution that provided it (None: no package)
     reward_version: str | None = None  # that distribution's version
     options: dict[str, Any] = field(default_factory=dict)
+    # the decoder's working point: ``strength``, how its guidance strength was set (chosen on
+    # validation items, with the grid, the rule and each strength's measures, or fixed), and
+    # ``reward_scale``, the reward method's standardisation (evaluation/guidance.py, scale.py)
+    guidance: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)  # reduce, seed
     cache: list[dict[str, Any]] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
