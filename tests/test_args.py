@@ -356,3 +356,34 @@ def test_real_model_fast_path_gives_the_original_strategy_tokens() -> None:
     )
     # the reward changes what is generated
     assert fast != args_generate(lm, rm, ["ann", "bob"], prompts, k=10, w=0.0, max_new_tokens=8)
+
+
+@pytest.mark.slow
+def test_real_model_w0_on_a_standardised_reward_is_base_greedy_token_for_token(
+    tmp_path: Path,
+) -> None:
+    """The working point's anchor (docs/metrics.md): whatever the reward's scale, ``w = 0``
+    writes exactly what base's greedy decoding writes, on the real model."""
+    from pytest_prefalign.evaluation.scale import RewardScale, StandardisedReward
+    from pytest_prefalign.runtime.models import ModelSpec, load_lm
+
+    lm = load_lm(ModelSpec("135m", "embedded:smollm2-135m"), device="cpu")
+    standard = StandardisedReward(
+        HeadReward(lm.model.config.hidden_size, scale=0.05), RewardScale(-3.0, 7.0, 10)
+    )
+    prompts = [
+        "Generate a title for the following abstract of a paper: We propose a method "
+        "that learns personal preferences from user feedback.",
+        "Generate a title for the following abstract of a paper: Reward models rank "
+        "responses well, yet the text they steer is often no closer to what users write.",
+    ]
+    asked = items(["ann", "bob"], prompts)
+    greedy = [t[0] for t in lm.generate(prompts, max_new_tokens=16)]
+    at_zero = ArgsDecoder().generate(
+        context(lm, standard, tmp_path, w=0.0, max_new_tokens=16), asked
+    )
+    assert at_zero == greedy
+    guided = ArgsDecoder().generate(
+        context(lm, standard, tmp_path, w=4.0, max_new_tokens=16), asked
+    )
+    assert guided != greedy  # the reward, at strength, changes what is written
