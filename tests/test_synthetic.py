@@ -374,12 +374,13 @@ def test_compare_two_rows_of_the_run(synthetic_run) -> None:
     )
     assert out.returncode == 0, out.stderr
     (policy,) = [x.split() for x in out.stdout.splitlines() if " policy_acc " in x]
-    # +1 for each of the 6 users: exact sign-flip p = 2 / 2^6; the command compares six
-    # metrics (ROUGE-1, ROUGE-L, policy and RM accuracy, both win rates), one family: Holm
-    # multiplies the smallest p by 6, and six users cannot carry a verdict through six looks
+    # +1 for each of the 6 users: exact sign-flip p = 2 / 2^6; the command compares eight
+    # metrics (ROUGE-1, ROUGE-L, fluency, not-an-answer share, policy and RM accuracy, both
+    # win rates), one family: Holm multiplies the smallest p by 8 (2/64 * 8 = 0.25), and six
+    # users cannot carry a verdict through eight looks
     assert policy[3:] == ["policy_acc", "1.000", "0.000", "+1.000", "[+1.000,", "+1.000]"] + [
         "0.0312",
-        "0.188",
+        "0.25",
         "6",
         "no",
         "significant",
@@ -399,10 +400,11 @@ def test_baselines_have_rouge_and_no_policy_accuracy(synthetic_run) -> None:
         assert "policy_acc" not in got[method] and "rm_acc" not in got[method]
     # the user's own nearest past title shares the rule's shape; the abstract's opening does not
     assert got["profile_copy"]["rouge1"] > got["lead"]["rouge1"]
-    # the leaderboard lists them with a dash for policy accuracy (after two ROUGE columns)
+    # the leaderboard lists them with a dash for policy accuracy (after the two ROUGE columns
+    # and fluency and the not-an-answer share, each a figure and its interval)
     for method in ("lead", "profile_copy"):
         (line,) = [x for x in synthetic_run["stdout"].splitlines() if f" {method} " in x]
-        assert line.split()[6] == "-", line
+        assert line.split()[10] == "-", line
 
 
 def test_bad_suite_option_is_a_usage_error_naming_it(
