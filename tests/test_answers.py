@@ -70,6 +70,12 @@ def test_copy_of_the_opening() -> None:
     assert judge("Abstract: we present a Neural approach, to") == "copy"
     # a short output that is the whole opening of four words or more
     assert judge("We present a neural") == "copy"
+    # the prompt's instruction echoed, its first four words (Polis's base model does it)
+    polis = "Write a statement you agree with about: $15/hour"
+    echo = "Write a statement you disagree with about: $15/hour"
+    assert judge(echo, input="$15/hour", prompt=polis) == "copy"
+    assert judge("Generate a title for this paper") == "copy"
+    assert judge("Write a statement about wages", input="$15/hour", prompt=polis) is None
     # five of the six, or three words only: not a copy
     assert judge("We present a neural method for headline generation") is None
     assert judge("We present a") != "copy"

@@ -57,3 +57,44 @@ def test_fluency_refuses_mismatched_lengths(tiny_lm) -> None:
     with pytest.raises(ValueError, match="2 prompts but 1 outputs"):
         fluency(tiny_lm, PROMPTS[:2], OUTPUTS[:1], batch_size=2)
     assert fluency(tiny_lm, [], [], batch_size=2).shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "pytest_prefalign.evaluation.generation",
+        "pytest_prefalign.evaluation.fluency",
+        "pytest_prefalign.analysis.answers",
+    ],
+)
+def test_the_results_key_follows_the_code_of_the_item_records(module, monkeypatch) -> None:
+    """The results cache is keyed by the evaluation's code version (``case.results_key``):
+    an edit of the module that writes an item's fluency and not-an-answer fields, or of the
+    rules and scorer it calls, must make a warm run compute its records again."""
+    from pytest_prefalign import versions
+    from pytest_prefalign.evaluation import case
+
+    before = versions.code_version(case)
+    real = versions._tree
+
+    def edited(path, name):
+        digest, imported, third_party = real(path, name)
+        return (digest + "-edited" if name == module else digest), imported, third_party
+
+    monkeypatch.setattr(versions, "_tree", edited)
+    assert versions.code_version(case) != before
+
+
+def test_the_results_key_ignores_code_the_evaluation_does_not_import(monkeypatch) -> None:
+    from pytest_prefalign import versions
+    from pytest_prefalign.evaluation import case
+
+    before = versions.code_version(case)
+    real = versions._tree
+
+    def edited(path, name):
+        digest, imported, third_party = real(path, name)
+        return (digest + "-edited" if name.endswith(".report") else digest), imported, third_party
+
+    monkeypatch.setattr(versions, "_tree", edited)
+    assert versions.code_version(case) == before  # the HTML report: not in the key

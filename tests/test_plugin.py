@@ -341,8 +341,8 @@ def test_result_hook_sees_each_result(toy):
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "logger", "-s")
     result.stdout.fnmatch_lines(
         [
-            "*LOGGED base ?'policy_acc', 'policy_acc_mean', 'policy_acc_micro', 'policy_acc_sum', "
-            "'rouge1', 'rougeL'?*"
+            "*LOGGED base ?'fluency', 'not_answer', 'policy_acc', 'policy_acc_mean', "
+            "'policy_acc_micro', 'policy_acc_sum', 'rouge1', 'rougeL'?*"
         ]
     )
 

@@ -325,8 +325,9 @@ def test_guidance_by_the_rule_raises_policy_accuracy_and_the_negated_rule_lowers
 
 def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> None:
     """Where the RM is right, the tool must not report a crisis: RM accuracy falls along the
-    noise ladder and below it the negated rule; policy accuracy under ``bon`` falls with it, and
-    the analysis calls that a finding (tau-b 0.97 with one tie, exact p, interval above 0)."""
+    noise ladder and below it the negated rule; policy accuracy under ``bon`` falls with it
+    (tau-b 0.97 with one tie, exact p 4/720, interval above 0), and no inversion or regret is
+    stated."""
     got = rows(synthetic_run)
     order = [*LADDER, "bon[oracle_negated]"]
     for metric in ("rm_acc", "policy_acc_mean"):
@@ -350,7 +351,14 @@ def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> Non
     assert tau["n_users"] == 6 and tau["enough"]
     assert tau["p_method"] == "exact permutation" and tau["p_value"] == pytest.approx(4 / 720)
     assert tau["ci"][0] > 0 and tau["ci"][1] == 1.0
-    assert tau["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
+    # in the run's family: five kinds of looks (tau, regret, inversions, circular, and the
+    # degenerate rows' not-an-answer tests, each at p = 1 here, since the tiny model's base
+    # writes no answer at all), so each tau look has a tenth of alpha; 4/720 * 10 = 0.056
+    # misses it by a hair: the same order, not enough evidence with six methods in this run
+    # (seven would give 2/5040; tests/test_crisis.py has a finding that fires)
+    assert synthetic_run["crisis"]["family"]["by_kind"]["degenerate"] == 7
+    assert tau["p_holm"] == pytest.approx(4 / 720 * 10)
+    assert tau["verdict"] == "no evidence of association"
     inversions = synthetic_run["crisis"].get("inversions", [])
     assert [i for i in inversions if i["y"] == "policy_acc"] == []
     # picking by RM accuracy picks the best: no regret in sample; cross-fitted over halves of
@@ -374,12 +382,13 @@ def test_compare_two_rows_of_the_run(synthetic_run) -> None:
     )
     assert out.returncode == 0, out.stderr
     (policy,) = [x.split() for x in out.stdout.splitlines() if " policy_acc " in x]
-    # +1 for each of the 6 users: exact sign-flip p = 2 / 2^6; the command compares six
-    # metrics (ROUGE-1, ROUGE-L, policy and RM accuracy, both win rates), one family: Holm
-    # multiplies the smallest p by 6, and six users cannot carry a verdict through six looks
+    # +1 for each of the 6 users: exact sign-flip p = 2 / 2^6; the command compares eight
+    # metrics (ROUGE-1, ROUGE-L, fluency, not-an-answer share, policy and RM accuracy, both
+    # win rates), one family: Holm multiplies the smallest p by 8 (2/64 * 8 = 0.25), and six
+    # users cannot carry a verdict through eight looks
     assert policy[3:] == ["policy_acc", "1.000", "0.000", "+1.000", "[+1.000,", "+1.000]"] + [
         "0.0312",
-        "0.188",
+        "0.25",
         "6",
         "no",
         "significant",
@@ -399,10 +408,11 @@ def test_baselines_have_rouge_and_no_policy_accuracy(synthetic_run) -> None:
         assert "policy_acc" not in got[method] and "rm_acc" not in got[method]
     # the user's own nearest past title shares the rule's shape; the abstract's opening does not
     assert got["profile_copy"]["rouge1"] > got["lead"]["rouge1"]
-    # the leaderboard lists them with a dash for policy accuracy (after two ROUGE columns)
+    # the leaderboard lists them with a dash for policy accuracy (after the two ROUGE columns
+    # and fluency and the not-an-answer share, each a figure and its interval)
     for method in ("lead", "profile_copy"):
         (line,) = [x for x in synthetic_run["stdout"].splitlines() if f" {method} " in x]
-        assert line.split()[6] == "-", line
+        assert line.split()[10] == "-", line
 
 
 def test_bad_suite_option_is_a_usage_error_naming_it(

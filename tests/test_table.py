@@ -100,3 +100,24 @@ def test_a_win_rate_shows_its_ties_beside_it() -> None:
     assert table.fmt(row, column) == "0.417 [0.20,0.63]"
     lines = table.table([row]).splitlines()
     assert "win vs base" in lines[0]
+
+
+def test_fluency_and_not_answer_sit_beside_rouge() -> None:
+    """The two figures of docs/metrics.md, "Fluency and answers", are columns right after
+    ROUGE-L, each with its interval: NLL per token to two decimals, the share to three."""
+    row = result(None, "fp1")
+    row.metrics = {"rouge1": 0.25, "rougeL": 0.2, "fluency": 1.234, "not_answer": 0.125}
+    row.ci = {"fluency": [1.1, 1.4], "not_answer": [0.05, 0.2]}
+    headers = table.table([row]).splitlines()[0].split()
+    assert headers == ["#", "method", "ROUGE-1", "ROUGE-L", "NLL/tok", "not", "ans", "time"]
+    assert table.fmt(row, catalogue.find("fluency")) == "1.23 [1.10,1.40]"
+    assert table.fmt(row, catalogue.find("not_answer")) == "0.125 [0.05,0.20]"
+    fluency, not_answer = catalogue.find("fluency"), catalogue.find("not_answer")
+    assert fluency is not None and not fluency.higher_is_better and fluency.high == 100.0
+    assert not_answer is not None and not not_answer.higher_is_better
+    assert (fluency.level, fluency.pooling, not_answer.level, not_answer.pooling) == (
+        "item",
+        "micro",
+        "item",
+        "micro",
+    )

@@ -10,7 +10,8 @@ and answers", gives each its known-answer test):
 - ``label``: nothing but field labels: the usual ones ("Abstract:", "Title:", "Summary:", ...)
   or a word that the prompt puts before a colon.
 - ``copy``: the output opens with the input's first ``COPY_WORDS`` words (or, when it is
-  shorter, is the input's opening of at least ``COPY_MIN_WORDS`` words).
+  shorter, is the input's opening of at least ``COPY_MIN_WORDS`` words), or echoes the
+  prompt's instruction: it opens with the prompt's first ``COPY_MIN_WORDS`` words.
 - ``language``: not in the input's language, judged by a character trigram model of the
   prompt (which holds the input) and a short English background text: the output's letters
   cost more than ``LANGUAGE_BITS`` bits each on average. Judged only on outputs of at least
@@ -41,7 +42,7 @@ RULES: tuple[str, ...] = ("empty", "label", "copy", "language", "loop", "off_tas
 DESCRIPTIONS: dict[str, str] = {
     "empty": "nothing but whitespace and punctuation",
     "label": "only field labels, the usual ones or the prompt's (e.g. 'Abstract:', 'Title:')",
-    "copy": "opens with the input's first words, verbatim",
+    "copy": "opens with the input's first words, or the prompt's, verbatim",
     "language": "not in the input's language (its letters improbable under the prompt's own)",
     "loop": "a word or phrase repeated in a row ('Aysha, Aysha, Aysha')",
     "off_task": "about the paper, reader or task, not an answer: no content word of the input, "
@@ -54,7 +55,8 @@ LABELS = frozenset(
     "user question text paper post comment headline keywords".split()
 )
 COPY_WORDS = 6  # the input's opening copied when the output starts with this many of its words
-COPY_MIN_WORDS = 4  # ... or is, whole, the input's opening of at least this many words
+COPY_MIN_WORDS = 4  # ... or is, whole, the input's opening of at least this many words; or
+# opens with this many of the prompt's first words (its instruction echoed)
 LANGUAGE_BITS = 4.0  # bits per letter above which the output is not in the input's language
 LANGUAGE_BITS_SHORT = 4.5  # ... where the input is short and the background does most of it
 LANGUAGE_INPUT_LETTERS = 300  # an input with fewer letters is short
@@ -181,7 +183,7 @@ def not_an_answer(output: str, *, input: str, prompt: str) -> str | None:
         return "label"
     text = _without_leading_labels(output, labels)
     checks: tuple[tuple[str, Callable[[], bool]], ...] = (
-        ("copy", lambda: _copies_opening(text, input)),
+        ("copy", lambda: _copies_opening(text, input, prompt)),
         ("language", lambda: _foreign(text, input, prompt)),
         ("loop", lambda: _loops(text)),
         ("off_task", lambda: _off_task(text, input)),
@@ -201,9 +203,12 @@ def _without_leading_labels(output: str, labels: frozenset[str] | set[str]) -> s
     return text
 
 
-def _copies_opening(text: str, input: str) -> bool:
+def _copies_opening(text: str, input: str, prompt: str) -> bool:
     out = [w.lower() for w in _WORD.findall(text)]
     source = [w.lower() for w in _WORD.findall(input)]
+    instruction = [w.lower() for w in _WORD.findall(prompt)][:COPY_MIN_WORDS]
+    if len(instruction) == COPY_MIN_WORDS and out[:COPY_MIN_WORDS] == instruction:
+        return True  # the prompt's instruction echoed ("Write a statement you ...")
     if len(out) >= COPY_WORDS:
         return len(source) >= COPY_WORDS and out[:COPY_WORDS] == source[:COPY_WORDS]
     return len(out) >= COPY_MIN_WORDS and out == source[: len(out)]

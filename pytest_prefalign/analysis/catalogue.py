@@ -99,6 +99,21 @@ METRICS: tuple[Metric, ...] = (
         roles=("y", "rank", "spread", "text"),
     ),
     Metric("rougeL", "item", "rougeL", "micro", "ROUGE-L", gateable=True),
+    # whether the outputs are text at all, beside how close they are to the user's: the base
+    # model's mean negative log-likelihood per token (nats) of each output given the plain
+    # prompt, and the share of outputs that break a rule of analysis/answers.py; a row far
+    # from base on either is flagged degenerate (analysis/degenerate.py)
+    Metric(
+        "fluency",
+        "item",
+        "fluency",
+        "micro",
+        "NLL/tok",
+        higher_is_better=False,
+        high=100.0,
+        fmt=".2f",
+    ),
+    Metric("not_answer", "item", "not_answer", "micro", "not ans", higher_is_better=False),
     Metric(
         "policy_acc",
         "pair",

@@ -6,12 +6,14 @@ Every statement is a test with a stated null (docs/metrics.md#verdicts): tau's e
 permutation test over the methods; an inversion's two sign-flip tests over users, both needed
 (intersection-union); the circular flag's sign-flip tests of the own-RM win against 1/2 and of
 the ROUGE-1 loss to base, both needed. The selection regret (``regret``), the comparison of
-in-context learning with the best guided row (``selection``) and the per-user spread
-(``spread``) bring their own. All the looks of a run are one family, adjusted by Holm
-(``family``): a statement fires only when its adjusted p-value is below ``ALPHA``. The
-intervals (users resampled) describe; they do not decide. Where the data cannot say (saturated
-or tied RM accuracies, too few methods or users), the entry says "not enough evidence" and
-why, and makes no look. Groups never mix decoders, so no reward method is counted twice.
+in-context learning with the best guided row (``selection``), the per-user spread
+(``spread``) and the degenerate rows (``degenerate``: a one-sided sign-flip test of the
+not-an-answer share against base's) bring their own. All the looks of a run are one family,
+adjusted by Holm (``family``): a statement fires only when its adjusted p-value is below
+``ALPHA``. The intervals (users resampled) describe; they do not decide. Where the data cannot
+say (saturated or tied RM accuracies, too few methods or users), the entry says "not enough
+evidence" and why, and makes no look. Groups never mix decoders, so no reward method is
+counted twice.
 
 Pure computation on the results of a run, done once when it ends (``analyse``); the run file
 stores what it finds, the summary and the report print it.
@@ -29,6 +31,7 @@ import numpy as np
 from pytest_prefalign.analysis import (
     catalogue,
     circular,
+    degenerate,
     family,
     nulls,
     regret,
@@ -52,8 +55,9 @@ Row = dict[str, Any]  # an entry of the analysis, as the run file stores it
 def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
     """``(tau, crisis)`` as the run file stores them: the tau entries; and the inversions,
     circular-evaluation entries, per-user spread flags, selection regret, the comparison of
-    in-context learning with the best reward-guided row, and the ``family`` of all their looks
-    (Holm), each entry's ``p_holm``, ``fires`` and verdict set from it."""
+    in-context learning with the best reward-guided row, the degenerate rows, and the
+    ``family`` of all their looks (Holm), each entry's ``p_holm``, ``fires`` and verdict set
+    from it."""
     results = list(results)
     tau = tau_entries(results)
     inversions = inversion_entries(results)
@@ -64,6 +68,7 @@ def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
         "spread": spread_found,
         "regret": regret.entries(reward_groups(results)),
         "icl_vs_rgd": selection.icl_entries(results),
+        "degenerate": degenerate.entries(results),
         "silent_looks": {
             "inversions": inversion_looks(results)
             - sum(e["p_value"] is not None for e in inversions),
@@ -88,6 +93,8 @@ def _state_verdicts(tau: list[Row], crisis: dict[str, Any]) -> None:
         entry["flag"] = entry["fires"]
     for entry in crisis["icl_vs_rgd"]:
         entry["verdict"] = selection.icl_verdict(entry, entry["p_holm"])
+    for entry in crisis["degenerate"]:
+        degenerate.state(entry)
 
 
 def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:

@@ -2,7 +2,8 @@
 
 A run makes many looks: two tau findings and two selection regrets per decoder, an inversion test
 per pair of reward methods and figure, the comparison of each ICL row with the best
-reward-guided one, a circular-evaluation test per guided method, the per-user spread tests. Each
+reward-guided one, a circular-evaluation test per guided method, the per-user spread tests,
+the test of each generating row's not-an-answer share against base's (``degenerate``). Each
 look has its own p-value (``crisis``, ``regret``, ``selection``, ``spread``); at 5% each, thirty
 looks at nothing would state something in most runs. Holm's procedure (Holm 1979) adjusts them
 together so that the chance of stating anything false in the whole run is at most ``ALPHA``,
@@ -34,7 +35,7 @@ METHOD = "weighted Holm"
 Row = dict[str, Any]
 
 # the crisis sections whose entries are verdicts, and the key each entry's p-value is under
-SECTIONS = ("regret", "inversions", "icl_vs_rgd", "circular", "spread")
+SECTIONS = ("regret", "inversions", "icl_vs_rgd", "circular", "spread", "degenerate")
 
 
 def holm(p_values: Sequence[float], weights: Sequence[float] | None = None) -> np.ndarray:

@@ -7,6 +7,8 @@ rearrangement (exactly, every arrangement, when they are few; else ``PERMUTATION
 gives the share of arrangements whose statistic is at least as extreme as the observed one,
 counting the observed arrangement (so p is never 0 and the test holds its level exactly):
 
+- ``sign_flip_greater``: the one-sided sign-flip test (a row's share above another's, e.g. a
+  row's not-an-answer share above base's);
 - ``swap``: two methods exchangeable within each user (the paired sign-flip test, for any
   statistic of the two methods' per-user figures, e.g. the mean of the worst decile);
 - ``within_user``: several methods exchangeable within each user (each user's figures shuffled
@@ -69,6 +71,24 @@ def sign_flip(diffs: np.ndarray, weights: np.ndarray, *, seed: int = SEED) -> tu
         return 1.0, True
     signs, exact = sign_patterns(len(d), seed=seed)
     draws = np.abs(signs @ (w * d)) / float(w.sum())
+    return p_from_draws(observed, draws, exact=exact), exact
+
+
+def sign_flip_greater(
+    diffs: np.ndarray, weights: np.ndarray, *, seed: int = SEED
+) -> tuple[float, bool]:
+    """One-sided p-value of the weighted mean of per-user differences being above 0, under the
+    null that each difference is as likely negative as positive, and whether it is exact: the
+    share of sign patterns whose ``sum w s d / sum w`` is at least the observed one (the
+    observed pattern among them). With ``n`` users no p-value is below ``0.5**n``."""
+    d, w = np.asarray(diffs, dtype=float), np.asarray(weights, dtype=float)
+    if d.ndim != 1 or d.shape != w.shape or len(d) == 0:
+        raise ValueError(f"expected one difference and one weight per user, got {d.shape}")
+    if not d.any():
+        return 1.0, True
+    observed = float(w @ d) / float(w.sum())
+    signs, exact = sign_patterns(len(d), seed=seed)
+    draws = (signs @ (w * d)) / float(w.sum())
     return p_from_draws(observed, draws, exact=exact), exact
 
 

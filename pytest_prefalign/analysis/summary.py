@@ -18,15 +18,18 @@ MAX_LISTED = 10  # entries printed per section before "... and N more"
 
 
 def summary_lines(run: RunFile, width: int | None = None) -> list[str]:
-    """The crisis section: tau, selection regret, inversions, ICL against the best
-    reward-guided row, circular evaluation, per-user spread. Empty when the run has no
-    reward-guided method. With a ``width`` (the terminal's), no line is wider: tables wrap
-    their cells, sentences their words."""
+    """The crisis section: the degenerate rows first (they qualify everything after), tau,
+    selection regret, inversions, ICL against the best reward-guided row, circular evaluation,
+    per-user spread. Empty when the run has no reward-guided method and no degenerate row.
+    With a ``width`` (the terminal's), no line is wider: tables wrap their cells, sentences
+    their words."""
     crisis = run.crisis
     taus, circular = run.tau, crisis.get("circular", [])
-    if not taus and not circular and not crisis.get("icl_vs_rgd"):
+    degenerate = crisis.get("degenerate", [])
+    flagged = any(e.get("flagged") for e in degenerate)
+    if not taus and not circular and not crisis.get("icl_vs_rgd") and not flagged:
         return []
-    lines: list[str] = []
+    lines: list[str] = degenerate_lines(degenerate)
     if taus:
         lines += [
             "",
@@ -49,6 +52,33 @@ def summary_lines(run: RunFile, width: int | None = None) -> list[str]:
     if described:
         lines += ["", described]
     return fit_prose(lines, width)
+
+
+def degenerate_lines(entries: list[Row]) -> list[str]:
+    """Each flagged row, why, and what that means for its comparisons; one line when none is
+    flagged."""
+    if not entries:
+        return []
+    flagged = [e for e in entries if e.get("flagged")]
+    margin = entries[0].get("margin")
+    test = (
+        f"fluency beyond base's by more than {margin:g} nats/token, or a not-an-answer share "
+        "above base's by the one-sided sign-flip test over users, p_holm"
+    )
+    if not flagged:
+        return [
+            "",
+            f"No degenerate row: the {len(entries)} generating row(s) checked against base "
+            f"({test}) write text of the task as base does.",
+        ]
+    lines = ["", f"Degenerate rows ({len(flagged)} of {len(entries)} checked against base: {test})"]
+    lines += [
+        f"! {e['method']} ({_where(e)}): {e['reason']}. Its figures and every comparison "
+        "with it (tau, inversions, regret, ICL against it) are about a broken setting, not "
+        "the method."
+        for e in flagged
+    ]
+    return lines
 
 
 def fit_prose(lines: list[str], width: int | None) -> list[str]:

@@ -1,5 +1,6 @@
-"""Generation: a method's outputs for the suite's items (cached by content) and the item records
-with their ROUGE scores against the users' own text."""
+"""Generation: a method's outputs for the suite's items (cached by content) and the item records:
+ROUGE against the users' own text, whether each output is an answer at all
+(``analysis/answers.py``) and its fluency under the base model (``fluency.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_prefalign import cache, events, versions
-from pytest_prefalign.analysis import metrics
+from pytest_prefalign.analysis import answers, metrics
 from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.evaluation.fluency import fluency
 from pytest_prefalign.registry import MethodName
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,8 +92,11 @@ def base_outputs(run: RunContext, ctx: CaseContext) -> list[str]:
 
 
 def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]) -> list[dict[str, Any]]:
-    """One record per item: the output, the user's own text and ROUGE-1 / ROUGE-L against it
-    (None where the suite has no reference)."""
+    """One record per item: the output, the user's own text, ROUGE-1 / ROUGE-L against it
+    (None where the suite has no reference), the output's ``fluency`` (the base model's mean
+    negative log-likelihood per token given the item's plain prompt, the same scorer for every
+    row), and ``not_answer`` (1.0 when the output breaks a rule of ``answers.RULES``, else 0.0)
+    with ``not_answer_rule`` (the rule's name, or None)."""
     items = ctx.data.items
     with_ref = [i for i, it in enumerate(items) if it.reference is not None]
     r1 = np.full(len(items), np.nan)
@@ -100,6 +105,12 @@ def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]) -> l
         r1[with_ref], rl[with_ref] = metrics.rouge(
             [outputs[i] for i in with_ref], [items[i].reference or "" for i in with_ref]
         )
+    rules = [
+        answers.not_an_answer(out, input=it.input, prompt=it.prompt)
+        for it, out in zip(items, outputs, strict=True)
+    ]
+    with events.step(f"fluency of {len(items)} outputs"):
+        nll = fluency(ctx.lm, [it.prompt for it in items], outputs, ctx.options.batch_size)
     return [
         {
             **key,
@@ -110,6 +121,9 @@ def item_records(ctx: CaseContext, outputs: list[str], key: dict[str, str]) -> l
             "reference": it.reference,
             "rouge1": number(r1[i]),
             "rougeL": number(rl[i]),
+            "fluency": number(nll[i]),
+            "not_answer": float(rules[i] is not None),
+            "not_answer_rule": rules[i],
         }
         for i, it in enumerate(items)
     ]

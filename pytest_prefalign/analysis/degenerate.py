@@ -1,0 +1,138 @@
+"""Degenerate rows (docs/metrics.md, "Fluency and answers"): a generating row whose outputs are
+not text of the task, so that its figures describe a broken setting, not the method.
+
+For every generating row of a (suite, size) other than ``base`` (a row with ``fluency`` and
+``not_answer``), against base's row of the same (suite, size); the trivial baselines, which
+write without the model and are no distribution over texts (``lead``, ``profile_copy``: no
+pair records where base has some), have no decoding setting to break and no entry:
+
+- ``fluency_gap``: the row's mean negative log-likelihood per token minus base's (nats; both
+  read by the same scorer, the base model on the plain prompt). Beyond ``MARGIN`` the row is
+  degenerate: a stated margin, set from the stored runs (``benchmarks/fluency_margin.py``), not
+  a test;
+- ``not_answer_gap``: the row's share of outputs that are not an answer minus base's, tested
+  by the one-sided sign-flip test over users (``nulls.sign_flip_greater``: each user's share
+  minus base's, weighted by the user's items; the null: the row and base exchangeable within
+  each user). The test is a look of the run's family (``family``, weighted Holm); it fires when
+  its adjusted p-value is below the level and the gap is positive. No test below
+  ``ONE_SIDED_FLOOR`` shared users, where none could be significant. A row at or below base's
+  share is a look that cannot fire (its p-value near 1), and it counts: leaving it out would
+  choose the family after seeing the data (a base that writes no answer at all, as the tiny
+  random model's, leaves every row such a look).
+
+``flagged``: either. A flagged row keeps its figures; the summary says that its comparisons
+(tau, inversions, regret, ICL against it) are about a broken setting, not the method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from pytest_prefalign.analysis import nulls, users
+from pytest_prefalign.analysis.metrics import finite
+from pytest_prefalign.runs.records import CaseResult
+
+ALPHA = 0.05
+# nats per token above base's fluency. Set from the stored runs (benchmarks/fluency_margin.py,
+# docs/metrics.md): the users' own Pref-LaMP titles cost 2.2 more than base's greedy outputs
+# (2.22 at 135m, 2.25 at 270m), so a row must be less fluent than the users' own writing, by a
+# quarter of a nat, to be flagged on fluency; the gibberish rows of the 135m run (args[pal],
+# bon) are 3.3 above base
+MARGIN = 2.5
+FLUENCY, NOT_ANSWER = "fluency", "not_answer"
+# the fewest users, all one way, that make the one-sided sign-flip test significant: 0.5**5
+ONE_SIDED_FLOOR = next(k for k in range(1, 64) if 0.5**k < ALPHA)
+
+Row = dict[str, Any]
+
+
+def entries(results: Iterable[CaseResult]) -> list[Row]:
+    """One entry per generating row other than base, in the run's order, for the (suite, size)s
+    that have a base row; ``p_holm`` and ``fires`` come from the family, ``flagged`` and
+    ``reason`` from ``state``."""
+    results = list(results)
+    base = {
+        (r.suite, r.size): r
+        for r in results
+        if r.decoder == "base" and not r.reward and _generating(r)
+    }
+    found = []
+    for row in results:
+        reference = base.get((row.suite, row.size))
+        if reference is None or row is reference or not _generating(row):
+            continue
+        if reference.n_pairs and not row.n_pairs:
+            continue  # a decoder that is no distribution over texts (lead, profile_copy)
+        found.append(_entry(row, reference))
+    return found
+
+
+def _generating(row: CaseResult) -> bool:
+    return finite(row.metrics.get(FLUENCY)) and finite(row.metrics.get(NOT_ANSWER))
+
+
+def _entry(row: CaseResult, base: CaseResult) -> Row:
+    fluency_gap = row.metrics[FLUENCY] - base.metrics[FLUENCY]
+    answer_gap = row.metrics[NOT_ANSWER] - base.metrics[NOT_ANSWER]
+    _, fluency_ci, _ = users.difference(row, base, FLUENCY)
+    _, answer_ci, _ = users.difference(row, base, NOT_ANSWER)
+    shared, d, w = users.paired_differences(row, base, NOT_ANSWER)
+    p_value = None
+    if len(shared) >= ONE_SIDED_FLOOR:
+        p_value = nulls.sign_flip_greater(d, w)[0]
+    return {
+        "suite": row.suite,
+        "size": row.size,
+        "method": row.method,
+        "decoder": row.decoder,
+        "fluency": row.metrics[FLUENCY],
+        "fluency_base": base.metrics[FLUENCY],
+        "fluency_gap": round(fluency_gap, 12),
+        "fluency_gap_ci": fluency_ci,
+        "margin": MARGIN,
+        "not_answer": row.metrics[NOT_ANSWER],
+        "not_answer_base": base.metrics[NOT_ANSWER],
+        "not_answer_gap": round(answer_gap, 12),
+        "not_answer_gap_ci": answer_ci,
+        "n_users": len(shared),
+        "test": "one-sided sign flip over users of the not-an-answer share minus base's",
+        "p": p_value,
+        "p_value": p_value,  # the key the family reads
+        "holds": answer_gap > 0,
+        "flagged": False,
+        "reason": "",
+    }
+
+
+def state(entry: Row) -> None:
+    """The entry's ``flagged`` and ``reason`` from its fluency gap and its adjusted p-value
+    (``p_holm`` and ``fires``, set by the family), in place."""
+    reasons = []
+    if entry["fluency_gap"] > MARGIN:
+        reasons.append(
+            f"fluency {entry['fluency']:.2f} nats/token against base's "
+            f"{entry['fluency_base']:.2f} (worse by {entry['fluency_gap']:.2f}, beyond the "
+            f"margin of {MARGIN:g})"
+        )
+    if entry.get("fires"):
+        reasons.append(
+            f"{entry['not_answer']:.0%} of its outputs are not an answer against base's "
+            f"{entry['not_answer_base']:.0%} (p_holm {entry['p_holm']:.3g})"
+        )
+    entry["flagged"] = bool(reasons)
+    if reasons:
+        entry["reason"] = "; ".join(reasons)
+    elif entry["p_value"] is None:
+        entry["reason"] = (
+            f"fluent within the margin; {entry['n_users']} users: too few for the test of "
+            f"its not-an-answer share (p >= {0.5 ** max(entry['n_users'], 0):.2g})"
+        )
+    else:
+        p_holm = entry.get("p_holm")
+        shown = "-" if p_holm is None or not math.isfinite(p_holm) else f"{p_holm:.3g}"
+        entry["reason"] = (
+            "fluent within the margin, and its not-an-answer share not significantly above "
+            f"base's (p_holm {shown})"
+        )
