@@ -270,6 +270,32 @@ def gumbel_choice(
     return scores.argmax(-1).tolist()
 
 
+def check_top_p(top_p: float) -> None:
+    """A nucleus share must be in (0, 1]."""
+    if not (0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def nucleus(logits: torch.Tensor, top_p: float, temperature: float = 1.0) -> torch.Tensor:
+    """``logits`` with every token outside each row's nucleus set to ``-inf``: the nucleus is
+    the fewest most likely tokens whose probability under ``softmax(logits / temperature)``
+    reaches ``top_p`` (Holtzman et al., 2020, "The Curious Case of Neural Text Degeneration"),
+    a token kept while the tokens more likely than it hold less than ``top_p``; the most likely
+    token always stays. Equal logits are ordered by token id (a stable sort), so the cut is the
+    same on every run. ``top_p = 1`` cuts nothing and returns ``logits`` itself."""
+    check_top_p(top_p)
+    if top_p >= 1:
+        return logits
+    ordered, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    probs = torch.softmax(ordered.double() / temperature, dim=-1)
+    # the mass of the tokens ranked above each (0 for the first)
+    before = torch.nn.functional.pad(probs.cumsum(-1)[..., :-1], (1, 0))
+    cut = before >= top_p
+    cut[..., 0] = False
+    drop = torch.zeros_like(cut).scatter(-1, order, cut)
+    return logits.masked_fill(drop, float("-inf"))
+
+
 def multinomial_choice(
     logits: torch.Tensor, temperature: float, gens: list[torch.Generator]
 ) -> list[int]:
@@ -280,19 +306,27 @@ def multinomial_choice(
 
 
 class Plain:
-    """Plain generation's rule: greedy, or a draw at ``temperature`` with each row's own
-    generator (so that a sample does not depend on the batch it ran in). ``lm``: what gives
-    next-token logits from hidden states (``LM.logits_from_hidden``)."""
+    """Plain generation's rule: greedy, or a draw at ``temperature`` from the nucleus of
+    ``top_p`` (``nucleus``, of the tempered distribution) with each row's own generator (so
+    that a sample does not depend on the batch it ran in). ``lm``: what gives next-token logits
+    from hidden states (``LM.logits_from_hidden``)."""
 
     def __init__(
-        self, lm: Any, temperature: float | None, gens: list[torch.Generator] | None
+        self,
+        lm: Any,
+        temperature: float | None,
+        gens: list[torch.Generator] | None,
+        *,
+        top_p: float = 1.0,
     ) -> None:
-        self.lm, self.temperature, self.gens = lm, temperature, gens
+        check_top_p(top_p)
+        self.lm, self.temperature, self.gens, self.top_p = lm, temperature, gens, top_p
 
     def choose(self, step: Step) -> Choice:
         logits = self.lm.logits_from_hidden(step.hidden)
         if self.gens is None:
             return Choice(greedy(logits))
-        return Choice(
-            gumbel_choice(logits, self.temperature or 1.0, [self.gens[r] for r in step.active])
-        )
+        temperature = self.temperature or 1.0
+        # the nucleus of the tempered distribution, the order samplers apply the two in
+        kept = nucleus(logits, self.top_p, temperature)
+        return Choice(gumbel_choice(kept, temperature, [self.gens[r] for r in step.active]))
