@@ -175,6 +175,32 @@ def test_nucleus_keeps_the_fewest_likeliest_tokens_reaching_top_p() -> None:
             nucleus(logits, bad)
 
 
+def nucleus_by_sorting(logits: torch.Tensor, top_p: float, temperature: float) -> torch.Tensor:
+    """The nucleus by its definition: every token sorted by probability (a stable sort: equal
+    ones by id), kept while the tokens before it hold less than ``top_p``; a mask."""
+    ordered, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    probs = torch.softmax(ordered.double() / temperature, dim=-1)
+    before = torch.nn.functional.pad(probs.cumsum(-1)[..., :-1], (1, 0))
+    inside = before < top_p
+    inside[..., 0] = True
+    return torch.zeros_like(inside).scatter(-1, order, inside)
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])  # flat (the search widens) to peaked
+def test_nucleus_equals_its_definition_by_sorting(scale: float) -> None:
+    g = torch.Generator().manual_seed(int(scale * 10))
+    logits = torch.randn(16, 3000, generator=g) * scale
+    logits[:, 100:400] = logits[:, 100:101]  # ties, some of them at a nucleus's edge
+    logits[3] = 0.0  # a row of equal logits: the lowest ids
+    for top_p in (1e-9, 0.1, 0.5, 0.9, 0.97, 0.999999):
+        for temperature in (0.7, 1.0, 1.6):
+            got = torch.isfinite(nucleus(logits, top_p, temperature))
+            assert torch.equal(got, nucleus_by_sorting(logits, top_p, temperature)), (
+                top_p,
+                temperature,
+            )
+
+
 def kept(cut: torch.Tensor) -> list[int]:
     """The tokens a nucleus cut keeps in its first row."""
     return torch.isfinite(cut[0]).nonzero()[:, 0].tolist()

