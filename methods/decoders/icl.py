@@ -8,8 +8,9 @@ profile item as the suite's task prompt for its input and the item's output as t
 end-of-turn token (without a chat template: the answer comes on the line after the task prompt,
 and every response is cut to its first line). Shown as one block of ``Abstract: ...`` /
 ``Title: ...`` examples before the task prompt, the examples led SmolLM2-135M to begin the next
-example ("Abstract:") instead of answering, for 5 of 42 items of the main job (docs/metrics.md).
-The policy score reads the same dialogue (``BaseDecoder.logliks`` through ``prompts``).
+example ("Abstract:") instead of answering for 6 of the main job's 42 items (docs/usage.md,
+"Working points of icl and bon"). The policy score reads the same dialogue
+(``BaseDecoder.logliks`` through ``prompts``).
 """
 
 from __future__ import annotations
