@@ -237,7 +237,9 @@ def plain_prompt(paper: Paper) -> str:
     return PrefLamp().instruction(paper.abstract)
 
 
-def icl_prompt(papers: Sequence[Paper]) -> str:
+def icl_prompt(papers: Sequence[Paper]) -> Any:
+    """The ``icl`` decoder's prompt for the first paper, the others as earlier turns (a
+    ``runtime.chat.Dialogue``, which the LM renders)."""
     from prefalign_methods.decoders.icl import icl_prompt as build
     from prefalign_suites.pref_lamp.suite import PrefLamp
     from pytest_prefalign.api import ProfileEntry

@@ -52,10 +52,13 @@ def context(lm, reward, *, seed: int = SEED, reduce: str = "sum", **options) -> 
 
 
 def samples(lm, n: int, seed: int = SEED) -> list[list[str]]:
+    """The base LM's samples at best-of-N's default temperature and nucleus."""
     return lm.generate(
         [it.prompt for it in ITEMS],
         max_new_tokens=OPTIONS["max_new_tokens"],
         sample=True,
+        temperature=BoNOptions().temperature,
+        top_p=BoNOptions().top_p,
         num_samples=n,
         seed=seed,
     )
@@ -107,8 +110,33 @@ def test_loglik_is_base_loglik_plus_reward_over_beta(tiny_lm, reduce, beta):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
 
 
+def test_samples_at_the_working_point_with_the_papers_constants_as_options(tiny_lm, monkeypatch):
+    # the defaults: the sampling best-of-N is run with on small models (bon.py's docstring)
+    assert (BoNOptions().n, BoNOptions().temperature, BoNOptions().top_p) == (16, 0.7, 0.9)
+    asked = []
+    real = type(tiny_lm).generate
+    monkeypatch.setattr(
+        type(tiny_lm), "generate", lambda self, *a, **k: asked.append(k) or real(self, *a, **k)
+    )
+    BestOfNDecoder().generate(context(tiny_lm, ConstantReward(), n=2), ITEMS)
+    papers = context(tiny_lm, ConstantReward(), n=2, temperature=1.0, top_p=1.0)
+    BestOfNDecoder().generate(papers, ITEMS)
+    assert [(k["temperature"], k["top_p"], k["num_samples"]) for k in asked] == [
+        (0.7, 0.9, 2),
+        (1.0, 1.0, 2),
+    ]
+
+
 @pytest.mark.parametrize(
-    ("option", "value"), [("n", 0), ("beta", 0.0), ("temperature", -1.0), ("beta", float("inf"))]
+    ("option", "value"),
+    [
+        ("n", 0),
+        ("beta", 0.0),
+        ("temperature", -1.0),
+        ("beta", float("inf")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+    ],
 )
 def test_bad_options_are_refused(option, value):
     with pytest.raises(ValueError, match=f"{option} must be"):
@@ -132,3 +160,22 @@ def test_a_second_bon_row_reuses_the_samples(tiny_lm, monkeypatch):
     other_seed.shared = first.shared
     BestOfNDecoder().generate(other_seed, ITEMS)
     assert len(calls) == 1  # other settings, other samples
+    for name, value in (("top_p", 0.5), ("temperature", 1.0)):
+        other = context(tiny_lm, ConstantReward(), n=4, **{name: value})
+        other.shared = first.shared
+        BestOfNDecoder().generate(other, ITEMS)
+    assert len(calls) == 3  # another nucleus or temperature: samples of their own
+
+
+def test_the_generation_cache_key_holds_the_sampling_options(tiny_lm):
+    from prefalign_suites.synthetic.suite import Synthetic
+    from pytest_prefalign.evaluation.generation import generation_key
+    from pytest_prefalign.registry import MethodName
+
+    def key(**options):
+        ctx = context(tiny_lm, ConstantReward(), **options)
+        ctx.suite = Synthetic()
+        return generation_key(ctx, MethodName("bon", "length"), BestOfNDecoder, None).digest
+
+    assert key() == key()
+    assert len({key(), key(top_p=0.5), key(temperature=1.0), key(n=8)}) == 4

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_prefalign.runtime.decoding import gumbel_choice
+from pytest_prefalign.runtime.decoding import Plain, Step, gumbel_choice, nucleus
 from pytest_prefalign.runtime.lm import LM, clean_text, end_of_turn_id
 from pytest_prefalign.runtime.tiny import IM_END, IM_START, build_tiny_lm, build_tokenizer
 
@@ -152,6 +152,132 @@ def test_gumbel_choice_is_argmax_of_scaled_logits_plus_each_rows_own_gumbel_nois
     assert got == want
 
 
+def test_nucleus_keeps_the_fewest_likeliest_tokens_reaching_top_p() -> None:
+    # probabilities 0.5, 0.3, 0.15, 0.05 (in another order): ranked 0.5, 0.3 | 0.15, 0.05
+    logits = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3]]))
+    assert kept(nucleus(logits, 0.7)) == [1, 3]  # 0.5 < 0.7, 0.5 + 0.3 reaches it
+    assert kept(nucleus(logits, 0.8 - 1e-9)) == [1, 3]
+    assert kept(nucleus(logits, 0.81)) == [0, 1, 3]
+    assert kept(nucleus(logits, 0.4)) == [1]  # the likeliest token always stays
+    assert kept(nucleus(logits, 1e-9)) == [1]
+    assert nucleus(logits, 1.0) is logits  # no cut: the logits themselves
+    # the kept logits are unchanged, the others -inf
+    cut = nucleus(logits, 0.7)
+    assert torch.equal(cut[0, [1, 3]], logits[0, [1, 3]])
+    assert torch.all(cut[0, [0, 2]] == float("-inf"))
+    # the nucleus of the tempered distribution: at T = 2 the probabilities are flatter
+    # (sqrt: 0.39, 0.31, 0.22, 0.12 after normalising), so 0.7 needs three tokens
+    assert kept(nucleus(logits, 0.7, temperature=2.0)) == [0, 1, 3]
+    # equal logits are ranked by token id: the same cut on every run
+    assert kept(nucleus(torch.zeros(1, 4), 0.5)) == [0, 1]
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="top_p"):
+            nucleus(logits, bad)
+
+
+def nucleus_by_sorting(logits: torch.Tensor, top_p: float, temperature: float) -> torch.Tensor:
+    """The nucleus by its definition: every token sorted by probability (a stable sort: equal
+    ones by id), kept while the tokens before it hold less than ``top_p``; a mask."""
+    ordered, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    probs = torch.softmax(ordered.double() / temperature, dim=-1)
+    before = torch.nn.functional.pad(probs.cumsum(-1)[..., :-1], (1, 0))
+    inside = before < top_p
+    inside[..., 0] = True
+    return torch.zeros_like(inside).scatter(-1, order, inside)
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0])  # flat (the search widens) to peaked
+def test_nucleus_equals_its_definition_by_sorting(scale: float) -> None:
+    g = torch.Generator().manual_seed(int(scale * 10))
+    logits = torch.randn(16, 3000, generator=g) * scale
+    logits[:, 100:400] = logits[:, 100:101]  # ties, some of them at a nucleus's edge
+    logits[3] = 0.0  # a row of equal logits: the lowest ids
+    for top_p in (1e-9, 0.1, 0.5, 0.9, 0.97, 0.999999):
+        for temperature in (0.7, 1.0, 1.6):
+            got = torch.isfinite(nucleus(logits, top_p, temperature))
+            assert torch.equal(got, nucleus_by_sorting(logits, top_p, temperature)), (
+                top_p,
+                temperature,
+            )
+
+
+def kept(cut: torch.Tensor) -> list[int]:
+    """The tokens a nucleus cut keeps in its first row."""
+    return torch.isfinite(cut[0]).nonzero()[:, 0].tolist()
+
+
+def test_a_draw_from_the_nucleus_never_leaves_it_and_keeps_the_ratios_inside() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    n = 4000
+    draws = gumbel_choice(nucleus(logits.expand(n, 4), 0.7), 1.0, gens_of(n))
+    freq = np.bincount(draws, minlength=4) / n
+    assert freq[2] == 0 and freq[3] == 0  # outside the nucleus: never drawn
+    expected = np.array([0.5, 0.3]) / 0.8  # renormalised within it
+    sigma = np.sqrt(expected * (1 - expected) / n)
+    assert np.all(np.abs(freq[:2] - expected) < 4 * sigma), freq
+    # the same generators without the cut draw the tail: the test can tell
+    whole = np.bincount(gumbel_choice(logits.expand(n, 4), 1.0, gens_of(n)), minlength=4)
+    assert whole[2] + whole[3] > 0.1 * n
+
+
+def gens_of(n: int) -> list[torch.Generator]:
+    return [torch.Generator().manual_seed(s) for s in range(n)]
+
+
+class WatchedNucleus(Plain):
+    """Plain sampling that records, per step, each running row's drawn token and its
+    step's nucleus (and the mass outside it)."""
+
+    def __init__(self, lm: LM, temperature: float, gens, top_p: float) -> None:
+        super().__init__(lm, temperature, gens, top_p=top_p)
+        self.seen: list[tuple[int, set[int], float]] = []
+
+    def choose(self, step: Step):
+        choice = super().choose(step)
+        logits = self.lm.logits_from_hidden(step.hidden)
+        probs = torch.softmax(logits.double() / self.temperature, -1)
+        for row, token in enumerate(choice.tokens):
+            inside = torch.isfinite(nucleus(logits[row : row + 1], self.top_p, self.temperature))
+            kept = set(inside[0].nonzero()[:, 0].tolist())
+            self.seen.append((token, kept, float(probs[row][~inside[0]].sum())))
+        return choice
+
+
+def test_sampling_with_top_p_draws_only_from_each_steps_nucleus(
+    tiny_lm: LM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_prefalign.runtime.lm as lm_module
+
+    rules: list[WatchedNucleus] = []
+
+    def watched(lm, temperature, gens, *, top_p=1.0):
+        rules.append(WatchedNucleus(lm, temperature, gens, top_p))
+        return rules[-1]
+
+    monkeypatch.setattr(lm_module, "Plain", watched)
+    out = tiny_lm.generate(
+        PROMPTS, max_new_tokens=8, sample=True, temperature=1.3, top_p=0.5, num_samples=6, seed=1
+    )
+    seen = [s for rule in rules for s in rule.seen]
+    assert len(seen) > 50
+    assert all(token in kept for token, kept, _ in seen)
+    # a real cut: most steps left out tokens holding a good share of the probability
+    assert np.mean([outside > 0.3 for _, _, outside in seen]) > 0.5
+    assert all(len(set(texts)) > 1 for texts in out)  # still a draw, not greedy
+
+
+def test_top_p_near_zero_is_greedy_and_top_p_one_is_plain_sampling(tiny_lm: LM) -> None:
+    greedy = tiny_lm.generate(PROMPTS, max_new_tokens=8)
+    for seed in (0, 1):
+        nearly = tiny_lm.generate(
+            PROMPTS, max_new_tokens=8, sample=True, top_p=1e-9, num_samples=3, seed=seed
+        )
+        assert nearly == [texts * 3 for texts in greedy]
+    kwargs: dict[str, Any] = dict(max_new_tokens=8, sample=True, num_samples=3, seed=2)
+    assert tiny_lm.generate(PROMPTS, top_p=1.0, **kwargs) == tiny_lm.generate(PROMPTS, **kwargs)
+    assert tiny_lm.generate(PROMPTS, top_p=0.5, **kwargs) != tiny_lm.generate(PROMPTS, **kwargs)
+
+
 def _constant_head(lm: LM, token: int) -> LM:
     """A copy of the LM whose next token is always ``token``."""
     model = copy.deepcopy(lm.model)
@@ -190,6 +316,9 @@ def test_generation_validates_its_arguments(tiny_lm: LM) -> None:
         tiny_lm.generate(PROMPTS, batch_size=0)
     with pytest.raises(ValueError, match="temperature"):
         tiny_lm.generate(PROMPTS, sample=True, temperature=0.0)
+    for top_p in (0.0, 1.01):
+        with pytest.raises(ValueError, match="top_p"):
+            tiny_lm.generate(PROMPTS, sample=True, top_p=top_p)
     assert tiny_lm.generate([]) == []
 
 

@@ -440,7 +440,7 @@ def test_broken_reward_methods_fail_their_own_tests_only(toy):
             "*reward method 'bad_fit' failed in fit: ValueError: cannot train on nothing*",
             "*reward method 'bad_raise' raised in score: RuntimeError: scoring broke*",
             "*reward method 'bad_nan' score returned nan for a response to item 'ann/t0' of "
-            "user 'ann' (24 non-finite of 24)*",
+            "user 'ann' (48 non-finite of 48)*",
             "*reward method 'bad_short' score returned * values, expected *",
         ]
     )

@@ -322,3 +322,121 @@ def test_report_main_out_that_cannot_be_made_exits_2(
 def test_report_main_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert report.report_main([]) == 2
     assert "usage: prefalign report" in capsys.readouterr().err
+
+
+# --- outputs beside their reference --------------------------------------------------------
+
+OUTPUT_METHODS = ["base", "icl", "args[pal]", "bon[per_user_bt]"]
+
+
+def with_outputs() -> dict[str, Any]:
+    """A run whose pref_lamp rows hold item records: 4 users with 2, 3, 1 and 2 items, each
+    output naming its method and item, one reference with markup in it, one output empty."""
+    results = [row(m, rouge1=0.3 - 0.01 * k) for k, m in enumerate(OUTPUT_METHODS)]
+    items = [("u1", 2), ("u2", 3), ("u3", 1), ("u4", 2)]
+    for result in results:
+        result["records"] = {
+            "items": [
+                {
+                    "suite": "pref_lamp",
+                    "size": "135m",
+                    "method": result["method"],
+                    "item_id": f"{user}/t{k}",
+                    "user": user,
+                    "reference": "<b>Bold</b> & Title"
+                    if (user, k) == ("u1", 0)
+                    else f"Ref {user}/{k}",
+                    "output": ""
+                    if (result["method"], user) == ("icl", "u3")
+                    else f"{result['method']} says {user}/t{k}",
+                }
+                for user, n in items
+                for k in range(n)
+            ]
+        }
+    return {**RUN, "results": results}
+
+
+def outputs_section(text: str) -> str:
+    return text[text.index("<h2>Outputs</h2>") : text.index("<h2>Does RM accuracy")]
+
+
+def test_the_first_item_of_each_of_the_first_users_then_their_second_items() -> None:
+    run = analysed(with_outputs())
+    assert report.shown_items(run.results) == ["u1/t0", "u2/t0", "u3/t0", "u4/t0", "u1/t1"]
+    assert report.shown_items(run.results, most=7) == [
+        "u1/t0",
+        "u2/t0",
+        "u3/t0",
+        "u4/t0",
+        "u1/t1",
+        "u2/t1",
+        "u4/t1",
+    ]
+    assert report.shown_items(run.results[::-1]) == report.shown_items(run.results)
+
+
+def test_the_page_shows_every_rows_output_beside_the_reference(tmp_path: Path) -> None:
+    text = report.write_report(analysed(with_outputs()), tmp_path).read_text()
+    section = outputs_section(text)
+    assert "pref_lamp · 135m" in section
+    shown = ["u1/t0", "u2/t0", "u3/t0", "u4/t0", "u1/t1"]
+    for item in shown:
+        assert f"<th>{item}<br>" in section
+        for method in OUTPUT_METHODS:
+            if (method, item) != ("icl", "u3/t0"):
+                assert f"<td>{method} says {item}</td>" in section
+    assert "u2/t1" not in section  # five items, not all
+    # the reference, escaped; an empty output shown as such; every text escaped
+    assert "<td>&lt;b&gt;Bold&lt;/b&gt; &amp; Title</td>" in section and "<b>Bold" not in section
+    assert "<td>Ref u2/0</td>" in section
+    assert '<td><span class="meta">(empty)</span></td>' in section
+    # rows in the leaderboard's order (by ROUGE-1 here)
+    places = [section.index(f"<td>{m}</td>") for m in OUTPUT_METHODS]
+    assert places == sorted(places)
+    assert "degenerate</span>" not in section  # no analysis entry: nothing marked
+
+
+def test_a_row_the_analysis_flags_degenerate_is_marked(tmp_path: Path) -> None:
+    run = analysed(with_outputs())
+    run.crisis["degenerate"] = [
+        {
+            "suite": "pref_lamp",
+            "size": "135m",
+            "method": "args[pal]",
+            "flagged": True,
+            "reason": "fluency 3.1 nats/token above base's <margin 1>",
+        },
+        {"suite": "pref_lamp", "size": "135m", "method": "icl", "flagged": False, "reason": "ok"},
+        {
+            "suite": "polis",
+            "size": "135m",
+            "method": "bon[per_user_bt]",
+            "flagged": True,
+            "reason": "another suite",
+        },
+        "not an entry",
+        {"suite": "pref_lamp", "method": "base", "flagged": True},  # no size: not a row
+    ]
+    # the marks survive the run file's writing and reading
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run.to_json()))
+    assert report.report_main([str(path), "--out", str(tmp_path / "rep")]) == 0
+    section = outputs_section((tmp_path / "rep" / "report.html").read_text())
+    marked = re.findall(r'<tr class="degenerate"><td>([^<]*)<br>', section)
+    assert marked == ["args[pal]"]
+    assert 'title="fluency 3.1 nats/token above base&#x27;s &lt;margin 1&gt;">degenerate' in section
+    assert "args[pal] is flagged degenerate: fluency 3.1 nats/token above base&#x27;s" in section
+    assert "another suite" not in section  # polis has no outputs here
+
+
+@pytest.mark.parametrize("value", [None, "yes", {"pref_lamp": True}, [1, 2]])
+def test_an_analysis_without_a_usable_degenerate_entry_marks_nothing(value: Any) -> None:
+    analysis = {} if value is None else {"degenerate": value}
+    assert report.degenerate_rows(analysis) == {}
+
+
+def test_a_suite_without_item_outputs_says_so(tmp_path: Path) -> None:
+    text = report.write_report(analysed(RUN), tmp_path).read_text()
+    section = outputs_section(text)
+    assert section.count("No row of this suite and size has item outputs.") == 2

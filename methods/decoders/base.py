@@ -14,13 +14,15 @@ import numpy as np
 
 from pytest_prefalign.api import REDUCTIONS, CaseContext, Decoder, Item
 from pytest_prefalign.cache import Slot
+from pytest_prefalign.runtime import chat
+from pytest_prefalign.runtime.chat import Prompt
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
 
 
 # log pi_base(y_t | prompt, y_<t) by (prompt, response), per (suite, size)
-BASE_LOGPROBS = Slot("base log-likelihoods", dict[tuple[str, str], np.ndarray])
+BASE_LOGPROBS = Slot("base log-likelihoods", dict[tuple[Prompt, str], np.ndarray])
 
 
 class BaseDecoder(Decoder):
@@ -28,8 +30,11 @@ class BaseDecoder(Decoder):
     needs = frozenset()
     order = 0  # position in the default method list
 
-    def prompts(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]) -> list[str]:
-        """The prompt this decoder shows the model for each (user, task prompt)."""
+    def prompts(
+        self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]
+    ) -> Sequence[Prompt]:
+        """The prompt this decoder shows the model for each (user, task prompt): the task
+        prompt, or a dialogue with earlier turns (``runtime/chat.py``)."""
         return list(prompts)
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
@@ -51,12 +56,16 @@ class BaseDecoder(Decoder):
 
 
 def base_logprobs(
-    ctx: CaseContext, prompts: Sequence[str], responses: Sequence[str]
+    ctx: CaseContext, prompts: Sequence[Prompt], responses: Sequence[str]
 ) -> list[np.ndarray]:
     """``log pi_base(y_t | prompt, y_<t)`` per response token, memoised per (suite, size)."""
     memo = ctx.shared[BASE_LOGPROBS]
     wanted = zip(prompts, responses, strict=True)
-    missing = sorted({(p, r) for p, r in wanted if (p, r) not in memo})
+    # in the same order on every run: by the prompt's text (a dialogue's plain layout)
+    missing = sorted(
+        {(p, r) for p, r in wanted if (p, r) not in memo},
+        key=lambda pair: (chat.text(pair[0]), pair[1], not isinstance(pair[0], str)),
+    )
     if missing:
         values = ctx.lm.response_logprobs(
             [p for p, _ in missing], [r for _, r in missing], batch_size=ctx.options.batch_size

@@ -1,6 +1,17 @@
 """In-context learning decoders: ``icl`` shows k of the user's profile items (chosen with a fixed
 seed, the same k for all of a user's prompts so that the prefix is shared); ``icl_rag`` shows the
-k profile items most similar to the input by BM25 (``bm25s``)."""
+k profile items most similar to the input by BM25 (``bm25s``).
+
+The examples are shown as earlier exchanges of a conversation (``runtime/chat.Dialogue``): each
+profile item as the suite's task prompt for its input and the item's output as the answer
+(``example_turn``), then the task prompt; the model answers in its own turn, and stops at its
+end-of-turn token (without a chat template: the answer comes on the line after the task prompt,
+and every response is cut to its first line). Shown as one block of ``Abstract: ...`` /
+``Title: ...`` examples before the task prompt, the examples led SmolLM2-135M to begin the next
+example ("Abstract:") instead of answering for 6 of the main job's 42 items (docs/usage.md,
+"Working points of icl and bon"). The policy score reads the same dialogue
+(``BaseDecoder.logliks`` through ``prompts``).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +26,7 @@ from prefalign_methods.decoders.base import BaseDecoder
 from pytest_prefalign import bm25
 from pytest_prefalign.api import CaseContext, DecodeOptions, ProfileEntry
 from pytest_prefalign.cache import Slot
+from pytest_prefalign.runtime.chat import Dialogue
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Suite
@@ -23,16 +35,23 @@ if TYPE_CHECKING:  # pragma: no cover
 BM25 = Slot("BM25 index per user", dict[str, Any])  # per (suite, size)
 # each item's input by its (user, task prompt), per (suite, size): what icl_rag retrieves by
 INPUTS = Slot("item inputs by (user, prompt)", dict[tuple[str, str], str])
-INTRO = "Here are examples of what this user wrote before:"
-OUTRO = "Answer in the same style as these examples.\n"
 
 
-def icl_prompt(suite: Suite, examples: Sequence[ProfileEntry], prompt: str) -> str:
-    """The task prompt preceded by the user's examples; without examples, the task prompt."""
-    if not examples:
-        return prompt
-    shown = "\n\n".join(suite.example(e) for e in examples)
-    return f"{INTRO}\n\n{shown}\n\n{OUTRO}{prompt}"
+def example_turn(suite: Suite, entry: ProfileEntry) -> tuple[str, str]:
+    """A profile item as an earlier exchange: the suite's own ``example_turn(entry)`` where it
+    has one (a suite whose profile items answer another question than its task: Polis's are
+    votes), else the suite's task prompt for the item's input and the item's output."""
+    own = getattr(suite, "example_turn", None)
+    if own is not None:
+        user, answer = own(entry)
+        return str(user), str(answer)
+    return suite.instruction(entry.input), entry.output
+
+
+def icl_prompt(suite: Suite, examples: Sequence[ProfileEntry], prompt: str) -> Dialogue:
+    """The task prompt after the user's examples, each an earlier exchange; without examples,
+    a dialogue of the task prompt alone (which reads as the plain prompt)."""
+    return Dialogue(tuple(example_turn(suite, e) for e in examples), prompt)
 
 
 @dataclass(frozen=True)
@@ -50,7 +69,9 @@ class ICLDecoder(BaseDecoder):
     order = 1
     Options = ICLOptions
 
-    def prompts(self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]) -> list[str]:
+    def prompts(
+        self, ctx: CaseContext, users: Sequence[str], prompts: Sequence[str]
+    ) -> list[Dialogue]:
         return [
             icl_prompt(ctx.suite, self.examples(ctx, u, p), p)
             for u, p in zip(users, prompts, strict=True)

@@ -1,6 +1,7 @@
-"""The HTML report of a run file: leaderboards, the selection-crisis tables and a scatter plot of
-RM accuracy against policy accuracy. One self-contained page (inline CSS, the PNG embedded as
-base64 and also written beside it).
+"""The HTML report of a run file: leaderboards, the same few items' outputs of every row beside
+their reference, the selection-crisis tables and a scatter plot of RM accuracy against policy
+accuracy. One self-contained page (inline CSS, the PNG embedded as base64 and also written beside
+it).
 
     prefalign report RUN.json --out DIR      (and ``--prefalign-report DIR`` at the end of a run)
 
@@ -39,7 +40,10 @@ th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
 th { background: #f4f4f4; } tr:nth-child(even) td { background: #fafafa; }
 .meta, .note { color: #555; font-size: .9em; } .warn { color: #a40; }
 img { max-width: 100%; border: 1px solid #eee; }
+table.outputs td, table.outputs th { vertical-align: top; max-width: 16em; }
+tr.reference td { background: #eef4ea; } tr.degenerate td { color: #a40; }
 """
+SHOWN_ITEMS = 5  # items whose outputs the page shows per (suite, size)
 
 # --------------------------------------------------------------------------------------------
 # Page
@@ -81,6 +85,11 @@ def render_page(run: RunFile, plot_html: str) -> str:
     """The page, from the run's results and the analysis stored with them."""
     body = [f"<h1>pytest-prefalign report</h1>{_meta(run)}", "<h2>Leaderboards</h2>"]
     body += [_leaderboard(suite, size, rows) for (suite, size), rows in table.by_suite(run.results)]
+    body += ["<h2>Outputs</h2>", _outputs_note()]
+    flagged = degenerate_rows(run.crisis)
+    body += [
+        _outputs(suite, size, rows, flagged) for (suite, size), rows in table.by_suite(run.results)
+    ]
     body += [
         "<h2>Does RM accuracy pick the method that generates best?</h2>",
         _tau_section(run.tau),
@@ -144,6 +153,109 @@ def _leaderboard(suite: str, size: str, rows: list[CaseResult]) -> str:
         + "".join(f'<p class="meta">{html.escape(n.strip())}</p>' for n in notes)
         + _html_table(body, headers)
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Outputs: what a score stands for
+# --------------------------------------------------------------------------------------------
+
+
+def shown_items(rows: Sequence[CaseResult], most: int = SHOWN_ITEMS) -> list[str]:
+    """The ids of the items whose outputs the page shows: the first item of each of the first
+    users, then their second items, up to ``most``; items and users in the order the run's
+    rows first hold them, so every row is shown on the same items, on every page of the run."""
+    by_user: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for row in rows:
+        for record in row.items:
+            ident = str(record["item_id"])
+            if ident not in seen:
+                seen.add(ident)
+                by_user.setdefault(str(record["user"]), []).append(ident)
+    chosen: list[str] = []
+    depth = 0
+    while len(chosen) < most and any(len(ids) > depth for ids in by_user.values()):
+        chosen += [ids[depth] for ids in by_user.values() if len(ids) > depth]
+        depth += 1
+    return chosen[:most]
+
+
+def degenerate_rows(analysis: Any) -> dict[tuple[str, str, str], str]:
+    """The rows the run's analysis flags degenerate (``degenerate``: a list of ``{suite, size,
+    method, flagged, reason}``), by (suite, size, method), with the reason; read defensively:
+    an analysis without the key, or an entry that is not such an object, flags nothing."""
+    entries = analysis.get("degenerate") if isinstance(analysis, dict) else None
+    if not isinstance(entries, list):
+        return {}
+    flagged = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("flagged") is not True:
+            continue
+        suite, size, method = (entry.get(k) for k in ("suite", "size", "method"))
+        if isinstance(suite, str) and isinstance(size, str) and isinstance(method, str):
+            flagged[(suite, size, method)] = str(entry.get("reason") or "flagged degenerate")
+    return flagged
+
+
+def _outputs_note() -> str:
+    return (
+        f'<p class="note">For each suite and size, the same {SHOWN_ITEMS} items (the first item '
+        "of each of the first users): the user's own text (the reference of ROUGE) and every "
+        "row's output, in the leaderboard's order. A row the analysis flags degenerate is "
+        "marked: its figures describe a broken setting, not the method. All outputs are in the "
+        "run's items file (<code>NAME.items.jsonl</code>).</p>"
+    )
+
+
+def _outputs(
+    suite: str, size: str, rows: list[CaseResult], flagged: dict[tuple[str, str, str], str]
+) -> str:
+    """One table: a column per shown item, the reference first, then a row per method."""
+    with_items = [r for r in table.ordered(rows) if r.items]
+    shown = shown_items([r for r in rows if r.items])  # in the run's order, not the sort's
+    title = f"<h3>{html.escape(suite)} · {html.escape(size)}</h3>"
+    if not shown:
+        return title + '<p class="note">No row of this suite and size has item outputs.</p>'
+    records = {r.method: {str(x["item_id"]): x for x in r.items} for r in with_items}
+    first = {
+        i: next(records[r.method][i] for r in with_items if i in records[r.method]) for i in shown
+    }
+    head = "".join(
+        f'<th>{html.escape(i)}<br><span class="meta">{html.escape(str(first[i]["user"]))}'
+        "</span></th>"
+        for i in shown
+    )
+    lines = [f"<tr><th>row</th>{head}</tr>"]
+    if any(first[i].get("reference") is not None for i in shown):
+        cells = "".join(f"<td>{_text(first[i].get('reference'))}</td>" for i in shown)
+        lines.append(f'<tr class="reference"><td>reference (the user\'s own)</td>{cells}</tr>')
+    for row in with_items:
+        reason = flagged.get((suite, size, row.method))
+        name = html.escape(row.method)
+        if reason is not None:
+            name += f'<br><span class="warn" title="{html.escape(reason)}">degenerate</span>'
+        cells = "".join(
+            f"<td>{_text(records[row.method][i].get('output'))}</td>"
+            if i in records[row.method]
+            else "<td>-</td>"
+            for i in shown
+        )
+        css = ' class="degenerate"' if reason is not None else ""
+        lines.append(f"<tr{css}><td>{name}</td>{cells}</tr>")
+    notes = "".join(
+        f'<p class="warn">{html.escape(method)} is flagged degenerate: {html.escape(reason)}</p>'
+        for (s, z, method), reason in sorted(flagged.items())
+        if (s, z) == (suite, size) and method in records
+    )
+    return f'{title}<table class="outputs">{"".join(lines)}</table>{notes}'
+
+
+def _text(value: Any) -> str:
+    """An output or reference as a cell: escaped, an empty one shown as such."""
+    if value is None:
+        return "-"
+    text = str(value)
+    return html.escape(text) if text.strip() else '<span class="meta">(empty)</span>'
 
 
 def _html_table(body: list[list[Any]], headers: list[str]) -> str:

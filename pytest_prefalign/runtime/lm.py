@@ -1,10 +1,11 @@
 """The LM wrapper every decoder and reward method uses: one tokenization rule, batched greedy or
 seeded generation, and teacher-forced scoring that prefills each distinct prompt once.
 
-Tokenization rule: a prompt is rendered with the tokenizer's chat template (user turn plus the
-assistant header) and tokenized as is; a response is tokenized on its own and followed by the
-end-of-turn id. The response is never re-tokenized together with its prompt, so every method
-scores and conditions on exactly the same tokens. Both are held to the model's window
+Tokenization rule: a prompt (a string, or a ``Dialogue`` with earlier turns: ``chat.py``) is
+rendered with the tokenizer's chat template (its turns plus the assistant header) and tokenized
+as is; a response is tokenized on its own and followed by the end-of-turn id. The response is
+never re-tokenized together with its prompt, so every method scores and conditions on exactly
+the same tokens. Both are held to the model's window
 (``runtime/window.py``): a prompt too long loses its middle, a response its end, and no pass runs
 more than the window's bound.
 """
@@ -18,9 +19,11 @@ import numpy as np
 import torch
 
 from pytest_prefalign import events
+from pytest_prefalign.runtime import chat
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
 from pytest_prefalign.runtime.batching import by_length, check_positive, read_batches
-from pytest_prefalign.runtime.decoding import KV, Plain, decode, generator, spread
+from pytest_prefalign.runtime.chat import Prompt
+from pytest_prefalign.runtime.decoding import KV, Plain, check_top_p, decode, generator, spread
 from pytest_prefalign.runtime.devices import halving
 from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.prefill import (
@@ -122,16 +125,16 @@ class LM:
     # Tokenization
     # ---------------------------------------------------------------------------------------
 
-    def render(self, prompt: str) -> str:
-        """The text the model reads for a user prompt, up to where the response starts."""
+    def render(self, prompt: Prompt) -> str:
+        """The text the model reads for a prompt, up to where the response starts: its turns
+        through the chat template, or without one the plain layout (``chat.plain_text``)."""
         if not self.has_chat_template:
-            return prompt + "\n"
-        messages = [{"role": "user", "content": prompt}]
+            return chat.plain_text(prompt)
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            chat.messages(prompt), tokenize=False, add_generation_prompt=True
         )
 
-    def prompt_ids(self, prompt: str) -> list[int]:
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
         """Token ids of the rendered prompt. A chat template writes its own special tokens (a
         BOS included where the model needs one), so the tokenizer adds none; without a template
         the tokenizer's own rule decides (e.g. Gemma's BOS). More than ``window.prompt`` ids
@@ -139,7 +142,7 @@ class LM:
         limit = self.window.prompt
         rendered = cut_text_middle(self.render(prompt), limit)
         ids = self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)
-        return self.cuts.note("prompt", prompt, ids["input_ids"], cut_middle, limit)
+        return self.cuts.note("prompt", chat.text(prompt), ids["input_ids"], cut_middle, limit)
 
     def response_ids(self, response: str) -> list[int]:
         """Token ids of a response on its own, followed by ``eos_id``; at most
@@ -154,12 +157,13 @@ class LM:
 
     def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         *,
         max_new_tokens: int = 32,
         batch_size: int = 16,
         sample: bool = False,
         temperature: float = 1.0,
+        top_p: float = 1.0,
         num_samples: int = 1,
         seed: int = 0,
     ) -> list[list[str]]:
@@ -167,8 +171,11 @@ class LM:
 
         Greedy by default. With ``sample=True`` each (prompt, sample index) draws from its own
         generator seeded by ``(seed, prompt, index)``, so a sample does not depend on the batch
-        it ran in. A text is the decoded response up to ``eos_id``, its first non-empty line,
-        whitespace collapsed. ``batch_size`` counts sequences (prompts x samples) per forward.
+        it ran in; each token from ``softmax(logits / temperature)`` cut to its nucleus, the
+        fewest most likely tokens whose probability reaches ``top_p`` (1: no cut;
+        ``decoding.nucleus``). A text is the decoded response up to ``eos_id``, its first
+        non-empty line, whitespace collapsed. ``batch_size`` counts sequences (prompts x
+        samples) per forward.
         """
         check_positive(
             max_new_tokens=max_new_tokens, batch_size=batch_size, num_samples=num_samples
@@ -176,18 +183,20 @@ class LM:
         max_new_tokens = min(max_new_tokens, self.window.response)
         if sample and not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
-        options = (max_new_tokens, sample, temperature, num_samples, seed)
+        check_top_p(top_p)
+        options = (max_new_tokens, sample, temperature, top_p, num_samples, seed)
         return self.within_memory(
             lambda size: self._generate(prompts, size, *options), batch_size, "generate"
         )
 
     def _generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         batch_size: int,
         max_new_tokens: int,
         sample: bool,
         temperature: float,
+        top_p: float,
         num_samples: int,
         seed: int,
     ) -> list[list[str]]:
@@ -195,7 +204,7 @@ class LM:
         encoded = [self.prompt_ids(p) for p in unique]
         self.prefills.warm(encoded, batch_size=batch_size, then=max_new_tokens)
         runs = num_samples if sample else 1  # greedy samples are all the same text
-        texts: dict[str, list[str]] = {}
+        texts: dict[Prompt, list[str]] = {}
         # rows of a pass: prompts times samples, each up to its prompt and new tokens
         rows = rows_for(max(map(len, encoded), default=1) + max_new_tokens, batch_size)
         with events.step("generate", total=len(unique), unit="prompts") as progress:
@@ -206,6 +215,7 @@ class LM:
                     runs,
                     max_new_tokens,
                     temperature if sample else None,
+                    top_p,
                     seeds,
                 )
                 for k, i in enumerate(batch):
@@ -219,13 +229,15 @@ class LM:
         num_samples: int,
         max_new_tokens: int,
         temperature: float | None,
+        top_p: float,
         seeds: list[list[int]],
     ) -> list[list[list[int]]]:
         """Token ids generated for each prompt and sample; finished rows leave the batch."""
         kv = KV.start(self, prompt_seqs, then=max_new_tokens)
         kv.select(torch.arange(len(prompt_seqs)).repeat_interleave(num_samples))
         gens = None if temperature is None else [generator(s) for row in seeds for s in row]
-        tokens = decode(kv, Plain(self, temperature, gens), max_new_tokens, self.finished)
+        rule = Plain(self, temperature, gens, top_p=top_p)
+        tokens = decode(kv, rule, max_new_tokens, self.finished)
         return [tokens[i * num_samples : (i + 1) * num_samples] for i in range(len(prompt_seqs))]
 
     def finished(self, generated: list[int]) -> bool:
@@ -250,7 +262,7 @@ class LM:
     # ---------------------------------------------------------------------------------------
 
     def response_logprobs(
-        self, prompts: Sequence[str], responses: Sequence[str], *, batch_size: int = 16
+        self, prompts: Sequence[Prompt], responses: Sequence[str], *, batch_size: int = 16
     ) -> list[np.ndarray]:
         """``log pi(y_t | x, y_<t)`` for every response token (the final ``eos_id`` included),
         float64, one array per (prompt, response)."""
@@ -260,7 +272,7 @@ class LM:
 
     def response_hidden(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         responses: Sequence[str],
         *,
         batch_size: int = 16,
@@ -290,7 +302,7 @@ class LM:
 
     def _teacher_forced(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         responses: Sequence[str],
         batch_size: int,
         *,
@@ -312,7 +324,7 @@ class LM:
     @torch.inference_mode()
     def _forced(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         responses: Sequence[str],
         batch_size: int,
         hidden: bool,
@@ -411,8 +423,8 @@ def _model_device(model: Any) -> torch.device:
     return next(model.parameters()).device
 
 
-def _sample_seed(seed: int, prompt: str, index: int) -> int:
-    return int(content_key(seed, prompt, index), 16) % (2**63)
+def _sample_seed(seed: int, prompt: Prompt, index: int) -> int:
+    return int(content_key(seed, chat.key(prompt), index), 16) % (2**63)
 
 
 def _head(seq: list[int], limit: int) -> list[int]:

@@ -60,6 +60,12 @@ class Polis:
     def example(self, entry: ProfileEntry) -> str:
         return f"Statement: {entry.input}\nVote: {entry.output}"
 
+    def example_turn(self, entry: ProfileEntry) -> tuple[str, str]:
+        """A vote as an earlier exchange of in-context learning: the statement, as the answer
+        to a request for a statement the voter agrees (or disagrees) with, the task's own
+        form; a vote as the answer ("agree") would teach the model to answer with a vote."""
+        return f"Write a statement you {entry.output} with.", normalise_ws(entry.input)
+
     def load(
         self,
         data_dir: Path | None,
