@@ -219,3 +219,19 @@ def test_the_strongest_usable_strength_is_found_by_bisection(
     assert (choice.value, choice.fallback) == (chosen, fallback)
     assert [t.value for t in choice.trials] == sorted(tried)
     assert choice.grid == grid and choice.n_items == 4 and choice.how == "chosen"
+
+
+def test_a_method_whose_rewards_are_in_nats_keeps_them(tmp_path):
+    from pytest_prefalign.cache import Disk, make_key
+    from pytest_prefalign.evaluation.scale import cached_scale
+
+    class InNats(Raw):
+        rewards_in_nats = True
+
+    pairs = [Pair("p", "ann", "x", "a long title", "b")]
+    key = make_key("rewards", method="raw")
+    native = cached_scale(Disk(tmp_path / "a"), key, InNats(), None, pairs)
+    assert native == RewardScale(0.0, 1.0, 0, native=True)
+    # the same method without the declaration: standardised on both sides of its pair
+    scaled = cached_scale(Disk(tmp_path / "b"), key, Raw(), None, pairs)
+    assert (scaled.mean, scaled.std, scaled.n) == (6.5, 5.5, 2)  # lengths 12 and 1

@@ -16,6 +16,11 @@ reward changes. ``score``, ``prefix_rewards`` and ``reward_from_hidden`` are sta
 autoregressive reward's next-token log-probabilities are a distribution, not a reward, and pass
 through (GenARM's ``alpha`` is chosen on validation items instead: ``guidance``).
 
+A method whose rewards are already in nats by construction says so with a class attribute
+``rewards_in_nats = True`` (the synthetic suite's oracles: one rule unit is 50 nats, so that the
+rule decides a guided policy): its rewards are kept as they are, and the record says so
+(``native``). The built-in methods' heads, trained by a logistic loss, have no such unit.
+
 The scale is a value of the fitted method: it is cached under a key of the method's own key
 (its configuration, code, model and training pairs) and this module's code, and kept in each
 result's ``guidance`` record of the run file.
@@ -47,6 +52,7 @@ class RewardScale:
     std: float
     n: int
     degenerate: bool = False
+    native: bool = False  # the method's rewards are in nats already: kept as they are
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,7 +62,11 @@ class RewardScale:
         if not isinstance(data, dict):
             raise ValueError(f"a reward scale is an object, got {type(data).__name__}")
         scale = cls(
-            float(data["mean"]), float(data["std"]), int(data["n"]), bool(data["degenerate"])
+            float(data["mean"]),
+            float(data["std"]),
+            int(data["n"]),
+            bool(data["degenerate"]),
+            bool(data.get("native", False)),
         )
         if not (math.isfinite(scale.mean) and math.isfinite(scale.std) and scale.std > 0):
             raise ValueError(f"not a usable reward scale: {data!r}")
@@ -103,6 +113,8 @@ def cached_scale(
     computed (one ``score`` call over both sides of every pair)."""
 
     def compute() -> dict[str, Any]:
+        if getattr(reward, "rewards_in_nats", False) is True:
+            return RewardScale(0.0, 1.0, 0, native=True).to_json()
         if not pairs:  # a method that needs no training pairs: its rewards as they are
             return fit_scale(np.zeros(0)).to_json()
         users, prompts, responses = training_responses(pairs)

@@ -84,6 +84,9 @@ class Oracle(RewardMethod):
 
     name: ClassVar[str] = "oracle"
     capabilities = frozenset({"prefix"})
+    # its rewards are in nats by construction (``scale`` per rule unit): not standardised
+    # (pytest_prefalign/evaluation/scale.py), so that the rule decides a guided policy
+    rewards_in_nats: ClassVar[bool] = True
     Config: ClassVar[type[OracleConfig]] = OracleConfig
     # it knows the synthetic suite's users only: no row in the default method list
     in_default_methods = False
