@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 
 SCORES = ("rm_chosen", "rm_rejected", "policy_chosen", "policy_rejected")
+# metrics that are means of model scores (NLL per token), not of outcomes: recomputed in other
+# batches they agree to float rounding too
+SCORED_METRICS = ("fluency",)
 
 
 def figures(run: dict) -> dict:
     """Every figure of a run: metrics per row, per-item outputs, per-pair outcomes and
     scores."""
     return {
-        "metrics": {r["method"]: r["metrics"] for r in run["results"]},
+        "metrics": {
+            r["method"]: {k: v for k, v in r["metrics"].items() if k not in SCORED_METRICS}
+            for r in run["results"]
+        },
         "items": sorted((r["method"], r["item_id"], r["output"]) for r in run["items"]),
         "outcomes": sorted(
             (r["method"], r["pair_id"], r["rm_correct"], r["policy_correct"]) for r in run["pairs"]
@@ -22,13 +28,20 @@ def figures(run: dict) -> dict:
             for r in run["pairs"]
             for name in SCORES
             if r[name] is not None
+        }
+        | {
+            (r["method"], "", name): r["metrics"][name]
+            for r in run["results"]
+            for name in SCORED_METRICS
+            if name in r["metrics"]
         },
     }
 
 
 def same_figures(a: dict, b: dict) -> bool:
-    """The same figures: metrics, outputs and outcomes to the last bit; per-pair scores, which
-    are recomputed in other batches, to float rounding."""
+    """The same figures: metrics, outputs and outcomes to the last bit; per-pair scores and the
+    metrics that average scores (fluency), which are recomputed in other batches, to float
+    rounding."""
     fa, fb = figures(a), figures(b)
     scores = fa.pop("scores")
     return fa == {k: v for k, v in fb.items() if k != "scores"} and fb["scores"] == pytest.approx(
