@@ -352,6 +352,20 @@ def _reason(problem: BaseException | str) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+def readable_by(read: Callable[[Any], Any]) -> Callable[[Any], bool]:
+    """A ``valid`` for ``Disk.json``: a cached value is valid when ``read`` (a record's
+    ``from_json``) takes it without a ``ValueError``, ``KeyError`` or ``TypeError``."""
+
+    def valid(value: Any) -> bool:
+        try:
+            read(value)
+        except (ValueError, KeyError, TypeError):
+            return False
+        return True
+
+    return valid
+
+
 def _valid(value: Any, valid: Callable[[Any], bool]) -> Any:
     if not valid(value):
         raise ValueError("cached value refused")

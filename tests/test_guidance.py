@@ -235,3 +235,13 @@ def test_a_method_whose_rewards_are_in_nats_keeps_them(tmp_path):
     # the same method without the declaration: standardised on both sides of its pair
     scaled = cached_scale(Disk(tmp_path / "b"), key, Raw(), None, pairs)
     assert (scaled.mean, scaled.std, scaled.n) == (6.5, 5.5, 2)  # lengths 12 and 1
+
+
+def test_a_cached_value_is_valid_when_its_record_reads_it():
+    from pytest_prefalign.cache import readable_by
+
+    valid = readable_by(RewardScale.from_json)
+    assert valid(RewardScale(1.0, 2.0, 3).to_json())
+    assert not valid({"mean": 1.0})  # a field missing
+    assert not valid([1, 2])  # not an object
+    assert not valid({"mean": 0.0, "std": 0.0, "n": 3, "degenerate": False})  # unusable

@@ -68,8 +68,9 @@ RULE = (
     "none: the weakest (fallback)"
 )
 
-# base's validation outputs and their measures, per (suite, size), by the items' fingerprint
-BASE = cache.Slot("base's validation outputs", dict[str, list[str]])
+# base's validation outputs with their fluency and answers, per (suite, size), by the items'
+# fingerprint
+BASE = cache.Slot("base's validation outputs", dict[str, tuple[list[str], np.ndarray, np.ndarray]])
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def choose(
         guided = dataclasses.replace(ctx, reward=fitted.reward)
         return search(run, case, guided, factory, option, grid, items).to_json()
 
-    return Choice.from_json(run.disk.json(key, compute, valid=_valid_choice))
+    return Choice.from_json(run.disk.json(key, compute, valid=cache.readable_by(Choice.from_json)))
 
 
 def search(
@@ -272,32 +273,46 @@ def judged(value: float, found: Outputs, base: Outputs) -> Trial:
 
 def measure(ctx: CaseContext, items: Sequence[Item], outputs: list[str]) -> Outputs:
     """Fluency, whether each output is an answer, and the method's own reward, per item."""
+    nll, missed = text_measures(ctx, items, outputs)
+    return Outputs(fluency=nll, missed=missed, reward=own_rewards(ctx, items, outputs))
+
+
+def text_measures(
+    ctx: CaseContext, items: Sequence[Item], outputs: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(fluency, missed)`` per item: what the outputs are as text, whatever reward judges
+    them."""
     prompts = [it.prompt for it in items]
     missed = [
         not_an_answer(o, input=it.input, prompt=it.prompt) is not None
         for o, it in zip(outputs, items, strict=True)
     ]
+    nll = fluency(ctx.lm, prompts, outputs, ctx.options.batch_size)
+    return np.asarray(nll), np.asarray(missed, dtype=np.float64)
+
+
+def own_rewards(ctx: CaseContext, items: Sequence[Item], outputs: list[str]) -> np.ndarray:
+    """The case's reward method's (standardised) reward of each output."""
     assert ctx.reward is not None
-    rewards = ctx.reward.score(ctx.lm, [it.user for it in items], prompts, outputs)
-    return Outputs(
-        fluency=np.asarray(fluency(ctx.lm, prompts, outputs, ctx.options.batch_size)),
-        missed=np.asarray(missed, dtype=np.float64),
-        reward=np.asarray(rewards, dtype=np.float64),
-    )
+    users, prompts = [it.user for it in items], [it.prompt for it in items]
+    return np.asarray(ctx.reward.score(ctx.lm, users, prompts, outputs), dtype=np.float64)
 
 
 def base_outputs(run: RunContext, ctx: CaseContext, items: Sequence[Item]) -> Outputs:
-    """Base's greedy outputs for the validation items, measured (the reward is the case's).
-    The outputs are generated once per (suite, size) and shared by every choice."""
-    factory = run.registry.decoder("base").obj
-    options = run.method_options.decoder_options("base", factory)
+    """Base's greedy outputs for the validation items, measured. The outputs, their fluency
+    and their answers are computed once per (suite, size) and shared by every choice; only
+    the reward, the case's own, is computed for each."""
     memo = ctx.shared[BASE]
     fingerprint = cache.records_fingerprint(items)
     if fingerprint not in memo:
+        factory = run.registry.decoder("base").obj
+        options = run.method_options.decoder_options("base", factory)
         base_ctx = dataclasses.replace(ctx, reward=None, options=options)
         with events.step(f"base on {len(items)} validation items"):
-            memo[fingerprint] = list(factory().generate(base_ctx, items))
-    return measure(ctx, items, memo[fingerprint])
+            outputs = list(factory().generate(base_ctx, items))
+            memo[fingerprint] = (outputs, *text_measures(ctx, items, outputs))
+    outputs, nll, missed = memo[fingerprint]
+    return Outputs(fluency=nll, missed=missed, reward=own_rewards(ctx, items, outputs))
 
 
 def validation_items(suite: Suite, data: SuiteData, seed: int) -> list[Item]:
@@ -366,11 +381,3 @@ def choice_key(
         suite=f"{ctx.data.suite}@{versions.code_version(ctx.suite)}",
         validation=cache.records_fingerprint(items),
     )
-
-
-def _valid_choice(value: Any) -> bool:
-    try:
-        Choice.from_json(value)
-    except (KeyError, TypeError, ValueError):
-        return False
-    return True

@@ -122,13 +122,7 @@ def cached_scale(
             raw = reward.score(lm, users, prompts, responses)
         return fit_scale(np.asarray(raw, dtype=np.float64)).to_json()
 
-    def valid(value: Any) -> bool:
-        try:
-            RewardScale.from_json(value)
-        except (ValueError, KeyError, TypeError):
-            return False
-        return True
-
+    valid = cache.readable_by(RewardScale.from_json)
     return RewardScale.from_json(disk.json(scale_key(reward_key), compute, valid=valid))
 
 
