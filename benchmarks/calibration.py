@@ -4,6 +4,7 @@ analysis (``crisis.analyse``), with Monte Carlo standard errors; docs/metrics.md
 
     python benchmarks/calibration.py [--sims 200] [--users 8,20,40] [--markdown]
     python benchmarks/calibration.py --run .prefalign/runs/RUN.json [--sims 200]
+    python benchmarks/calibration.py --unequal [--sims 200] [--users 40]
 
 **Simulated runs** are shaped like the README's main job: ``base``, ``icl``, ``icl_rag``, five
 reward methods under ``args`` and one under ``bon``; each user has ``PAIRS`` test pairs and
@@ -13,7 +14,9 @@ between methods of real runs), RM accuracy differs between the reward methods (s
 something to pick by), ROUGE-1 is a per-item figure around the user's level, and the own-RM
 win over base is a per-item win, tie or loss. Under the **null** every method is the same on
 policy accuracy, ROUGE-1 and the win (its own RM is indifferent between its output and base's);
-under each **effect** one verdict's statement is true (``EFFECTS``).
+under each **effect** one verdict's statement is true (``EFFECTS``). With ``--unequal``, the
+nulls ``UNEQUAL``: the reward methods equal on average, each with a per-user deviation of its
+own whose spread differs between them (one 3x the others'; 4, 1, 1, 1 and 0.25).
 
 **From a real run file** (``--run``): the null is made from the run's own per-user figures,
 each user's policy accuracy, ROUGE-1 and ROUGE-L exchanged at random between the methods that
@@ -57,6 +60,9 @@ RM_LEVELS = (0.70, 0.74, 0.78, 0.82, 0.86)  # the reward methods' RM accuracies,
 FREE = ("base", "icl", "icl_rag")
 ROUGE_LEVEL = (0.20, 0.06)  # users' ROUGE-1 levels: mean and spread (clipped to 0.02..0.6)
 ITEM_SD = 0.12  # an item's ROUGE-1 about its user's level (clipped to 0..1)
+# A method's own per-user deviation at spread 1, where a scenario gives the methods spreads:
+# of ROUGE-1 (not clipped, so that the methods' means stay equal) and of policy accuracy's logit
+SPREAD_SD = (0.04, 0.4)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class Scenario:
     tail_method: str = ""
     tail_share: float = 0.0
     rm_levels: tuple[float, ...] = RM_LEVELS  # the reward methods' RM accuracies, in REWARDS order
+    # per reward method (REWARDS order), the sd of its own per-user deviation in units of
+    # SPREAD_SD: methods equal on average that differ in how much they vary (empty: none)
+    spreads: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,14 @@ EFFECTS: dict[str, Scenario] = {
     # one method fails its worst-served users while the mean stays close
     "spread": Scenario("spread", {}, {}, tail_method="icl", tail_share=0.15),
 }
+# Nulls whose reward methods are equal on average but differ in spread (issue 38: real ROUGE-1
+# spreads differ this much, args[pal]'s items near 0.015 and others' 0.09-0.16): a test that
+# assumes the methods exchangeable within a user fires too often here
+UNEQUAL: dict[str, Scenario] = {
+    "equal spreads": Scenario("equal spreads", {}, {}, spreads=(1, 1, 1, 1, 1)),
+    "one spread 3x": Scenario("one spread 3x", {}, {}, spreads=(1, 1, 1, 1, 3)),
+    "spreads 4,1,1,1,0.25": Scenario("spreads 4,1,1,1,0.25", {}, {}, spreads=(4, 1, 1, 1, 0.25)),
+}
 
 
 def simulate(
@@ -114,8 +131,14 @@ def simulate(
     for method in (*FREE, *REWARDS, "bon[per_user_bt]"):
         decoder, _, reward = method.partition("[")
         reward = reward.rstrip("]") or None
-        policy = _bernoulli_means(level + scenario.policy_shift.get(method, 0.0), rng, shape)
+        rouge_sd, logit_sd = _spread(scenario, method)
+        logit = level + scenario.policy_shift.get(method, 0.0)
+        if logit_sd:  # drawn only where asked, so that the other scenarios' draws are as before
+            logit = logit + rng.normal(0.0, logit_sd, n_users)
+        policy = _bernoulli_means(logit, rng, shape)
         rouge = _item_means(rouge_level + scenario.rouge_shift.get(method, 0.0), rng, shape)
+        if rouge_sd:
+            rouge = (np.asarray(rouge) + rng.normal(0.0, rouge_sd, n_users)).tolist()
         if method == scenario.tail_method:
             rouge = _with_tail(rouge, scenario.tail_share, rng)
         per_user = {
@@ -131,6 +154,15 @@ def simulate(
             per_user["win_self"] = dict(zip(users, wins, strict=True))
         rows.append(_result(method, decoder, reward, per_user, n_users))
     return rows
+
+
+def _spread(scenario: Scenario, method: str) -> tuple[float, float]:
+    """The sd of ``method``'s own per-user deviation of ROUGE-1 and of policy accuracy's logit
+    (0 unless the scenario gives the reward methods spreads)."""
+    if not scenario.spreads or method not in REWARDS:
+        return (0.0, 0.0)
+    factor = scenario.spreads[REWARDS.index(method)]
+    return (SPREAD_SD[0] * factor, SPREAD_SD[1] * factor)
 
 
 def _bernoulli_means(logits: np.ndarray, rng: np.random.Generator, shape: Shape) -> list[float]:
@@ -377,6 +409,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--power-sims", type=int, help="simulated runs per effect (--sims)")
     parser.add_argument("--json", type=Path, help="also write the rates here")
+    parser.add_argument(
+        "--unequal",
+        action="store_true",
+        help="the nulls whose reward methods differ in spread (UNEQUAL), no power",
+    )
     args = parser.parse_args()
     args.users_given = any(a.startswith("--users") for a in sys.argv[1:])
     power_sims = args.power_sims or args.sims
@@ -390,6 +427,12 @@ def main() -> None:
             title = f"null of {args.run.name}" + (f", {n} users drawn from its own" if n else "")
             table[f"{args.run.name}:{n or 'its users'}"] = {"null": null}
             print_cell(title, null, {})
+    elif args.unequal:
+        for n in (int(u) for u in args.users.split(",")):
+            for name, scenario in UNEQUAL.items():
+                null = rates(lambda g, n=n, s=scenario: simulate(n, s, g), args.sims, args.seed)
+                table[f"{n}:{name}"] = {"null": null}
+                print_cell(f"{n} users, null with {name}", null, {})
     else:
         for n in (int(u) for u in args.users.split(",")):
             null = rates(lambda g, n=n: simulate(n, NULL, g), args.sims, args.seed)

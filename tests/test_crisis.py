@@ -219,7 +219,12 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
     # three kinds made looks: the regret, this inversion, and the spread (the pair on policy
     # and on RM accuracy, effect sizes not reached: looks that could not fire); a third each
     assert found["family"]["by_kind"] == {"regret": 1, "inversions": 1, "spread": 2}
-    assert stated["p_holm"] == pytest.approx(3 * 2 / 1024) and stated["significant"]
+    # the regret is found too (a picked, b better for every user and no spread at all: every
+    # resample under equal means gives 0, p = 1 / 2001): ranked first, it leaves the
+    # inversion two thirds of the weight, so its adjusted p is (2/3) / (1/3) times its own
+    (regret_look,) = [e for e in found["regret"] if e["y"] == "policy_acc"]
+    assert regret_look["p_value"] == pytest.approx(1 / 2001) and regret_look["significant"]
+    assert stated["p_holm"] == pytest.approx(2 * 2 / 1024) and stated["significant"]
     # the same means, but users split: b's policy lead is 0.2 for half the users, -0.2 for the
     # other half plus a little: the sign-flip test of that difference finds nothing
     mixed = {u: (0.4 if i % 2 else 0.8) for i, u in enumerate(USERS)}

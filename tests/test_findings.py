@@ -193,32 +193,80 @@ def test_runs_commands_and_tables(rendered: str) -> None:
     assert "args[a]" in section and "Kendall's tau-b" in section
 
 
+def tau(lower: float | None, upper: float | None, verdict: str = "no evidence") -> dict:
+    """A tau entry with its one-sided 95% bounds (users resampled)."""
+    return {"enough": True, "verdict": verdict, "tau": 0.0, "lower_95": lower, "upper_95": upper}
+
+
 @pytest.mark.parametrize(
     ("entry", "claim"),
     [
         ({"enough": False, "verdict": "not enough evidence: 4 methods"}, "not enough evidence"),
+        (tau(None, None), "not enough evidence"),
         # no significant order is no evidence of a weak tau: an equivalence statement is needed
+        (tau(-0.2, 0.9), "not enough evidence"),
+        (tau(-0.2, 0.25), "holds"),
+        # both bounds must be inside (-0.31, 0.31): a tau of -1 is no weak tau
+        (tau(-0.4, 0.25), "not enough evidence"),
+        (tau(-1.0, -0.5, "finding: ..."), "does not hold (the opposite order)"),
+        (tau(0.2, 1.0, "finding: ..."), "not enough evidence"),
+        (tau(0.4, 1.0, "finding: ..."), "does not hold"),
+        # decided from the users' bounds, the analysis's own finding not needed: with five
+        # methods its permutation p cannot go below 2/120 (docs/metrics.md)
+        (tau(0.4, 1.0), "does not hold"),
+        # a run file written before lower_95 was kept: the interval's 2.5th percentile instead
         (
-            {"enough": True, "verdict": "no evidence of association", "tau": 0.3, "upper_95": 0.9},
-            "not enough evidence",
-        ),
-        (
-            {"enough": True, "verdict": "no evidence of association", "tau": 0.1, "upper_95": 0.25},
+            {"enough": True, "verdict": "-", "tau": 0.1, "ci": [-0.2, 0.3], "upper_95": 0.25},
             "holds",
-        ),
-        ({"enough": True, "verdict": "finding: ...", "tau": -0.9, "upper_95": -0.5}, "holds"),
+        ),  # fmt: skip
         (
-            {"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.2, 1], "upper_95": 1},
+            {"enough": True, "verdict": "-", "tau": 0.1, "ci": [-0.35, 0.3], "upper_95": 0.25},
             "not enough evidence",
-        ),
-        (
-            {"enough": True, "verdict": "finding: ...", "tau": 0.9, "ci": [0.4, 1], "upper_95": 1},
-            "does not hold",
-        ),
+        ),  # fmt: skip
     ],
 )
 def test_tau_verdicts(findings: ModuleType, entry: dict, claim: str) -> None:
     assert findings.tau_verdict(entry) == claim
+
+
+def paired(diff: float, ci: list[float], p: float, verdict: str = "") -> dict:
+    return {"diff": diff, "ci": ci, "p_value": p, "verdict": verdict}
+
+
+LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001}
+
+
+@pytest.mark.parametrize(
+    ("rm", "rouge", "claim"),
+    [
+        (LARGE, paired(0.001, [-0.01, 0.012], 0.7), "holds"),
+        # the range test not significant: no large difference shown
+        ({**LARGE, "p_range": 0.2}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        # significant, but not shown to be 10 points or more apart
+        ({**LARGE, "ci": [0.04, 0.2]}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        # significant and shown to be less than 10 points apart: the claim is not about them
+        (
+            {**LARGE, "diff": 0.05, "ci": [0.02, 0.08]},
+            paired(0.0, [-0.01, 0.01], 0.9),
+            "no large RM-accuracy gap (below 0.10)",
+        ),  # fmt: skip
+        # a significant ROUGE-1 difference is not "nearly the same", whichever way it goes
+        (LARGE, paired(0.045, [0.02, 0.07], 0.003), "does not hold (ROUGE-1 follows RM accuracy)"),
+        (LARGE, paired(-0.054, [-0.08, -0.03], 0.001), "does not hold (ROUGE-1 the other way)"),
+        # the crafted case of issue 38: a paired RM test that is not significant (its verdict
+        # string is "no significant difference") and a significant ROUGE-1 gap the same way:
+        # the direction is read from the numbers, so it is not "the other way"
+        (
+            {**LARGE, "p_value": 0.08, "verdict": "no significant difference"},
+            paired(0.03, [0.01, 0.05], 0.01, "args[a] better"),
+            "does not hold (ROUGE-1 follows RM accuracy)",
+        ),
+        # equivalence not shown: a wide ROUGE-1 interval
+        (LARGE, paired(0.0, [-0.04, 0.04], 0.9), "not enough evidence"),
+    ],
+)
+def test_spread_verdicts(findings: ModuleType, rm: dict, rouge: dict, claim: str) -> None:
+    assert findings.spread_verdict(rm, rouge) == claim
 
 
 def test_the_positive_control_passes_where_rm_accuracy_orders_policy_accuracy(

@@ -283,8 +283,9 @@ def _regret_section(entries: list[dict[str, Any]]) -> str:
         '<p class="note">The figure lost by taking the reward method with the best RM accuracy '
         "instead of the best one, cross-fitted: both are chosen on half of the users and "
         "compared on the other half, over many random halvings, so that the winner's curse does "
-        "not make a regret out of noise. p: the within-user permutation of the figure across "
-        "the methods; the interval resamples users.</p>"
+        "not make a regret out of noise. It is the regret of the rule, which may differ from "
+        "the gap between the two rows named (chosen on all users). p: the bootstrap over users "
+        "under equal means, each method's spread kept; the interval resamples users.</p>"
     )
 
 

@@ -148,10 +148,11 @@ def regret_lines(entries: list[Row], width: int | None = None) -> list[str]:
         return []
     lines = [
         "",
-        "Selection regret: what picking the reward method with the best RM accuracy "
-        "loses against the best one, cross-fitted (chosen on half the users, measured on the "
-        "other half; p: within-user permutation of y across the methods; 95% interval: users "
-        "resampled)",
+        "Selection regret: what the rule 'take the reward method with the best RM accuracy' "
+        "loses against the best one, cross-fitted (both chosen on half the users, measured on "
+        "the other half, over random halvings: the regret of the rule, which may differ from "
+        "the gap between the two rows named, chosen on all users; p: bootstrap over users "
+        "under equal means, each method's spread kept; 95% interval: users resampled)",
     ]
     lines += regret_table(entries, width=width).splitlines()
     return lines
@@ -177,9 +178,9 @@ def regret_table(entries: list[Row], tablefmt: str = "simple", width: int | None
         "suite · size",
         "decoder",
         "y",
-        "picked by RM acc",
-        "best by y",
-        "regret",
+        "picked by RM acc (all users)",
+        "best by y (all users)",
+        "cross-fitted regret",
         "95% CI",
         "p",
         "p_holm",
