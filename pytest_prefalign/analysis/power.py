@@ -1,0 +1,287 @@
+"""How many users each of the paper's claims needs, simulated from the run's own noise.
+
+A claim that a run cannot decide ("not enough evidence") says how many users would decide it.
+The answer depends on the noise: how much a user's figures vary, how many pairs and items a
+user holds, how much each method's figures vary and how the methods' figures move together for
+one user. All of that is in the run's own per-user figures, so the simulations draw from them
+(Efron and Tibshirani 1993, chapter 16: the bootstrap under an imposed hypothesis): for each
+claim, each method's per-user figures are moved so that their means show the paper's effect,
+each user's deviations kept as they are (so the spreads, the correlation between methods and
+the users' own levels are the run's); then ``n`` users are drawn with replacement from the
+run's, the claim's rule (``claims``) applied to the draw, and the share of draws that reach the
+claim's verdict is its power at ``n``. The users needed are the fewest of ``GRID`` at which the
+power reaches ``TARGET``.
+
+The effects imposed (the paper's where the claim states one; the run's own magnitudes where it
+does not):
+
+- claim 1 (tau weak): the run's own policy-accuracy means, reassigned to its reward methods in
+  the order whose Kendall tau against their RM accuracies is nearest the paper's 0.2 (the
+  spread of the means is the run's; the order is the paper's), RM accuracy as it is;
+- claim 2 (large RM-accuracy gap, ROUGE-1 the same): the RM-accuracy means stretched about their
+  middle to the paper's 20 points from the lowest to the highest (the run's order), ROUGE-1's
+  means made equal;
+- claim 3 (ICL ahead): the ICL row's ROUGE-1 mean 3 points above the best reward-guided row's
+  (the paper's gap at 7B), the guided rows' means as they are; the test at the ICL look's own
+  share of the run's alpha (a lower bound of the power its Holm adjustment gives).
+
+Resampling inside a simulated run (tau's bounds, the range test, the intervals) uses ``INNER``
+draws instead of the analysis's thousands: it is the rule that is simulated, not its last digit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pytest_prefalign.analysis import claims, stats
+
+GRID = (10, 20, 40, 80, 160, 320, 640)  # the numbers of users simulated
+TARGET = 0.8  # the power at which a number of users is enough
+SIMS = 100  # simulated runs per number of users
+INNER = 400  # resamples or permutations inside each simulated run
+MIN_USERS = 5  # as crisis.MIN_USERS: below this tau's interval says nothing
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A claim's power by number of users, simulated from one run's noise: ``power[i]`` (with
+    its Monte Carlo standard error ``se[i]``) at ``grid[i]`` users, over ``sims`` simulated runs
+    each; ``needed``, the fewest of the grid at which it reaches ``TARGET`` (None: beyond it)."""
+
+    claim: str
+    grid: tuple[int, ...]
+    power: tuple[float, ...]
+    se: tuple[float, ...]
+    sims: int
+    effect: str
+
+    @property
+    def needed(self) -> int | None:
+        return next((n for n, p in zip(self.grid, self.power, strict=True) if p >= TARGET), None)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "claim": self.claim,
+            "grid": list(self.grid),
+            "power": list(self.power),
+            "se": list(self.se),
+            "sims": self.sims,
+            "effect": self.effect,
+            "needed": self.needed,
+        }
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Per-user figures of one metric: ``values`` and ``weights`` ``(methods, users)`` (a
+    weight is a user's pairs or items; 0 where a method has no figure for the user)."""
+
+    values: np.ndarray
+    weights: np.ndarray
+
+    def means(self) -> np.ndarray:
+        return _means(self.values, self.weights)
+
+    def with_means(self, targets: np.ndarray) -> Figures:
+        """The same users' deviations about new means ``targets`` ``(methods,)``."""
+        moved = self.values - self.means()[:, None] + np.asarray(targets, dtype=float)[:, None]
+        return Figures(np.where(self.weights > 0, moved, 0.0), self.weights)
+
+    def drawn(self, users: np.ndarray) -> Figures:
+        return Figures(self.values[:, users], self.weights[:, users])
+
+
+def _means(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted means over the last axis (users)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (weights * np.nan_to_num(values)).sum(-1) / weights.sum(-1)
+
+
+def curve(
+    claim: str,
+    effect: str,
+    said: Callable[[np.ndarray, np.random.Generator], bool],
+    n_users: int,
+    *,
+    grid: tuple[int, ...] = GRID,
+    sims: int = SIMS,
+    seed: int = SEED,
+) -> Curve:
+    """The power of ``said`` (a simulated run's users, drawn as indices into the run's
+    ``n_users``, to whether the claim reached its verdict) at each number of users of
+    ``grid``."""
+    power, se = [], []
+    for n in grid:
+        rng = np.random.default_rng([seed, n])
+        hits = [said(rng.integers(0, n_users, n), rng) for _ in range(sims)]
+        rate = float(np.mean(hits))
+        power.append(rate)
+        se.append(math.sqrt(rate * (1 - rate) / sims))
+    return Curve(claim, tuple(grid), tuple(power), tuple(se), sims, effect)
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 1: tau weak
+# --------------------------------------------------------------------------------------------
+
+
+def order_with_tau(x_means: np.ndarray, y_means: np.ndarray, tau: float) -> np.ndarray:
+    """``y_means`` reassigned to the methods so that Kendall's tau-b against ``x_means`` is the
+    nearest to ``tau`` that the methods allow (the first such order, for a fixed answer)."""
+    ranked_x = np.argsort(np.argsort(x_means, kind="stable"), kind="stable")
+    sorted_y = np.sort(y_means)
+    best, best_gap = None, math.inf
+    for order in itertools.permutations(range(len(x_means))):
+        candidate = sorted_y[np.asarray(order)[ranked_x]]
+        gap = abs(stats.tau_b_rows(x_means[None], candidate[None])[0] - tau)
+        if gap < best_gap - 1e-12:
+            best, best_gap = candidate, gap
+    assert best is not None
+    return best
+
+
+def tau_curve(rm: Figures, policy: Figures, **kwargs: object) -> Curve:
+    """Claim 1's power: the paper's tau imposed on the run's policy-accuracy means (the
+    module's docstring), "holds" sought."""
+    x_means = rm.means()
+    imposed = policy.with_means(order_with_tau(x_means, policy.means(), claims.PAPER_TAU_MIDDLE))
+
+    def said(users: np.ndarray, rng: np.random.Generator) -> bool:
+        return tau_said(rm.drawn(users), imposed.drawn(users), rng) == claims.HOLDS
+
+    effect = f"tau {claims.PAPER_TAU_MIDDLE} on the run's own policy-accuracy means"
+    return curve("tau", effect, said, rm.values.shape[1], **kwargs)  # type: ignore[arg-type]
+
+
+def tau_said(x: Figures, y: Figures, rng: np.random.Generator) -> str:
+    """Claim 1's verdict on one simulated run: tau's one-sided 95% bounds from ``INNER``
+    resamples of its users."""
+    n = x.values.shape[1]
+    counts = _counts(rng, n)
+    taus = stats.tau_b_rows(_resampled_means(x, counts), _resampled_means(y, counts))
+    taus = taus[np.isfinite(taus)]
+    if not len(taus):
+        return claims.UNDECIDED
+    lower, upper = np.percentile(taus, [5.0, 95.0])
+    return claims.tau_claim(n >= MIN_USERS, float(lower), float(upper))
+
+
+def _counts(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``(INNER, n)`` how often each of ``n`` users is drawn in each resample."""
+    drawn = rng.integers(0, n, (INNER, n))
+    return np.stack([np.bincount(row, minlength=n) for row in drawn]).astype(float)
+
+
+def _resampled_means(figures: Figures, counts: np.ndarray) -> np.ndarray:
+    """``(resamples, methods)`` means with users weighted by ``counts`` ``(resamples, users)``."""
+    w = counts[:, None, :] * figures.weights[None]
+    return np.round(_means(figures.values[None], w), 12)
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 2: a large RM-accuracy gap, ROUGE-1 the same
+# --------------------------------------------------------------------------------------------
+
+
+def stretched(means: np.ndarray, span: float) -> np.ndarray:
+    """``means`` stretched about their middle so that the highest minus the lowest is
+    ``span``, their order kept (spread evenly in the same order where they are all equal)."""
+    low, high = float(means.min()), float(means.max())
+    middle = (low + high) / 2
+    if high - low <= 0:
+        ranks = np.argsort(np.argsort(means, kind="stable"), kind="stable")
+        return middle - span / 2 + span * ranks / max(len(means) - 1, 1)
+    return middle + (means - middle) * span / (high - low)
+
+
+def spread_curve(rm: Figures, rouge: Figures, **kwargs: object) -> Curve:
+    """Claim 2's power: the paper's 20-point RM-accuracy gap and equal ROUGE-1 means imposed
+    (the module's docstring), "holds" sought."""
+    rm_imposed = rm.with_means(stretched(rm.means(), claims.PAPER_GAP))
+    rouge_means = rouge.means()
+    rouge_imposed = rouge.with_means(np.full_like(rouge_means, float(np.mean(rouge_means))))
+
+    def said(users: np.ndarray, rng: np.random.Generator) -> bool:
+        verdict = spread_said(rm_imposed.drawn(users), rouge_imposed.drawn(users), rng)
+        return verdict == claims.HOLDS
+
+    effect = f"RM accuracy {claims.PAPER_GAP:.2f} apart, ROUGE-1 the same"
+    return curve("spread", effect, said, rm.values.shape[1], **kwargs)  # type: ignore[arg-type]
+
+
+def spread_said(rm: Figures, rouge: Figures, rng: np.random.Generator) -> str:
+    """Claim 2's verdict on one simulated run: the extremes by RM accuracy, the range test by
+    ``INNER`` within-user permutations, the differences' intervals by ``INNER`` resamples and
+    ROUGE-1's sign-flip test by ``INNER`` sign patterns."""
+    means = rm.means()
+    high, low = int(np.argmax(means)), int(np.argmin(means))
+    if high == low:
+        return claims.UNDECIDED
+    n = rm.values.shape[1]
+    w = rm.weights.mean(axis=0)
+    order = np.argsort(rng.random((INNER, *rm.values.shape)), axis=1)
+    shuffled = np.take_along_axis(np.broadcast_to(rm.values, order.shape), order, axis=1)
+    ranges = _means(shuffled, w[None, None, :])
+    observed = float(means.max() - means.min())
+    p_range = (1 + np.count_nonzero(ranges.max(1) - ranges.min(1) >= observed - 1e-12)) / (
+        INNER + 1
+    )
+    counts = _counts(rng, n)
+    rm_boot = _resampled_means(rm, counts)
+    rouge_boot = _resampled_means(rouge, counts)
+    rm_ci = np.percentile(rm_boot[:, high] - rm_boot[:, low], [2.5, 97.5])
+    rouge_ci = np.percentile(rouge_boot[:, high] - rouge_boot[:, low], [2.5, 97.5])
+    rouge_means = rouge.means()
+    rouge_diff = float(rouge_means[high] - rouge_means[low])
+    d = rouge.values[high] - rouge.values[low]
+    pair_w = np.minimum(rouge.weights[high], rouge.weights[low])
+    signs = rng.choice((1.0, -1.0), size=(INNER, n))
+    flipped = np.abs((signs * d * pair_w).sum(1)) / max(pair_w.sum(), 1e-12)
+    observed_d = abs(float((d * pair_w).sum() / max(pair_w.sum(), 1e-12)))
+    rouge_p = (1 + np.count_nonzero(flipped >= observed_d - 1e-12)) / (INNER + 1)
+    return claims.spread_claim(
+        float(p_range), observed, list(rm_ci), rouge_diff, list(rouge_ci), float(rouge_p)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 3: ICL ahead
+# --------------------------------------------------------------------------------------------
+
+
+def icl_curve(rouge: Figures, alpha_share: float, **kwargs: object) -> Curve:
+    """Claim 3's power: row 0 (the ICL row) 3 ROUGE-1 points above the best of the others (the
+    reward-guided rows, their means as they are), "holds at this size" sought at
+    ``alpha_share``, the ICL look's share of the run's alpha."""
+    means = rouge.means()
+    targets = means.copy()
+    targets[0] = float(means[1:].max()) + claims.PAPER_ICL_GAIN
+    imposed = rouge.with_means(targets)
+
+    def said(users: np.ndarray, rng: np.random.Generator) -> bool:
+        return icl_ahead(imposed.drawn(users), alpha_share, rng)
+
+    effect = f"ICL {claims.PAPER_ICL_GAIN:.2f} ROUGE-1 above the best guided row"
+    return curve("icl", effect, said, rouge.values.shape[1], **kwargs)  # type: ignore[arg-type]
+
+
+def icl_ahead(rouge: Figures, alpha_share: float, rng: np.random.Generator) -> bool:
+    """Whether one simulated run states the ICL row (row 0) better than the best of the other
+    rows: the within-user permutation of all the rows (``INNER`` shuffles), ICL minus the best
+    chosen again in each, two-sided, at ``alpha_share``."""
+    w = rouge.weights.mean(axis=0)
+    means = _means(rouge.values, w[None, :])
+    observed = float(means[0] - means[1:].max())
+    order = np.argsort(rng.random((INNER, *rouge.values.shape)), axis=1)
+    shuffled = np.take_along_axis(np.broadcast_to(rouge.values, order.shape), order, axis=1)
+    drawn = _means(shuffled, w[None, None, :])
+    stat = drawn[:, 0] - drawn[:, 1:].max(axis=1)
+    upper = (1 + np.count_nonzero(stat >= observed - 1e-12)) / (INNER + 1)
+    lower = (1 + np.count_nonzero(stat <= observed + 1e-12)) / (INNER + 1)
+    return observed > 0 and min(1.0, 2 * min(upper, lower)) < alpha_share

@@ -1,0 +1,85 @@
+"""The claims' power from a run's own noise (``analysis/power.py``): the effects it imposes,
+worked by hand, and on a run made from a known simulation, the power and the users needed it
+estimates against those of the simulation itself."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+import benchmark_scripts
+import numpy as np
+import pytest
+
+from pytest_prefalign.analysis import claims, power, stats, users
+
+
+@pytest.fixture(scope="module")
+def calibration() -> Iterator[ModuleType]:
+    yield benchmark_scripts.load("calibration")
+    del sys.modules["calibration"]
+
+
+def test_the_papers_tau_imposed_on_the_runs_own_means() -> None:
+    rm = np.array([0.70, 0.74, 0.78, 0.82, 0.86])
+    policy = np.array([0.50, 0.52, 0.55, 0.60, 0.61])
+    imposed = power.order_with_tau(rm, policy, claims.PAPER_TAU_MIDDLE)
+    # the same five means, in an order whose tau against RM accuracy is the paper's 0.2
+    assert sorted(imposed) == sorted(policy)
+    assert stats.tau_b_rows(rm[None], imposed[None])[0] == pytest.approx(0.2)
+    # the order depends on RM accuracy's order, not on the methods' positions
+    shuffled = power.order_with_tau(rm[::-1], policy, 1.0)
+    assert list(shuffled) == list(policy[::-1])
+
+
+def test_the_papers_gap_imposed_about_the_middle() -> None:
+    assert power.stretched(np.array([0.5, 0.6, 0.55]), 0.2) == pytest.approx([0.45, 0.65, 0.55])
+    # all equal: spread evenly over the gap, in their (stable) order
+    assert power.stretched(np.array([0.6, 0.6, 0.6]), 0.2) == pytest.approx([0.5, 0.6, 0.7])
+
+
+def test_new_means_keep_every_users_deviation() -> None:
+    figures = power.Figures(np.array([[0.2, 0.4], [0.5, 0.9]]), np.array([[1.0, 1.0], [1.0, 3.0]]))
+    moved = figures.with_means(np.array([0.0, 1.0]))
+    # method 0: mean 0.3, deviations -0.1 and +0.1; method 1: weighted mean (0.5 + 3 * 0.9) / 4
+    # = 0.8, deviations -0.3 and +0.1
+    assert moved.values == pytest.approx(np.array([[-0.1, 0.1], [0.7, 1.1]]))
+    assert moved.means() == pytest.approx([0.0, 1.0])
+
+
+def test_a_users_needed_figure_is_the_fewest_users_reaching_the_target() -> None:
+    curve = power.Curve("spread", (10, 20, 40), (0.1, 0.85, 0.95), (0.03, 0.03, 0.02), 100, "-")
+    assert curve.needed == 20
+    beyond = power.Curve("tau", (10, 20), (0.1, 0.5), (0.03, 0.05), 100, "-")
+    assert beyond.needed is None and beyond.to_json()["needed"] is None
+
+
+def test_power_from_a_runs_own_noise_is_the_power_of_its_world(calibration: ModuleType) -> None:
+    # a world where claim 2 is true (the paper's: RM accuracies 20 points apart, ROUGE-1 the
+    # same for every method), Pref-LaMP's shape; one run of 400 users made from it; the power
+    # simulated from that run's own noise, against the power of runs made from the world itself
+    world = calibration.Scenario("paper spread", {}, {}, rm_levels=(0.66, 0.71, 0.76, 0.81, 0.86))
+    shape = calibration.Shape(pairs=5, items=5)
+
+    def figures(rows: list) -> tuple[power.Figures, power.Figures]:
+        guided = [r for r in rows if r.method in calibration.REWARDS]
+        rm, rouge = users.tables(guided, "rm_acc", "rouge1")
+        return power.Figures(rm.values, rm.weights), power.Figures(rouge.values, rouge.weights)
+
+    grid, sims = (40, 160), 40
+    run = calibration.simulate(400, world, np.random.default_rng(123), shape)
+    estimated = power.spread_curve(*figures(run), grid=grid, sims=sims)
+    truth = []
+    for n in grid:
+        hits = 0
+        for i in range(sims):
+            rows = calibration.simulate(n, world, np.random.default_rng([5, n, i]), shape)
+            hits += power.spread_said(*figures(rows), np.random.default_rng(i)) == claims.HOLDS
+        truth.append(hits / sims)
+    for n, got, se, want in zip(grid, estimated.power, estimated.se, truth, strict=True):
+        truth_se = np.sqrt(max(want * (1 - want), 1 / sims) / sims)
+        assert abs(got - want) <= 3 * np.hypot(max(se, 1 / sims), truth_se), (n, got, want)
+    # 40 users are far from enough and 160 enough, in the world as from the run
+    assert truth[0] < 0.5 < power.TARGET <= truth[1]
+    assert estimated.needed == 160
