@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_prefalign.analysis import claims, stats
+from pytest_prefalign.analysis import catalogue, claims, crisis, stats, users
+from pytest_prefalign.analysis.metrics import finite, resample_counts
+from pytest_prefalign.analysis.selection import ICL_DECODERS
+from pytest_prefalign.runs.records import CaseResult
 
 GRID = (10, 20, 40, 80, 160, 320, 640)  # the numbers of users simulated
 TARGET = 0.8  # the power at which a number of users is enough
@@ -115,7 +119,7 @@ def curve(
 ) -> Curve:
     """The power of ``said`` (a simulated run's users, drawn as indices into the run's
     ``n_users``, to whether the claim reached its verdict) at each number of users of
-    ``grid``."""
+    ``grid``, up to the first that reaches ``TARGET`` (more users only cost time)."""
     power, se = [], []
     for n in grid:
         rng = np.random.default_rng([seed, n])
@@ -123,7 +127,77 @@ def curve(
         rate = float(np.mean(hits))
         power.append(rate)
         se.append(math.sqrt(rate * (1 - rate) / sims))
-    return Curve(claim, tuple(grid), tuple(power), tuple(se), sims, effect)
+        if rate >= TARGET:
+            break
+    return Curve(claim, tuple(grid[: len(power)]), tuple(power), tuple(se), sims, effect)
+
+
+# --------------------------------------------------------------------------------------------
+# A run's curves
+# --------------------------------------------------------------------------------------------
+
+Where = tuple[str, str, str]  # (suite, size, decoder)
+
+
+def run_curves(
+    results: Iterable[CaseResult],
+    family_by_kind: Mapping[str, int] | None = None,
+    *,
+    grid: tuple[int, ...] = GRID,
+    sims: int = SIMS,
+) -> dict[tuple[Where, str], Curve]:
+    """Every claim's power curve that the run's rows allow, by ((suite, size, decoder),
+    claim): claim 1 per decoder with 3 reward methods or more, claim 2 per decoder with 2 or
+    more, claim 3 per ICL row (its decoder) against the reward-guided rows of its (suite,
+    size), at the ICL look's share of alpha in the run's family (``family_by_kind``: the looks
+    per kind, as the run file's family stores them; alpha shared equally by the kinds, then
+    by their looks)."""
+    results = list(results)
+    x, y, text = catalogue.x_metric(), catalogue.plotted(), catalogue.text_metric()
+    found: dict[tuple[Where, str], Curve] = {}
+    for where, rows in crisis.reward_groups(results).items():
+        with_y = [r for r in rows if x in r.per_user and y in r.per_user]
+        if len(with_y) >= 3:
+            rm, policy = users.tables(with_y, x, y)
+            found[(where, "tau")] = tau_curve(_figures(rm), _figures(policy), grid=grid, sims=sims)
+        with_text = [r for r in rows if x in r.per_user and text in r.per_user]
+        if len(with_text) >= 2:
+            rm, rouge = users.tables(with_text, x, text)
+            found[(where, "spread")] = spread_curve(
+                _figures(rm), _figures(rouge), grid=grid, sims=sims
+            )
+    share = _icl_share(family_by_kind or {})
+    for (suite, size), rows in _by_suite(results).items():
+        guided = [
+            r for r in rows if r.reward and text in r.per_user and finite(r.metrics.get(text))
+        ]
+        for icl in (r for r in rows if r.decoder in ICL_DECODERS and not r.reward):
+            if guided and text in icl.per_user:
+                table = users.shared_table([icl, *guided], text)
+                if len(table.users) >= 2:
+                    found[((suite, size, icl.method), "icl")] = icl_curve(
+                        _figures(table), share, grid=grid, sims=sims
+                    )
+    return found
+
+
+def _figures(table: users.Table) -> Figures:
+    return Figures(np.asarray(table.values, dtype=float), np.asarray(table.weights, dtype=float))
+
+
+def _by_suite(results: list[CaseResult]) -> dict[tuple[str, str], list[CaseResult]]:
+    groups: dict[tuple[str, str], list[CaseResult]] = defaultdict(list)
+    for row in results:
+        groups[(row.suite, row.size)].append(row)
+    return dict(sorted(groups.items()))
+
+
+def _icl_share(family_by_kind: Mapping[str, int]) -> float:
+    """One ICL look's share of alpha in a family with these looks per kind (alpha shared
+    equally by the kinds, then by their looks); a family of ICL looks alone where unknown."""
+    kinds = [k for k, n in family_by_kind.items() if n]
+    looks = family_by_kind.get("icl_vs_rgd", 0) or 1
+    return claims.ALPHA / max(len(kinds), 1) / looks
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,8 +248,7 @@ def tau_said(x: Figures, y: Figures, rng: np.random.Generator) -> str:
 
 def _counts(rng: np.random.Generator, n: int) -> np.ndarray:
     """``(INNER, n)`` how often each of ``n`` users is drawn in each resample."""
-    drawn = rng.integers(0, n, (INNER, n))
-    return np.stack([np.bincount(row, minlength=n) for row in drawn]).astype(float)
+    return np.concatenate(list(resample_counts(n, INNER, rng))).astype(float)
 
 
 def _resampled_means(figures: Figures, counts: np.ndarray) -> np.ndarray:
