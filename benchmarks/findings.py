@@ -35,9 +35,12 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import filelock
+
+if TYPE_CHECKING:
+    from pytest_prefalign.runs.entries import IclEntry, TauEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_TAU = (0.08, 0.31)  # the paper's range of tau across its three datasets
@@ -443,12 +446,12 @@ def control(controls: list) -> list[str]:
     from pytest_prefalign.analysis import catalogue
 
     for _, run in controls:
-        for e in (e for e in run.tau if e["n_methods"] >= 3 and e["y"] == catalogue.plotted()):
+        for e in (e for e in run.tau if e.n_methods >= 3 and e.y == catalogue.plotted()):
             passed = tau_verdict(e) == "does not hold"
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['n_methods']} | "
-                f"{e.get('n_users', '-')} | {_num(e['tau'], '+.3f')} | {_p(e['p_value'])} | "
-                f"{_p(e.get('p_holm'))} | {_ci(e['ci'])} | {e['verdict']} | "
+                f"| {e.suite} · {e.size} | {e.decoder} | {e.n_methods} | "
+                f"{_users(e)} | {_num(e.tau, '+.3f')} | {_p(e.p_value)} | "
+                f"{_p(e.p_holm)} | {_ci(e.ci)} | {e.verdict} | "
                 f"{'passes' if passed else 'fails'} |"
             )
     return lines + [""]
@@ -466,15 +469,26 @@ def _p(value: Any) -> str:
     return "-" if value is None else format(value, ".3g")
 
 
-def tau_verdict(entry: dict[str, Any]) -> str:
+def _users(entry: TauEntry) -> str:
+    """A tau entry's users ("-" where its run file did not record them)."""
+    return "-" if "n_users" in entry.absent else str(entry.n_users)
+
+
+def tau_verdict(entry: TauEntry) -> str:
     """Claim 1 on one tau entry: RM accuracy weakly predicts policy accuracy. It holds only on
     positive evidence (an equivalence statement: tau's one-sided 95% upper bound below the
     paper's upper value), never on the absence of a significant order; it does not hold where
     the run found the same order (its adjusted test) with the interval above that value."""
-    if not entry.get("enough"):
+    if not entry.enough:
         return "not enough evidence"
-    ci, upper = entry.get("ci"), entry.get("upper_95")
-    if entry["verdict"].startswith("finding") and entry["tau"] > 0 and ci and ci[0] > PAPER_TAU[1]:
+    ci, upper, tau = entry.ci, entry.upper_95, entry.tau
+    if (
+        entry.verdict.startswith("finding")
+        and tau is not None
+        and tau > 0
+        and ci
+        and ci[0] > PAPER_TAU[1]
+    ):
         return "does not hold"
     if upper is not None and upper < PAPER_TAU[1]:
         return "holds"
@@ -503,14 +517,14 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
-        for e in (e for e in run.tau if e["n_methods"] >= 3):
-            claim = tau_verdict(e) if e["y"] == catalogue.plotted() else ""
-            needed = users_needed(power, e["suite"], "tau", claim) if claim else ""
+        for e in (e for e in run.tau if e.n_methods >= 3):
+            claim = tau_verdict(e) if e.y == catalogue.plotted() else ""
+            needed = users_needed(power, e.suite, "tau", claim) if claim else ""
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['y']} | {e['n_methods']} | "
-                f"{e.get('n_users', '-')} | {_num(e['tau'], '+.3f')} | {_p(e['p_value'])} | "
-                f"{_p(e.get('p_holm'))} | {_ci(e['ci'])} | {_num(e.get('upper_95'), '+.2f')} | "
-                f"{e['verdict']} | {claim} | {needed} |"
+                f"| {e.suite} · {e.size} | {e.decoder} | {e.y} | {e.n_methods} | "
+                f"{_users(e)} | {_num(e.tau, '+.3f')} | {_p(e.p_value)} | "
+                f"{_p(e.p_holm)} | {_ci(e.ci)} | {_num(e.upper_95, '+.2f')} | "
+                f"{e.verdict} | {claim} | {needed} |"
             )
     return lines + [""]
 
@@ -588,10 +602,10 @@ def spread_entries(results: list) -> list[dict[str, Any]]:
     return out
 
 
-def icl_verdict(entry: dict[str, Any]) -> str:
-    if entry["verdict"] == f"{entry['icl']} better":
+def icl_verdict(entry: IclEntry) -> str:
+    if entry.verdict == f"{entry.icl} better":
         return "holds at this size"
-    if entry["verdict"] == f"{entry['rgd']} better":
+    if entry.verdict == f"{entry.rgd} better":
         return "does not hold at this size"
     return "not enough evidence"
 
@@ -613,12 +627,12 @@ def claim_icl(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
-        for e in run.crisis.get("icl_vs_rgd", []):
+        for e in run.crisis.icl_vs_rgd:
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['icl']} | {e['rgd']} | {e['metric']} | "
-                f"{e['diff']:+.3f} | {_ci(e['ci'], '+.3f')} | {_p(e.get('p_value'))} | "
-                f"{_p(e.get('p_holm'))} | {e['n_users']} | {e['verdict']} | {icl_verdict(e)} | "
-                f"{users_needed(power, e['suite'], 'icl', icl_verdict(e))} |"
+                f"| {e.suite} · {e.size} | {e.icl} | {e.rgd} | {e.metric} | "
+                f"{_num(e.diff, '+.3f')} | {_ci(e.ci, '+.3f')} | {_p(e.p_value)} | "
+                f"{_p(e.p_holm)} | {e.n_users} | {e.verdict} | {icl_verdict(e)} | "
+                f"{users_needed(power, e.suite, 'icl', icl_verdict(e))} |"
             )
     return lines + [""]
 

@@ -15,6 +15,7 @@ import pytest
 
 from pytest_prefalign.analysis import crisis
 from pytest_prefalign.runs import records
+from pytest_prefalign.runs.entries import TauEntry
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
@@ -218,7 +219,8 @@ def test_runs_commands_and_tables(rendered: str) -> None:
     ],
 )
 def test_tau_verdicts(findings: ModuleType, entry: dict, claim: str) -> None:
-    assert findings.tau_verdict(entry) == claim
+    group = {"suite": "s", "size": "135m", "decoder": "args", "x": "rm_acc", "y": "policy_acc"}
+    assert findings.tau_verdict(TauEntry(**group, **entry)) == claim
 
 
 def test_the_positive_control_passes_where_rm_accuracy_orders_policy_accuracy(
