@@ -462,7 +462,7 @@ def test_an_analysis_without_degenerate_entries_marks_nothing() -> None:
         ),
         (
             [{**degenerate_entry("s", "icl", False, "").to_json(), "flagged": "yes"}],
-            "crisis: field 'degenerate'[0]: field 'flagged': 'yes' is not a bool",
+            "crisis: field 'degenerate'[0]: field 'flagged': 'yes' is not true or false",
         ),
     ],
 )

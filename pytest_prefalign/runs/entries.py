@@ -70,18 +70,18 @@ def _counts(value: Any) -> bool:
     )
 
 
-# the declared types of the records' fields (strings: annotations are not evaluated), and the
-# JSON values each accepts
-_ACCEPTS: dict[str, Any] = {
-    "str": lambda v: isinstance(v, str),
-    "str | None": lambda v: v is None or isinstance(v, str),
-    "bool": lambda v: isinstance(v, bool),
-    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "float": _number,
-    "float | None": lambda v: v is None or _number(v),
-    "Interval | None": lambda v: v is None or _interval(v),
-    "tuple[str, ...]": _names,
-    "Mapping[str, int]": _counts,
+# the declared types of the records' fields (strings: annotations are not evaluated), what
+# each is in words, and the JSON values it accepts
+_ACCEPTS: dict[str, tuple[str, Any]] = {
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "str | None": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", _number),
+    "float | None": ("a number or null", lambda v: v is None or _number(v)),
+    "Interval | None": ("an interval [low, high] or null", lambda v: v is None or _interval(v)),
+    "tuple[str, ...]": ("a list of names", _names),
+    "Mapping[str, int]": ("an object of counts", _counts),
 }
 
 
@@ -160,9 +160,9 @@ class Entry:
 
     @classmethod
     def _field_from_json(cls, f: dataclasses.Field[Any], value: Any, where: str) -> Any:
-        accepts = _ACCEPTS.get(str(f.type))
+        described, accepts = _ACCEPTS.get(str(f.type), ("", None))
         if accepts is not None and not accepts(value):
-            raise EntryError(f"{where}: {value!r} is not a {f.type}")
+            raise EntryError(f"{where}: {value!r} is not {described}")
         return _freeze(value)
 
 
