@@ -101,7 +101,6 @@ def adjust(
         p = p_holm.get(id(entry))
         return replace(entry, p_holm=p, fires=bool(p is not None and p < alpha and entry.holds))
 
-    sections = {name: tuple(map(stated, crisis.section(name))) for name in SECTIONS}
     found = Family(
         method=METHOD,
         alpha=alpha,
@@ -109,7 +108,16 @@ def adjust(
         by_kind=counts,
         fired=sum(p_holm[id(e)] < alpha and e.holds for e in entries if e is not None),
     )
-    return tuple(map(stated, tau)), replace(crisis, **sections, family=found)
+    return tuple(map(stated, tau)), replace(
+        crisis,
+        regret=tuple(map(stated, crisis.regret)),
+        inversions=tuple(map(stated, crisis.inversions)),
+        icl_vs_rgd=tuple(map(stated, crisis.icl_vs_rgd)),
+        circular=tuple(map(stated, crisis.circular)),
+        spread=tuple(map(stated, crisis.spread)),
+        degenerate=tuple(map(stated, crisis.degenerate)),
+        family=found,
+    )
 
 
 def describe(family: Family | None) -> str:

@@ -33,11 +33,11 @@ entry and the key (``runs/records.py`` reports it as a ``RunFileError`` naming t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-Interval = tuple[float, float]  # a percentile interval, [low, high] in the file
+Interval = Sequence[float]  # a percentile interval, [low, high] in the file, held as a tuple
 
 E = TypeVar("E", bound="Entry")
 
@@ -188,6 +188,7 @@ class Look:
     without such a field states whatever its test finds); it writes back ``p_holm`` and
     ``fires``."""
 
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every look is one of the records below
     p_value: float | None
     p_holm: float | None
     fires: bool
@@ -287,7 +288,7 @@ class RegretEntry(Entry, Look):
     ci: Interval | None = None
     test: str = ""
     p_value: float | None = None
-    holds: bool = False  # type: ignore[assignment]  # a field here, a property in Look
+    holds: bool = False  # a field here, a property in Look
     n_methods: int = 0
     n_users: int = 0
     p_holm: float | None = None
@@ -340,7 +341,7 @@ class CircularEntry(Entry, Look):
     p_win: float | None = None
     p_rouge: float | None = None
     p_value: float | None = None
-    holds: bool = False  # type: ignore[assignment]  # a field here, a property in Look
+    holds: bool = False  # a field here, a property in Look
     flag: bool = False
     p_holm: float | None = None
     fires: bool = False
@@ -401,7 +402,7 @@ class DegenerateEntry(Entry, Look):
     test: str = ""
     p: float | None = None  # the same as ``p_value``, under the name it was first written
     p_value: float | None = None
-    holds: bool = False  # type: ignore[assignment]  # a field here, a property in Look
+    holds: bool = False  # a field here, a property in Look
     flagged: bool = False
     reason: str = ""
     p_holm: float | None = None
