@@ -4,6 +4,7 @@ command; a size that could not run is named with the reason."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from pytest_prefalign.runs.entries import TauEntry
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -309,3 +311,14 @@ def test_a_run_whose_file_is_gone_is_named_and_the_others_rendered(
         f"| its run file polis-135m.json is not in {tmp_path} |"
     )
     assert "### pref_lamp · 135m" in page and "### polis · 135m" not in page
+
+
+def test_the_page_is_written_again_from_the_kept_runs_unchanged(findings: ModuleType) -> None:
+    # docs/findings.md comes from benchmarks/findings-runs alone (its README: render and
+    # compare); the run files' analysis read through its typed records renders the same page
+    kept = ROOT / findings.KEPT
+    runs = findings.read_index(kept / "runs.json")
+    power = json.loads(findings.POWER.read_text())
+    errors = json.loads(findings.ERRORS.read_text())
+    page = findings.render(runs, kept, power, errors)
+    assert page == (ROOT / "docs" / "findings.md").read_text()

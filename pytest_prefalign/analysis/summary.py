@@ -113,10 +113,15 @@ def _marked(text: str, readable: bool) -> str:
     return text if readable or text == "-" else f"({text})"
 
 
-def _where(entry: Any) -> str:
-    """An entry's suite and size (an analysis record, or a ``compare_rows`` comparison)."""
-    if isinstance(entry, dict):
-        return f"{entry['suite']} · {entry['size']}"
+def _where(
+    entry: TauEntry
+    | RegretEntry
+    | InversionEntry
+    | IclEntry
+    | CircularEntry
+    | SpreadEntry
+    | DegenerateEntry,
+) -> str:
     return f"{entry.suite} · {entry.size}"
 
 
@@ -280,22 +285,17 @@ def icl_lines(entries: Sequence[IclEntry], width: int | None = None) -> list[str
     return lines + icl_table(entries, width=width).splitlines()
 
 
-def _paired(e: IclEntry | Row) -> list[Any]:
+def _paired(
+    diff: float | None,
+    ci: Sequence[float] | None,
+    p_value: float | None,
+    p_holm: float | None,
+    n_users: int,
+    verdict: str,
+) -> list[Any]:
     """The cells every paired comparison ends with: the difference, its interval, the exact p,
-    the users and the verdict (``PAIRED`` names them, after the difference's own header); of
-    an ICL entry, or of a comparison of two rows (``selection.compare_rows``, not stored)."""
-    if isinstance(e, IclEntry):
-        diff, ci, p_value, p_holm, n_users, verdict = (
-            e.diff,
-            e.ci,
-            e.p_value,
-            e.p_holm,
-            e.n_users,
-            e.verdict,
-        )
-    else:
-        diff, ci, p_value, p_holm = e["diff"], e["ci"], e.get("p_value"), e.get("p_holm")
-        n_users, verdict = e["n_users"], e["verdict"]
+    the adjusted p, the users and the verdict (``PAIRED`` names them, after the difference's
+    own header)."""
     return [
         _num(diff, "+.3f"),
         _ci(ci, "+.3f"),
@@ -312,7 +312,16 @@ PAIRED = ["95% CI", "p", "p_holm", "users", "verdict"]
 def icl_table(
     entries: Sequence[IclEntry], tablefmt: str = "simple", width: int | None = None
 ) -> str:
-    body = [[_where(e), e.metric, e.icl, e.rgd, *_paired(e)] for e in entries]
+    body = [
+        [
+            _where(e),
+            e.metric,
+            e.icl,
+            e.rgd,
+            *_paired(e.diff, e.ci, e.p_value, e.p_holm, e.n_users, e.verdict),
+        ]
+        for e in entries
+    ]
     headers = ["suite · size", "metric", "ICL", "best reward-guided", "ICL - it", *PAIRED]
     return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
@@ -321,7 +330,15 @@ def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None =
     """``prefalign compare RUN --rows A,B``: every metric of two rows, ``A - B`` paired over
     the users both have."""
     body = [
-        [_where(e), e["metric"], _num(e["value_a"]), _num(e["value_b"]), *_paired(e)]
+        [
+            f"{e['suite']} · {e['size']}",
+            e["metric"],
+            _num(e["value_a"]),
+            _num(e["value_b"]),
+            *_paired(
+                e["diff"], e["ci"], e.get("p_value"), e.get("p_holm"), e["n_users"], e["verdict"]
+            ),
+        ]
         for e in entries
     ]
     headers = ["suite · size", "metric", "A", "B", "A - B", *PAIRED]

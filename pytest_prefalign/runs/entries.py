@@ -110,7 +110,9 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
 class Entry:
     """A record of the analysis, written as one JSON object whose keys are its fields in
     declaration order, then ``extra``'s; ``absent`` names the fields the file it was read from
-    lacked (written back without them)."""
+    lacked (written back without them). ``dataclasses.replace`` keeps both: a record read
+    from an older file and changed is written back with that file's keys (pass
+    ``absent=frozenset()`` to write every field)."""
 
     # keys this version does not know, as read; written after the known ones
     extra: Mapping[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
