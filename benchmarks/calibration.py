@@ -38,7 +38,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_prefalign.analysis import crisis  # noqa: E402
+from pytest_prefalign.runs.entries import Crisis, Look, TauEntry  # noqa: E402
 from pytest_prefalign.runs.records import CaseResult, read  # noqa: E402
 
 ALPHA = 0.05
@@ -327,13 +328,13 @@ def _reflect_wins(row: CaseResult, rng: np.random.Generator) -> None:
 NULL_METRICS = ("policy_acc", "rouge1", "rougeL")  # the figures the nulls make equal
 
 
-def looks_by_kind(tau: list[dict], found: dict[str, Any]) -> dict[str, list[dict]]:
+def looks_by_kind(tau: Sequence[TauEntry], found: Crisis) -> dict[str, list[Look]]:
     """The looks of each kind whose null the simulated nulls make true: all of them but the
     spread flags on RM accuracy, which the nulls keep apart (the reward methods' RM accuracies
     differ in truth, there is something to pick by), so a flag there is no false positive."""
-    sections = {kind: found.get(kind, []) for kind in KINDS if kind not in ("tau", "spread")}
-    spread = [e for e in found.get("spread", []) if e.get("metric") in NULL_METRICS]
-    return {"tau": [e for e in tau if e.get("enough")], **sections, "spread": spread}
+    sections = {kind: list(found.section(kind)) for kind in KINDS if kind not in ("tau", "spread")}
+    spread: list[Look] = [e for e in found.spread if e.metric in NULL_METRICS]
+    return {"tau": [e for e in tau if e.enough], **sections, "spread": spread}
 
 
 def outcomes(results: list[CaseResult]) -> dict[str, tuple[bool, float]]:
@@ -342,9 +343,9 @@ def outcomes(results: list[CaseResult]) -> dict[str, tuple[bool, float]]:
     tau, found = crisis.analyse(results)
     out: dict[str, tuple[bool, float]] = {}
     for kind, entries in looks_by_kind(tau, found).items():
-        tested = [e for e in entries if e.get("p_value") is not None]
-        alone = [e["p_value"] < ALPHA and e.get("holds", True) is not False for e in tested]
-        out[kind] = (any(e.get("fires") for e in entries), _mean(alone))
+        tested = [e for e in entries if e.p_value is not None]
+        alone = [e.p_value is not None and e.p_value < ALPHA and e.holds for e in tested]
+        out[kind] = (any(e.fires for e in entries), _mean(alone))
     out["any"] = (any(v[0] for v in out.values()), math.nan)
     return out
 

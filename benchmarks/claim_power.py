@@ -97,7 +97,7 @@ class Claim:
 def tau_said(results: list[CaseResult]) -> str:
     """Claim 1's verdict on the ``args`` decoder's tau over policy accuracy."""
     (entry,) = [
-        e for e in crisis.tau_entries(results) if (e["decoder"], e["y"]) == ("args", "policy_acc")
+        e for e in crisis.tau_entries(results) if (e.decoder, e.y) == ("args", "policy_acc")
     ]
     return str(findings.tau_verdict(entry))
 
@@ -122,7 +122,7 @@ def icl_reached(results: list[CaseResult]) -> bool:
     """Claim 3's verdict on the ``icl`` row is "holds at this size" (the run's own family of
     looks adjusted, as the summary states it)."""
     _, found = crisis.analyse(results)
-    rows = [e for e in found.get("icl_vs_rgd", []) if e["icl"] == "icl"]
+    rows = [e for e in found.icl_vs_rgd if e.icl == "icl"]
     return any(findings.icl_verdict(e) == "holds at this size" for e in rows)
 
 

@@ -35,18 +35,16 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import filelock
 
+from pytest_prefalign.analysis.claims import ALPHA, MIN_GAP, NEAR, PAPER_TAU
+
+if TYPE_CHECKING:
+    from pytest_prefalign.runs.entries import IclEntry, TauEntry
+
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_TAU = (0.08, 0.31)  # the paper's range of tau across its three datasets
-NEAR = 0.02  # ROUGE-1 differences within this (2 points) count as nearly the same
-# An RM-accuracy difference counts as large from 10 points, its interval above that (the
-# paper's own is 20 points; 10 is stated here, before any run, as the smallest gap whose
-# policy consequences the claim speaks of: docs/metrics.md, "The paper's claims")
-MIN_GAP = 0.10
-ALPHA = 0.05
 CLAIMS = {  # the page's claims, as its headings name them
     "tau": "1. RM accuracy is a weak predictor of policy accuracy",
     "spread": "2. Large RM-accuracy differences, nearly the same ROUGE-1",
@@ -447,12 +445,12 @@ def control(controls: list) -> list[str]:
     from pytest_prefalign.analysis import catalogue
 
     for _, run in controls:
-        for e in (e for e in run.tau if e["n_methods"] >= 3 and e["y"] == catalogue.plotted()):
+        for e in (e for e in run.tau if e.n_methods >= 3 and e.y == catalogue.plotted()):
             passed = tau_verdict(e) == "does not hold"
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['n_methods']} | "
-                f"{e.get('n_users', '-')} | {_num(e['tau'], '+.3f')} | {_p(e['p_value'])} | "
-                f"{_p(e.get('p_holm'))} | {_ci(e['ci'])} | {e['verdict']} | "
+                f"| {e.suite} · {e.size} | {e.decoder} | {e.n_methods} | "
+                f"{_users(e)} | {_num(e.tau, '+.3f')} | {_p(e.p_value)} | "
+                f"{_p(e.p_holm)} | {_ci(e.ci)} | {e.verdict} | "
                 f"{'passes' if passed else 'fails'} |"
             )
     return lines + [""]
@@ -470,31 +468,22 @@ def _p(value: Any) -> str:
     return "-" if value is None else format(value, ".3g")
 
 
-def tau_verdict(entry: dict[str, Any]) -> str:
-    """Claim 1 on one tau entry: RM accuracy weakly predicts policy accuracy, tau within the
-    paper's bound (|tau| below ``PAPER_TAU[1]``). Both verdicts are read from tau's one-sided
-    95% bounds over these methods with users resampled (``lower_95``, ``upper_95``), so the
-    claim can be decided either way: it **holds** only on positive evidence, an equivalence
-    statement (both bounds inside (-0.31, 0.31): two one-sided tests at 5%); it **does not
-    hold** where a bound shows tau outside that range (the lower bound above 0.31: RM accuracy
-    orders the methods as policy accuracy does; the upper bound below -0.31: the opposite
-    order, also no weak predictor); else there is not enough evidence. A run file written
-    before ``lower_95`` was kept gives the interval's 2.5th percentile instead (``ci[0]``: the
-    stricter bound)."""
-    if not entry.get("enough"):
-        return "not enough evidence"
-    ci, upper = entry.get("ci"), entry.get("upper_95")
-    lower = entry.get("lower_95", ci[0] if ci else None)
-    if lower is None or upper is None:
-        return "not enough evidence"
-    bound = PAPER_TAU[1]
-    if -bound < lower and upper < bound:
-        return "holds"
-    if lower > bound:
-        return "does not hold"
-    if upper < -bound:
-        return "does not hold (the opposite order)"
-    return "not enough evidence"
+def _users(entry: TauEntry) -> str:
+    """A tau entry's users ("-" where its run file did not record them)."""
+    return "-" if "n_users" in entry.absent else str(entry.n_users)
+
+
+def tau_verdict(entry: TauEntry) -> str:
+    """Claim 1 on one tau entry (``claims.tau_claim``): read from tau's one-sided 95% bounds
+    over these methods with users resampled, so that it can be decided either way. A run file
+    written before ``lower_95`` was kept gives the interval's 2.5th percentile instead
+    (``ci[0]``: the stricter bound)."""
+    from pytest_prefalign.analysis import claims
+
+    lower = entry.lower_95
+    if "lower_95" in entry.absent and entry.ci:
+        lower = entry.ci[0]
+    return claims.tau_claim(entry.enough, lower, entry.upper_95)
 
 
 def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
@@ -523,46 +512,28 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
-        for e in (e for e in run.tau if e["n_methods"] >= 3):
-            claim = tau_verdict(e) if e["y"] == catalogue.plotted() else ""
-            needed = users_needed(power, e["suite"], "tau", claim) if claim else ""
+        for e in (e for e in run.tau if e.n_methods >= 3):
+            claim = tau_verdict(e) if e.y == catalogue.plotted() else ""
+            needed = users_needed(power, e.suite, "tau", claim) if claim else ""
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['decoder']} | {e['y']} | {e['n_methods']} | "
-                f"{e.get('n_users', '-')} | {_num(e['tau'], '+.3f')} | {_p(e['p_value'])} | "
-                f"{_p(e.get('p_holm'))} | {_ci(e['ci'])} | {_num(e.get('upper_95'), '+.2f')} | "
-                f"{e['verdict']} | {claim} | {needed} |"
+                f"| {e.suite} · {e.size} | {e.decoder} | {e.y} | {e.n_methods} | "
+                f"{_users(e)} | {_num(e.tau, '+.3f')} | {_p(e.p_value)} | "
+                f"{_p(e.p_holm)} | {_ci(e.ci)} | {_num(e.upper_95, '+.2f')} | "
+                f"{e.verdict} | {claim} | {needed} |"
             )
     return lines + [""]
 
 
 def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
-    """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder: a
-    large RM-accuracy difference with nearly the same ROUGE-1.
+    """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder
+    (``claims.spread_claim``), from their paired differences (``selection.paired``) and the
+    range test's p (``rm["p_range"]``)."""
+    from pytest_prefalign.analysis import claims
 
-    The difference is large only when the within-user permutation test of the range says the
-    RM accuracies differ (``rm["p_range"]``: choosing the two extremes on the same data is part
-    of its null) and its interval (users resampled) lies above ``MIN_GAP``; an interval wholly
-    below ``MIN_GAP`` says the two are not far apart (the claim is not about them). ROUGE-1 is
-    nearly the same only by equivalence: its interval within +-``NEAR`` and no significant
-    difference. A significant ROUGE-1 difference, either way, is not "nearly the same": the
-    claim does not hold, and the direction (read from the differences' signs, never from
-    verdict strings) says whether ROUGE-1 follows RM accuracy."""
-    rm_ci = rm.get("ci")
-    if rm.get("p_range") is None or rm["p_range"] >= ALPHA or not rm_ci:
-        return "not enough evidence"
-    if rm_ci[1] < MIN_GAP:
-        return f"no large RM-accuracy gap (below {MIN_GAP:.2f})"
-    if rm_ci[0] < MIN_GAP:
-        return "not enough evidence"
-    if rouge.get("p_value") is not None and rouge["p_value"] < ALPHA and rouge["diff"] != 0:
-        same_way = (rouge["diff"] > 0) == (rm["diff"] > 0)
-        return "does not hold" + (
-            " (ROUGE-1 follows RM accuracy)" if same_way else " (ROUGE-1 the other way)"
-        )
-    ci = rouge["ci"]
-    if ci and -NEAR <= ci[0] and ci[1] <= NEAR:
-        return "holds"
-    return "not enough evidence"
+    return claims.spread_claim(
+        rm.get("p_range"), rm["diff"], rm.get("ci"), rouge["diff"], rouge.get("ci"),
+        rouge.get("p_value"),
+    )  # fmt: skip
 
 
 def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
@@ -625,12 +596,11 @@ def spread_entries(results: list) -> list[dict[str, Any]]:
     return out
 
 
-def icl_verdict(entry: dict[str, Any]) -> str:
-    if entry["verdict"] == f"{entry['icl']} better":
-        return "holds at this size"
-    if entry["verdict"] == f"{entry['rgd']} better":
-        return "does not hold at this size"
-    return "not enough evidence"
+def icl_verdict(entry: IclEntry) -> str:
+    """Claim 3 on one ICL comparison (``claims.icl_claim``)."""
+    from pytest_prefalign.analysis import claims
+
+    return claims.icl_claim(entry.icl, entry.rgd, entry.verdict)
 
 
 def claim_icl(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
@@ -650,12 +620,12 @@ def claim_icl(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, run in loaded:
-        for e in run.crisis.get("icl_vs_rgd", []):
+        for e in run.crisis.icl_vs_rgd:
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['icl']} | {e['rgd']} | {e['metric']} | "
-                f"{e['diff']:+.3f} | {_ci(e['ci'], '+.3f')} | {_p(e.get('p_value'))} | "
-                f"{_p(e.get('p_holm'))} | {e['n_users']} | {e['verdict']} | {icl_verdict(e)} | "
-                f"{users_needed(power, e['suite'], 'icl', icl_verdict(e))} |"
+                f"| {e.suite} · {e.size} | {e.icl} | {e.rgd} | {e.metric} | "
+                f"{_num(e.diff, '+.3f')} | {_ci(e.ci, '+.3f')} | {_p(e.p_value)} | "
+                f"{_p(e.p_holm)} | {e.n_users} | {e.verdict} | {icl_verdict(e)} | "
+                f"{users_needed(power, e.suite, 'icl', icl_verdict(e))} |"
             )
     return lines + [""]
 

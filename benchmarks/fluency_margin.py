@@ -24,7 +24,10 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_prefalign.runs.entries import DegenerateEntry
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -65,23 +68,23 @@ def main() -> None:
 VERDICTS = ["run", "method", "NLL gap", "not ans gap", "users", "p", "p_holm", "flagged"]
 
 
-def verdict_row(e: dict[str, Any]) -> list[Any]:
+def verdict_row(e: DegenerateEntry) -> list[Any]:
     def num(value: float | None) -> str:
         return "-" if value is None else f"{value:.3g}"
 
     return [
-        f"{e['suite']}·{e['size']}",
-        e["method"],
-        f"{e['fluency_gap']:+.2f}",
-        f"{e['not_answer_gap']:+.2f}",
-        e["n_users"],
-        num(e["p"]),
-        num(e["p_holm"]),
-        "DEGENERATE" if e["flagged"] else "",
+        f"{e.suite}·{e.size}",
+        e.method,
+        f"{e.fluency_gap:+.2f}",
+        f"{e.not_answer_gap:+.2f}",
+        e.n_users,
+        num(e.p),
+        num(e.p_holm),
+        "DEGENERATE" if e.flagged else "",
     ]
 
 
-def verdicts(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verdicts(path: Path, rows: list[dict[str, Any]]) -> tuple[DegenerateEntry, ...]:
     """The run's analysis computed again with each row's fluency and not-an-answer share
     pooled as the evaluation pools them (``case.figures``): the ``degenerate`` entries, with
     their p-values adjusted in the run's whole family."""
@@ -112,7 +115,7 @@ def verdicts(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             ]
         results.append(result)
     _, found = crisis.analyse(results)
-    return found["degenerate"]
+    return found.degenerate
 
 
 HEADERS = ["run", "method", "items", "NLL/tok", "gap", "not ans", "gap", "rules", "ROUGE-1"]

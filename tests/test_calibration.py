@@ -175,7 +175,7 @@ def test_the_null_of_a_real_run_exchanges_figures_within_users(calibration: Modu
         for user, v in a.per_user.get("win_self", {}).items():
             assert b.per_user["win_self"][user] in (v, 1 - v)
     _, found = crisis.analyse(null)
-    assert found["family"]["looks"] > 0
+    assert found.family is not None and found.family.looks > 0
 
 
 @pytest.mark.slow
@@ -220,7 +220,7 @@ def test_the_weak_tau_claim_holds_rarely_where_tau_is_not_weak(calibration: Modu
     for i in range(sims):
         rows = calibration.simulate(8, scenario, np.random.default_rng([21, i]))
         (entry,) = [
-            e for e in crisis.tau_entries(rows) if (e["decoder"], e["y"]) == ("args", "policy_acc")
+            e for e in crisis.tau_entries(rows) if (e.decoder, e.y) == ("args", "policy_acc")
         ]
         holds += findings.tau_verdict(entry) == "holds"
     del sys.modules[name]

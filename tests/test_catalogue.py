@@ -134,12 +134,12 @@ def test_a_registered_y_is_in_tau_the_inversions_and_the_regret() -> None:
     catalogue.register(novelty())
     rows = rows_with([0.3, 0.4, 0.5, 0.6, 0.7])
     (tau,) = crisis.tau_entries(rows)
-    assert (tau["x"], tau["y"]) == ("rm_acc", "shorter_chosen")
-    assert tau["tau"] == pytest.approx(1.0) and tau["n_methods"] == 5
+    assert (tau.x, tau.y) == ("rm_acc", "shorter_chosen")
+    assert tau.tau == pytest.approx(1.0) and tau.n_methods == 5
     (entry,) = regret.entries(crisis.reward_groups(rows))
-    assert entry["y"] == "shorter_chosen" and entry["picked"] == ["args[m4]"]
+    assert entry.y == "shorter_chosen" and entry.picked == ("args[m4]",)
     inverted = rows_with([0.7, 0.6, 0.5, 0.4, 0.3])
-    assert {e["y"] for e in crisis.inversion_entries(inverted)} == {"shorter_chosen"}
+    assert {e.y for e in crisis.inversion_entries(inverted)} == {"shorter_chosen"}
     catalogue.reset()
     assert crisis.tau_entries(rows) == []  # without the registration, nothing to test
 

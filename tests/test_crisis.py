@@ -75,20 +75,20 @@ TIED = [
 
 def test_tau_b_with_ties_and_its_exact_p_by_hand() -> None:
     (entry,) = crisis.tau_entries(TIED)
-    assert (entry["suite"], entry["size"], entry["decoder"]) == ("s", "135m", "args")
-    assert entry["tau"] == pytest.approx(0.4) and entry["n_methods"] == 4
+    assert (entry.suite, entry.size, entry.decoder) == ("s", "135m", "args")
+    assert entry.tau == pytest.approx(0.4) and entry.n_methods == 4
     x, y = [0.6, 0.7, 0.7, 0.8], [0.5, 0.6, 0.4, 0.6]
     taus = [sps.kendalltau(x, list(p), variant="b").statistic for p in itertools.permutations(y)]
-    assert entry["p_value"] == pytest.approx(np.mean([abs(t) >= 0.4 - 1e-12 for t in taus]))
-    assert entry["p_method"] == "exact permutation"
+    assert entry.p_value == pytest.approx(np.mean([abs(t) >= 0.4 - 1e-12 for t in taus]))
+    assert entry.p_method == "exact permutation"
     # every user has the method's figure: every resample gives the same tau
-    assert entry["ci"] == pytest.approx([0.4, 0.4]) and entry["n_users"] == 10
+    assert entry.ci == pytest.approx([0.4, 0.4]) and entry.n_users == 10
     # four methods cannot reach p < 0.05: not enough evidence, whatever the tau
-    assert entry["verdict"] == (
+    assert entry.verdict == (
         "not enough evidence: 4 methods: p >= 0.083 even for a perfect "
         "ranking; RM accuracy ties across the methods"
-    ) or entry["verdict"].startswith("not enough evidence: 4 methods: p >= 0.083")
-    assert not entry["enough"]
+    ) or entry.verdict.startswith("not enough evidence: 4 methods: p >= 0.083")
+    assert not entry.enough
 
 
 def five(
@@ -109,15 +109,15 @@ def five(
 
 def test_five_methods_ranked_alike_are_a_finding() -> None:
     (entry,) = crisis.tau_entries(five())
-    assert entry["tau"] == pytest.approx(1.0) and entry["p_value"] == pytest.approx(2 / 120)
-    assert entry["ci"][0] > 0 and entry["enough"]
-    assert entry["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
+    assert entry.tau == pytest.approx(1.0) and entry.p_value == pytest.approx(2 / 120)
+    assert entry.ci[0] > 0 and entry.enough
+    assert entry.verdict == "finding: RM accuracy orders the methods the same way as policy_acc"
 
 
 def test_reversed_order_is_a_finding_the_opposite_way() -> None:
     (entry,) = crisis.tau_entries(five(policy=(0.70, 0.65, 0.60, 0.55, 0.50)))
-    assert entry["tau"] == pytest.approx(-1.0)
-    assert entry["verdict"].endswith("the opposite way as policy_acc")
+    assert entry.tau == pytest.approx(-1.0)
+    assert entry.verdict.endswith("the opposite way as policy_acc")
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_reversed_order_is_a_finding_the_opposite_way() -> None:
 )
 def test_saturated_or_tied_rm_accuracy_is_not_enough_evidence(rm, reason) -> None:
     (entry,) = crisis.tau_entries(five(rm=rm))
-    assert not entry["enough"] and reason in entry["verdict"]
+    assert not entry.enough and reason in entry.verdict
 
 
 def test_a_wide_interval_describes_and_the_permutation_test_decides() -> None:
@@ -147,19 +147,19 @@ def test_a_wide_interval_describes_and_the_permutation_test_decides() -> None:
         for i in range(5)
     ]
     (entry,) = crisis.tau_entries(rows)
-    assert entry["tau"] == 1.0 and entry["enough"]
+    assert entry.tau == 1.0 and entry.enough
     # the resampled users order the methods either way: the interval spans more than 1, and it
     # is printed, but the test over the methods decides: p = 2/120 as a look of its own
-    assert entry["ci"][1] - entry["ci"][0] > 1.0 and entry["p_value"] == pytest.approx(2 / 120)
-    assert entry["upper_95"] >= entry["ci"][0]
-    assert entry["verdict"].startswith("finding")
+    assert entry.ci[1] - entry.ci[0] > 1.0 and entry.p_value == pytest.approx(2 / 120)
+    assert entry.upper_95 >= entry.ci[0]
+    assert entry.verdict.startswith("finding")
 
 
 def test_too_few_methods_or_users_say_why() -> None:
     (two,) = crisis.tau_entries(
         [row("args[a]", rm_acc=0.6, policy_acc=0.5), row("args[b]", rm_acc=0.7, policy_acc=0.6)]
     )
-    assert two["tau"] is None and "fewer than 3 methods" in two["verdict"]
+    assert two.tau is None and "fewer than 3 methods" in two.verdict
     few = [
         row(
             f"args[m{i}]",
@@ -171,14 +171,14 @@ def test_too_few_methods_or_users_say_why() -> None:
         for i in range(5)
     ]
     (entry,) = crisis.tau_entries(few)
-    assert "2 users" in entry["verdict"] and not entry["enough"]
+    assert "2 users" in entry.verdict and not entry.enough
 
 
 def test_decoders_are_never_pooled_so_no_method_counts_twice() -> None:
     rows = five("args") + five("bon")
     entries = crisis.tau_entries(rows)
-    assert sorted(e["decoder"] for e in entries) == ["args", "bon"]
-    assert all(len(set(e["methods"])) == len(e["methods"]) == 5 for e in entries)
+    assert sorted(e.decoder for e in entries) == ["args", "bon"]
+    assert all(len(set(e.methods)) == len(e.methods) == 5 for e in entries)
 
 
 def test_methods_without_reward_are_left_out_and_rouge_gets_its_own_entry() -> None:
@@ -187,11 +187,11 @@ def test_methods_without_reward_are_left_out_and_rouge_gets_its_own_entry() -> N
         for i in range(3)
     ]
     entries = crisis.tau_entries(rows)
-    assert [e["y"] for e in entries] == ["policy_acc", "rouge1"]
-    assert all("base" not in e["methods"] for e in entries)
+    assert [e.y for e in entries] == ["policy_acc", "rouge1"]
+    assert all("base" not in e.methods for e in entries)
     assert (
-        "policy_acc is the same for every method" in entries[0]["verdict"]
-        or "y is the same" in entries[0]["verdict"]
+        "policy_acc is the same for every method" in entries[0].verdict
+        or "y is the same" in entries[0].verdict
     )
 
 
@@ -210,21 +210,21 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
         per_user={"rm_acc": spread_users([0.7] * 10), "policy_acc": spread_users([0.6] * 10)},
     )
     (clear,) = crisis.inversion_entries([a, b])
-    assert (clear["a"], clear["b"]) == ("args[a]", "args[b]")
-    assert clear["x_diff_ci"][0] > 0 and clear["y_diff_ci"][0] > 0
+    assert (clear.a, clear.b) == ("args[a]", "args[b]")
+    assert clear.x_diff_ci[0] > 0 and clear.y_diff_ci[0] > 0
     # every user moved both ways: each exact sign-flip p is 2 / 2^10, and so is the larger
-    assert clear["p_x"] == clear["p_y"] == clear["p_value"] == pytest.approx(2 / 1024)
+    assert clear.p_x == clear.p_y == clear.p_value == pytest.approx(2 / 1024)
     _, found = crisis.analyse([a, b])
-    (stated,) = found["inversions"]
+    (stated,) = found.inversions
     # three kinds made looks: the regret, this inversion, and the spread (the pair on policy
     # and on RM accuracy, effect sizes not reached: looks that could not fire); a third each
-    assert found["family"]["by_kind"] == {"regret": 1, "inversions": 1, "spread": 2}
+    assert found.family.by_kind == {"regret": 1, "inversions": 1, "spread": 2}
     # the regret is found too (a picked, b better for every user and no spread at all: every
     # resample under equal means gives 0, p = 1 / 2001): ranked first, it leaves the
     # inversion two thirds of the weight, so its adjusted p is (2/3) / (1/3) times its own
-    (regret_look,) = [e for e in found["regret"] if e["y"] == "policy_acc"]
-    assert regret_look["p_value"] == pytest.approx(1 / 2001) and regret_look["significant"]
-    assert stated["p_holm"] == pytest.approx(2 * 2 / 1024) and stated["significant"]
+    (regret_look,) = [e for e in found.regret if e.y == "policy_acc"]
+    assert regret_look.p_value == pytest.approx(1 / 2001) and regret_look.significant
+    assert stated.p_holm == pytest.approx(2 * 2 / 1024) and stated.significant
     # the same means, but users split: b's policy lead is 0.2 for half the users, -0.2 for the
     # other half plus a little: the sign-flip test of that difference finds nothing
     mixed = {u: (0.4 if i % 2 else 0.8) for i, u in enumerate(USERS)}
@@ -234,8 +234,8 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
         per_user={"rm_acc": spread_users([0.9] * 10), "policy_acc": dict.fromkeys(USERS, 0.59)},
     )
     _, found = crisis.analyse([a2, c])
-    (unclear,) = found["inversions"]
-    assert unclear["p_y"] > 0.5 and not unclear["significant"]
+    (unclear,) = found.inversions
+    assert unclear.p_y > 0.5 and not unclear.significant
     text = "\n".join(summary.inversion_lines([unclear]))
     assert "No significant ranking inversion: 1 pair(s)" in text
 
@@ -253,17 +253,17 @@ def test_circular_flag_needs_both_tests() -> None:
     guided.ci = {"win_self": [0.8, 1.0], "win_independent": [0.1, 0.5]}
     guided.judge = {"n": 10, "independent": "MiniLM judge"}
     _, found = crisis.analyse([base, guided])
-    (entry,) = found["circular"]
-    assert entry["rouge1_vs_base"] == pytest.approx(-0.1)
+    (entry,) = found.circular
+    assert entry.rouge1_vs_base == pytest.approx(-0.1)
     # every user's own-RM share is above 1/2 and every user lost ROUGE-1: both p are 2 / 2^10
-    assert entry["p_win"] == entry["p_rouge"] == entry["p_value"] == pytest.approx(2 / 1024)
+    assert entry.p_win == entry.p_rouge == entry.p_value == pytest.approx(2 / 1024)
     # two kinds made looks: this one, and the spread's (base and the method on ROUGE-1, whose
     # effect sizes are not reached: a look that could not fire); half of alpha each
-    assert found["family"]["by_kind"] == {"circular": 1, "spread": 2}
-    assert entry["flag"] and entry["p_holm"] == pytest.approx(2 * 2 / 1024)
-    assert entry["rouge1_vs_base_ci"][1] < 0 and entry["gap"] == pytest.approx(0.6)
+    assert found.family.by_kind == {"circular": 1, "spread": 2}
+    assert entry.flag and entry.p_holm == pytest.approx(2 * 2 / 1024)
+    assert entry.rouge1_vs_base_ci[1] < 0 and entry.gap == pytest.approx(0.6)
     # every user's gap is 0.6: so is every resample's (no item records: users weigh 1 each)
-    assert entry["gap_ci"] == pytest.approx([0.6, 0.6])
+    assert entry.gap_ci == pytest.approx([0.6, 0.6])
     lines = "\n".join(summary.circular_lines([entry]))
     assert (
         "! args[lore] (s · 135m): wins 90% over base under its own RM (interval [0.80, "
@@ -274,8 +274,8 @@ def test_circular_flag_needs_both_tests() -> None:
     guided.per_user["win_self"] = {u: (0.9 if i < 6 else 0.2) for i, u in enumerate(USERS)}
     guided.metrics["win_self"] = 0.62
     _, found = crisis.analyse([base, guided])
-    (weak,) = found["circular"]
-    assert weak["p_win"] > 0.05 and not weak["flag"]
+    (weak,) = found.circular
+    assert weak.p_win > 0.05 and not weak.flag
     assert "!" not in "\n".join(summary.circular_lines([weak]))
 
 
@@ -283,7 +283,7 @@ def test_missing_independent_judge_shows_its_reason() -> None:
     r = row("args[lore]", win_self=0.8)
     r.judge = {"n": 10, "reason": "the encoder package is missing"}
     (entry,) = circular.entries([r])
-    assert entry["win_independent"] is None and not entry["flag"]
+    assert entry.win_independent is None and not entry.flag
     assert (
         "  no independent judge for args[lore]: the encoder package is missing"
         in summary.circular_lines([entry])
@@ -314,11 +314,11 @@ def test_close_means_with_different_worst_decile_flagged_only_with_enough_eviden
         row("args[b]", per_user={"policy_acc": skewed}),
     ]
     flags = spread.flags(rows)
-    assert [(f["kind"], f["a"], f["b"]) for f in flags] == [("close_means", "args[b]", "args[a]")]
-    assert flags[0]["tail_ci"][1] < 0 and flags[0]["tail_users"] == 20
+    assert [(f.kind, f.a, f.b) for f in flags] == [("close_means", "args[b]", "args[a]")]
+    assert flags[0].tail_ci[1] < 0 and flags[0].tail_users == 20
     # the swap test: the difference of the worst deciles is as large only when the twenty bad
     # users all stay with b or all go to a (2 / 2^20); with 50,000 patterns drawn, p is 1/50001
-    assert flags[0]["p_value"] == pytest.approx(1 / 50_001)
+    assert flags[0].p_value == pytest.approx(1 / 50_001)
     # a tail of five users is five signs: no swap test of it goes below 2 / 2^5 = 0.0625
     five_bad = {u: (0.30 if i < 5 else 0.6333333333333333) for i, u in enumerate(many[:50])}
     steady_50 = {u: 0.6 for u in many[:50]}
@@ -328,10 +328,10 @@ def test_close_means_with_different_worst_decile_flagged_only_with_enough_eviden
             row("args[b]", per_user={"policy_acc": five_bad}),
         ]
     )
-    assert small["p_value"] == pytest.approx(2 / 32, abs=0.01)
+    assert small.p_value == pytest.approx(2 / 32, abs=0.01)
     assert spread.silent_looks(rows, flags) == 0  # the one pair examined is the candidate
     _, found = crisis.analyse(rows)
-    assert [f["fires"] for f in found["spread"]] == [True]
+    assert [f.fires for f in found.spread] == [True]
     # one user of ten: swapping that user alone moves the tail; p is far from small
     one_bad = {u: (0.30 if i == 0 else 0.6333333333333333) for i, u in enumerate(USERS)}
     weak = [
@@ -339,10 +339,10 @@ def test_close_means_with_different_worst_decile_flagged_only_with_enough_eviden
         row("args[b]", per_user={"policy_acc": one_bad}),
     ]
     (candidate,) = spread.flags(weak)
-    assert candidate["p_value"] > 0.5
+    assert candidate.p_value > 0.5
     _, found = crisis.analyse(weak)
-    assert not found["spread"][0]["fires"]
-    assert "Per-user spread" not in "\n".join(summary.spread_lines(found["spread"]))
+    assert not found.spread[0].fires
+    assert "Per-user spread" not in "\n".join(summary.spread_lines(found.spread))
     few = [
         row(m, per_user={"policy_acc": {u: v for u, v in d.items() if u in many[:5]}})
         for m, d in (("args[a]", steady), ("args[b]", skewed))
@@ -365,14 +365,14 @@ def test_regret_by_hand_and_with_ties() -> None:
         for i, (r, p) in enumerate([(0.9, 0.5), (0.8, 0.7), (0.7, 0.6)])
     ]
     (entry,) = regret.entries(crisis.reward_groups(rows))
-    assert entry["picked"] == ["args[m0]"] and entry["best"] == "args[m1]"
+    assert entry.picked == ("args[m0]",) and entry.best == "args[m1]"
     # every user has the method's figures: every half chooses and measures the same, so the
     # cross-fitted regret is the in-sample one, and so is every resample's
-    assert entry["regret"] == pytest.approx(0.2) and entry["regret_in_sample"] == pytest.approx(0.2)
-    assert entry["ci"] == pytest.approx([0.2, 0.2])
+    assert entry.regret == pytest.approx(0.2) and entry.regret_in_sample == pytest.approx(0.2)
+    assert entry.ci == pytest.approx([0.2, 0.2])
     # shuffling each user's figures across the methods rarely gives every user the same
     # loss: with ten users, a small p
-    assert entry["p_value"] < 0.01 and entry["holds"]
+    assert entry.p_value < 0.01 and entry.holds
 
 
 def test_the_cross_fitted_regret_chooses_on_one_half_and_measures_on_the_other() -> None:
@@ -392,10 +392,10 @@ def test_the_cross_fitted_regret_chooses_on_one_half_and_measures_on_the_other()
 
 def test_no_regret_when_the_pick_is_the_best() -> None:
     rows = five()
-    entry = next(e for e in regret.entries(crisis.reward_groups(rows)) if e["y"] == "policy_acc")
-    assert entry["regret"] == 0.0 and not entry["holds"]
+    entry = next(e for e in regret.entries(crisis.reward_groups(rows)) if e.y == "policy_acc")
+    assert entry.regret == 0.0 and not entry.holds
     _, found = crisis.analyse(rows)
-    assert not any(e["significant"] for e in found["regret"])
+    assert not any(e.significant for e in found.regret)
 
 
 def test_icl_against_the_best_reward_guided_row() -> None:
@@ -405,8 +405,8 @@ def test_icl_against_the_best_reward_guided_row() -> None:
         row("args[b]", rm_acc=0.7, per_user={"rouge1": spread_users([0.25] * 10)}),
     ]
     (entry,) = selection.icl_entries(rows)
-    assert (entry["icl"], entry["rgd"], entry["metric"]) == ("icl", "args[a]", "rouge1")
-    assert entry["diff"] == pytest.approx(0.05) and entry["verdict"] == "icl better"
+    assert (entry.icl, entry.rgd, entry.metric) == ("icl", "args[a]", "rouge1")
+    assert entry.diff == pytest.approx(0.05) and entry.verdict == "icl better"
     found = selection.compare_rows(rows, "icl", "args[b]")
     assert [(f["metric"], round(f["diff"], 3)) for f in found] == [("rouge1", 0.1)]
     with pytest.raises(ValueError, match="has both 'icl' and 'bon"):
@@ -430,12 +430,12 @@ def test_summary_lines_content() -> None:
     # five methods ranked alike: p = 2/120 alone, but the run made looks of five kinds, and the
     # tau's share of alpha is 0.05 / 5: no finding in this run
     (tau,) = run.tau
-    assert tau["p_value"] == pytest.approx(2 / 120) and tau["p_holm"] > 0.05
+    assert tau.p_value == pytest.approx(2 / 120) and tau.p_holm > 0.05
     assert "no evidence of association" in text
     assert "Selection regret" in text and "no evidence of regret" in text
     assert "No ranking inversions" in text
-    family = run.crisis["family"]
-    assert f"{family['looks']} look(s) at this run" in text and "weighted Holm" in text
+    family = run.crisis.family
+    assert f"{family.looks} look(s) at this run" in text and "weighted Holm" in text
 
 
 def test_six_methods_ranked_alike_are_a_finding_in_the_run() -> None:
@@ -451,8 +451,8 @@ def test_six_methods_ranked_alike_are_a_finding_in_the_run() -> None:
     ]
     run = run_of(six)
     (tau,) = run.tau
-    assert tau["p_value"] == pytest.approx(2 / 720) and tau["p_holm"] < 0.05
-    assert tau["verdict"] == "finding: RM accuracy orders the methods the same way as policy_acc"
+    assert tau.p_value == pytest.approx(2 / 720) and tau.p_holm < 0.05
+    assert tau.verdict == "finding: RM accuracy orders the methods the same way as policy_acc"
 
 
 def test_not_enough_evidence_marks_the_numbers() -> None:
@@ -515,12 +515,12 @@ def test_figures_over_other_users_get_an_interval_over_the_users_both_have() -> 
         )
         for i in range(5)
     ]
-    entry = next(e for e in crisis.tau_entries(rows) if e["y"] == "rouge1")
-    assert entry["tau"] == -1.0 and entry["n_users"] == 8
-    assert entry["ci"] is not None and entry["ci"][1] < 0  # every resample orders them so
-    found = next(e for e in regret.entries({("s", "135m", "args"): rows}) if e["y"] == "rouge1")
-    assert found["ci"] is not None and found["n_users"] == 8
-    assert found["regret"] == pytest.approx(0.3 - 0.22) and found["p_value"] < 0.05
+    entry = next(e for e in crisis.tau_entries(rows) if e.y == "rouge1")
+    assert entry.tau == -1.0 and entry.n_users == 8
+    assert entry.ci is not None and entry.ci[1] < 0  # every resample orders them so
+    found = next(e for e in regret.entries({("s", "135m", "args"): rows}) if e.y == "rouge1")
+    assert found.ci is not None and found.n_users == 8
+    assert found.regret == pytest.approx(0.3 - 0.22) and found.p_value < 0.05
 
 
 def test_the_figures_of_a_case_round_away_the_order_of_summation() -> None:

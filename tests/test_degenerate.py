@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_prefalign.analysis import crisis, degenerate, nulls, summary
+from pytest_prefalign.runs.entries import DegenerateEntry
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
@@ -40,9 +41,9 @@ def row(
 BASE = row("base", fluency=2.0, not_answer=0.1)
 
 
-def entry_of(results: list[CaseResult], method: str) -> dict:
+def entry_of(results: list[CaseResult], method: str) -> DegenerateEntry:
     _, found = crisis.analyse(results)
-    return next(e for e in found["degenerate"] if e["method"] == method)
+    return next(e for e in found.degenerate if e.method == method)
 
 
 def test_the_one_sided_floor_and_sign_flip_by_hand() -> None:
@@ -60,9 +61,9 @@ def test_the_one_sided_floor_and_sign_flip_by_hand() -> None:
 
 def test_a_row_like_base_is_not_flagged() -> None:
     e = entry_of([BASE, row("icl", fluency=2.3, not_answer=0.1)], "icl")
-    assert e["fluency_gap"] == pytest.approx(0.3) and e["not_answer_gap"] == pytest.approx(0.0)
-    assert e["p"] == e["p_value"] == 1.0 and not e["fires"] and not e["flagged"]
-    assert e["reason"].startswith("fluent within the margin")
+    assert e.fluency_gap == pytest.approx(0.3) and e.not_answer_gap == pytest.approx(0.0)
+    assert e.p == e.p_value == 1.0 and not e.fires and not e.flagged
+    assert e.reason.startswith("fluent within the margin")
 
 
 def test_the_margin_sits_between_the_users_own_titles_and_the_gibberish_rows() -> None:
@@ -72,15 +73,15 @@ def test_the_margin_sits_between_the_users_own_titles_and_the_gibberish_rows() -
     base = row("base", fluency=0.61, not_answer=0.1)
     own = entry_of([base, row("icl", fluency=2.82, not_answer=0.1)], "icl")
     pal = entry_of([base, row("args[pal]", fluency=3.97, not_answer=0.1)], "args[pal]")
-    assert not own["flagged"] and pal["flagged"]
+    assert not own.flagged and pal.flagged
 
 
 def test_fluency_beyond_the_margin_flags_without_a_test() -> None:
     gap = degenerate.MARGIN + 0.2
     e = entry_of([BASE, row("args[pal]", fluency=2.0 + gap, not_answer=0.1)], "args[pal]")
-    assert e["flagged"] and not e["fires"]
-    assert e["fluency_gap"] == pytest.approx(gap)
-    assert f"beyond the margin of {degenerate.MARGIN:g}" in e["reason"]
+    assert e.flagged and not e.fires
+    assert e.fluency_gap == pytest.approx(gap)
+    assert f"beyond the margin of {degenerate.MARGIN:g}" in e.reason
 
 
 def test_a_share_above_base_flags_when_its_adjusted_test_fires() -> None:
@@ -93,32 +94,33 @@ def test_a_share_above_base_flags_when_its_adjusted_test_fires() -> None:
         row("args[pal]", fluency=2.0, not_answer=0.6),
     ]
     _, found = crisis.analyse(results)
-    e = next(x for x in found["degenerate"] if x["method"] == "args[pal]")
-    assert e["p"] == pytest.approx(1 / 1024)
-    assert e["p_holm"] == pytest.approx(3 / 1024)
-    assert e["fires"] and e["flagged"]
-    assert "60% of its outputs are not an answer against base's 10%" in e["reason"]
-    assert found["family"]["by_kind"] == {"degenerate": 3}
+    e = next(x for x in found.degenerate if x.method == "args[pal]")
+    assert e.p == pytest.approx(1 / 1024)
+    assert e.p_holm == pytest.approx(3 / 1024)
+    assert e.fires and e.flagged
+    assert "60% of its outputs are not an answer against base's 10%" in e.reason
+    assert found.family.by_kind == {"degenerate": 3}
+    written = e.to_json()
     for key in ("suite", "size", "method", "fluency_gap", "not_answer_gap", "p", "p_holm"):
-        assert key in e
-    assert isinstance(e["flagged"], bool) and isinstance(e["reason"], str)
+        assert key in written
+    assert isinstance(e.flagged, bool) and isinstance(e.reason, str)
 
 
 def test_a_share_above_base_in_too_few_users_makes_no_look() -> None:
     few = USERS[:4]
     base = row("base", few, fluency=2.0, not_answer=0.0)
     e = entry_of([base, row("icl", few, fluency=2.0, not_answer=1.0)], "icl")
-    assert e["p"] is None and e["p_holm"] is None and not e["flagged"]
-    assert "4 users: too few" in e["reason"]
+    assert e.p is None and e.p_holm is None and not e.flagged
+    assert "4 users: too few" in e.reason
 
 
 def test_a_row_that_cannot_be_above_base_is_a_look_at_p_one() -> None:
     # base never answers: every row is at or below it, and each is a look of the family
     base = row("base", fluency=2.0, not_answer=1.0)
     _, found = crisis.analyse([base, row("icl", fluency=2.0, not_answer=[0.5] * 10)])
-    (e,) = found["degenerate"]
-    assert e["p"] == pytest.approx(1.0) and not e["fires"]
-    assert found["family"]["by_kind"] == {"degenerate": 1}
+    (e,) = found.degenerate
+    assert e.p == pytest.approx(1.0) and not e.fires
+    assert found.family.by_kind == {"degenerate": 1}
 
 
 def test_base_and_rows_without_the_figures_or_without_base_get_no_entry() -> None:
@@ -127,7 +129,7 @@ def test_base_and_rows_without_the_figures_or_without_base_get_no_entry() -> Non
     older = row("args[pal]", rouge1=0.1)  # a row from before the figures were recorded
     lead = row("lead", n_pairs=0, fluency=2.5, not_answer=1.0)  # writes without the model
     _, found = crisis.analyse([BASE, other_suite, older, lead])
-    assert found["degenerate"] == []
+    assert found.degenerate == ()
 
 
 def test_the_summary_says_a_flagged_rows_comparisons_are_about_a_broken_setting() -> None:

@@ -3,6 +3,7 @@ without matplotlib, and the ``prefalign report`` command's exit codes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_prefalign.analysis import crisis, plot, report
+from pytest_prefalign.runs.entries import Crisis, DegenerateEntry
 from pytest_prefalign.runs.records import RunFile
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -397,27 +399,39 @@ def test_the_page_shows_every_rows_output_beside_the_reference(tmp_path: Path) -
     assert "degenerate</span>" not in section  # no analysis entry: nothing marked
 
 
+def degenerate_entry(suite: str, method: str, flagged: bool, reason: str) -> DegenerateEntry:
+    """An analysis entry for ``method`` on (``suite``, 135m), flagged or not, with ``reason``."""
+    return DegenerateEntry(
+        suite=suite,
+        size="135m",
+        method=method,
+        decoder=method.partition("[")[0],
+        fluency=2.0,
+        fluency_base=2.0,
+        fluency_gap=0.0,
+        fluency_gap_ci=None,
+        margin=2.5,
+        not_answer=0.1,
+        not_answer_base=0.1,
+        not_answer_gap=0.0,
+        not_answer_gap_ci=None,
+        n_users=8,
+        flagged=flagged,
+        reason=reason,
+    )
+
+
 def test_a_row_the_analysis_flags_degenerate_is_marked(tmp_path: Path) -> None:
     run = analysed(with_outputs())
-    run.crisis["degenerate"] = [
-        {
-            "suite": "pref_lamp",
-            "size": "135m",
-            "method": "args[pal]",
-            "flagged": True,
-            "reason": "fluency 3.1 nats/token above base's <margin 1>",
-        },
-        {"suite": "pref_lamp", "size": "135m", "method": "icl", "flagged": False, "reason": "ok"},
-        {
-            "suite": "polis",
-            "size": "135m",
-            "method": "bon[per_user_bt]",
-            "flagged": True,
-            "reason": "another suite",
-        },
-        "not an entry",
-        {"suite": "pref_lamp", "method": "base", "flagged": True},  # no size: not a row
-    ]
+    flagged = "fluency 3.1 nats/token above base's <margin 1>"
+    run.crisis = dataclasses.replace(
+        run.crisis,
+        degenerate=(
+            degenerate_entry("pref_lamp", "args[pal]", True, flagged),
+            degenerate_entry("pref_lamp", "icl", False, "ok"),
+            degenerate_entry("polis", "bon[per_user_bt]", True, "another suite"),
+        ),
+    )
     # the marks survive the run file's writing and reading
     path = tmp_path / "run.json"
     path.write_text(json.dumps(run.to_json()))
@@ -430,10 +444,37 @@ def test_a_row_the_analysis_flags_degenerate_is_marked(tmp_path: Path) -> None:
     assert "another suite" not in section  # polis has no outputs here
 
 
-@pytest.mark.parametrize("value", [None, "yes", {"pref_lamp": True}, [1, 2]])
-def test_an_analysis_without_a_usable_degenerate_entry_marks_nothing(value: Any) -> None:
-    analysis = {} if value is None else {"degenerate": value}
-    assert report.degenerate_rows(analysis) == {}
+def test_an_analysis_without_degenerate_entries_marks_nothing() -> None:
+    assert report.degenerate_rows(Crisis.none()) == {}
+    older = analysed(with_outputs()).to_json()["crisis"]
+    del older["degenerate"]  # a run file written before the rows were checked
+    assert report.degenerate_rows(Crisis.from_json(older)) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("yes", "crisis: field 'degenerate': expected a list, got str"),
+        (["not an entry"], "crisis: field 'degenerate'[0]: expected a JSON object, got str"),
+        (
+            [{"suite": "pref_lamp", "method": "base", "flagged": True}],
+            "crisis: field 'degenerate'[0]: field 'size' is missing",
+        ),
+        (
+            [{**degenerate_entry("s", "icl", False, "").to_json(), "flagged": "yes"}],
+            "crisis: field 'degenerate'[0]: field 'flagged': 'yes' is not true or false",
+        ),
+    ],
+)
+def test_an_unusable_degenerate_entry_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: Any, named: str
+) -> None:
+    data = analysed(with_outputs()).to_json()
+    data["crisis"]["degenerate"] = value
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    assert report.report_main([str(path), "--out", str(tmp_path / "rep")]) == 2
+    assert f"{path}: {named}" in capsys.readouterr().err
 
 
 def test_a_suite_without_item_outputs_says_so(tmp_path: Path) -> None:

@@ -21,11 +21,10 @@ import numpy as np
 
 from pytest_prefalign.analysis import catalogue, nulls, stats, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite
+from pytest_prefalign.runs.entries import CircularEntry
 from pytest_prefalign.runs.records import CaseResult
 
 ALPHA = 0.05
-
-Row = dict[str, Any]
 
 
 def _gap_interval(row: CaseResult, n_boot: int = users.N_BOOT) -> list[float] | None:
@@ -41,7 +40,7 @@ def _gap_interval(row: CaseResult, n_boot: int = users.N_BOOT) -> list[float] | 
     return users.interval(np.concatenate(draws))
 
 
-def entries(results: Iterable[CaseResult]) -> list[Row]:
+def entries(results: Iterable[CaseResult]) -> list[CircularEntry]:
     """Methods with a self-judged win rate over ``base``, next to the independent judge's.
 
     ``gap`` = self - independent. ``rouge1_vs_base``: the method's ROUGE-1 minus base's on the
@@ -69,29 +68,31 @@ def entries(results: Iterable[CaseResult]) -> list[Row]:
         self_ci = row.ci.get(own)
         test = _circular_test(row, base_row, diff)
         entries.append(
-            {
-                "suite": row.suite,
-                "size": row.size,
-                "method": row.method,
-                "win_self": float(win_self),
-                "win_self_ci": self_ci,
-                "win_independent": indep,
-                "win_independent_ci": row.ci.get(independent),
-                "gap": round(float(win_self) - indep, FIGURE_DIGITS) if indep is not None else None,
-                "gap_ci": _gap_interval(row) if indep is not None else None,
-                "n": row.judge.get("n", row.n_items),
-                "judge_independent": row.judge.get("independent"),
-                "reason": row.judge.get("reason"),
-                "rouge1_vs_base": diff,
-                "rouge1_vs_base_ci": diff_ci,
+            CircularEntry(
+                suite=row.suite,
+                size=row.size,
+                method=row.method,
+                win_self=float(win_self),
+                win_self_ci=self_ci,
+                win_independent=indep,
+                win_independent_ci=row.ci.get(independent),
+                gap=round(float(win_self) - indep, FIGURE_DIGITS) if indep is not None else None,
+                gap_ci=_gap_interval(row) if indep is not None else None,
+                n=row.judge.get("n", row.n_items),
+                judge_independent=row.judge.get("independent"),
+                reason=row.judge.get("reason"),
+                rouge1_vs_base=diff,
+                rouge1_vs_base_ci=diff_ci,
                 **test,
-                "flag": False,
-            }
+                flag=False,
+            )
         )
     return entries
 
 
-def _circular_test(row: CaseResult, base: CaseResult | None, rouge_diff: float | None) -> Row:
+def _circular_test(
+    row: CaseResult, base: CaseResult | None, rouge_diff: float | None
+) -> dict[str, Any]:
     """The paper's circular evaluation needs two things at once: the method's own RM prefers
     its outputs to base's (each user's wins minus losses, a sign-flip test over users of the
     win share against 1/2) and its ROUGE-1 is below base's (a sign-flip test over the users

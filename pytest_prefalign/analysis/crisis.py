@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from pytest_prefalign.analysis import (
     users,
 )
 from pytest_prefalign.analysis.metrics import finite
+from pytest_prefalign.runs.entries import Crisis, InversionEntry, TauEntry
 from pytest_prefalign.runs.records import CaseResult
 
 ALPHA = 0.05
@@ -49,10 +51,8 @@ MIN_USERS = 5  # below this the users-resampled interval means little
 SATURATED = 0.98  # RM accuracies all at or above this leave nothing to rank
 MAX_LISTED = 10  # inversions printed per section before "... and N more"
 
-Row = dict[str, Any]  # an entry of the analysis, as the run file stores it
 
-
-def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
+def analyse(results: Iterable[CaseResult]) -> tuple[tuple[TauEntry, ...], Crisis]:
     """``(tau, crisis)`` as the run file stores them: the tau entries; and the inversions,
     circular-evaluation entries, per-user spread flags, selection regret, the comparison of
     in-context learning with the best reward-guided row, the degenerate rows, and the
@@ -62,39 +62,35 @@ def analyse(results: Iterable[CaseResult]) -> tuple[list[Row], dict[str, Any]]:
     tau = tau_entries(results)
     inversions = inversion_entries(results)
     spread_found = spread.flags(results)
-    crisis: dict[str, Any] = {
-        "inversions": inversions,
-        "circular": circular.entries(results),
-        "spread": spread_found,
-        "regret": regret.entries(reward_groups(results)),
-        "icl_vs_rgd": selection.icl_entries(results),
-        "degenerate": degenerate.entries(results),
-        "silent_looks": {
-            "inversions": inversion_looks(results)
-            - sum(e["p_value"] is not None for e in inversions),
+    found = Crisis(
+        inversions=tuple(inversions),
+        circular=tuple(circular.entries(results)),
+        spread=tuple(spread_found),
+        regret=tuple(regret.entries(reward_groups(results))),
+        icl_vs_rgd=tuple(selection.icl_entries(results)),
+        degenerate=tuple(degenerate.entries(results)),
+        silent_looks={
+            "inversions": inversion_looks(results) - sum(e.p_value is not None for e in inversions),
             "spread": spread.silent_looks(results, spread_found),
         },
-    }
-    crisis["family"] = family.adjust(tau, crisis, alpha=ALPHA)
-    _state_verdicts(tau, crisis)
-    return tau, crisis
+    )
+    adjusted_tau, adjusted = family.adjust(tau, found, alpha=ALPHA)
+    return _state_verdicts(adjusted_tau, adjusted)
 
 
-def _state_verdicts(tau: list[Row], crisis: dict[str, Any]) -> None:
-    """Each entry's verdict from its adjusted p-value, in place."""
-    for entry in tau:
-        if entry["enough"]:
-            entry["verdict"] = _tau_verdict(entry, entry["p_holm"])
-    for entry in crisis["regret"]:
-        entry["significant"] = entry["fires"]
-    for entry in crisis["inversions"]:
-        entry["significant"] = entry["fires"]
-    for entry in crisis["circular"]:
-        entry["flag"] = entry["fires"]
-    for entry in crisis["icl_vs_rgd"]:
-        entry["verdict"] = selection.icl_verdict(entry, entry["p_holm"])
-    for entry in crisis["degenerate"]:
-        degenerate.state(entry)
+def _state_verdicts(tau: Sequence[TauEntry], found: Crisis) -> tuple[tuple[TauEntry, ...], Crisis]:
+    """Each entry's verdict from its adjusted p-value: new records, the others as they are."""
+    tau = tuple(replace(e, verdict=_tau_verdict(e, e.p_holm)) if e.enough else e for e in tau)
+    return tau, replace(
+        found,
+        regret=tuple(replace(e, significant=e.fires) for e in found.regret),
+        inversions=tuple(replace(e, significant=e.fires) for e in found.inversions),
+        circular=tuple(replace(e, flag=e.fires) for e in found.circular),
+        icl_vs_rgd=tuple(
+            replace(e, verdict=selection.icl_verdict(e, e.p_holm)) for e in found.icl_vs_rgd
+        ),
+        degenerate=tuple(degenerate.state(e) for e in found.degenerate),
+    )
 
 
 def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:
@@ -121,7 +117,7 @@ def _with_both(rows: list[CaseResult], y: str) -> list[CaseResult]:
 # --------------------------------------------------------------------------------------------
 
 
-def tau_entries(results: Iterable[CaseResult], *, n_boot: int = users.N_BOOT) -> list[Row]:
+def tau_entries(results: Iterable[CaseResult], *, n_boot: int = users.N_BOOT) -> list[TauEntry]:
     """Kendall's tau-b of RM accuracy against policy accuracy and against ROUGE-1, across the
     reward methods of each (suite, size, decoder), with its exact permutation p-value, an
     interval with users resampled, and a ``verdict``: a finding, no evidence of association,
@@ -138,44 +134,43 @@ def tau_entries(results: Iterable[CaseResult], *, n_boot: int = users.N_BOOT) ->
 
 def _tau_entry(
     suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int
-) -> Row:
+) -> TauEntry:
     x = catalogue.x_metric()
     xs = [r.metrics[x] for r in rows]
     tau = stats.kendall(xs, [r.metrics[y] for r in rows])
-    ci, upper, n_users = (None, None, 0)
+    ci, (lower, upper), n_users = (None, (None, None), 0)
     if math.isfinite(tau.tau):
-        ci, upper, n_users = _tau_interval(rows, y, n_boot)
+        ci, (lower, upper), n_users = _tau_interval(rows, y, n_boot)
     reasons = _thin_evidence(tau, xs, n_users)
-    entry = {
-        "suite": suite,
-        "size": size,
-        "decoder": decoder,
-        "x": x,
-        "y": y,
-        "tau": _or_none(tau.tau),
-        "p_value": _or_none(tau.p_value),
-        "p_method": "exact permutation" if tau.exact else "permutation (sampled)",
-        "test": "permutation of the methods' y against their RM accuracy",
-        "ci": ci,
-        "upper_95": upper,
-        "n_methods": tau.n,
-        "n_users": n_users,
-        "methods": [r.method for r in rows],
-        "enough": not reasons,
-    }
-    # the verdict of this look alone; ``analyse`` states it again at the run's adjusted p
-    entry["verdict"] = (
-        "not enough evidence: " + "; ".join(reasons) if reasons else _tau_verdict(entry)
+    entry = TauEntry(
+        suite=suite,
+        size=size,
+        decoder=decoder,
+        x=x,
+        y=y,
+        tau=_or_none(tau.tau),
+        p_value=_or_none(tau.p_value),
+        p_method="exact permutation" if tau.exact else "permutation (sampled)",
+        test="permutation of the methods' y against their RM accuracy",
+        ci=ci,
+        upper_95=upper,
+        lower_95=lower,
+        n_methods=tau.n,
+        n_users=n_users,
+        methods=tuple(r.method for r in rows),
+        enough=not reasons,
     )
-    return entry
+    # the verdict of this look alone; ``analyse`` states it again at the run's adjusted p
+    verdict = "not enough evidence: " + "; ".join(reasons) if reasons else _tau_verdict(entry)
+    return replace(entry, verdict=verdict)
 
 
-def _tau_verdict(entry: Row, p_value: float | None = None) -> str:
+def _tau_verdict(entry: TauEntry, p_value: float | None = None) -> str:
     """A finding when the p-value (the entry's own unless given) is below ``ALPHA``."""
-    p_value = entry["p_value"] if p_value is None else p_value
-    if p_value is not None and p_value < ALPHA:
-        direction = "the same way" if entry["tau"] > 0 else "the opposite way"
-        return f"finding: RM accuracy orders the methods {direction} as {entry['y']}"
+    p_value = entry.p_value if p_value is None else p_value
+    if p_value is not None and p_value < ALPHA and entry.tau is not None:
+        direction = "the same way" if entry.tau > 0 else "the opposite way"
+        return f"finding: RM accuracy orders the methods {direction} as {entry.y}"
     return "no evidence of association"
 
 
@@ -199,16 +194,17 @@ def _thin_evidence(tau: stats.Tau, xs: list[float], n_users: int) -> list[str]:
 
 def _tau_interval(
     rows: list[CaseResult], y: str, n_boot: int
-) -> tuple[list[float] | None, float | None, int]:
+) -> tuple[list[float] | None, tuple[float | None, float | None], int]:
     """The percentile interval of tau-b with users resampled (one draw shared by every method
-    and both figures, over the users both figures have), its one-sided 95% upper bound (the
-    95th percentile, for an equivalence statement: tau below a value, as in docs/findings.md's
-    weak-tau claim), and the number of those users."""
+    and both figures, over the users both figures have), its one-sided 95% lower and upper
+    bounds (the 5th and 95th percentiles, for statements about tau's side of a value, as
+    docs/findings.md's claim 1 makes either way), and the number of those users."""
     taus, n_users = _resampled_taus(rows, y, n_boot)
     finite = taus[np.isfinite(taus)]
     if not n_users or not len(finite):
-        return None, None, n_users
-    return users.interval(taus), float(np.percentile(finite, 95.0)), n_users
+        return None, (None, None), n_users
+    lower, upper = np.percentile(finite, [5.0, 95.0])
+    return users.interval(taus), (float(lower), float(upper)), n_users
 
 
 def _resampled_taus(rows: list[CaseResult], y: str, n_boot: int) -> tuple[np.ndarray, int]:
@@ -231,7 +227,7 @@ def _or_none(value: float) -> float | None:
 # --------------------------------------------------------------------------------------------
 
 
-def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
+def inversion_entries(results: Iterable[CaseResult]) -> list[InversionEntry]:
     """Pairs of reward methods of one decoder that RM accuracy orders one way and policy
     accuracy (or ROUGE-1) the other way, with both differences, their intervals over the
     shared users and the intersection-union p-value of the two sign-flip tests (each
@@ -250,36 +246,36 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[Row]:
                 a = next(r for r in kept if r.method == inv.a)
                 b = next(r for r in kept if r.method == inv.b)
                 entries.append(
-                    {
-                        "suite": suite,
-                        "size": size,
-                        "decoder": decoder,
-                        "x": x,
-                        "y": y,
-                        "a": inv.a,
-                        "b": inv.b,
-                        "x_a": inv.x_a,
-                        "x_b": inv.x_b,
-                        "y_a": inv.y_a,
-                        "y_b": inv.y_b,
+                    InversionEntry(
+                        suite=suite,
+                        size=size,
+                        decoder=decoder,
+                        x=x,
+                        y=y,
+                        a=inv.a,
+                        b=inv.b,
+                        x_a=inv.x_a,
+                        x_b=inv.x_b,
+                        y_a=inv.y_a,
+                        y_b=inv.y_b,
                         **_inversion_test(a, b, y),
-                    }
+                    )
                 )
     return sorted(
         entries,
         key=lambda e: (
-            e["suite"],
-            e["size"],
-            e["decoder"],
-            e["y"],
-            e["p_value"] is None,
-            e["p_value"] if e["p_value"] is not None else 1.0,
+            e.suite,
+            e.size,
+            e.decoder,
+            e.y,
+            e.p_value is None,
+            e.p_value if e.p_value is not None else 1.0,
             -disagreement(e),
         ),
     )
 
 
-def _inversion_test(a: CaseResult, b: CaseResult, y: str) -> Row:
+def _inversion_test(a: CaseResult, b: CaseResult, y: str) -> dict[str, Any]:
     """``a`` above ``b`` by RM accuracy and below by ``y``: both differences with their
     intervals (descriptions), and the larger of the two sign-flip p-values (None below
     ``stats.sign_test_floor`` shared users, where no sign-flip test can be significant)."""
@@ -317,6 +313,6 @@ def inversion_looks(results: Iterable[CaseResult]) -> int:
     return looks
 
 
-def disagreement(entry: Row) -> float:
+def disagreement(entry: InversionEntry) -> float:
     """How clear an inversion is: the smaller of the two gaps."""
-    return min(entry["x_a"] - entry["x_b"], entry["y_b"] - entry["y_a"])
+    return min(entry.x_a - entry.x_b, entry.y_b - entry.y_a)

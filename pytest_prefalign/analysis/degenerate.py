@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import replace
 
 from pytest_prefalign.analysis import nulls, users
 from pytest_prefalign.analysis.metrics import finite
+from pytest_prefalign.runs.entries import DegenerateEntry
 from pytest_prefalign.runs.records import CaseResult
 
 ALPHA = 0.05
@@ -45,10 +46,8 @@ FLUENCY, NOT_ANSWER = "fluency", "not_answer"
 # the fewest users, all one way, that make the one-sided sign-flip test significant: 0.5**5
 ONE_SIDED_FLOOR = next(k for k in range(1, 64) if 0.5**k < ALPHA)
 
-Row = dict[str, Any]
 
-
-def entries(results: Iterable[CaseResult]) -> list[Row]:
+def entries(results: Iterable[CaseResult]) -> list[DegenerateEntry]:
     """One entry per generating row other than base, in the run's order, for the (suite, size)s
     that have a base row; ``p_holm`` and ``fires`` come from the family, ``flagged`` and
     ``reason`` from ``state``."""
@@ -73,7 +72,7 @@ def _generating(row: CaseResult) -> bool:
     return finite(row.metrics.get(FLUENCY)) and finite(row.metrics.get(NOT_ANSWER))
 
 
-def _entry(row: CaseResult, base: CaseResult) -> Row:
+def _entry(row: CaseResult, base: CaseResult) -> DegenerateEntry:
     fluency_gap = row.metrics[FLUENCY] - base.metrics[FLUENCY]
     answer_gap = row.metrics[NOT_ANSWER] - base.metrics[NOT_ANSWER]
     _, fluency_ci, _ = users.difference(row, base, FLUENCY)
@@ -82,57 +81,57 @@ def _entry(row: CaseResult, base: CaseResult) -> Row:
     p_value = None
     if len(shared) >= ONE_SIDED_FLOOR:
         p_value = nulls.sign_flip_greater(d, w)[0]
-    return {
-        "suite": row.suite,
-        "size": row.size,
-        "method": row.method,
-        "decoder": row.decoder,
-        "fluency": row.metrics[FLUENCY],
-        "fluency_base": base.metrics[FLUENCY],
-        "fluency_gap": round(fluency_gap, 12),
-        "fluency_gap_ci": fluency_ci,
-        "margin": MARGIN,
-        "not_answer": row.metrics[NOT_ANSWER],
-        "not_answer_base": base.metrics[NOT_ANSWER],
-        "not_answer_gap": round(answer_gap, 12),
-        "not_answer_gap_ci": answer_ci,
-        "n_users": len(shared),
-        "test": "one-sided sign flip over users of the not-an-answer share minus base's",
-        "p": p_value,
-        "p_value": p_value,  # the key the family reads
-        "holds": answer_gap > 0,
-        "flagged": False,
-        "reason": "",
-    }
+    return DegenerateEntry(
+        suite=row.suite,
+        size=row.size,
+        method=row.method,
+        decoder=row.decoder,
+        fluency=row.metrics[FLUENCY],
+        fluency_base=base.metrics[FLUENCY],
+        fluency_gap=round(fluency_gap, 12),
+        fluency_gap_ci=fluency_ci,
+        margin=MARGIN,
+        not_answer=row.metrics[NOT_ANSWER],
+        not_answer_base=base.metrics[NOT_ANSWER],
+        not_answer_gap=round(answer_gap, 12),
+        not_answer_gap_ci=answer_ci,
+        n_users=len(shared),
+        test="one-sided sign flip over users of the not-an-answer share minus base's",
+        p=p_value,
+        p_value=p_value,  # the field the family reads
+        holds=answer_gap > 0,
+        flagged=False,
+        reason="",
+    )
 
 
-def state(entry: Row) -> None:
-    """The entry's ``flagged`` and ``reason`` from its fluency gap and its adjusted p-value
-    (``p_holm`` and ``fires``, set by the family), in place."""
+def state(entry: DegenerateEntry) -> DegenerateEntry:
+    """The entry with its ``flagged`` and ``reason`` from its fluency gap and its adjusted
+    p-value (``p_holm`` and ``fires``, set by the family)."""
     reasons = []
-    if entry["fluency_gap"] > MARGIN:
+    if entry.fluency_gap > MARGIN:
         reasons.append(
-            f"fluency {entry['fluency']:.2f} nats/token against base's "
-            f"{entry['fluency_base']:.2f} (worse by {entry['fluency_gap']:.2f}, beyond the "
+            f"fluency {entry.fluency:.2f} nats/token against base's "
+            f"{entry.fluency_base:.2f} (worse by {entry.fluency_gap:.2f}, beyond the "
             f"margin of {MARGIN:g})"
         )
-    if entry.get("fires"):
+    if entry.fires and entry.p_holm is not None:
         reasons.append(
-            f"{entry['not_answer']:.0%} of its outputs are not an answer against base's "
-            f"{entry['not_answer_base']:.0%} (p_holm {entry['p_holm']:.3g})"
+            f"{entry.not_answer:.0%} of its outputs are not an answer against base's "
+            f"{entry.not_answer_base:.0%} (p_holm {entry.p_holm:.3g})"
         )
-    entry["flagged"] = bool(reasons)
     if reasons:
-        entry["reason"] = "; ".join(reasons)
-    elif entry["p_value"] is None:
-        entry["reason"] = (
-            f"fluent within the margin; {entry['n_users']} users: too few for the test of "
-            f"its not-an-answer share (p >= {0.5 ** max(entry['n_users'], 0):.2g})"
+        reason = "; ".join(reasons)
+    elif entry.p_value is None:
+        reason = (
+            f"fluent within the margin; {entry.n_users} users: too few for the test of "
+            f"its not-an-answer share (p >= {0.5 ** max(entry.n_users, 0):.2g})"
         )
     else:
-        p_holm = entry.get("p_holm")
+        p_holm = entry.p_holm
         shown = "-" if p_holm is None or not math.isfinite(p_holm) else f"{p_holm:.3g}"
-        entry["reason"] = (
+        reason = (
             "fluent within the margin, and its not-an-answer share not significantly above "
             f"base's (p_holm {shown})"
         )
+    return replace(entry, flagged=bool(reasons), reason=reason)

@@ -25,17 +25,21 @@ look with p = 1: leaving it out would make the family smaller after seeing the d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
+
+from pytest_prefalign.runs.entries import Crisis, Family, Look, TauEntry
 
 ALPHA = 0.05
 METHOD = "weighted Holm"
 
-Row = dict[str, Any]
-
-# the crisis sections whose entries are verdicts, and the key each entry's p-value is under
+# the crisis sections whose entries are verdicts (their p-value is ``p_value``), in the order
+# the kinds are adjusted
 SECTIONS = ("regret", "inversions", "icl_vs_rgd", "circular", "spread", "degenerate")
+
+L = TypeVar("L", bound=Look)
 
 
 def holm(p_values: Sequence[float], weights: Sequence[float] | None = None) -> np.ndarray:
@@ -60,58 +64,71 @@ def holm(p_values: Sequence[float], weights: Sequence[float] | None = None) -> n
     return adjusted
 
 
-def looks(tau: list[Row], crisis: dict[str, Any]) -> dict[str, list[Row]]:
-    """Every entry of the run's analysis that is a look (it has a p-value), by kind."""
-    found = {"tau": [e for e in tau if e.get("p_value") is not None and e.get("enough", True)]}
+def looks(tau: Sequence[TauEntry], crisis: Crisis) -> dict[str, list[Look]]:
+    """Every entry of the run's analysis that is a look (it has a p-value; a tau entry also
+    enough evidence to read it), by kind."""
+    found: dict[str, list[Look]] = {"tau": [e for e in tau if e.is_look]}
     for section in SECTIONS:
-        found[section] = [e for e in crisis.get(section, []) if e.get("p_value") is not None]
+        found[section] = [e for e in crisis.section(section) if e.is_look]
     return found
 
 
-def adjust(tau: list[Row], crisis: dict[str, Any], *, alpha: float = ALPHA) -> dict[str, Any]:
-    """Adjust every look of the run together: each entry gets ``p_holm`` and ``fires`` (its
-    adjusted p below ``alpha`` and its statement's conditions met, ``holds``), in place.
-    ``crisis["silent_looks"]`` gives, per kind, the looks made that could not fire (p = 1).
-    Returns the family's description as the run file stores it: the method, the level, the
-    looks per kind and in all, and how many fired."""
+def adjust(
+    tau: Sequence[TauEntry], crisis: Crisis, *, alpha: float = ALPHA
+) -> tuple[tuple[TauEntry, ...], Crisis]:
+    """Adjust every look of the run together: new records of every entry with ``p_holm`` and
+    ``fires`` (its adjusted p below ``alpha`` and its statement's conditions met, ``holds``;
+    an entry that is no look: None and false). ``crisis.silent_looks`` gives, per kind, the
+    looks made that could not fire (p = 1). The crisis returned carries the ``family``: the
+    method, the level, the looks per kind and in all, and how many fired."""
     by_kind = looks(tau, crisis)
-    silent = crisis.get("silent_looks", {})
+    silent = crisis.silent_looks
     counts = {k: len(v) + int(silent.get(k, 0)) for k, v in by_kind.items()}
     counts = {k: n for k, n in counts.items() if n}
-    entries: list[Row | None] = []  # None: a silent look
+    entries: list[Look | None] = []  # None: a silent look
     p_values: list[float] = []
     weights: list[float] = []
     for kind, n in counts.items():
         share = 1.0 / (len(counts) * n)  # alpha shared by the kinds, then by their looks
         entries += [*by_kind[kind], *([None] * int(silent.get(kind, 0)))]
-        p_values += [e["p_value"] for e in by_kind[kind]] + [1.0] * int(silent.get(kind, 0))
+        p_values += [float(e.p_value or 0.0) for e in by_kind[kind]]  # looks have a p-value
+        p_values += [1.0] * int(silent.get(kind, 0))
         weights += [share] * n
     adjusted = holm(p_values, weights) if p_values else np.zeros(0)
-    for entry, p_holm in zip(entries, adjusted, strict=True):
-        if entry is not None:
-            entry["p_holm"] = float(p_holm)
-            entry["fires"] = bool(p_holm < alpha and entry.get("holds", True))
-    for entry in [*tau, *(e for section in SECTIONS for e in crisis.get(section, []))]:
-        entry.setdefault("p_holm", None)
-        entry.setdefault("fires", False)
-    return {
-        "method": METHOD,
-        "alpha": alpha,
-        "looks": sum(counts.values()),
-        "by_kind": counts,
-        "fired": sum(e["fires"] for e in entries if e is not None),
-    }
+    p_holm = {id(e): float(p) for e, p in zip(entries, adjusted, strict=True) if e is not None}
+
+    def stated(entry: L) -> L:
+        p = p_holm.get(id(entry))
+        return replace(entry, p_holm=p, fires=bool(p is not None and p < alpha and entry.holds))
+
+    found = Family(
+        method=METHOD,
+        alpha=alpha,
+        looks=sum(counts.values()),
+        by_kind=counts,
+        fired=sum(p_holm[id(e)] < alpha and e.holds for e in entries if e is not None),
+    )
+    return tuple(map(stated, tau)), replace(
+        crisis,
+        regret=tuple(map(stated, crisis.regret)),
+        inversions=tuple(map(stated, crisis.inversions)),
+        icl_vs_rgd=tuple(map(stated, crisis.icl_vs_rgd)),
+        circular=tuple(map(stated, crisis.circular)),
+        spread=tuple(map(stated, crisis.spread)),
+        degenerate=tuple(map(stated, crisis.degenerate)),
+        family=found,
+    )
 
 
-def describe(family: dict[str, Any] | None) -> str:
+def describe(family: Family | None) -> str:
     """One line for the summary: how many looks, how they were controlled, how many fired."""
-    if not family:
+    if family is None:
         return ""
-    kinds = ", ".join(f"{k} {n}" for k, n in family.get("by_kind", {}).items())
+    kinds = ", ".join(f"{k} {n}" for k, n in family.by_kind.items())
     return (
-        f"{family['looks']} look(s) at this run ({kinds}), one family: a verdict fires when "
-        f"its {family['method']}-adjusted p-value (p_holm; {family['alpha']:g} shared equally "
-        f"by the kinds, then by their looks) is below {family['alpha']:g}, so the chance of "
-        f"any false statement in the run is at most {family['alpha']:g}; "
-        f"{family['fired']} fired."
+        f"{family.looks} look(s) at this run ({kinds}), one family: a verdict fires when "
+        f"its {family.method}-adjusted p-value (p_holm; {family.alpha:g} shared equally "
+        f"by the kinds, then by their looks) is below {family.alpha:g}, so the chance of "
+        f"any false statement in the run is at most {family.alpha:g}; "
+        f"{family.fired} fired."
     )

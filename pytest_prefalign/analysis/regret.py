@@ -40,14 +40,13 @@ import numpy as np
 
 from pytest_prefalign.analysis import catalogue, nulls, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite, resample_counts
+from pytest_prefalign.runs.entries import RegretEntry
 from pytest_prefalign.runs.records import CaseResult
 
 SPLITS = 50  # random halvings of the users behind every cross-fitted estimate
 NULL_DRAWS = 2000  # resamples of the users under the null behind its p-value
 N_BOOT = 500  # user resamples behind its interval
 SEED = 0
-
-Row = dict[str, object]
 
 
 def in_sample(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -156,7 +155,7 @@ def _blocks(total: int, size: int = 250) -> list[int]:
     return [min(size, total - start) for start in range(0, total, size)]
 
 
-def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[Row]:
+def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[RegretEntry]:
     """One entry per (suite, size, decoder, y) with at least two reward methods."""
     found = []
     for (suite, size, decoder), rows in groups.items():
@@ -167,7 +166,7 @@ def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[Row]:
     return found
 
 
-def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) -> Row:
+def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) -> RegretEntry:
     x = catalogue.x_metric()
     xs = np.array([[r.metrics[x] for r in rows]])
     ys = np.array([[r.metrics[y] for r in rows]])
@@ -177,20 +176,20 @@ def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) 
     if len(tx.users) >= 2:
         estimate, p_value = test(tx, ty)
         ci = interval(tx, ty)
-    return {
-        "suite": suite,
-        "size": size,
-        "decoder": decoder,
-        "x": x,
-        "y": y,
-        "picked": [r.method for r in rows if r.metrics[x] == top],
-        "best": max(rows, key=lambda r: r.metrics[y]).method,
-        "regret": estimate,
-        "regret_in_sample": round(float(in_sample(xs, ys)[0]), FIGURE_DIGITS),
-        "ci": ci,
-        "test": "cross-fitted regret; bootstrap over users under equal means (spreads kept)",
-        "p_value": p_value,
-        "holds": bool(estimate is not None and estimate > 0),
-        "n_methods": len(rows),
-        "n_users": len(tx.users),
-    }
+    return RegretEntry(
+        suite=suite,
+        size=size,
+        decoder=decoder,
+        x=x,
+        y=y,
+        picked=tuple(r.method for r in rows if r.metrics[x] == top),
+        best=max(rows, key=lambda r: r.metrics[y]).method,
+        regret=estimate,
+        regret_in_sample=round(float(in_sample(xs, ys)[0]), FIGURE_DIGITS),
+        ci=ci,
+        test="cross-fitted regret; bootstrap over users under equal means (spreads kept)",
+        p_value=p_value,
+        holds=bool(estimate is not None and estimate > 0),
+        n_methods=len(rows),
+        n_users=len(tx.users),
+    )

@@ -26,6 +26,16 @@ from pytest_prefalign import storage
 from pytest_prefalign.analysis import catalogue, family, spread, summary, table
 from pytest_prefalign.analysis.plot import Point, render_plot, scatter_extras, scatter_points
 from pytest_prefalign.runs import records
+from pytest_prefalign.runs.entries import (
+    CircularEntry,
+    Crisis,
+    Family,
+    IclEntry,
+    InversionEntry,
+    RegretEntry,
+    SpreadEntry,
+    TauEntry,
+)
 from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
 
 PAGE = "report.html"
@@ -94,16 +104,16 @@ def render_page(run: RunFile, plot_html: str) -> str:
         "<h2>Does RM accuracy pick the method that generates best?</h2>",
         _tau_section(run.tau),
         "<h2>Selection regret</h2>",
-        _regret_section(run.crisis.get("regret", [])),
+        _regret_section(run.crisis.regret),
         "<h2>In-context learning against reward-guided decoding</h2>",
-        _icl_section(run.crisis.get("icl_vs_rgd", [])),
+        _icl_section(run.crisis.icl_vs_rgd),
         "<h2>Ranking inversions</h2>",
-        _inversion_section(run.crisis.get("inversions", [])),
+        _inversion_section(run.crisis.inversions),
         "<h2>Circular evaluation</h2>",
-        _circular_section(run.crisis.get("circular", [])),
+        _circular_section(run.crisis.circular),
         "<h2>Per-user spread</h2>",
-        _spread_section(run.crisis.get("spread", [])),
-        _family_note(run.crisis.get("family")),
+        _spread_section(run.crisis.spread),
+        _family_note(run.crisis.family),
         "<h2>RM accuracy against policy accuracy</h2>",
         plot_html,
         "<h2>Data</h2>",
@@ -180,21 +190,16 @@ def shown_items(rows: Sequence[CaseResult], most: int = SHOWN_ITEMS) -> list[str
     return chosen[:most]
 
 
-def degenerate_rows(analysis: Any) -> dict[tuple[str, str, str], str]:
-    """The rows the run's analysis flags degenerate (``degenerate``: a list of ``{suite, size,
-    method, flagged, reason}``), by (suite, size, method), with the reason; read defensively:
-    an analysis without the key, or an entry that is not such an object, flags nothing."""
-    entries = analysis.get("degenerate") if isinstance(analysis, dict) else None
-    if not isinstance(entries, list):
-        return {}
-    flagged = {}
-    for entry in entries:
-        if not isinstance(entry, dict) or entry.get("flagged") is not True:
-            continue
-        suite, size, method = (entry.get(k) for k in ("suite", "size", "method"))
-        if isinstance(suite, str) and isinstance(size, str) and isinstance(method, str):
-            flagged[(suite, size, method)] = str(entry.get("reason") or "flagged degenerate")
-    return flagged
+def degenerate_rows(analysis: Crisis) -> dict[tuple[str, str, str], str]:
+    """The rows the run's analysis flags degenerate, by (suite, size, method), with the
+    reason; an analysis without degenerate entries (a run file written before they were
+    checked) flags nothing. The entries were checked when the run file was read
+    (``runs/entries.py``)."""
+    return {
+        (e.suite, e.size, e.method): e.reason or "flagged degenerate"
+        for e in analysis.degenerate
+        if e.flagged
+    }
 
 
 def _outputs_note() -> str:
@@ -263,7 +268,7 @@ def _html_table(body: list[list[Any]], headers: list[str]) -> str:
     return tabulate(body, headers=headers, tablefmt="html", disable_numparse=True)
 
 
-def _tau_section(entries: list[dict[str, Any]]) -> str:
+def _tau_section(entries: Sequence[TauEntry]) -> str:
     if not entries:
         return '<p class="note">No reward methods in this run.</p>'
     return (
@@ -276,7 +281,7 @@ def _tau_section(entries: list[dict[str, Any]]) -> str:
     )
 
 
-def _regret_section(entries: list[dict[str, Any]]) -> str:
+def _regret_section(entries: Sequence[RegretEntry]) -> str:
     if not entries:
         return '<p class="note">Fewer than two reward methods per decoder: no selection.</p>'
     return summary.regret_table(entries, tablefmt="html") + (
@@ -289,7 +294,7 @@ def _regret_section(entries: list[dict[str, Any]]) -> str:
     )
 
 
-def _icl_section(entries: list[dict[str, Any]]) -> str:
+def _icl_section(entries: Sequence[IclEntry]) -> str:
     if not entries:
         return '<p class="note">No ICL row beside a reward-guided row in this run.</p>'
     return summary.icl_table(entries, tablefmt="html") + (
@@ -301,8 +306,8 @@ def _icl_section(entries: list[dict[str, Any]]) -> str:
     )
 
 
-def _inversion_section(entries: list[dict[str, Any]]) -> str:
-    significant = [e for e in entries if e.get("significant", True)]
+def _inversion_section(entries: Sequence[InversionEntry]) -> str:
+    significant = [e for e in entries if e.significant]
     note = (
         f'<p class="note">{len(entries) - len(significant)} more pair(s) ordered one way '
         "by RM accuracy and the other by the second figure, not significantly.</p>"
@@ -317,7 +322,7 @@ def _inversion_section(entries: list[dict[str, Any]]) -> str:
     return summary.inversion_table(significant, tablefmt="html") + note
 
 
-def _circular_section(entries: list[dict[str, Any]]) -> str:
+def _circular_section(entries: Sequence[CircularEntry]) -> str:
     if not entries:
         return '<p class="note">No win rates in this run.</p>'
     text = summary.circular_table(entries, tablefmt="html")
@@ -329,8 +334,8 @@ def _circular_section(entries: list[dict[str, Any]]) -> str:
     return text + "".join(f'<p class="warn">{html.escape(n.strip())}</p>' for n in notes)
 
 
-def _spread_section(entries: list[dict[str, Any]]) -> str:
-    flags = [f for f in entries if f.get("fires", True)]
+def _spread_section(entries: Sequence[SpreadEntry]) -> str:
+    flags = [f for f in entries if f.fires]
     if not flags:
         return (
             f'<p class="note">Nothing flagged (rule: means within {spread.CLOSE:g} but worst '
@@ -339,13 +344,13 @@ def _spread_section(entries: list[dict[str, Any]]) -> str:
             "test over users, adjusted with the run's other looks).</p>"
         )
     items = "".join(
-        f"<li>{html.escape(f['suite'])} · {html.escape(f['size'])}: {html.escape(f['text'])}</li>"
+        f"<li>{html.escape(f.suite)} · {html.escape(f.size)}: {html.escape(f.text)}</li>"
         for f in flags
     )
     return f"<ul>{items}</ul>"
 
 
-def _family_note(found: dict[str, Any] | None) -> str:
+def _family_note(found: Family | None) -> str:
     """How many looks the run made and how they were controlled (every verdict above)."""
     text = family.describe(found)
     return f'<p class="note">{html.escape(text)}</p>' if text else ""

@@ -24,12 +24,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from pytest_prefalign.analysis import catalogue, family, nulls, stats, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite
+from pytest_prefalign.runs.entries import IclEntry
 from pytest_prefalign.runs.records import CaseResult
 
 ICL_DECODERS = ("icl", "icl_rag")
@@ -43,7 +45,7 @@ Row = dict[str, Any]
 # --------------------------------------------------------------------------------------------
 
 
-def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
+def icl_entries(results: Iterable[CaseResult]) -> list[IclEntry]:
     """Each ICL row against the best reward-guided row of its (suite, size), with the p-value
     of the within-user permutation test; the verdict is set once the run's looks are adjusted
     together (``icl_verdict``)."""
@@ -60,18 +62,15 @@ def icl_entries(results: Iterable[CaseResult]) -> list[Row]:
         for icl in (r for r in rows if r.decoder in ICL_DECODERS and not r.reward):
             if metric in icl.per_user:
                 found = against_best(icl, guided, metric)
-                entries.append(
-                    {
-                        "suite": suite,
-                        "size": size,
-                        "metric": metric,
-                        "icl": icl.method,
-                        "rgd": found.pop("best"),
-                        **found,
-                    }
+                entry = IclEntry(
+                    suite=suite,
+                    size=size,
+                    metric=metric,
+                    icl=icl.method,
+                    rgd=found.pop("best"),
+                    **found,
                 )
-    for entry in entries:
-        entry["verdict"] = icl_verdict(entry, entry["p_value"])
+                entries.append(replace(entry, verdict=icl_verdict(entry, entry.p_value)))
     return entries
 
 
@@ -127,11 +126,10 @@ def _weighted_means(tables: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.round((tables * w).sum(axis=-1) / w.sum(), FIGURE_DIGITS)
 
 
-def icl_verdict(entry: Row, p_value: float | None) -> str:
+def icl_verdict(entry: IclEntry, p_value: float | None) -> str:
     """The ICL comparison's verdict at ``p_value`` (the run's adjusted one once known)."""
-    return verdict(
-        entry["icl"], entry["rgd"], entry["metric"], entry["diff"], p_value, entry["n_users"]
-    )
+    diff = math.nan if entry.diff is None else entry.diff
+    return verdict(entry.icl, entry.rgd, entry.metric, diff, p_value, entry.n_users)
 
 
 def paired(a: CaseResult, b: CaseResult, metric: str, n_boot: int = users.N_BOOT) -> Row:

@@ -28,14 +28,13 @@ from typing import Any
 import numpy as np
 
 from pytest_prefalign.analysis import catalogue, nulls, users
+from pytest_prefalign.runs.entries import SpreadEntry
 from pytest_prefalign.runs.records import CaseResult
 
 TAIL_SHARE = 0.10
 MIN_USERS = 10  # a worst decile of at least one user in ten
 CLOSE = 0.02  # means within 2 points count as close
 APART = 0.10  # tails 10 points apart count as different
-
-Row = dict[str, Any]
 
 
 def tail_mean(values: Sequence[float] | np.ndarray, share: float = TAIL_SHARE) -> tuple[float, int]:
@@ -69,11 +68,11 @@ def _groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[Ca
     return dict(sorted(groups.items()))
 
 
-def flags(results: Iterable[CaseResult]) -> list[Row]:
+def flags(results: Iterable[CaseResult]) -> list[SpreadEntry]:
     """The candidate flags of every (suite, size, metric) whose methods have at least
     ``MIN_USERS``: those whose effect sizes are reached, each with its p-value; the run's
     ``family`` says which fire."""
-    found: list[Row] = []
+    found: list[SpreadEntry] = []
     for (suite, size, metric), rows in _groups(results).items():
         found += _close_means(suite, size, metric, rows) + _mean_only_gain(
             suite, size, metric, rows
@@ -81,7 +80,7 @@ def flags(results: Iterable[CaseResult]) -> list[Row]:
     return found
 
 
-def silent_looks(results: Iterable[CaseResult], found: list[Row]) -> int:
+def silent_looks(results: Iterable[CaseResult], found: list[SpreadEntry]) -> int:
     """The pairs examined whose effect sizes were not reached (every pair of methods, and every
     method against base, over at least ``MIN_USERS`` shared users, less the candidates ``found``
     by ``flags``): looks that could not fire."""
@@ -149,21 +148,33 @@ def _compare(a: CaseResult, b: CaseResult, metric: str, test: bool = True) -> di
 
 
 def _flag(
-    kind: str, suite: str, size: str, metric: str, a: str, b: str, c: dict[str, Any], text: str
-) -> Row:
-    return {
-        "suite": suite,
-        "size": size,
-        "metric": metric,
-        "kind": kind,
-        "a": a,
-        "b": b,
+    kind: str,
+    where: tuple[str, str, str],
+    a: str,
+    b: str,
+    c: dict[str, Any],
+    text: str,
+    test: str,
+    p_value: float | None,
+) -> SpreadEntry:
+    """The flag of ``a`` against ``b`` on ``where``'s (suite, size, metric), from their
+    comparison ``c`` (``_compare``)."""
+    suite, size, metric = where
+    return SpreadEntry(
+        suite=suite,
+        size=size,
+        metric=metric,
+        kind=kind,
+        a=a,
+        b=b,
         **c,
-        "text": text,
-    }
+        text=text,
+        test=test,
+        p_value=p_value,
+    )
 
 
-def _close_means(suite: str, size: str, metric: str, rows: list[CaseResult]) -> list[Row]:
+def _close_means(suite: str, size: str, metric: str, rows: list[CaseResult]) -> list[SpreadEntry]:
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
@@ -184,12 +195,17 @@ def _close_means(suite: str, size: str, metric: str, rows: list[CaseResult]) -> 
                 f"{_ci(c['tail_ci'])}, p {c['p_tail']:.3g}; worst {c['tail_users']} of "
                 f"{c['n_users']} users)"
             )
-            flag = _flag("close_means", suite, size, metric, lo.method, hi.method, c, text)
-            out.append({**flag, "test": "swap test of the worst deciles", "p_value": c["p_tail"]})
+            test = "swap test of the worst deciles"
+            where = (suite, size, metric)
+            out.append(
+                _flag("close_means", where, lo.method, hi.method, c, text, test, c["p_tail"])
+            )
     return out
 
 
-def _mean_only_gain(suite: str, size: str, metric: str, rows: list[CaseResult]) -> list[Row]:
+def _mean_only_gain(
+    suite: str, size: str, metric: str, rows: list[CaseResult]
+) -> list[SpreadEntry]:
     base = _base(rows)
     if base is None:
         return []
@@ -207,9 +223,10 @@ def _mean_only_gain(suite: str, size: str, metric: str, rows: list[CaseResult]) 
             f"{_ci(c['tail_ci'])}, p {c['p_tail']:.3g}): it helps on average and hurts the "
             "worst-served users"
         )
-        flag = _flag("mean_only_gain", suite, size, metric, row.method, base.method, c, text)
         p_value = nulls.intersection_union(c["p_mean"], c["p_tail"])
-        out.append({**flag, "test": "intersection-union of two swap tests", "p_value": p_value})
+        test = "intersection-union of two swap tests"
+        where = (suite, size, metric)
+        out.append(_flag("mean_only_gain", where, row.method, base.method, c, text, test, p_value))
     return out
 
 

@@ -11,9 +11,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_prefalign.analysis import family, fit
+from pytest_prefalign.runs.entries import (
+    CircularEntry,
+    DegenerateEntry,
+    IclEntry,
+    InversionEntry,
+    RegretEntry,
+    SpreadEntry,
+    TauEntry,
+)
 from pytest_prefalign.runs.records import RunFile
 
-Row = dict[str, Any]
+Row = dict[str, Any]  # a comparison of two rows (``selection.compare_rows``), not stored
 MAX_LISTED = 10  # entries printed per section before "... and N more"
 
 
@@ -24,10 +33,10 @@ def summary_lines(run: RunFile, width: int | None = None) -> list[str]:
     With a ``width`` (the terminal's), no line is wider: tables wrap their cells, sentences
     their words."""
     crisis = run.crisis
-    taus, circular = run.tau, crisis.get("circular", [])
-    degenerate = crisis.get("degenerate", [])
-    flagged = any(e.get("flagged") for e in degenerate)
-    if not taus and not circular and not crisis.get("icl_vs_rgd") and not flagged:
+    taus, circular = run.tau, crisis.circular
+    degenerate = crisis.degenerate
+    flagged = any(e.flagged for e in degenerate)
+    if not taus and not circular and not crisis.icl_vs_rgd and not flagged:
         return []
     lines: list[str] = degenerate_lines(degenerate)
     if taus:
@@ -38,29 +47,29 @@ def summary_lines(run: RunFile, width: int | None = None) -> list[str]:
             "adjusted with the run's other looks; 95% interval with users resampled)",
         ]
         lines += tau_table(taus, width=width).splitlines()
-        if any(not e.get("enough", True) and e.get("tau") is not None for e in taus):
+        if any(not e.enough and e.tau is not None for e in taus):
             lines.append(
                 "(in parentheses: an estimate without enough evidence to read, for the "
                 "reasons its verdict gives; no look)"
             )
-    lines += regret_lines(crisis.get("regret", []), width)
-    lines += inversion_lines(crisis.get("inversions", []), width)
-    lines += icl_lines(crisis.get("icl_vs_rgd", []), width)
+    lines += regret_lines(crisis.regret, width)
+    lines += inversion_lines(crisis.inversions, width)
+    lines += icl_lines(crisis.icl_vs_rgd, width)
     lines += circular_lines(circular, width)
-    lines += spread_lines(crisis.get("spread", []), width)
-    described = family.describe(crisis.get("family"))
+    lines += spread_lines(crisis.spread, width)
+    described = family.describe(crisis.family)
     if described:
         lines += ["", described]
     return fit_prose(lines, width)
 
 
-def degenerate_lines(entries: list[Row]) -> list[str]:
+def degenerate_lines(entries: Sequence[DegenerateEntry]) -> list[str]:
     """Each flagged row, why, and what that means for its comparisons; one line when none is
     flagged."""
     if not entries:
         return []
-    flagged = [e for e in entries if e.get("flagged")]
-    margin = entries[0].get("margin")
+    flagged = [e for e in entries if e.flagged]
+    margin = entries[0].margin
     test = (
         f"fluency beyond base's by more than {margin:g} nats/token, or a not-an-answer share "
         "above base's by the one-sided sign-flip test over users, p_holm"
@@ -73,7 +82,7 @@ def degenerate_lines(entries: list[Row]) -> list[str]:
         ]
     lines = ["", f"Degenerate rows ({len(flagged)} of {len(entries)} checked against base: {test})"]
     lines += [
-        f"! {e['method']} ({_where(e)}): {e['reason']}. Its figures and every comparison "
+        f"! {e.method} ({_where(e)}): {e.reason}. Its figures and every comparison "
         "with it (tau, inversions, regret, ICL against it) are about a broken setting, not "
         "the method."
         for e in flagged
@@ -104,28 +113,38 @@ def _marked(text: str, readable: bool) -> str:
     return text if readable or text == "-" else f"({text})"
 
 
-def _where(entry: Row) -> str:
-    return f"{entry['suite']} · {entry['size']}"
+def _where(
+    entry: TauEntry
+    | RegretEntry
+    | InversionEntry
+    | IclEntry
+    | CircularEntry
+    | SpreadEntry
+    | DegenerateEntry,
+) -> str:
+    return f"{entry.suite} · {entry.size}"
 
 
-def tau_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
+def tau_table(
+    entries: Sequence[TauEntry], tablefmt: str = "simple", width: int | None = None
+) -> str:
     """Where there is not enough evidence to read a tau, its estimate, p-value and interval are
     shown in parentheses (marked, not hidden), and it has no adjusted p-value (no look)."""
     body = []
     for e in entries:
-        shown = e.get("enough", True)
+        shown = e.enough
         body.append(
             [
                 _where(e),
-                e["decoder"],
-                f"{e['x']} ~ {e['y']}",
-                e["n_methods"],
-                e.get("n_users", "-"),
-                _marked(_num(e["tau"], "+.3f"), shown),
-                _marked(_num(e["p_value"]), shown),
-                _num(e.get("p_holm") if shown else None),
-                _marked(_ci(e["ci"]), shown),
-                e.get("verdict") or e.get("warning") or "",
+                e.decoder,
+                f"{e.x} ~ {e.y}",
+                e.n_methods,
+                "-" if "n_users" in e.absent else e.n_users,
+                _marked(_num(e.tau, "+.3f"), shown),
+                _marked(_num(e.p_value), shown),
+                _num(e.p_holm if shown else None),
+                _marked(_ci(e.ci), shown),
+                e.verdict or str(e.extra.get("warning") or ""),  # "warning": an older file's
             ]
         )
     headers = [
@@ -143,7 +162,7 @@ def tau_table(entries: list[Row], tablefmt: str = "simple", width: int | None = 
     return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def regret_lines(entries: list[Row], width: int | None = None) -> list[str]:
+def regret_lines(entries: Sequence[RegretEntry], width: int | None = None) -> list[str]:
     if not entries:
         return []
     lines = [
@@ -158,19 +177,21 @@ def regret_lines(entries: list[Row], width: int | None = None) -> list[str]:
     return lines
 
 
-def regret_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
+def regret_table(
+    entries: Sequence[RegretEntry], tablefmt: str = "simple", width: int | None = None
+) -> str:
     body = [
         [
             _where(e),
-            e["decoder"],
-            e["y"],
-            ", ".join(e["picked"]),
-            e["best"],
-            _num(e["regret"], "+.3f"),
-            _ci(e["ci"], "+.3f"),
-            _num(e.get("p_value"), ".3g"),
-            _num(e.get("p_holm"), ".3g"),
-            "regret" if e["significant"] else "no evidence of regret",
+            e.decoder,
+            e.y,
+            ", ".join(e.picked),
+            e.best,
+            _num(e.regret, "+.3f"),
+            _ci(e.ci, "+.3f"),
+            _num(e.p_value, ".3g"),
+            _num(e.p_holm, ".3g"),
+            "regret" if e.significant else "no evidence of regret",
         ]
         for e in entries
     ]
@@ -189,8 +210,8 @@ def regret_table(entries: list[Row], tablefmt: str = "simple", width: int | None
     return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def inversion_lines(entries: list[Row], width: int | None = None) -> list[str]:
-    significant = [e for e in entries if e.get("significant", True)]
+def inversion_lines(entries: Sequence[InversionEntry], width: int | None = None) -> list[str]:
+    significant = [e for e in entries if e.significant]
     if not significant:
         if not entries:
             return [
@@ -218,20 +239,22 @@ def inversion_lines(entries: list[Row], width: int | None = None) -> list[str]:
     return lines
 
 
-def inversion_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
+def inversion_table(
+    entries: Sequence[InversionEntry], tablefmt: str = "simple", width: int | None = None
+) -> str:
     body = [
         [
             _where(e),
-            e["decoder"],
-            e["y"],
-            e["a"],
-            e["b"],
-            f"{e['x_a']:.3f} > {e['x_b']:.3f}",
-            _ci(e.get("x_diff_ci")),
-            f"{e['y_a']:.3f} < {e['y_b']:.3f}",
-            _ci(e.get("y_diff_ci")),
-            _num(e.get("p_value"), ".3g"),
-            _num(e.get("p_holm"), ".3g"),
+            e.decoder,
+            e.y,
+            e.a,
+            e.b,
+            f"{e.x_a:.3f} > {e.x_b:.3f}",
+            _ci(e.x_diff_ci),
+            f"{e.y_a:.3f} < {e.y_b:.3f}",
+            _ci(e.y_diff_ci),
+            _num(e.p_value, ".3g"),
+            _num(e.p_holm, ".3g"),
         ]
         for e in entries
     ]
@@ -251,7 +274,7 @@ def inversion_table(entries: list[Row], tablefmt: str = "simple", width: int | N
     return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def icl_lines(entries: list[Row], width: int | None = None) -> list[str]:
+def icl_lines(entries: Sequence[IclEntry], width: int | None = None) -> list[str]:
     if not entries:
         return []
     lines = [
@@ -263,29 +286,43 @@ def icl_lines(entries: list[Row], width: int | None = None) -> list[str]:
     return lines + icl_table(entries, width=width).splitlines()
 
 
-def _p(entry: Row) -> str:
-    value = entry.get("p_value")
-    return "-" if value is None else format(value, ".3g")
-
-
-def _paired(e: Row) -> list[Any]:
+def _paired(
+    diff: float | None,
+    ci: Sequence[float] | None,
+    p_value: float | None,
+    p_holm: float | None,
+    n_users: int,
+    verdict: str,
+) -> list[Any]:
     """The cells every paired comparison ends with: the difference, its interval, the exact p,
-    the users and the verdict (``PAIRED`` names them, after the difference's own header)."""
+    the adjusted p, the users and the verdict (``PAIRED`` names them, after the difference's
+    own header)."""
     return [
-        _num(e["diff"], "+.3f"),
-        _ci(e["ci"], "+.3f"),
-        _p(e),
-        _num(e.get("p_holm"), ".3g"),
-        e["n_users"],
-        e["verdict"],
+        _num(diff, "+.3f"),
+        _ci(ci, "+.3f"),
+        _num(p_value, ".3g"),
+        _num(p_holm, ".3g"),
+        n_users,
+        verdict,
     ]
 
 
 PAIRED = ["95% CI", "p", "p_holm", "users", "verdict"]
 
 
-def icl_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
-    body = [[_where(e), e["metric"], e["icl"], e["rgd"], *_paired(e)] for e in entries]
+def icl_table(
+    entries: Sequence[IclEntry], tablefmt: str = "simple", width: int | None = None
+) -> str:
+    body = [
+        [
+            _where(e),
+            e.metric,
+            e.icl,
+            e.rgd,
+            *_paired(e.diff, e.ci, e.p_value, e.p_holm, e.n_users, e.verdict),
+        ]
+        for e in entries
+    ]
     headers = ["suite · size", "metric", "ICL", "best reward-guided", "ICL - it", *PAIRED]
     return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
@@ -294,14 +331,22 @@ def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None =
     """``prefalign compare RUN --rows A,B``: every metric of two rows, ``A - B`` paired over
     the users both have."""
     body = [
-        [_where(e), e["metric"], _num(e["value_a"]), _num(e["value_b"]), *_paired(e)]
+        [
+            f"{e['suite']} · {e['size']}",
+            e["metric"],
+            _num(e["value_a"]),
+            _num(e["value_b"]),
+            *_paired(
+                e["diff"], e["ci"], e.get("p_value"), e.get("p_holm"), e["n_users"], e["verdict"]
+            ),
+        ]
         for e in entries
     ]
     headers = ["suite · size", "metric", "A", "B", "A - B", *PAIRED]
     return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def circular_lines(entries: list[Row], width: int | None = None) -> list[str]:
+def circular_lines(entries: Sequence[CircularEntry], width: int | None = None) -> list[str]:
     if not entries:
         return []
     lines = [
@@ -311,30 +356,32 @@ def circular_lines(entries: list[Row], width: int | None = None) -> list[str]:
     ]
     lines += circular_table(entries, width=width).splitlines()
     for e in entries:
-        if e.get("flag"):
+        if e.flag and e.rouge1_vs_base is not None:
             lines.append(
-                f"! {e['method']} ({_where(e)}): wins {e['win_self']:.0%} over base "
-                f"under its own RM (interval {_ci(e['win_self_ci'], '.2f')}) but its "
-                f"ROUGE-1 is {-e['rouge1_vs_base']:.3f} below base's (interval "
-                f"{_ci(e['rouge1_vs_base_ci'], '+.3f')})"
+                f"! {e.method} ({_where(e)}): wins {e.win_self:.0%} over base "
+                f"under its own RM (interval {_ci(e.win_self_ci, '.2f')}) but its "
+                f"ROUGE-1 is {-e.rouge1_vs_base:.3f} below base's (interval "
+                f"{_ci(e.rouge1_vs_base_ci, '+.3f')})"
             )
-        if e["reason"] and e["win_independent"] is None:
-            lines.append(f"  no independent judge for {e['method']}: {e['reason']}")
+        if e.reason and e.win_independent is None:
+            lines.append(f"  no independent judge for {e.method}: {e.reason}")
     return lines
 
 
-def circular_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
+def circular_table(
+    entries: Sequence[CircularEntry], tablefmt: str = "simple", width: int | None = None
+) -> str:
     body = [
         [
             _where(e),
-            e["method"],
-            f"{e['win_self']:.3f} {_ci(e.get('win_self_ci'), '.2f')} (circular)",
-            f"{_num(e['win_independent'])} {_ci(e.get('win_independent_ci'), '.2f')}",
-            _num(e["gap"], "+.3f"),
-            e["n"] if e["n"] else "-",
-            _num(e.get("p_holm"), ".3g"),
-            "!" if e.get("flag") else "",
-            e["judge_independent"] or "-",
+            e.method,
+            f"{e.win_self:.3f} {_ci(e.win_self_ci, '.2f')} (circular)",
+            f"{_num(e.win_independent)} {_ci(e.win_independent_ci, '.2f')}",
+            _num(e.gap, "+.3f"),
+            e.n if e.n else "-",
+            _num(e.p_holm, ".3g"),
+            "!" if e.flag else "",
+            e.judge_independent or "-",
         ]
         for e in entries
     ]
@@ -352,14 +399,13 @@ def circular_table(entries: list[Row], tablefmt: str = "simple", width: int | No
     return fit.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def spread_lines(entries: list[Row], width: int | None = None) -> list[str]:
-    flags = [f for f in entries if f.get("fires", True)]
+def spread_lines(entries: Sequence[SpreadEntry], width: int | None = None) -> list[str]:
+    flags = [f for f in entries if f.fires]
     if not flags:
         return []
     lines = ["", "Per-user spread: what the mean hides"]
     lines += [
-        f"- {_where(f)}: {f['text']} (p_holm {_num(f.get('p_holm'), '.3g')})"
-        for f in flags[:MAX_LISTED]
+        f"- {_where(f)}: {f.text} (p_holm {_num(f.p_holm, '.3g')})" for f in flags[:MAX_LISTED]
     ]
     if len(flags) > MAX_LISTED:
         lines.append(f"... and {len(flags) - MAX_LISTED} more")

@@ -5,7 +5,8 @@ Layout (docs/usage.md): ``{"version", "created", "commit", "config", "models", "
 "tau": [...], "crisis": {...}, "pairs": [...], "items": [...]}``, atomically written as
 ``NAME.json``, with the per-pair and per-item records also beside it as ``NAME.pairs.jsonl`` and
 ``NAME.items.jsonl``. ``tau`` and ``crisis`` hold the analysis computed once when the run ended,
-which the summary, the report and later commands read instead of computing it again.
+which the summary, the report and later commands read instead of computing it again; their
+typed records, and how each is written and read, are ``runs/entries.py``'s.
 
 Version 2 added what a regression gate needs to know that two runs are comparable, and the
 provenance of each row: per result, the data fingerprint (``data["fingerprint"]``), the model's
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_prefalign import storage
+from pytest_prefalign.runs import entries
+from pytest_prefalign.runs.entries import Crisis, TauEntry
 
 VERSION = 2
 READABLE = (1, 2)  # the versions ``read`` accepts
@@ -125,8 +128,8 @@ class RunFile:
     commit: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)
-    tau: list[dict[str, Any]] = field(default_factory=list)
-    crisis: dict[str, Any] = field(default_factory=dict)
+    tau: Sequence[TauEntry] = ()
+    crisis: Crisis = field(default_factory=Crisis.none)
     version: int = VERSION
     # whether every selected test ran and left a result (``outcomes`` says what happened to
     # each test otherwise: interrupted, not run, failed, errors, skipped, deselected); a run
@@ -157,8 +160,8 @@ class RunFile:
             "config": self.config,
             "models": self.models,
             "results": [r.row() for r in self.results],
-            "tau": self.tau,
-            "crisis": self.crisis,
+            "tau": [entry.to_json() for entry in self.tau],
+            "crisis": self.crisis.to_json(),
             "complete": self.complete,
             "outcomes": self.outcomes,
             "pairs": self.pairs,
@@ -197,14 +200,19 @@ class RunFile:
                 _unique(
                     getattr(result, section), id_field, f"{where}: {section} of {_text(result.key)}"
                 )
+        try:
+            tau = entries.tau_from_json(run.get("tau"), f"{where}: tau")
+            crisis = entries.crisis_from_json(run.get("crisis"), f"{where}: crisis")
+        except entries.EntryError as exc:
+            raise RunFileError(str(exc)) from None
         return cls(
             results=results,
             created=str(run.get("created") or ""),
             commit=run.get("commit"),
             config=dict(run.get("config") or {}),
             models=dict(run.get("models") or {}),
-            tau=list(run.get("tau") or []),
-            crisis=dict(run.get("crisis") or {}),
+            tau=tau,
+            crisis=crisis,
             version=int(version),
             complete=_flag(run.get("complete", True), f"{where}: field 'complete'"),
             outcomes=_object(run.get("outcomes") or {}, f"{where}: field 'outcomes'"),

@@ -1,0 +1,507 @@
+"""The typed records of a run's analysis, and their one (de)serialisation: every kind of entry
+the run file stores under ``tau`` and ``crisis`` (``TauEntry``, ``InversionEntry``,
+``RegretEntry``, ``IclEntry``, ``CircularEntry``, ``SpreadEntry``, ``DegenerateEntry``), the
+``Family`` of their looks, and the ``Crisis`` that holds them.
+
+As pytest's ``TestReport`` carries its own ``_to_json`` / ``_from_json``, each record here has
+``to_json`` and ``from_json``. The records are frozen: the analysis (``analysis/crisis.py``)
+makes a new one with ``dataclasses.replace`` where it used to edit a dict in place (an entry's
+adjusted p-value, its verdict). The statistics and the verdict rules stay in the analysis; this
+module knows only the fields and their order.
+
+The format is the run file's as it was before the records were typed (docs/usage.md):
+``to_json`` writes the same keys in the same order, so a stored run file reads and writes back
+byte for byte (``tests/test_entries.py`` checks the kept ones). The fields of each record are
+declared in the order of the file's keys. A JSON list reads as a tuple (an interval, the
+methods of a group), and writes back as a list.
+
+Two kinds of key are not simply fields, and both round-trip as they were read:
+
+- a key an older run file lacks (the adjusted p-value before the run's looks were one family,
+  the ``degenerate`` section before degenerate rows were checked): it reads as its field's
+  default (``ABSENT_READS_AS`` where the readers took another: an inversion or a spread flag
+  written before their tests was stated, so ``significant`` and ``fires`` read true), and the
+  record keeps the key's name in ``absent``, so that writing it back leaves the key out;
+- a key this version does not know (written by a later version, or added by a plugin): kept in
+  ``extra``, as read, and written back after the known keys.
+
+The keys an entry cannot do without (which suite, size and methods it is about, the figures
+it states) are required: a file without one is refused with an ``EntryError`` that names the
+entry and the key (``runs/records.py`` reports it as a ``RunFileError`` naming the file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+Interval = Sequence[float]  # a percentile interval, [low, high] in the file, held as a tuple
+
+E = TypeVar("E", bound="Entry")
+
+
+class EntryError(ValueError):
+    """An analysis entry that cannot be read; the message names the entry and the key."""
+
+
+# --------------------------------------------------------------------------------------------
+# What a field's value may be, by its declared type
+# --------------------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _interval(value: Any) -> bool:
+    return isinstance(value, list | tuple) and len(value) == 2 and all(map(_number, value))
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+
+
+def _counts(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in value.items()
+    )
+
+
+# the declared types of the records' fields (strings: annotations are not evaluated), what
+# each is in words, and the JSON values it accepts
+_ACCEPTS: dict[str, tuple[str, Any]] = {
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "str | None": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", _number),
+    "float | None": ("a number or null", lambda v: v is None or _number(v)),
+    "Interval | None": ("an interval [low, high] or null", lambda v: v is None or _interval(v)),
+    "tuple[str, ...]": ("a list of names", _names),
+    "Mapping[str, int]": ("an object of counts", _counts),
+}
+
+
+def _freeze(value: Any) -> Any:
+    """A JSON list as a tuple (its lists too), so that a record is immutable all the way."""
+    return tuple(_freeze(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def _thaw(value: Any) -> Any:
+    """The inverse of ``_freeze``: tuples as the JSON lists they were."""
+    return [_thaw(v) for v in value] if isinstance(value, list | tuple) else value
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise EntryError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# The common part: fields in the file's order, absent and unknown keys
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A record of the analysis, written as one JSON object whose keys are its fields in
+    declaration order, then ``extra``'s; ``absent`` names the fields the file it was read from
+    lacked (written back without them). ``dataclasses.replace`` keeps both: a record read
+    from an older file and changed is written back with that file's keys (pass
+    ``absent=frozenset()`` to write every field)."""
+
+    # keys this version does not know, as read; written after the known ones
+    extra: Mapping[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+    # the fields the file lacked: they hold their default and are not written back
+    absent: frozenset[str] = field(default=frozenset(), kw_only=True, repr=False)
+
+    # what a field an older file lacks reads as, where not its default
+    ABSENT_READS_AS: ClassVar[Mapping[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        for f in _fields(type(self)):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                object.__setattr__(self, f.name, _freeze(value))
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            f.name: self._field_json(getattr(self, f.name))
+            for f in _fields(type(self))
+            if f.name not in self.absent
+        }
+        return {**out, **self.extra}
+
+    @staticmethod
+    def _field_json(value: Any) -> Any:
+        return _thaw(value)
+
+    @classmethod
+    def from_json(cls: type[E], data: Any, where: str = "entry") -> E:
+        """The record of ``data`` (a JSON object), checked: every required key present, every
+        value of its field's type."""
+        row = _object(data, where)
+        values: dict[str, Any] = {}
+        absent = set()
+        for f in _fields(cls):
+            if f.name not in row:
+                if _required(f):
+                    raise EntryError(f"{where}: field {f.name!r} is missing")
+                absent.add(f.name)
+                if f.name in cls.ABSENT_READS_AS:
+                    values[f.name] = cls.ABSENT_READS_AS[f.name]
+                continue
+            values[f.name] = cls._field_from_json(f, row[f.name], f"{where}: field {f.name!r}")
+        known = {f.name for f in _fields(cls)}
+        extra = {k: v for k, v in row.items() if k not in known}
+        return cls(**values, extra=extra, absent=frozenset(absent))
+
+    @classmethod
+    def _field_from_json(cls, f: dataclasses.Field[Any], value: Any, where: str) -> Any:
+        described, accepts = _ACCEPTS.get(str(f.type), ("", None))
+        if accepts is not None and not accepts(value):
+            raise EntryError(f"{where}: {value!r} is not {described}")
+        return _freeze(value)
+
+
+def _fields(cls: type) -> list[dataclasses.Field[Any]]:
+    """The fields written to the file, in its order (``extra`` and ``absent`` are not)."""
+    return [f for f in dataclasses.fields(cls) if f.name not in ("extra", "absent")]
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def entries_from_json(cls: type[E], data: Any, where: str) -> tuple[E, ...]:
+    """A list of entries of one kind, each checked (``where[n]`` names the one that is not)."""
+    if not isinstance(data, list):
+        raise EntryError(f"{where}: expected a list, got {type(data).__name__}")
+    return tuple(cls.from_json(value, f"{where}[{n}]") for n, value in enumerate(data))
+
+
+class Look:
+    """What the run's family (``analysis/family.py``) reads of an entry that can be a look:
+    its p-value, and whether its statement is observed in its direction (``holds``: a kind
+    without such a field states whatever its test finds); it writes back ``p_holm`` and
+    ``fires``."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every look is one of the records below
+    p_value: float | None
+    p_holm: float | None
+    fires: bool
+
+    @property
+    def holds(self) -> bool:
+        return True
+
+    @property
+    def is_look(self) -> bool:
+        """Whether the family counts it: it has a p-value."""
+        return self.p_value is not None
+
+
+# --------------------------------------------------------------------------------------------
+# The entries, one kind each
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TauEntry(Entry, Look):
+    """Kendall's tau-b of RM accuracy (``x``) against ``y`` across the reward methods of one
+    (suite, size, decoder): the estimate, its permutation p-value, the interval with users
+    resampled, whether the data can say anything (``enough``) and the verdict."""
+
+    suite: str
+    size: str
+    decoder: str
+    x: str
+    y: str
+    tau: float | None = None
+    p_value: float | None = None
+    p_method: str = ""
+    test: str = ""
+    ci: Interval | None = None
+    upper_95: float | None = None  # the one-sided 95% upper bound of tau
+    lower_95: float | None = None  # the one-sided 95% lower bound (absent in older run files)
+    n_methods: int = 0
+    n_users: int = 0
+    methods: tuple[str, ...] = ()
+    enough: bool = True
+    verdict: str = ""
+    p_holm: float | None = None
+    fires: bool = False
+
+    @property
+    def is_look(self) -> bool:
+        """Whether the family counts it: a p-value, and enough evidence to read it."""
+        return self.p_value is not None and self.enough
+
+
+@dataclass(frozen=True)
+class InversionEntry(Entry, Look):
+    """Two reward methods of one decoder that RM accuracy orders one way (``x_a > x_b``) and
+    ``y`` the other, with both differences' intervals and the intersection-union p-value of
+    their two sign-flip tests."""
+
+    suite: str
+    size: str
+    decoder: str
+    x: str
+    y: str
+    a: str
+    b: str
+    x_a: float
+    x_b: float
+    y_a: float
+    y_b: float
+    x_diff_ci: Interval | None = None
+    y_diff_ci: Interval | None = None
+    n_users: int = 0
+    test: str = ""
+    p_x: float | None = None
+    p_y: float | None = None
+    p_value: float | None = None
+    significant: bool = False
+    p_holm: float | None = None
+    fires: bool = False
+
+    # written before the inversions were tested, every inversion was stated
+    ABSENT_READS_AS: ClassVar[Mapping[str, Any]] = {"significant": True}
+
+
+@dataclass(frozen=True)
+class RegretEntry(Entry, Look):
+    """The cross-fitted selection regret of picking a reward method of one (suite, size,
+    decoder) by RM accuracy, measured on ``y``, with its permutation p-value."""
+
+    suite: str
+    size: str
+    decoder: str
+    x: str
+    y: str
+    picked: tuple[str, ...] = ()
+    best: str = ""
+    regret: float | None = None
+    regret_in_sample: float | None = None
+    ci: Interval | None = None
+    test: str = ""
+    p_value: float | None = None
+    holds: bool = False  # a field here, a property in Look
+    n_methods: int = 0
+    n_users: int = 0
+    p_holm: float | None = None
+    fires: bool = False
+    significant: bool = False
+
+
+@dataclass(frozen=True)
+class IclEntry(Entry, Look):
+    """An in-context-learning row (``icl``) against the best reward-guided row (``rgd``) of
+    its (suite, size) on ``metric``: the difference over the users they all have, its
+    interval, the within-user permutation p-value and the verdict."""
+
+    suite: str
+    size: str
+    metric: str
+    icl: str
+    rgd: str
+    diff: float | None = None
+    ci: Interval | None = None
+    n_users: int = 0
+    n_others: int = 0
+    test: str = ""
+    p_value: float | None = None
+    verdict: str = ""
+    p_holm: float | None = None
+    fires: bool = False
+
+
+@dataclass(frozen=True)
+class CircularEntry(Entry, Look):
+    """A method's win rate over base under its own reward model beside the independent
+    judge's, its ROUGE-1 against base's, and the circular-evaluation test (``flag``)."""
+
+    suite: str
+    size: str
+    method: str
+    win_self: float
+    win_self_ci: Interval | None = None
+    win_independent: float | None = None
+    win_independent_ci: Interval | None = None
+    gap: float | None = None
+    gap_ci: Interval | None = None
+    n: int = 0
+    judge_independent: str | None = None
+    reason: str | None = None
+    rouge1_vs_base: float | None = None
+    rouge1_vs_base_ci: Interval | None = None
+    test: str = ""
+    p_win: float | None = None
+    p_rouge: float | None = None
+    p_value: float | None = None
+    holds: bool = False  # a field here, a property in Look
+    flag: bool = False
+    p_holm: float | None = None
+    fires: bool = False
+
+
+@dataclass(frozen=True)
+class SpreadEntry(Entry, Look):
+    """A per-user spread flag (``kind``: ``close_means`` or ``mean_only_gain``) of methods
+    ``a`` and ``b`` on ``metric``: their user means and worst deciles over the shared users,
+    the differences' intervals, the swap tests and the sentence the summary prints."""
+
+    suite: str
+    size: str
+    metric: str
+    kind: str
+    a: str
+    b: str
+    mean_a: float
+    mean_b: float
+    tail_a: float
+    tail_b: float
+    tail_users: int
+    n_users: int
+    mean_ci: Interval | None = None
+    tail_ci: Interval | None = None
+    p_mean: float | None = None
+    p_tail: float | None = None
+    text: str = ""
+    test: str = ""
+    p_value: float | None = None
+    p_holm: float | None = None
+    fires: bool = False
+
+    # written before the spread flags were tested, every flag was stated
+    ABSENT_READS_AS: ClassVar[Mapping[str, Any]] = {"fires": True}
+
+
+@dataclass(frozen=True)
+class DegenerateEntry(Entry, Look):
+    """A generating row against base's row of its (suite, size): the fluency gap against the
+    stated margin, the not-an-answer gap and its one-sided test, and whether (and why) the row
+    is ``flagged`` degenerate."""
+
+    suite: str
+    size: str
+    method: str
+    decoder: str
+    fluency: float
+    fluency_base: float
+    fluency_gap: float
+    fluency_gap_ci: Interval | None
+    margin: float
+    not_answer: float
+    not_answer_base: float
+    not_answer_gap: float
+    not_answer_gap_ci: Interval | None
+    n_users: int
+    test: str = ""
+    p: float | None = None  # the same as ``p_value``, under the name it was first written
+    p_value: float | None = None
+    holds: bool = False  # a field here, a property in Look
+    flagged: bool = False
+    reason: str = ""
+    p_holm: float | None = None
+    fires: bool = False
+
+
+# --------------------------------------------------------------------------------------------
+# The family and the crisis
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family(Entry):
+    """All the looks of a run adjusted together (``analysis/family.py``): the method, the
+    level, the looks per kind (in the order the kinds were adjusted) and in all, and how many
+    fired."""
+
+    method: str
+    alpha: float
+    looks: int
+    by_kind: Mapping[str, int]
+    fired: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "by_kind", dict(self.by_kind))
+
+    @staticmethod
+    def _field_json(value: Any) -> Any:
+        return dict(value) if isinstance(value, Mapping) else _thaw(value)
+
+
+# the crisis sections whose entries are verdicts, with the record of each, in the file's order
+SECTIONS: dict[str, type[Entry]] = {
+    "inversions": InversionEntry,
+    "circular": CircularEntry,
+    "spread": SpreadEntry,
+    "regret": RegretEntry,
+    "icl_vs_rgd": IclEntry,
+    "degenerate": DegenerateEntry,
+}
+
+
+@dataclass(frozen=True)
+class Crisis(Entry):
+    """The run's analysis beside tau: each section's entries, the looks per kind that could not
+    fire (``silent_looks``, counted in the family with p = 1) and the ``family``. A run file
+    without an analysis reads as ``Crisis.none()``, every section empty and absent."""
+
+    inversions: tuple[InversionEntry, ...] = ()
+    circular: tuple[CircularEntry, ...] = ()
+    spread: tuple[SpreadEntry, ...] = ()
+    regret: tuple[RegretEntry, ...] = ()
+    icl_vs_rgd: tuple[IclEntry, ...] = ()
+    degenerate: tuple[DegenerateEntry, ...] = ()
+    silent_looks: Mapping[str, int] = field(default_factory=dict)
+    family: Family | None = None
+
+    def __post_init__(self) -> None:
+        for name in SECTIONS:
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "silent_looks", dict(self.silent_looks))
+
+    @classmethod
+    def none(cls) -> Crisis:
+        """No analysis: what a run file with an empty ``crisis`` holds (written as ``{}``)."""
+        return cls(absent=frozenset(f.name for f in _fields(cls)))
+
+    def section(self, name: str) -> tuple[Any, ...]:
+        """The entries of the section ``name`` (a key of ``SECTIONS``)."""
+        if name not in SECTIONS:
+            raise KeyError(f"no crisis section {name!r}; the sections: {', '.join(SECTIONS)}")
+        return tuple(getattr(self, name))
+
+    @staticmethod
+    def _field_json(value: Any) -> Any:
+        if isinstance(value, Entry):
+            return value.to_json()
+        if isinstance(value, tuple):
+            return [e.to_json() for e in value]
+        return None if value is None else dict(value)
+
+    @classmethod
+    def _field_from_json(cls, f: dataclasses.Field[Any], value: Any, where: str) -> Any:
+        if f.name in SECTIONS:
+            return entries_from_json(SECTIONS[f.name], value, where)
+        if f.name == "family":
+            return None if value is None else Family.from_json(value, where)
+        return super()._field_from_json(f, value, where)
+
+
+def tau_from_json(data: Any, where: str = "tau") -> tuple[TauEntry, ...]:
+    """The run file's ``tau``: a list of ``TauEntry`` (null reads as none)."""
+    return entries_from_json(TauEntry, [] if data is None else data, where)
+
+
+def crisis_from_json(data: Any, where: str = "crisis") -> Crisis:
+    """The run file's ``crisis`` (null or ``{}``: ``Crisis.none()``)."""
+    return Crisis.from_json({} if data is None else data, where)
