@@ -49,13 +49,14 @@ CLAIMS = {  # the page's claims, as its headings name them
     "tau": "1. RM accuracy is a weak predictor of policy accuracy",
     "spread": "2. Large RM-accuracy differences, nearly the same ROUGE-1",
 }
+SHORT = {"tau": "1. tau weak", "spread": "2. spread", "icl": "3. ICL ahead"}  # in the power table
 NEEDED = (  # what the "users needed" column of each claim means
-    "Users needed (where there is not enough evidence): the fewest users at which a run of "
-    "this suite's shape reaches the claim 8 times in 10 when the paper's effect is true "
-    '("How many users each claim needs", below).'
+    "Users needed (where there is not enough evidence): the fewest users at which runs "
+    "simulated from this run's own users reach the claim 8 times in 10 with the paper's "
+    'effect imposed ("How many users each claim needs", below).'
 )
 KEPT = "benchmarks/findings-runs"  # where the run files the page is made from are kept
-POWER = ROOT / "docs" / "findings-power.json"  # benchmarks/claim_power.py's table
+POWER = "power.json"  # beside the run files: each run's claims' power from its own noise
 ERRORS = ROOT / "docs" / "findings-errors.json"  # claim_power.py --errors: false verdicts' rates
 # the positive control: a suite whose truth is known, run with the methods that know it
 CONTROLS = {
@@ -122,7 +123,13 @@ def main() -> None:
     parser.add_argument("--runs", default=str(ROOT / ".prefalign" / "findings"), metavar="DIR")
     parser.add_argument("--out", default=str(ROOT / "docs" / "findings.md"))
     parser.add_argument("--render-only", action="store_true", help="reuse DIR/runs.json")
-    parser.add_argument("--power", type=Path, default=POWER, help="claim_power.py's table")
+    parser.add_argument(
+        "--power-sims",
+        type=int,
+        default=None,
+        help="simulated runs per number of users behind 'users needed' (default: "
+        "analysis/power.py's SIMS)",
+    )
     parser.add_argument(
         "--errors", type=Path, default=ERRORS, help="claim_power.py --errors's table"
     )
@@ -144,9 +151,9 @@ def main() -> None:
                 with filelock.FileLock(str(index) + ".lock"):
                     runs = merged(read_index(index), done)
                     index.write_text(index_text(runs))
-    power = json.loads(args.power.read_text()) if args.power.is_file() else None
+    curves = claims_power(runs, runs_dir, args.power_sims)
     errors = json.loads(args.errors.read_text()) if args.errors.is_file() else None
-    Path(args.out).write_text(render(runs, runs_dir, power, errors))
+    Path(args.out).write_text(render(runs, runs_dir, curves, errors))
     if args.keep:
         keep(runs, runs_dir, args.keep)
     print(f"wrote {args.out}")
@@ -233,8 +240,8 @@ def render(
     power: dict[str, Any] | None = None,
     errors: dict[str, Any] | None = None,
 ) -> str:
-    """The page, from the run files in ``runs_dir`` (and the claims' power and error tables,
-    where given)."""
+    """The page, from the run files in ``runs_dir`` (and the claims' power from each run's own
+    noise, ``claims_power``, and the error table, where given)."""
 
     runs = [_with_file(r, runs_dir) for r in runs]
     everything = [(r, read_run(runs_dir, r)) for r in runs if r.path]
@@ -321,6 +328,8 @@ def keep(runs: list[Run], runs_dir: Path, kept: Path) -> None:
                 data = gzip.compress(source.read_bytes(), mtime=0)
                 (kept / (source.name + ".gz")).write_bytes(data)
     (kept / "runs.json").write_text(index_text(runs))
+    if (runs_dir / POWER).is_file() and runs_dir != kept:
+        (kept / POWER).write_bytes((runs_dir / POWER).read_bytes())
 
 
 def read_index(index: Path) -> list[Run]:
@@ -335,55 +344,116 @@ def index_text(runs: list[Run]) -> str:
     return json.dumps({"runs": [dataclasses.asdict(r) for r in runs]}, indent=1) + "\n"
 
 
-def users_needed(power: dict[str, Any] | None, suite: str, claim: str, verdict: str) -> str:
-    """Where a claim has not enough evidence: the users benchmarks/claim_power.py's table says
-    it needs at this suite's shape (the fewest of its grid at which power reaches its target),
-    or that none of the grid reaches it; "-" where the run decided or no table covers it."""
+def claims_power(runs: list[Run], runs_dir: Path, sims: int | None = None) -> dict[str, Any]:
+    """Each run's claims' power by users, simulated from its own noise (``analysis/power.py``),
+    kept in ``runs_dir``'s ``power.json`` beside the run files: a run's curves are computed
+    again only when its run file changed (its sha256), the simulations' code changed
+    (``power.py`` and ``claims.py``, hashed) or another number of simulations is asked for;
+    runs no longer in the index are dropped."""
+    import hashlib
+
+    from pytest_prefalign.analysis import claims, power
+    from pytest_prefalign.storage import atomic_write_text
+
+    sims = sims or power.SIMS
+    path = runs_dir / POWER
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    code = hashlib.sha256(
+        b"".join(Path(m.__file__).read_bytes() for m in (power, claims) if m.__file__)
+    ).hexdigest()[:16]
+    if kept.get("sims") != sims or kept.get("code") != code:
+        kept = {}
+    table: dict[str, Any] = {"sims": sims, "target": power.TARGET, "code": code, "runs": {}}
+    for r in (r for r in runs if r.path and r.suite not in CONTROLS):
+        name = Path(r.path).name
+        raw = _run_bytes(runs_dir, name)
+        if raw is None:
+            continue
+        digest = hashlib.sha256(raw).hexdigest()
+        old = kept.get("runs", {}).get(name)
+        if old and old.get("sha256") == digest:
+            table["runs"][name] = old
+            continue
+        run = read_run(runs_dir, r)
+        family = run.crisis.family.by_kind if run.crisis.family else None
+        curves = power.run_curves(run.results, family, sims=sims)
+        table["runs"][name] = {
+            "sha256": digest,
+            "curves": [
+                {"suite": where[0], "size": where[1], "decoder": where[2], **c.to_json()}
+                for (where, _), c in curves.items()
+            ],
+        }
+        print(f"power: {name}: {len(curves)} curves", flush=True)
+    atomic_write_text(path, json.dumps(table, indent=1) + "\n")
+    return table
+
+
+def _run_bytes(runs_dir: Path, name: str) -> bytes | None:
+    """A run file's bytes, plain or kept compressed (None where neither is there)."""
+    if (runs_dir / name).is_file():
+        return (runs_dir / name).read_bytes()
+    if (runs_dir / (name + ".gz")).is_file():
+        return gzip.decompress((runs_dir / (name + ".gz")).read_bytes())
+    return None
+
+
+def _curves(power: dict[str, Any] | None) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    """The power table's curves by (suite, size, decoder, claim)."""
+    return {
+        (c["suite"], c["size"], c["decoder"], c["claim"]): c
+        for run in (power or {}).get("runs", {}).values()
+        for c in run["curves"]
+    }
+
+
+def users_needed(
+    power: dict[str, Any] | None, where: tuple[str, str, str], claim: str, verdict: str
+) -> str:
+    """Where a claim has not enough evidence: the users its power curve, simulated from the
+    run's own noise, needs (the fewest of its grid at which power reaches its target), or that
+    none of the grid reaches it; "-" where the run decided or no curve covers it."""
     if verdict != "not enough evidence":
         return "-"
-    row = (power or {}).get("power", {}).get(suite, {}).get(claim)
-    if not row:
+    curve = _curves(power).get((*where, claim))
+    if not curve:
         return "-"
-    n = fewest_users(row, power["target"] if power else 0.8)
-    if n is not None:
-        return f"{n} (power {row[str(n)][0]:.2f})"
-    largest = max(row, key=int)
-    return f"more than {largest} (power {row[largest][0]:.2f} at {largest})"
-
-
-def fewest_users(row: dict[str, list[float]], target: float) -> int | None:
-    """The fewest users of a power-table row (users -> [power, its error]) whose power reaches
-    ``target``; None where none does."""
-    return next((int(n) for n in sorted(row, key=int) if row[n][0] >= target), None)
+    if curve["needed"] is not None:
+        at = curve["grid"].index(curve["needed"])
+        return f"{curve['needed']} (power {curve['power'][at]:.2f})"
+    return f"more than {curve['grid'][-1]} (power {curve['power'][-1]:.2f} at {curve['grid'][-1]})"
 
 
 def power_table(power: dict[str, Any] | None) -> list[str]:
-    """The claims' power by users, as benchmarks/claim_power.py measured it."""
-    if not power:
+    """Each run's claims' power by users, simulated from its own noise."""
+    curves = _curves(power)
+    if not curves:
         return []
     lines = [
         "## How many users each claim needs",
         "",
-        "Power: the share of simulated runs in which the claim reaches its verdict when the",
-        "paper's effect is true, by this page's own rules (benchmarks/claim_power.py, whose",
-        "docstring states each effect; `"
-        + power["command"]
-        + "`, "
-        + str(power["sims"])
-        + " runs per cell, ± its Monte Carlo standard error). The grid",
-        f"stops at the first number of users with power {power['target']}. Shapes: test pairs and",
-        "generation items per user ("
-        + "; ".join(f"{k}: {v[0]} pairs, {v[1]} items" for k, v in power["shapes"].items())
-        + ").",
+        "Power: the share of simulated runs in which the claim reaches its verdict by this",
+        "page's own rules, at each number of users, with the paper's effect imposed on the",
+        "run's own users (`analysis/power.py`; docs/metrics.md, \"The paper's claims\"): each",
+        "method's per-user figures moved so that their means show the effect, each user's",
+        "deviations kept, users drawn with replacement; "
+        + str(power["sims"] if power else "-")
+        + " simulated runs per number of users,",
+        "± the Monte Carlo standard error. The grid stops at the first number of users with",
+        f"power {power['target'] if power else '-'}. Kept in `{KEPT}/{POWER}` beside the run files",
+        "(`benchmarks/findings.py` computes a run's again when its file changes).",
         "",
-        "| suite shape | claim (the paper's effect) | power by users |",
-        "|---|---|---|",
+        "| suite · size | decoder | claim | effect imposed | power by users | users needed |",
+        "|---|---|---|---|---|---|",
     ]
-    for shape, claims in power["power"].items():
-        for claim, row in claims.items():
-            grid = sorted(row, key=int)
-            cells = ", ".join(f"{n}: {row[n][0]:.2f} ± {row[n][1]:.2f}" for n in grid)
-            lines.append(f"| {shape} | {power['claims'][claim]} | {cells} |")
+    for (suite, size, decoder, claim), c in curves.items():
+        points = zip(c["grid"], c["power"], c["se"], strict=True)
+        cells = ", ".join(f"{n}: {p:.2f} ± {e:.2f}" for n, p, e in points)
+        needed = c["needed"] if c["needed"] is not None else f"more than {c['grid'][-1]}"
+        lines.append(
+            f"| {suite} · {size} | {decoder} | {SHORT[claim]} | {c['effect']} | {cells} | "
+            f"{needed} |"
+        )
     return lines + [""]
 
 
@@ -514,7 +584,8 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
     for _, run in loaded:
         for e in (e for e in run.tau if e.n_methods >= 3):
             claim = tau_verdict(e) if e.y == catalogue.plotted() else ""
-            needed = users_needed(power, e.suite, "tau", claim) if claim else ""
+            where = (e.suite, e.size, e.decoder)
+            needed = users_needed(power, where, "tau", claim) if claim else ""
             lines.append(
                 f"| {e.suite} · {e.size} | {e.decoder} | {e.y} | {e.n_methods} | "
                 f"{_users(e)} | {_num(e.tau, '+.3f')} | {_p(e.p_value)} | "
@@ -563,12 +634,13 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
     for _, run in loaded:
         for e in spread_entries(run.results):
             high, low, rm, rouge = e["high"], e["low"], e["rm"], e["rouge"]
+            where = (e["suite"], e["size"], e["decoder"])
             lines.append(
                 f"| {e['suite']} · {e['size']} | {e['decoder']} | {high.method} "
                 f"{high.metrics[x]:.3f} | {low.method} {low.metrics[x]:.3f} | {rm['diff']:+.3f} "
                 f"{_ci(rm['ci'], '+.3f')} p {_p(rm['p_range'])} | {rouge['diff']:+.3f} "
                 f"{_ci(rouge['ci'], '+.3f')} p {_p(rouge['p_value'])} | {rm['n_users']} | "
-                f"{e['claim']} | {users_needed(power, e['suite'], 'spread', e['claim'])} |"
+                f"{e['claim']} | {users_needed(power, where, 'spread', e['claim'])} |"
             )
     return lines + [""]
 
@@ -625,7 +697,7 @@ def claim_icl(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
                 f"| {e.suite} · {e.size} | {e.icl} | {e.rgd} | {e.metric} | "
                 f"{_num(e.diff, '+.3f')} | {_ci(e.ci, '+.3f')} | {_p(e.p_value)} | "
                 f"{_p(e.p_holm)} | {e.n_users} | {e.verdict} | {icl_verdict(e)} | "
-                f"{users_needed(power, e.suite, 'icl', icl_verdict(e))} |"
+                f"{users_needed(power, (e.suite, e.size, e.icl), 'icl', icl_verdict(e))} |"
             )
     return lines + [""]
 

@@ -79,17 +79,24 @@ def ladder() -> list[CaseResult]:
     return rows + [row("base", "synthetic", policy_acc=0.5, rouge1=0.2)]
 
 
+def curve(claim: str, decoder: str, grid: list, power: list, se: list, needed: int | None) -> dict:
+    where = {"suite": "pref_lamp", "size": "135m", "decoder": decoder}
+    figures = {"grid": grid, "power": power, "se": se, "sims": 50, "needed": needed}
+    return {**where, "claim": claim, **figures, "effect": "the paper's"}
+
+
+# the claims' power from the run's own noise, as findings.claims_power keeps it
 POWER = {
-    "command": "python benchmarks/claim_power.py --sims 50",
     "sims": 50,
     "target": 0.8,
-    "claims": {"tau": "1. tau weak", "spread": "2. spread", "icl": "3. ICL ahead"},
-    "shapes": {"pref_lamp": [5, 5]},
-    "power": {
-        "pref_lamp": {
-            "tau": {"10": [0.0, 0.0], "20": [0.1, 0.04]},
-            "spread": {"10": [0.3, 0.06], "20": [0.86, 0.05]},
-            "icl": {"10": [0.9, 0.04]},
+    "runs": {
+        "pref_lamp-135m.json": {
+            "sha256": "-",
+            "curves": [
+                curve("tau", "args", [10, 20], [0.0, 0.1], [0.0, 0.04], None),
+                curve("spread", "args", [10, 20], [0.3, 0.86], [0.06, 0.05], 20),
+                curve("icl", "icl", [10], [0.9], [0.04], 10),
+            ],
         }
     },
 }
@@ -98,7 +105,7 @@ POWER = {
 ERRORS = {
     "command": "python benchmarks/claim_power.py --errors --sims 100",
     "sims": 100,
-    "claims": POWER["claims"],
+    "claims": {"tau": "1. tau weak", "spread": "2. spread", "icl": "3. ICL ahead"},
     "errors": [
         {
             "claim": "spread",
@@ -284,22 +291,47 @@ def test_the_positive_control_passes_where_rm_accuracy_orders_policy_accuracy(
 
 
 def test_users_needed_read_from_the_power_table(findings: ModuleType) -> None:
-    assert findings.users_needed(POWER, "pref_lamp", "spread", "not enough evidence") == (
+    args = ("pref_lamp", "135m", "args")
+    assert findings.users_needed(POWER, args, "spread", "not enough evidence") == (
         "20 (power 0.86)"
     )
-    assert findings.users_needed(POWER, "pref_lamp", "tau", "not enough evidence") == (
+    assert findings.users_needed(POWER, args, "tau", "not enough evidence") == (
         "more than 20 (power 0.10 at 20)"
     )
-    # a claim the run decided needs no more users; a suite the table does not cover has none
-    assert findings.users_needed(POWER, "pref_lamp", "spread", "holds") == "-"
-    assert findings.users_needed(POWER, "polis", "spread", "not enough evidence") == "-"
-    assert findings.users_needed(None, "pref_lamp", "spread", "not enough evidence") == "-"
+    # a claim the run decided needs no more users; a run or decoder without a curve has none
+    assert findings.users_needed(POWER, args, "spread", "holds") == "-"
+    polis = ("polis", "135m", "args")
+    assert findings.users_needed(POWER, polis, "spread", "not enough evidence") == "-"
+    assert findings.users_needed(None, args, "spread", "not enough evidence") == "-"
 
 
 def test_the_power_table_is_on_the_page(rendered: str) -> None:
     section = rendered.split("## How many users each claim needs")[1]
-    assert "`python benchmarks/claim_power.py --sims 50`" in section
-    assert "| pref_lamp | 2. spread | 10: 0.30 ± 0.06, 20: 0.86 ± 0.05 |" in section
+    assert "50 simulated runs per number of users" in section
+    line = line_with(section, "| pref_lamp · 135m | args | 2. spread |")
+    assert line.endswith("| 10: 0.30 ± 0.06, 20: 0.86 ± 0.05 | 20 |")
+    assert line_with(section, "| 1. tau weak |").endswith("| more than 20 |")
+
+
+def test_power_is_computed_from_each_runs_own_users_and_kept(
+    findings: ModuleType, runs: list, tmp_path: Path
+) -> None:
+    table = findings.claims_power(runs, tmp_path, sims=4)
+    (kept,) = table["runs"].values()
+    # the pref_lamp run's six reward methods under args: claims 1 and 2; the control has none
+    claims = {(c["decoder"], c["claim"]) for c in kept["curves"]}
+    assert {("args", "tau"), ("args", "spread")} <= claims
+    assert all(c["sims"] == 4 for c in kept["curves"])
+    assert json.loads((tmp_path / "power.json").read_text()) == table
+    # kept: asked again with nothing changed, nothing is simulated again
+    stale = json.loads((tmp_path / "power.json").read_text())
+    stale["runs"]["pref_lamp-135m.json"]["curves"] = []
+    (tmp_path / "power.json").write_text(json.dumps(stale))
+    assert findings.claims_power(runs, tmp_path, sims=4)["runs"]["pref_lamp-135m.json"] == {
+        **kept, "curves": []
+    }  # fmt: skip
+    # another number of simulations, or another run file, computes them again
+    assert findings.claims_power(runs, tmp_path, sims=5)["runs"]["pref_lamp-135m.json"]["curves"]
 
 
 def test_the_error_table_marks_a_rate_above_its_level(
@@ -365,7 +397,7 @@ def test_the_page_is_written_again_from_the_kept_runs_unchanged(findings: Module
     # compare); the run files' analysis read through its typed records renders the same page
     kept = ROOT / findings.KEPT
     runs = findings.read_index(kept / "runs.json")
-    power = json.loads(findings.POWER.read_text())
+    power = json.loads((kept / findings.POWER).read_text())
     errors = json.loads(findings.ERRORS.read_text())
     page = findings.render(runs, kept, power, errors)
     assert page == (ROOT / "docs" / "findings.md").read_text()
