@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_prefalign.api import REDUCTIONS, CaseContext, Decoder, Item
+from pytest_prefalign.api import REDUCTIONS, Batch, CaseContext, Decoder, Item
 from pytest_prefalign.cache import Slot
 from pytest_prefalign.runtime import chat
 from pytest_prefalign.runtime.chat import Prompt
@@ -44,15 +44,9 @@ class BaseDecoder(Decoder):
         )
         return [samples[0] for samples in texts]
 
-    def logliks(
-        self,
-        ctx: CaseContext,
-        users: Sequence[str],
-        prompts: Sequence[str],
-        responses: Sequence[str],
-    ) -> dict[str, np.ndarray]:
-        shown = self.prompts(ctx, users, prompts)
-        return reductions(base_logprobs(ctx, shown, responses))
+    def logliks(self, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
+        shown = self.prompts(ctx, batch.users, batch.prompts)
+        return reductions(base_logprobs(ctx, shown, batch.responses))
 
 
 def base_logprobs(

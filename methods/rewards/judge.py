@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_prefalign import cache, events, storage, versions
-from pytest_prefalign.api import INDEPENDENT_JUDGE, CaseContext, JudgeUnavailable, Pair
+from pytest_prefalign.api import INDEPENDENT_JUDGE, Batch, CaseContext, JudgeUnavailable, Pair
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
@@ -193,12 +193,10 @@ class IndependentJudge:
             f"({self.n_pairs} pairs, {len(self.user_heads)} users)"
         )
 
-    def score(
-        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        e_x, e_y = self.encoder.encode(prompts), self.encoder.encode(responses)
+    def score(self, batch: Batch) -> np.ndarray:
+        e_x, e_y = self.encoder.encode(batch.prompts), self.encoder.encode(batch.responses)
         dim = e_y.shape[1]
-        offsets = np.stack([self.user_heads.get(u, np.zeros(dim)) for u in users])
+        offsets = np.stack([self.user_heads.get(u, np.zeros(dim)) for u in batch.users])
         return features(e_x, e_y) @ self.shared + (e_y * offsets).sum(1)
 
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from prefalign_suites.synthetic.rules import Rule, rule_of
-from pytest_prefalign.api import Pair, RewardMethod
+from pytest_prefalign.api import Batch, Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.registry import Registry
@@ -104,26 +104,16 @@ class Oracle(RewardMethod):
         for user in dict.fromkeys(p.user for p in pairs):
             rule_of(user)
 
-    def score(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        rules = {u: rule_of(u) for u in set(users)}
-        return np.array(
-            [
-                self.reward(rules[u], u, p, r)
-                for u, p, r in zip(users, prompts, responses, strict=True)
-            ],
-            dtype=np.float64,
-        )
+    def score(self, lm: LM, batch: Batch) -> np.ndarray:
+        rules = {u: rule_of(u) for u in set(batch.users)}
+        return np.array([self.reward(rules[u], u, p, r) for u, p, r in batch], dtype=np.float64)
 
-    def prefix_rewards(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
+    def prefix_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]:
         """The reward of the text of every token prefix of each response, then of the whole
         response (its ``eos_id``). Prefixes are cut from the response by the tokenizer's
         character offsets; the same prefix text is scored once per call (ARGS asks for many
         candidates that share their prefixes)."""
-        rules = {u: rule_of(u) for u in set(users)}
+        rules = {u: rule_of(u) for u in set(batch.users)}
         memo: dict[tuple[str, str, str], float] = {}
 
         def reward(user: str, prompt: str, text: str) -> float:
@@ -133,8 +123,8 @@ class Oracle(RewardMethod):
             return memo[key]
 
         out = []
-        for user, prompt, response, ends in zip(
-            users, prompts, responses, prefix_ends(lm, responses), strict=True
+        for (user, prompt, response), ends in zip(
+            batch, prefix_ends(lm, batch.responses), strict=True
         ):
             values = [reward(user, prompt, response[:end]) for end in ends]
             values.append(reward(user, prompt, response))
