@@ -13,11 +13,7 @@ import pytest
 import torch
 from reference.args_reference import full_recompute_generate, per_candidate_cache_generate
 
-from prefalign_methods.decoders.args import (
-    ArgsDecoder,
-    ArgsOptions,
-    pytest_prefalign_register,
-)
+from prefalign_methods.decoders.args import ArgsDecoder, ArgsOptions
 from prefalign_methods.decoders.args_decode import args_generate
 from prefalign_methods.decoders.args_rule import pick, top_candidates
 from prefalign_methods.decoders.args_score import args_token_logprobs
@@ -326,16 +322,11 @@ def test_clear_errors(tiny_lm: LM, head: HeadReward, tmp_path: Path) -> None:
 
 
 def test_registers_the_decoder() -> None:
-    class Registry:
-        def __init__(self) -> None:
-            self.decoders: dict[str, type] = {}
-
-        def add_decoder(self, name: str, cls: type) -> None:
-            self.decoders[name] = cls
+    from pytest_prefalign.registry import Registry, add_builtins
 
     registry = Registry()
-    pytest_prefalign_register(registry)  # type: ignore[arg-type]
-    assert registry.decoders == {"args": ArgsDecoder}
+    add_builtins(registry, "args")
+    assert list(registry.decoders) == ["args"] and registry.decoder("args").obj is ArgsDecoder
     assert ArgsDecoder.needs == frozenset({"score", "prefix"}) and ArgsDecoder.order == 10
 
 

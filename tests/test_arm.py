@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-import prefalign_methods.rewards.arm as arm_module
 import prefalign_methods.rewards.arm_training as arm_training
 from prefalign_methods.rewards.arm import ARM, ARMConfig
 from pytest_prefalign.api import Batch, Pair
@@ -243,13 +242,12 @@ def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_
 
 def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, tiny_lm):
 
-    from prefalign_methods.decoders import args, bon, genarm
+    from prefalign_methods.decoders import args
     from pytest_prefalign.api import CaseContext, SuiteData
-    from pytest_prefalign.registry import MethodName, Registry
+    from pytest_prefalign.registry import MethodName, Registry, add_builtins
 
     registry = Registry()
-    for module in (arm_module, args, bon, genarm):
-        module.pytest_prefalign_register(registry)
+    add_builtins(registry, "arm", "args", "bon", "genarm")
     assert MethodName("genarm", "arm") in registry.default_methods()
     registry.check_method(MethodName("args", "arm"))
     options = args.ArgsOptions(max_new_tokens=4, batch_size=8)

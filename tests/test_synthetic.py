@@ -223,13 +223,13 @@ def test_oracle_refuses_users_without_a_rule(tiny_lm, tmp_path: Path) -> None:
 
 
 def test_oracle_options() -> None:
-    from prefalign_methods.decoders import args, base, bon
     from pytest_prefalign import method_options
-    from pytest_prefalign.registry import Registry
+    from pytest_prefalign.registry import BUILTINS, Registry, add_builtins
 
     registry = Registry()
-    for module in (base, args, bon, oracle_module):
-        module.pytest_prefalign_register(registry)
+    oracles = [name for _, name, target in BUILTINS if target.startswith(oracle_module.__name__)]
+    assert len(oracles) == 6
+    add_builtins(registry, "base", "args", "bon", *oracles)
     resolved = method_options.resolve(
         method_options.assignments("oracle.sign=-1,oracle_noisy.noise=0.5"), registry
     )

@@ -39,8 +39,6 @@ from pytest_prefalign.api import Batch, CaseContext, DecodeOptions, Decoder, Ite
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from pytest_prefalign.registry import Registry
-
 
 @dataclass(frozen=True)
 class ArgsOptions(DecodeOptions):
@@ -114,7 +112,3 @@ def require_reward(ctx: CaseContext) -> RewardMethod:
             f"{reward.name!r} declares neither 'prefix' nor 'hidden'"
         )
     return reward
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("args", ArgsDecoder)

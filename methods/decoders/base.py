@@ -8,7 +8,6 @@ that needs ``log pi_base(y | prompt)`` of the same pair computes it once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,10 +15,6 @@ from pytest_prefalign.api import REDUCTIONS, Batch, CaseContext, Decoder, Item
 from pytest_prefalign.cache import Slot
 from pytest_prefalign.runtime import chat
 from pytest_prefalign.runtime.chat import Prompt
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
-
 
 # log pi_base(y_t | prompt, y_<t) by (prompt, response), per (suite, size)
 BASE_LOGPROBS = Slot("base log-likelihoods", dict[tuple[Prompt, str], np.ndarray])
@@ -79,7 +74,3 @@ def reductions(per_token: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     """``S(y|x)`` under every reduction (``REDUCTIONS``), from one set of token
     log-likelihoods."""
     return {how: reduce_logprobs(per_token, how) for how in REDUCTIONS}
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("base", BaseDecoder)

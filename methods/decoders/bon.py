@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +33,6 @@ from prefalign_methods.decoders.base import BaseDecoder, base_logprobs, reductio
 from pytest_prefalign.api import Batch, CaseContext, DecodeOptions, Item, RewardMethod
 from pytest_prefalign.cache import Slot
 from pytest_prefalign.runtime.chat import Prompt
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -123,7 +120,3 @@ def _reward(ctx: CaseContext) -> RewardMethod:
     if ctx.reward is None:
         raise ValueError("bon needs a reward method: write bon[REWARD]")
     return ctx.reward
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("bon", BestOfNDecoder)

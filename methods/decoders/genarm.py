@@ -43,8 +43,6 @@ from pytest_prefalign.api import Batch, CaseContext, DecodeOptions, Item, Reward
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from pytest_prefalign.registry import Registry
-
 
 @dataclass(frozen=True)
 class GenARMOptions(DecodeOptions):
@@ -98,7 +96,3 @@ def _reward(ctx: CaseContext) -> RewardMethod:
             f"genarm needs an autoregressive reward method (capability 'next_token'), got {name!r}"
         )
     return reward
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("genarm", GenARMDecoder)

@@ -53,7 +53,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from prefalign_methods.rewards.arm_training import Adapter
-    from pytest_prefalign.registry import Registry
     from pytest_prefalign.runtime.lm import LM
 
 
@@ -254,7 +253,3 @@ class ARM(RewardMethod):
         if self._head is None:
             raise RuntimeError("arm: call fit() before asking for rewards")
         return self._head
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("arm", ARM)

@@ -46,7 +46,6 @@ from prefalign_suites.synthetic.rules import Rule, rule_of
 from pytest_prefalign.api import Batch, Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
     from pytest_prefalign.runtime.lm import LM
 
 VERSION = 1  # bump when what the oracle computes changes
@@ -204,11 +203,3 @@ def prefix_ends(lm: LM, responses: Sequence[str]) -> list[list[int]]:
         ids = lm.response_ids(response)[:-1]
         ends.append([len(tokenizer.decode(ids[: t + 1])) for t in range(len(ids))])
     return ends
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("oracle", Oracle)
-    registry.add_reward("oracle_noisy", NoisyOracle)
-    registry.add_reward("oracle_negated", NegatedOracle)
-    for cls in (Noise1Oracle, Noise4Oracle, Noise8Oracle):
-        registry.add_reward(cls.name, cls)
