@@ -116,9 +116,16 @@ class Entry:
 
     @property
     def obj(self) -> Any:
-        """What was registered; a target is imported (and a suite or judge made) on first use."""
+        """What was registered; a target is imported (and a suite or judge made) on first use,
+        or ``UnknownName`` says why it cannot be, naming the target and who registered it."""
         if isinstance(self.found, Target):
-            self.found = self.found.resolve()
+            try:
+                self.found = self.found.resolve()
+            except Exception as exc:
+                raise UnknownName(
+                    f"{self.name!r} is not available: its target {self.found.spec!r} "
+                    f"({self.provider}) failed: {type(exc).__name__}: {exc}"
+                ) from exc
         return self.found
 
     @property

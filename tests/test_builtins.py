@@ -65,6 +65,9 @@ def test_a_target_is_imported_when_first_used(tmp_path, monkeypatch):
     suite = found.suite("late_suite")  # a suite's class is made once
     assert type(suite).__name__ == "LateSuite" and found.suite("late_suite") is suite
     monkeypatch.delitem(sys.modules, "late_method")
+    found.add_decoder("gone", "late_method:Gone")  # a target that cannot be resolved
+    with pytest.raises(registry.UnknownName, match="'gone' is not available: its target "):
+        _ = found.decoder("gone").obj
     with pytest.raises(ValueError, match="expected 'module:attr'"):
         Target("late_method.Late")
     with pytest.raises(ValueError, match="a target needs the suite's name"):
