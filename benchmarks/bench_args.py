@@ -46,6 +46,8 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from pytest_prefalign.api import Batch  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = 3  # profile papers shown in an ICL prompt, the ``icl`` decoder's default k
 
@@ -291,10 +293,9 @@ class RandomHead:
     def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.w.to(hidden.dtype)
 
-    def prefix_rewards(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
-        return [(h @ self.w).double().numpy() for h in lm.response_hidden(prompts, responses)]
+    def prefix_rewards(self, lm: Any, batch: Batch) -> list[np.ndarray]:
+        hidden = lm.response_hidden(batch.prompts, batch.responses)
+        return [(h @ self.w).double().numpy() for h in hidden]
 
 
 def parse_args() -> argparse.Namespace:

@@ -138,6 +138,7 @@ def rm_figures(lm: Any, data: Any, folder: Path) -> dict[str, Any]:
     from prefalign_methods.rewards import global_bt, lore, pal, per_user_bt, vpl
     from pytest_prefalign.analysis.metrics import accuracy, pair_outcomes
     from pytest_prefalign.analysis.stats import paired_bootstrap
+    from pytest_prefalign.api import Batch
 
     classes = {
         "global_bt": global_bt.GlobalBT,
@@ -153,12 +154,8 @@ def rm_figures(lm: Any, data: Any, folder: Path) -> dict[str, Any]:
     for name in METHODS:
         method = classes[name]()
         method.fit(lm, data.train_pairs, folder / name)
-        scores = method.score(
-            lm,
-            users * 2,
-            [p.prompt for p in test] * 2,
-            [p.chosen for p in test] + [p.rejected for p in test],
-        )
+        both = Batch.of_pairs(test, "chosen") + Batch.of_pairs(test, "rejected")
+        scores = method.score(lm, both)
         acc = accuracy(pair_outcomes(scores[: len(test)], scores[len(test) :]), users)
         per_user[name], macro[name] = acc.per_user, acc.macro
     best = max(PERSONAL, key=lambda m: macro[m])

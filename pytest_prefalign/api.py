@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload
 from pytest_prefalign.cache import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from pathlib import Path
 
     import numpy as np
@@ -75,6 +75,81 @@ class SuiteData:
     @property
     def users(self) -> list[str]:
         return sorted(self.profiles)
+
+
+@dataclass(frozen=True, init=False)
+class Batch:
+    """What a reward method scores and a decoder teacher-forces: one ``(user, prompt,
+    response)`` per position, validated once, where it is made (as many of each, all strings).
+
+    ``Batch(users, prompts, responses)`` takes any sequences and keeps tuples; ``of_pairs``
+    takes a side of preference pairs, ``take`` and slicing a part, ``+`` joins two."""
+
+    users: tuple[str, ...]
+    prompts: tuple[str, ...]
+    responses: tuple[str, ...]
+
+    def __init__(
+        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
+    ) -> None:
+        columns = {"users": users, "prompts": prompts, "responses": responses}
+        for what, values in columns.items():
+            if isinstance(values, str):
+                raise TypeError(f"Batch: {what} is one string, expected a sequence of them")
+        sizes = {what: len(values) for what, values in columns.items()}
+        if len(set(sizes.values())) != 1:
+            counts = ", ".join(f"{n} {what}" for what, n in sizes.items())
+            raise ValueError(f"Batch: {counts}: expected as many of each")
+        for what, values in columns.items():
+            kept = tuple(values)
+            for i, value in enumerate(kept):
+                if not isinstance(value, str):
+                    raise TypeError(
+                        f"Batch: {what}[{i}] is a {type(value).__name__}, expected a string"
+                    )
+            object.__setattr__(self, what, kept)
+
+    @classmethod
+    def of_pairs(cls, pairs: Sequence[Pair], side: Literal["chosen", "rejected"]) -> Batch:
+        """One side of each pair, with the pair's user and prompt."""
+        return cls(
+            [p.user for p in pairs], [p.prompt for p in pairs], [getattr(p, side) for p in pairs]
+        )
+
+    @classmethod
+    def of_items(cls, items: Sequence[Item], responses: Sequence[str]) -> Batch:
+        """A response to each generation item, with the item's user and prompt."""
+        return cls([it.user for it in items], [it.prompt for it in items], responses)
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        """The ``(user, prompt, response)`` of each position."""
+        return iter(zip(self.users, self.prompts, self.responses, strict=True))
+
+    def __getitem__(self, part: slice) -> Batch:
+        return Batch(self.users[part], self.prompts[part], self.responses[part])
+
+    def __add__(self, other: Batch) -> Batch:
+        return Batch(
+            self.users + other.users,
+            self.prompts + other.prompts,
+            self.responses + other.responses,
+        )
+
+    def take(self, positions: Iterable[int]) -> Batch:
+        """The positions given, in that order."""
+        kept = list(positions)
+        return Batch(
+            [self.users[n] for n in kept],
+            [self.prompts[n] for n in kept],
+            [self.responses[n] for n in kept],
+        )
+
+    def with_responses(self, responses: Sequence[str]) -> Batch:
+        """The same users and prompts with other responses (as many)."""
+        return Batch(self.users, self.prompts, responses)
 
 
 class DataError(ValueError):
@@ -188,10 +263,8 @@ class RewardMethod:
         """Train (or load the cached parameters) on the training pairs."""
         raise NotImplementedError
 
-    def score(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        """One reward per (user, prompt, response), shape ``(n,)``."""
+    def score(self, lm: LM, batch: Batch) -> np.ndarray:
+        """One reward per (user, prompt, response) of ``batch``, shape ``(len(batch),)``."""
         raise NotImplementedError
 
 
@@ -205,9 +278,7 @@ class PrefixRewards(Protocol):
     """``"prefix"``: ``r_u(x, y_<=t)`` for every token ``t`` of each response (the final
     ``eos_id`` included), one array per response; the last value equals ``score``."""
 
-    def prefix_rewards(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]: ...
+    def prefix_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]: ...
 
 
 class HiddenRewards(Protocol):
@@ -221,9 +292,7 @@ class NextTokenLogprobs(Protocol):
     """``"next_token"``: an autoregressive RM (GenARM): ``log p_arm_u(. | x, y_<t)`` ``(T_y, V)``
     over the base model's vocabulary for each response position."""
 
-    def next_token_logprobs(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]: ...
+    def next_token_logprobs(self, lm: LM, batch: Batch) -> list[np.ndarray]: ...
 
 
 class HiddenLogprobs(Protocol):
@@ -302,10 +371,8 @@ class FittedJudge(Protocol):
     def description(self) -> str:
         """What it is, for the report (its encoder, its training pairs and users)."""
 
-    def score(
-        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        """One score per (user, prompt, response), shape ``(n,)``."""
+    def score(self, batch: Batch) -> np.ndarray:
+        """One score per (user, prompt, response) of ``batch``, shape ``(len(batch),)``."""
 
 
 class Judge(Protocol):
@@ -355,56 +422,32 @@ class Decoder:
         """One output text per item."""
         raise NotImplementedError
 
-    def loglik(
-        self,
-        ctx: CaseContext,
-        users: Sequence[str],
-        prompts: Sequence[str],
-        responses: Sequence[str],
-    ) -> np.ndarray:
+    def loglik(self, ctx: CaseContext, batch: Batch) -> np.ndarray:
         """``S_u(y|x)``: the teacher-forced log-likelihood of each response under the decoder's
         guided next-token distribution (reduced by ``ctx.reduce``, sum or mean). A decoder
         defines this or ``logliks``; by default, ``logliks``'s figure for ``ctx.reduce``."""
         if _defines(self, "logliks") is Decoder:
             raise NotImplementedError(f"decoder {self.name!r} defines neither loglik nor logliks")
-        return self.logliks(ctx, users, prompts, responses)[ctx.reduce]
+        return self.logliks(ctx, batch)[ctx.reduce]
 
-    def logliks(
-        self,
-        ctx: CaseContext,
-        users: Sequence[str],
-        prompts: Sequence[str],
-        responses: Sequence[str],
-    ) -> dict[str, np.ndarray]:
+    def logliks(self, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
         """``S_u(y|x)`` under every reduction (``REDUCTIONS``: ``{"sum": ..., "mean": ...}``),
         the figures a run file keeps. By default ``loglik`` once per reduction; a decoder whose
         score is built from per-token log-likelihoods defines this instead, so that one pass of
         the model gives both."""
         if _defines(self, "loglik") is Decoder:
             raise NotImplementedError(f"decoder {self.name!r} defines neither loglik nor logliks")
-        return {
-            how: self.loglik(replace(ctx, reduce=how), users, prompts, responses)
-            for how in REDUCTIONS
-        }
+        return {how: self.loglik(replace(ctx, reduce=how), batch) for how in REDUCTIONS}
 
 
-def policy_scores(
-    decoder: Decoder,
-    ctx: CaseContext,
-    users: Sequence[str],
-    prompts: Sequence[str],
-    responses: Sequence[str],
-) -> dict[str, np.ndarray]:
+def policy_scores(decoder: Decoder, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
     """``S_u(y|x)`` under every reduction, from whichever of ``loglik`` and ``logliks`` the
     decoder's class defines nearer to itself: a subclass of a built-in decoder that redefines
     only ``loglik`` is scored by its own ``loglik``, not by the built-in's ``logliks``."""
     classes = type(decoder).__mro__
     if classes.index(_defines(decoder, "loglik")) < classes.index(_defines(decoder, "logliks")):
-        return {
-            how: decoder.loglik(replace(ctx, reduce=how), users, prompts, responses)
-            for how in REDUCTIONS
-        }
-    return decoder.logliks(ctx, users, prompts, responses)
+        return {how: decoder.loglik(replace(ctx, reduce=how), batch) for how in REDUCTIONS}
+    return decoder.logliks(ctx, batch)
 
 
 def _defines(obj: Any, method: str) -> type:

@@ -1,15 +1,23 @@
-"""The one registry of suites, decoders, reward methods and judges, filled through the ``prefalign``
-entry-point group and the ``pytest_prefalign_register`` hook.
+"""The one registry of suites, decoders, reward methods and judges: the built-ins listed here
+(``BUILTINS``), and third-party packages through the ``prefalign`` entry-point group and the
+``pytest_prefalign_register`` hook.
 
-Built-ins register through the same path as third-party packages. A third-party registration of
-a built-in name wins over the built-in, whatever order the entry points load in; two third-party
-registrations of one name are a conflict (``conflicts``), which the run refuses, naming both. A
-plugin that fails to load is recorded with its error (``failures``), and asking for a name it
-may have provided shows that error instead of a plain "unknown name".
+The built-ins are a list of ``"module:attr"`` targets, as pytest lists its own plugins in
+``default_plugins``: no installed metadata is read to find them, so a new built-in is its module
+and one line of ``BUILTINS``, with no reinstall. A target is imported when the entry is first
+used (``Entry.obj``), as lm-eval's registry resolves a placeholder: ``prefalign list`` imports
+no suite, and a plugin may register targets too (``registry.add_decoder("x", "pkg.mod:X")``).
+
+A third-party registration of a built-in name wins over the built-in, whatever order the entry
+points load in; two third-party registrations of one name are a conflict (``conflicts``), which
+the run refuses, naming both. A plugin that fails to load is recorded with its error
+(``failures``), and asking for a name it may have provided shows that error instead of a plain
+"unknown name".
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 import traceback
@@ -20,6 +28,8 @@ from importlib import metadata
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from pytest_prefalign.api import INDEPENDENT_JUDGE
+
 if TYPE_CHECKING:  # pragma: no cover
     import pluggy
 
@@ -28,6 +38,39 @@ if TYPE_CHECKING:  # pragma: no cover
 GROUP = "prefalign"
 HOOK = "pytest_prefalign_register"  # what a plugin defines
 BUILTIN_MODULES = ("prefalign_methods", "prefalign_suites")
+DISTRIBUTION = "pytest-prefalign"  # the distribution the built-ins come with, for messages
+KINDS = ("decoder", "reward", "suite", "judge")
+MADE = ("suite", "judge")  # kinds whose target is a class made once, with no arguments
+# The built-ins, one line each: (kind, name, "module:attr"). The core imports none of them: each
+# target is imported when its entry is first used. Entry points are for third-party packages.
+BUILTINS: tuple[tuple[str, str, str], ...] = (
+    ("decoder", "base", "prefalign_methods.decoders.base:BaseDecoder"),
+    ("decoder", "icl", "prefalign_methods.decoders.icl:ICLDecoder"),
+    ("decoder", "icl_rag", "prefalign_methods.decoders.icl:RAGDecoder"),
+    ("decoder", "lead", "prefalign_methods.decoders.lead:LeadDecoder"),
+    ("decoder", "profile_copy", "prefalign_methods.decoders.profile_copy:ProfileCopyDecoder"),
+    ("decoder", "args", "prefalign_methods.decoders.args:ArgsDecoder"),
+    ("decoder", "genarm", "prefalign_methods.decoders.genarm:GenARMDecoder"),
+    ("decoder", "bon", "prefalign_methods.decoders.bon:BestOfNDecoder"),
+    ("reward", "global_bt", "prefalign_methods.rewards.global_bt:GlobalBT"),
+    ("reward", "per_user_bt", "prefalign_methods.rewards.per_user_bt:PerUserBT"),
+    ("reward", "lore", "prefalign_methods.rewards.lore:LoRe"),
+    ("reward", "vpl", "prefalign_methods.rewards.vpl:VPL"),
+    ("reward", "pal", "prefalign_methods.rewards.pal:PAL"),
+    ("reward", "arm", "prefalign_methods.rewards.arm:ARM"),
+    ("reward", "oracle", "prefalign_suites.synthetic.oracle:Oracle"),
+    ("reward", "oracle_noisy", "prefalign_suites.synthetic.oracle:NoisyOracle"),
+    ("reward", "oracle_negated", "prefalign_suites.synthetic.oracle:NegatedOracle"),
+    ("reward", "oracle_noise1", "prefalign_suites.synthetic.oracle:Noise1Oracle"),
+    ("reward", "oracle_noise4", "prefalign_suites.synthetic.oracle:Noise4Oracle"),
+    ("reward", "oracle_noise8", "prefalign_suites.synthetic.oracle:Noise8Oracle"),
+    ("suite", "pref_lamp", "prefalign_suites.pref_lamp.suite:PrefLamp"),
+    ("suite", "polis", "prefalign_suites.polis.suite:Polis"),
+    ("suite", "tldr", "prefalign_suites.tldr.suite:Tldr"),
+    ("suite", "prism", "prefalign_suites.prism.suite:Prism"),
+    ("suite", "synthetic", "prefalign_suites.synthetic.suite:Synthetic"),
+    ("judge", INDEPENDENT_JUDGE, "prefalign_methods.rewards.judge:MiniLMJudge"),
+)
 METHOD_RE = re.compile(r"^(?P<decoder>[A-Za-z0-9_.-]+)(\[(?P<reward>[A-Za-z0-9_.-]+)\])?$")
 # frames of the import machinery and of this loader, left out of a plugin's traceback
 _LOADER_FRAMES = ("importlib", "pluggy", "pytest_prefalign/registry.py")
@@ -39,16 +82,51 @@ class UnknownName(LookupError):
 
 
 @dataclass(frozen=True)
-class Entry:
-    name: str
-    obj: Any  # a factory (decoders, reward methods) or a suite object
-    origin: str  # the module that registered it
-    package: str | None = None  # the installed distribution that provided it, when known
-    version: str | None = None  # and its version
+class Target:
+    """A ``"module:attr"`` reference (``attr`` may be dotted), imported when first resolved;
+    ``make``: what it names is called once with no arguments (a suite's or a judge's class)."""
+
+    spec: str
+    make: bool = False
+
+    def __post_init__(self) -> None:
+        module, sep, attr = self.spec.partition(":")
+        if not (sep and module and attr):
+            raise ValueError(f"{self.spec!r} is not a target: expected 'module:attr'")
 
     @property
-    def builtin(self) -> bool:
-        return self.origin.split(".")[0] in BUILTIN_MODULES
+    def module(self) -> str:
+        return self.spec.partition(":")[0]
+
+    def resolve(self) -> Any:
+        found: Any = importlib.import_module(self.module)
+        for part in self.spec.partition(":")[2].split("."):
+            found = getattr(found, part)
+        return found() if self.make else found
+
+
+@dataclass
+class Entry:
+    name: str
+    found: Any  # a factory (decoders, reward methods), a suite or judge, or a Target of one
+    origin: str  # the module that registered it (a target's own module)
+    package: str | None = None  # the installed distribution that provided it, when known
+    version: str | None = None  # and its version
+    builtin: bool = False  # listed in BUILTINS
+
+    @property
+    def obj(self) -> Any:
+        """What was registered; a target is imported (and a suite or judge made) on first use,
+        or ``UnknownName`` says why it cannot be, naming the target and who registered it."""
+        if isinstance(self.found, Target):
+            try:
+                self.found = self.found.resolve()
+            except Exception as exc:
+                raise UnknownName(
+                    f"{self.name!r} is not available: its target {self.found.spec!r} "
+                    f"({self.provider}) failed: {type(exc).__name__}: {exc}"
+                ) from exc
+        return self.found
 
     @property
     def provider(self) -> str:
@@ -103,31 +181,57 @@ class Registry:
     failures: list[Failure] = field(default_factory=list)  # plugins that failed to load
     conflicts: list[str] = field(default_factory=list)  # names two plugins registered
     overrides: list[str] = field(default_factory=list)  # built-ins a plugin replaced
-    # who is registering now: (module, distribution, version), set while a plugin's hook runs
-    _registering: tuple[str, str | None, str | None] | None = field(
+    # who is registering now: (module, distribution, version, built-in), set while a plugin's
+    # hook runs or the built-ins are added
+    _registering: tuple[str, str | None, str | None, bool] | None = field(
         default=None, repr=False, compare=False
     )
 
-    def add_reward(self, name: str, factory: Callable[..., RewardMethod]) -> None:
-        self._add(self.rewards, "reward method", name, factory)
+    # Each ``add_*`` takes the object, or a ``"module:attr"`` target of it imported on first use.
 
-    def add_decoder(self, name: str, factory: Callable[..., Decoder]) -> None:
-        self._add(self.decoders, "decoder", name, factory)
+    def add_reward(self, name: str, factory: Callable[..., RewardMethod] | str) -> None:
+        self._add(self.rewards, "reward method", name, _target(factory, make=False))
 
-    def add_suite(self, suite: Suite) -> None:
-        self._add(self.suites, "suite", suite.name, suite)
+    def add_decoder(self, name: str, factory: Callable[..., Decoder] | str) -> None:
+        self._add(self.decoders, "decoder", name, _target(factory, make=False))
 
-    def add_judge(self, name: str, judge: Judge) -> None:
-        """A judge of the win rates over base (``api.Judge``); the evaluation asks for
-        ``api.INDEPENDENT_JUDGE``."""
-        self._add(self.judges, "judge", name, judge)
+    def add_suite(self, suite: Suite | str, name: str | None = None) -> None:
+        """A suite object, or the target of its class with ``name``, the suite's name."""
+        if isinstance(suite, str):
+            if name is None:
+                raise ValueError(f"add_suite({suite!r}): a target needs the suite's name")
+            self._add(self.suites, "suite", name, _target(suite, make=True))
+        else:
+            self._add(self.suites, "suite", suite.name, suite)
+
+    def add_judge(self, name: str, judge: Judge | str) -> None:
+        """A judge of the win rates over base (``api.Judge``), or the target of its class;
+        the evaluation asks for ``api.INDEPENDENT_JUDGE``."""
+        self._add(self.judges, "judge", name, _target(judge, make=True))
+
+    def add(self, kind: str, name: str, target: str) -> None:
+        """``kind`` (one of ``KINDS``) ``name`` from a ``"module:attr"`` target."""
+        adders: dict[str, Callable[[str, str], None]] = {
+            "decoder": self.add_decoder,
+            "reward": self.add_reward,
+            "suite": lambda n, t: self.add_suite(t, n),
+            "judge": self.add_judge,
+        }
+        if kind not in adders:
+            raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+        adders[kind](name, target)
 
     @contextmanager
     def registering(
-        self, module: str, package: str | None = None, version: str | None = None
+        self,
+        module: str,
+        package: str | None = None,
+        version: str | None = None,
+        *,
+        builtin: bool = False,
     ) -> Iterator[None]:
         """Attribute what is added inside to ``module`` (from ``package`` ``version``)."""
-        self._registering = (module, package, version)
+        self._registering = (module, package, version, builtin)
         try:
             yield
         finally:
@@ -137,7 +241,8 @@ class Registry:
         if self._registering is not None:
             entry = Entry(name, obj, *self._registering)
         else:  # added directly (a test): the object's module, its package not looked up
-            entry = Entry(name, obj, getattr(obj, "__module__", None) or type(obj).__module__)
+            module = obj.module if isinstance(obj, Target) else _module_of(obj)
+            entry = Entry(name, obj, module, builtin=module.split(".")[0] in BUILTIN_MODULES)
         current = table.get(name)
         if current is not None and current.origin != entry.origin:
             if not current.builtin and entry.builtin:
@@ -260,13 +365,37 @@ class Registry:
         return []
 
 
+def add_builtins(registry: Registry, *names: str) -> None:
+    """Add the ``BUILTINS`` (those named, or all), each as its target, imported on first use."""
+    unknown = set(names) - {name for _, name, _ in BUILTINS}
+    if unknown:
+        raise UnknownName(f"no built-in named {', '.join(sorted(unknown))}")
+    version = own_version()
+    for kind, name, target in BUILTINS:
+        if names and name not in names:
+            continue
+        with registry.registering(target.partition(":")[0], DISTRIBUTION, version, builtin=True):
+            registry.add(kind, name, target)
+
+
+def own_version() -> str | None:
+    """The installed version of this distribution, for messages (None when not installed)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def load(pluginmanager: pluggy.PluginManager) -> Registry:
-    """Import every ``prefalign`` entry point, register it as a plugin and collect
-    registrations. A plugin that fails to load is recorded (``failures``), not raised; a name
-    two plugins register is recorded in ``conflicts``."""
+    """The built-ins (``BUILTINS``), then every ``prefalign`` entry point imported, registered
+    as a plugin and its registrations collected. A plugin that fails to load is recorded
+    (``failures``), not raised; a name two plugins register is recorded in ``conflicts``."""
     registry = Registry()
+    add_builtins(registry)
     packages: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
     for ep in metadata.entry_points(group=GROUP):
+        if ep.module.split(".")[0] in BUILTIN_MODULES:
+            continue  # metadata of an install from before the built-ins were listed here
         dist = (ep.dist.name, ep.dist.version) if ep.dist else ("?", "?")
         # the distribution in the name: two packages may use one entry point name, and each
         # must load (a name both register is then a conflict, not a silent skip)
@@ -337,6 +466,16 @@ def distribution_of(module: str) -> tuple[str | None, str | None]:
         return names[0], metadata.version(names[0])
     except metadata.PackageNotFoundError:
         return names[0], None
+
+
+def _target(obj: Any, *, make: bool) -> Any:
+    """A ``"module:attr"`` string as a ``Target`` (``make``: a class made once on first use),
+    anything else as it is."""
+    return Target(obj, make=make) if isinstance(obj, str) else obj
+
+
+def _module_of(obj: Any) -> str:
+    return getattr(obj, "__module__", None) or type(obj).__module__
 
 
 def _module_name(plugin: Any, fallback: str) -> str:

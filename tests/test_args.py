@@ -13,15 +13,11 @@ import pytest
 import torch
 from reference.args_reference import full_recompute_generate, per_candidate_cache_generate
 
-from prefalign_methods.decoders.args import (
-    ArgsDecoder,
-    ArgsOptions,
-    pytest_prefalign_register,
-)
+from prefalign_methods.decoders.args import ArgsDecoder, ArgsOptions
 from prefalign_methods.decoders.args_decode import args_generate
 from prefalign_methods.decoders.args_rule import pick, top_candidates
 from prefalign_methods.decoders.args_score import args_token_logprobs
-from pytest_prefalign.api import CaseContext, Item, RewardMethod
+from pytest_prefalign.api import Batch, CaseContext, Item, RewardMethod
 from pytest_prefalign.runtime.lm import LM
 from pytest_prefalign.runtime.tiny import build_tiny_lm
 
@@ -56,19 +52,15 @@ class HeadReward(RewardMethod):
         heads = heads.reshape(len(users), *([1] * (hidden.dim() - 2)), -1)
         return (hidden * heads).sum(-1)
 
-    def prefix_rewards(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
-        hidden = lm.response_hidden(prompts, responses)
+    def prefix_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]:
+        hidden = lm.response_hidden(batch.prompts, batch.responses)
         return [
             self.reward_from_hidden([u], h[None])[0].double().numpy()
-            for u, h in zip(users, hidden, strict=True)
+            for u, h in zip(batch.users, hidden, strict=True)
         ]
 
-    def score(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        return np.array([v[-1] for v in self.prefix_rewards(lm, users, prompts, responses)])
+    def score(self, lm: LM, batch: Batch) -> np.ndarray:
+        return np.array([v[-1] for v in self.prefix_rewards(lm, batch)])
 
 
 class PrefixOnly(RewardMethod):
@@ -193,7 +185,11 @@ def test_loglik_with_w0_over_the_whole_vocabulary_is_the_base_loglik(
     responses = ["neural machine translation", "a", "We study the model of the paper"]
     prompts = PROMPTS[:3]
     guided = args_token_logprobs(
-        tiny_lm, head, USERS[:3], prompts, responses, k=tiny_lm.model.config.vocab_size, w=0.0
+        tiny_lm,
+        head,
+        Batch(USERS[:3], prompts, responses),
+        k=tiny_lm.model.config.vocab_size,
+        w=0.0,
     )
     base = tiny_lm.response_logprobs(prompts, responses)
     for g, b in zip(guided, base, strict=True):
@@ -227,7 +223,7 @@ def test_loglik_matches_a_hand_computation(tiny_lm: LM, head: HeadReward, tmp_pa
     assert all(len(tiny_lm.response_ids(r)) <= 4 for r in responses)
     users, prompts = USERS[:3], [PROMPTS[0], PROMPTS[0], PROMPTS[2]]
     ctx = context(tiny_lm, head, tmp_path, k=3, w=1.5)
-    got = ArgsDecoder().loglik(ctx, users, prompts, responses)
+    got = ArgsDecoder().loglik(ctx, Batch(users, prompts, responses))
     want = [
         hand_loglik(tiny_lm, head, u, p, r, k=3, w=1.5)
         for u, p, r in zip(users, prompts, responses, strict=True)
@@ -237,7 +233,8 @@ def test_loglik_matches_a_hand_computation(tiny_lm: LM, head: HeadReward, tmp_pa
     base = [float(np.sum(lp)) for lp in tiny_lm.response_logprobs(prompts, responses)]
     assert np.abs(np.array(got) - base).max() > 0.1
     mean = ArgsDecoder().loglik(
-        context(tiny_lm, head, tmp_path, k=3, w=1.5, reduce="mean"), users, prompts, responses
+        context(tiny_lm, head, tmp_path, k=3, w=1.5, reduce="mean"),
+        Batch(users, prompts, responses),
     )
     lengths = [len(tiny_lm.response_ids(r)) for r in responses]
     np.testing.assert_allclose(mean, np.array(got) / lengths, atol=1e-5)
@@ -247,9 +244,9 @@ def test_loglik_does_not_depend_on_the_batch(tiny_lm: LM, head: HeadReward) -> N
     users = ["ann", "bob", "ann", "dee", "bob"]
     prompts = [PROMPTS[0], PROMPTS[0], PROMPTS[1], PROMPTS[3], PROMPTS[1]]
     responses = ["neural machine translation", "a title", "We propose", "x", "hello world"]
-    whole = args_token_logprobs(tiny_lm, head, users, prompts, responses, k=10, w=1.0)
+    whole = args_token_logprobs(tiny_lm, head, Batch(users, prompts, responses), k=10, w=1.0)
     single = [
-        args_token_logprobs(tiny_lm, head, [u], [p], [r], k=10, w=1.0, batch_size=1)[0]
+        args_token_logprobs(tiny_lm, head, Batch([u], [p], [r]), k=10, w=1.0, batch_size=1)[0]
         for u, p, r in zip(users, prompts, responses, strict=True)
     ]
     for a, b in zip(whole, single, strict=True):
@@ -299,8 +296,10 @@ def test_prefix_only_path_equals_the_fast_path(word_lm: LM) -> None:
     )
     assert fast != args_generate(word_lm, fast_rm, USERS, PROMPTS, k=6, w=0.0, max_new_tokens=6)
     responses = [" the model", " and the paper", " model"]
-    a = args_token_logprobs(word_lm, fast_rm, USERS[:3], PROMPTS[:3], responses, k=6, w=1.0)
-    b = args_token_logprobs(word_lm, general_rm, USERS[:3], PROMPTS[:3], responses, k=6, w=1.0)
+    a = args_token_logprobs(word_lm, fast_rm, Batch(USERS[:3], PROMPTS[:3], responses), k=6, w=1.0)
+    b = args_token_logprobs(
+        word_lm, general_rm, Batch(USERS[:3], PROMPTS[:3], responses), k=6, w=1.0
+    )
     for x, y in zip(a, b, strict=True):
         np.testing.assert_allclose(x, y, atol=1e-4)
 
@@ -313,7 +312,7 @@ def test_clear_errors(tiny_lm: LM, head: HeadReward, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="needs a reward method"):
         ArgsDecoder().generate(context(tiny_lm, None, tmp_path), its)
     with pytest.raises(ValueError, match="declares neither"):
-        ArgsDecoder().loglik(context(tiny_lm, ScoreOnly(), tmp_path), ["u"], ["p"], ["r"])
+        ArgsDecoder().loglik(context(tiny_lm, ScoreOnly(), tmp_path), Batch(["u"], ["p"], ["r"]))
     with pytest.raises(ValueError, match="k must be >= 1"):
         ArgsDecoder().generate(context(tiny_lm, head, tmp_path, k=0), its)
     with pytest.raises(ValueError, match="w must be a finite number"):
@@ -323,16 +322,11 @@ def test_clear_errors(tiny_lm: LM, head: HeadReward, tmp_path: Path) -> None:
 
 
 def test_registers_the_decoder() -> None:
-    class Registry:
-        def __init__(self) -> None:
-            self.decoders: dict[str, type] = {}
-
-        def add_decoder(self, name: str, cls: type) -> None:
-            self.decoders[name] = cls
+    from pytest_prefalign.registry import Registry, add_builtins
 
     registry = Registry()
-    pytest_prefalign_register(registry)  # type: ignore[arg-type]
-    assert registry.decoders == {"args": ArgsDecoder}
+    add_builtins(registry, "args")
+    assert list(registry.decoders) == ["args"] and registry.decoder("args").obj is ArgsDecoder
     assert ArgsDecoder.needs == frozenset({"score", "prefix"}) and ArgsDecoder.order == 10
 
 

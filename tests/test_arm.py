@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-import prefalign_methods.rewards.arm as arm_module
 import prefalign_methods.rewards.arm_training as arm_training
 from prefalign_methods.rewards.arm import ARM, ARMConfig
-from pytest_prefalign.api import Pair
+from pytest_prefalign.api import Batch, Pair
 from pytest_prefalign.runtime.hidden import predicting_hidden
 from pytest_prefalign.runtime.lm import LM
 
@@ -47,8 +46,8 @@ TRAIN, TEST = pairs_for(TOPICS[:8], "train"), pairs_for(TOPICS[8:], "test")
 
 def accuracy(arm: ARM, lm, pairs: list[Pair]) -> float:
     users, prompts = [p.user for p in pairs], [p.prompt for p in pairs]
-    chosen = arm.score(lm, users, prompts, [p.chosen for p in pairs])
-    rejected = arm.score(lm, users, prompts, [p.rejected for p in pairs])
+    chosen = arm.score(lm, Batch(users, prompts, [p.chosen for p in pairs]))
+    rejected = arm.score(lm, Batch(users, prompts, [p.rejected for p in pairs]))
     return float(np.mean(chosen > rejected))
 
 
@@ -80,7 +79,7 @@ def test_untrained_arm_is_the_base_model(fitted, tiny_lm):
         fitted._adapter.B.data.zero_()
         prompts, responses = [p.prompt for p in TEST], [p.chosen for p in TEST]
         expected = [2.0 * lp.sum() for lp in tiny_lm.response_logprobs(prompts, responses)]
-        got = arm.score(tiny_lm, [p.user for p in TEST], prompts, responses)
+        got = arm.score(tiny_lm, Batch([p.user for p in TEST], prompts, responses))
     finally:
         fitted._adapter.B.data.copy_(saved)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)
@@ -89,9 +88,9 @@ def test_untrained_arm_is_the_base_model(fitted, tiny_lm):
 def test_the_views_of_the_reward_agree(fitted, tiny_lm):
     users, prompts = ["ann", "bob", "carol"], [p.prompt for p in TEST[:3]]
     responses = ["Graph learning for tagging", "a", ""]
-    score = fitted.score(tiny_lm, users, prompts, responses)
-    prefix = fitted.prefix_rewards(tiny_lm, users, prompts, responses)
-    rows = fitted.next_token_logprobs(tiny_lm, users, prompts, responses)
+    score = fitted.score(tiny_lm, Batch(users, prompts, responses))
+    prefix = fitted.prefix_rewards(tiny_lm, Batch(users, prompts, responses))
+    rows = fitted.next_token_logprobs(tiny_lm, Batch(users, prompts, responses))
     hidden = predicting_hidden(tiny_lm, prompts, responses)
     for k, response in enumerate(responses):
         target = tiny_lm.response_ids(response)
@@ -106,7 +105,7 @@ def test_the_views_of_the_reward_agree(fitted, tiny_lm):
 
 def test_unknown_users_get_the_shared_adapter(fitted, tiny_lm):
     prompts, responses = [TEST[0].prompt] * 4, [TEST[0].chosen] * 4
-    got = fitted.score(tiny_lm, ["carol", "dave", "ann", "bob"], prompts, responses)
+    got = fitted.score(tiny_lm, Batch(["carol", "dave", "ann", "bob"], prompts, responses))
     assert np.all(np.isfinite(got))
     assert got[0] == got[1]  # both unknown: the same, user-free reward
     assert got[2] > got[0] > got[3]  # ann likes "Graph learning ...", bob does not
@@ -135,8 +134,8 @@ def test_training_is_deterministic_and_cached(tiny_lm, tmp_path, monkeypatch):
     prompts, responses = [p.prompt for p in TEST], [p.chosen for p in TEST]
     users = [p.user for p in TEST]
     np.testing.assert_array_equal(
-        loaded.score(tiny_lm, users, prompts, responses),
-        first.score(tiny_lm, users, prompts, responses),
+        loaded.score(tiny_lm, Batch(users, prompts, responses)),
+        first.score(tiny_lm, Batch(users, prompts, responses)),
     )
     # another configuration or other pairs are another cache entry
     with pytest.raises(AssertionError, match="trained again"):
@@ -162,7 +161,7 @@ def test_refusals(tiny_lm, tmp_path):
     with pytest.raises(ValueError, match="no training pairs"):
         ARM().fit(tiny_lm, [], tmp_path)
     with pytest.raises(RuntimeError, match="fit"):
-        ARM().score(tiny_lm, ["ann"], ["p"], ["r"])
+        ARM().score(tiny_lm, Batch(["ann"], ["p"], ["r"]))
 
 
 class TextOnlyARM(ARM):
@@ -186,8 +185,8 @@ def test_genarm_with_the_arm(fitted, tiny_lm):
     for label, reward in (("fast", fitted), ("general", general)):
         ctx = CaseContext(tiny_lm, None, data, reward, options)  # type: ignore[arg-type]
         scores[label] = (
-            decoder.loglik(ctx, users, prompts, [p.chosen for p in TEST]),
-            decoder.loglik(ctx, users, prompts, [p.rejected for p in TEST]),
+            decoder.loglik(ctx, Batch(users, prompts, [p.chosen for p in TEST])),
+            decoder.loglik(ctx, Batch(users, prompts, [p.rejected for p in TEST])),
         )
     np.testing.assert_allclose(scores["general"], scores["fast"], rtol=0, atol=1e-4)
     chosen, rejected = scores["fast"]
@@ -243,13 +242,12 @@ def test_the_kl_term_is_kl_from_the_base_and_holds_the_arm_near_it(tiny_lm, tmp_
 
 def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, tiny_lm):
 
-    from prefalign_methods.decoders import args, bon, genarm
+    from prefalign_methods.decoders import args
     from pytest_prefalign.api import CaseContext, SuiteData
-    from pytest_prefalign.registry import MethodName, Registry
+    from pytest_prefalign.registry import MethodName, Registry, add_builtins
 
     registry = Registry()
-    for module in (arm_module, args, bon, genarm):
-        module.pytest_prefalign_register(registry)
+    add_builtins(registry, "arm", "args", "bon", "genarm")
     assert MethodName("genarm", "arm") in registry.default_methods()
     registry.check_method(MethodName("args", "arm"))
     options = args.ArgsOptions(max_new_tokens=4, batch_size=8)
@@ -261,7 +259,10 @@ def test_default_method_is_genarm_and_args_can_use_the_prefix_rewards(fitted, ti
         options,
     )
     got = args.ArgsDecoder().loglik(
-        ctx, [p.user for p in TEST[:2]], [p.prompt for p in TEST[:2]], [p.chosen for p in TEST[:2]]
+        ctx,
+        Batch(
+            [p.user for p in TEST[:2]], [p.prompt for p in TEST[:2]], [p.chosen for p in TEST[:2]]
+        ),
     )
     assert got.shape == (2,) and np.all(np.isfinite(got)) and np.all(got <= 0)
 

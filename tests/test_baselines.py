@@ -116,13 +116,11 @@ def test_baselines_are_no_policy_and_need_no_reward() -> None:
 
 
 def test_default_methods_put_the_baselines_after_base() -> None:
-    from prefalign_methods.decoders import args, base, bon, icl, lead, profile_copy
-    from prefalign_methods.rewards import global_bt
-    from pytest_prefalign.registry import Registry
+    from pytest_prefalign.registry import Registry, add_builtins
 
     registry = Registry()
-    for module in (base, icl, lead, profile_copy, args, bon, global_bt):
-        module.pytest_prefalign_register(registry)
+    decoders = ("base", "icl", "icl_rag", "lead", "profile_copy", "args", "bon")
+    add_builtins(registry, *decoders, "global_bt")
     names = [str(m) for m in registry.default_methods()]
     assert names == [
         "base",

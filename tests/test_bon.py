@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from prefalign_methods.decoders.bon import BestOfNDecoder, BoNOptions
-from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
+from pytest_prefalign.api import Batch, CaseContext, Item, RewardMethod, SuiteData
 
 SEED = 3
 OPTIONS = {"max_new_tokens": 5, "batch_size": 8}
@@ -27,15 +27,15 @@ class LengthReward(RewardMethod):
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
 
-    def score(self, lm, users, prompts, responses) -> np.ndarray:
-        self.calls += list(zip(users, prompts, responses, strict=True))
+    def score(self, lm, batch) -> np.ndarray:
+        self.calls += list(batch)
         sign = {"ann": 1.0, "bob": -1.0}
-        return np.array([sign[u] * len(r) for u, r in zip(users, responses, strict=True)])
+        return np.array([sign[u] * len(r) for u, _, r in batch])
 
 
 class ConstantReward(LengthReward):
-    def score(self, lm, users, prompts, responses) -> np.ndarray:
-        return np.zeros(len(responses))
+    def score(self, lm, batch) -> np.ndarray:
+        return np.zeros(len(batch))
 
 
 def context(lm, reward, *, seed: int = SEED, reduce: str = "sum", **options) -> CaseContext:
@@ -106,7 +106,7 @@ def test_loglik_is_base_loglik_plus_reward_over_beta(tiny_lm, reduce, beta):
     rewards = [len(responses[0]), -len(responses[1])]
     expected = [b + r / beta for b, r in zip(base, rewards, strict=True)]
     ctx = context(tiny_lm, LengthReward(), reduce=reduce, beta=beta)
-    got = BestOfNDecoder().loglik(ctx, users, prompts, responses)
+    got = BestOfNDecoder().loglik(ctx, Batch(users, prompts, responses))
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
 
 

@@ -112,7 +112,8 @@ def heavy_imports() -> None:
     """Import torch and what imports it before the in-process runs: pytester drops the modules
     a run imported when the run ends, and torch cannot be imported a second time."""
     from importlib import import_module
-    from importlib.metadata import entry_points
+
+    from pytest_prefalign.registry import BUILTINS
 
     for module in (
         "torch",
@@ -123,8 +124,8 @@ def heavy_imports() -> None:
         "pytest_prefalign.analysis.compare",
     ):
         import_module(module)
-    for ep in entry_points(group="prefalign"):
-        ep.load()
+    for _, _, target in BUILTINS:
+        import_module(target.partition(":")[0])
 
 
 @pytest.fixture(scope="module")

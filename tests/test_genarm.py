@@ -12,7 +12,7 @@ import torch
 from prefalign_methods.decoders import genarm_guided
 from prefalign_methods.decoders.base import BaseDecoder
 from prefalign_methods.decoders.genarm import GenARMDecoder, GenARMOptions
-from pytest_prefalign.api import CaseContext, Item, RewardMethod, SuiteData
+from pytest_prefalign.api import Batch, CaseContext, Item, RewardMethod, SuiteData
 
 OPTIONS = {"max_new_tokens": 6, "batch_size": 3}
 PROMPTS = [
@@ -54,19 +54,19 @@ class TableARM(RewardMethod):
         bias = bias.reshape(len(users), *([1] * (hidden.dim() - 2)), -1)
         return torch.log_softmax(hidden.float() @ self.M + bias, dim=-1)
 
-    def next_token_logprobs(self, lm, users, prompts, responses) -> list[np.ndarray]:
+    def next_token_logprobs(self, lm, batch) -> list[np.ndarray]:
         out = []
-        for u, p, r in zip(users, prompts, responses, strict=True):
+        for u, p, r in batch:
             h, _, n_prompt = plain_forward(lm, p, r)
             out.append(self.table([u], h[None, n_prompt - 1 : -1])[0].numpy())
         return out
 
-    def score(self, lm, users, prompts, responses) -> np.ndarray:
-        rows = self.next_token_logprobs(lm, users, prompts, responses)
+    def score(self, lm, batch) -> np.ndarray:
+        rows = self.next_token_logprobs(lm, batch)
         return np.array(
             [
                 float(r[np.arange(len(r)), lm.response_ids(y)].sum())
-                for r, y in zip(rows, responses, strict=True)
+                for r, y in zip(rows, batch.responses, strict=True)
             ]
         )
 
@@ -125,9 +125,9 @@ def test_alpha_zero_loglik_is_the_base_loglik(tiny_lm, reduce):
     ctx = context(tiny_lm, TableARM(tiny_lm, {"ann": {278: 5.0}}), alpha=0.0, reduce=reduce)
     users, prompts = ["ann", "bob", "ann"], PROMPTS[:3]
     responses = ["Attention for translation", "A dialogue dataset", ""]
-    got = GenARMDecoder().loglik(ctx, users, prompts, responses)
+    got = GenARMDecoder().loglik(ctx, Batch(users, prompts, responses))
     np.testing.assert_allclose(
-        got, BaseDecoder().loglik(ctx, users, prompts, responses), rtol=0, atol=1e-4
+        got, BaseDecoder().loglik(ctx, Batch(users, prompts, responses)), rtol=0, atol=1e-4
     )
 
 
@@ -148,7 +148,7 @@ def test_loglik_matches_a_hand_computation(tiny_lm, reduce):
         total.append(float(torch.log_softmax(guided, dim=-1)[y]))
     expected = np.sum(total) if reduce == "sum" else np.mean(total)
     ctx = context(tiny_lm, arm, alpha=alpha, reduce=reduce)
-    got = GenARMDecoder().loglik(ctx, ["ann"], [prompt], [response])
+    got = GenARMDecoder().loglik(ctx, Batch(["ann"], [prompt], [response]))
     np.testing.assert_allclose(got, [expected], rtol=0, atol=1e-4)
 
 
@@ -160,8 +160,8 @@ def test_general_path_matches_fast_path(tiny_lm):
     users, prompts = ["ann", "bob", "ann"], PROMPTS[2:5]
     responses = ["Reward models for parsing", "speech and the model", "x"]
     np.testing.assert_allclose(
-        decoder.loglik(general, users, prompts, responses),
-        decoder.loglik(fast, users, prompts, responses),
+        decoder.loglik(general, Batch(users, prompts, responses)),
+        decoder.loglik(fast, Batch(users, prompts, responses)),
         rtol=0,
         atol=1e-4,
     )
@@ -209,7 +209,7 @@ def test_refuses_what_it_cannot_use(tiny_lm):
         capabilities = frozenset({"prefix"})
 
     with pytest.raises(ValueError, match="next_token"):
-        GenARMDecoder().loglik(context(tiny_lm, Plain()), ["ann"], ["p"], ["r"])
+        GenARMDecoder().loglik(context(tiny_lm, Plain()), Batch(["ann"], ["p"], ["r"]))
     with pytest.raises(ValueError, match="alpha must be"):
         GenARMOptions(alpha=-1)
     with pytest.raises(ValueError, match="temperature must be"):
@@ -246,8 +246,8 @@ def test_real_model_with_a_trained_arm(tmp_path):
     general = TextOnly(arm)
     users, prompts, responses = ["ann", "bob"], [pairs[0].prompt] * 2, ["Speech", "A Study"]
     np.testing.assert_allclose(
-        GenARMDecoder().loglik(context(lm, general, alpha=1.0), users, prompts, responses),
-        GenARMDecoder().loglik(context(lm, arm, alpha=1.0), users, prompts, responses),
+        GenARMDecoder().loglik(context(lm, general, alpha=1.0), Batch(users, prompts, responses)),
+        GenARMDecoder().loglik(context(lm, arm, alpha=1.0), Batch(users, prompts, responses)),
         rtol=0,
         atol=1e-3,
     )
@@ -262,5 +262,5 @@ class TextOnly(RewardMethod):
     def __init__(self, inner) -> None:
         self.inner = inner
 
-    def next_token_logprobs(self, lm, users, prompts, responses):
-        return self.inner.next_token_logprobs(lm, users, prompts, responses)
+    def next_token_logprobs(self, lm, batch):
+        return self.inner.next_token_logprobs(lm, batch)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from pytest_prefalign.api import Pair, SuiteData
+from pytest_prefalign.api import Batch, Pair, SuiteData
 from pytest_prefalign.errors import PrefalignError
-from pytest_prefalign.evaluation.guard import GuardedReward
+from pytest_prefalign.evaluation.guard import GuardedReward, old_style
 
 VOCAB = 7
 PAIR = Pair("ann/t0", "ann", "Title for: cats", "Cats Nap", "Dogs Run")
@@ -33,8 +33,8 @@ class Answers:
     def __init__(self, answer):
         self.answer = answer
 
-    def prefix_rewards(self, lm, users, prompts, responses):
-        return [self.answer(r) for r in responses]
+    def prefix_rewards(self, lm, batch):
+        return [self.answer(r) for r in batch.responses]
 
     next_token_logprobs = prefix_rewards
 
@@ -47,8 +47,8 @@ def guarded(answer) -> GuardedReward:
 
 
 def call(reward: GuardedReward, capability: str):
-    side = [PAIR.chosen]  # two words and the eos: three tokens
-    return getattr(reward, capability)(WordLM(), [PAIR.user], [PAIR.prompt], side)
+    side = Batch.of_pairs([PAIR], "chosen")  # two words and the eos: three tokens
+    return getattr(reward, capability)(WordLM(), side)
 
 
 def test_prefix_rewards_of_the_right_length_pass_as_floats():
@@ -104,3 +104,37 @@ def test_logprobs_from_hidden_must_keep_the_leading_shape_and_give_the_vocabular
     # without a known vocabulary, only the leading shape is checked
     loose = GuardedReward(Answers(lambda h: torch.zeros(2, 4, 3)), "mine", DATA)
     assert loose.logprobs_from_hidden(["a", "b"], hidden).shape == (2, 4, 3)
+
+
+class OldStyle:
+    """A reward method written before ``Batch``: ``score(lm, users, prompts, responses)``."""
+
+    def __init__(self):
+        self.calls = []
+
+    def score(self, lm, users, prompts, responses):
+        self.calls.append((list(users), list(prompts), list(responses)))
+        return [float(len(r)) for r in responses]
+
+    def prefix_rewards(self, lm, users, prompts, responses, extra=None):
+        return [np.arange(1.0, len(lm.response_ids(r)) + 1) for r in responses]
+
+
+def test_a_method_written_before_batch_is_called_its_way_with_a_warning():
+    inner = OldStyle()
+    reward = GuardedReward(inner, "old", DATA)
+    batch = Batch(["ann", "bob"], ["p", "q"], ["one two", "three"])
+    with pytest.warns(DeprecationWarning, match=r"reward method 'old': score\(lm, users"):
+        got = reward.score(WordLM(), batch)
+    assert got.tolist() == [7.0, 5.0]
+    assert inner.calls == [(["ann", "bob"], ["p", "q"], ["one two", "three"])]
+    with pytest.warns(DeprecationWarning, match="define prefix_rewards\\(lm, batch\\)"):
+        prefix = reward.prefix_rewards(WordLM(), batch)
+    assert [p.tolist() for p in prefix] == [[1.0, 2.0, 3.0], [1.0, 2.0]]
+
+
+def test_old_style_is_told_by_the_positional_parameters():
+    assert old_style(OldStyle().score) and old_style(OldStyle().prefix_rewards)
+    assert not old_style(Answers(None).prefix_rewards)  # (lm, batch)
+    assert not old_style(lambda *args: args)  # passes everything through: the current way
+    assert not old_style(len)  # a builtin: no signature to read

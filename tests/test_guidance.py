@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pytest_prefalign.api import Item, Pair, ProfileEntry, SuiteData
+from pytest_prefalign.api import Batch, Item, Pair, ProfileEntry, SuiteData
 from pytest_prefalign.evaluation import guidance
 from pytest_prefalign.evaluation.guidance import Choice, Outputs, Trial, judged, validation_items
 from pytest_prefalign.evaluation.scale import RewardScale, StandardisedReward, fit_scale
@@ -23,11 +23,11 @@ class Raw:
     name = "raw"
     capabilities = frozenset({"prefix"})
 
-    def score(self, lm, users, prompts, responses):
-        return np.array([float(len(r)) for r in responses])
+    def score(self, lm, batch):
+        return np.array([float(len(r)) for r in batch.responses])
 
-    def prefix_rewards(self, lm, users, prompts, responses):
-        return [np.arange(1.0, len(r) + 1.0) for r in responses]
+    def prefix_rewards(self, lm, batch):
+        return [np.arange(1.0, len(r) + 1.0) for r in batch.responses]
 
     def reward_from_hidden(self, users, hidden):
         return hidden.sum(-1)
@@ -45,9 +45,9 @@ def test_the_scale_is_the_mean_and_population_spread_of_the_training_rewards():
 
 def test_a_standardised_reward_answers_every_call_on_its_scale_and_keeps_the_order():
     reward = StandardisedReward(Raw(), RewardScale(mean=4.0, std=2.0, n=10))
-    got = reward.score(None, ["u"] * 3, ["p"] * 3, ["ab", "abcd", "abcdefgh"])
+    got = reward.score(None, Batch(["u"] * 3, ["p"] * 3, ["ab", "abcd", "abcdefgh"]))
     assert got.tolist() == [-1.0, 0.0, 2.0]  # (2 - 4) / 2, (4 - 4) / 2, (8 - 4) / 2
-    assert [v.tolist() for v in reward.prefix_rewards(None, ["u"], ["p"], ["abc"])] == [
+    assert [v.tolist() for v in reward.prefix_rewards(None, Batch(["u"], ["p"], ["abc"]))] == [
         [-1.5, -1.0, -0.5]
     ]
     assert reward.reward_from_hidden(["u"], np.array([[1.0, 1.0]])).tolist() == [-1.0]
@@ -55,8 +55,10 @@ def test_a_standardised_reward_answers_every_call_on_its_scale_and_keeps_the_ord
     assert reward.name == "raw" and reward.capabilities == frozenset({"prefix"})
     # standardised on its own training responses: mean 0, unit spread there
     responses = ["a", "abc", "abcdef", "ab"]
-    raw = Raw().score(None, ["u"] * 4, ["p"] * 4, responses)
-    own = StandardisedReward(Raw(), fit_scale(raw)).score(None, ["u"] * 4, ["p"] * 4, responses)
+    raw = Raw().score(None, Batch(["u"] * 4, ["p"] * 4, responses))
+    own = StandardisedReward(Raw(), fit_scale(raw)).score(
+        None, Batch(["u"] * 4, ["p"] * 4, responses)
+    )
     assert own.mean() == pytest.approx(0.0, abs=1e-12) and own.std() == pytest.approx(1.0)
 
 

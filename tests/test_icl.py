@@ -12,7 +12,7 @@ from prefalign_methods.decoders.base import reductions
 from prefalign_methods.decoders.icl import ICLDecoder, ICLOptions, RAGDecoder, icl_prompt
 from prefalign_suites.polis.suite import Polis
 from prefalign_suites.pref_lamp.suite import PrefLamp
-from pytest_prefalign.api import CaseContext, Item, ProfileEntry, SuiteData
+from pytest_prefalign.api import Batch, CaseContext, Item, ProfileEntry, SuiteData
 from pytest_prefalign.runtime.chat import Dialogue
 
 SUITE = PrefLamp()
@@ -69,7 +69,7 @@ def test_the_policy_score_reads_the_dialogue_the_decoder_generates_from(tiny_lm,
     responses = ["Attention Everywhere", "Parsing Speech"]
     shown = decoder().prompts(ctx, users, prompts)
     expected = reductions(tiny_lm.response_logprobs(shown, responses))
-    got = decoder().logliks(ctx, users, prompts, responses)
+    got = decoder().logliks(ctx, Batch(users, prompts, responses))
     for how, values in expected.items():
         np.testing.assert_allclose(got[how], values, rtol=0, atol=1e-9)
     # and not the task prompt's alone: the examples are read

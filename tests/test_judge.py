@@ -14,6 +14,7 @@ from prefalign_methods.rewards import judge
 from pytest_prefalign import cache
 from pytest_prefalign.api import (
     INDEPENDENT_JUDGE,
+    Batch,
     CaseContext,
     Item,
     Pair,
@@ -31,11 +32,9 @@ class LengthReward(RewardMethod):
     def __init__(self) -> None:
         self.seen_lm: Any = None
 
-    def score(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
+    def score(self, lm: Any, batch: Batch) -> np.ndarray:
         self.seen_lm = lm
-        return np.array([float(len(r)) for r in responses])
+        return np.array([float(len(r)) for r in batch.responses])
 
 
 def context(
@@ -183,11 +182,11 @@ def test_bradley_terry_learns_the_users_direction() -> None:
     shared, heads = judge.train_bradley_terry(triples, enc, judge.CONFIG)  # type: ignore
     fitted = judge.IndependentJudge(enc, shared, heads, len(triples))  # type: ignore[arg-type]
     scores = fitted.score(
-        ["ann", "ann", "bob", "bob"], ["x"] * 4, ["ann-own", "bob-own", "ann-own", "bob-own"]
+        Batch(["ann", "ann", "bob", "bob"], ["x"] * 4, ["ann-own", "bob-own", "ann-own", "bob-own"])
     )
     assert scores[0] > scores[1] and scores[3] > scores[2]
     # an unknown user gets the shared part only: no preference between the two symmetric texts
-    unknown = fitted.score(["zed", "zed"], ["x", "x"], ["ann-own", "bob-own"])
+    unknown = fitted.score(Batch(["zed", "zed"], ["x", "x"], ["ann-own", "bob-own"]))
     assert unknown[0] == pytest.approx(unknown[1], abs=1e-6)
 
 

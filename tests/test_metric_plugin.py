@@ -43,8 +43,8 @@ class Longer(RewardMethod):
     def fit(self, lm, pairs, cache_dir):
         pass
 
-    def score(self, lm, users, prompts, responses):
-        return np.array([self.sign * len(r) for r in responses], dtype=float)
+    def score(self, lm, batch):
+        return np.array([self.sign * len(r) for r in batch.responses], dtype=float)
 
 
 class Shorter(Longer):

@@ -399,14 +399,14 @@ class Bad(RewardMethod):
         if self.mode == "fit":
             raise ValueError("cannot train on nothing")
 
-    def score(self, lm, users, prompts, responses):
+    def score(self, lm, batch):
         if self.mode == "raise":
             raise RuntimeError("scoring broke")
         if self.mode == "nan":
-            return [float("nan")] * len(responses)
+            return [float("nan")] * len(batch)
         if self.mode == "short":
-            return np.zeros(len(responses) - 1)
-        return np.array([len(r) for r in responses], dtype=float)
+            return np.zeros(len(batch) - 1)
+        return np.array([len(r) for r in batch.responses], dtype=float)
 
 
 def make(mode):
@@ -451,7 +451,7 @@ def test_broken_reward_methods_fail_their_own_tests_only(toy):
             "*_ toy?bon?bad_raise?-tiny? _*",
             "reward method 'bad_raise' raised in score: RuntimeError: scoring broke",
             "",
-            "*def score(self, lm, users, prompts, responses):*",
+            "*def score(self, lm, batch):*",
             '>*raise RuntimeError("scoring broke")',
             "E*RuntimeError: scoring broke",
             "badrewards.py:18: RuntimeError",

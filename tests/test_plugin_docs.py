@@ -43,7 +43,7 @@ class MyRewardMethod(RewardMethod):
     def fit(self, lm, pairs, cache_dir) -> None:
         {fit}
 
-    def score(self, lm, users, prompts, responses) -> np.ndarray:
+    def score(self, lm, batch) -> np.ndarray:
         {score}
 
 
@@ -51,7 +51,7 @@ def pytest_prefalign_register(registry) -> None:
     registry.add_reward("myrm", MyRewardMethod)
 """
 FIT = "self.weight = {p.user: 1.0 for p in pairs}"
-SCORE = "return np.array([-float(len(r.split())) for r in responses])"
+SCORE = "return np.array([-float(len(r.split())) for r in batch.responses])"
 # the broken variants: what fit or score does instead
 VARIANTS = {
     "fit": {
@@ -59,13 +59,15 @@ VARIANTS = {
         '            raise ValueError(f"myrm needs at least 10 training pairs, got {len(pairs)}")'
     },
     "raise": {  # forgets the users without training pairs
-        "score": "return np.array([self.weight[u] * len(r) for u, r in zip(users, responses)])"
+        "score": "return np.array([self.weight[u] * len(r) for u, _, r in batch])"
     },
-    "nan": {"score": "return np.full(len(responses), np.nan)"},
+    "nan": {"score": "return np.full(len(batch), np.nan)"},
     "nan on one title": {
-        "score": 'return np.array([np.nan if r.startswith("Dog") else 0.0 for r in responses])'
+        "score": "return np.array(\n"
+        '            [np.nan if r.startswith("Dog") else 0.0 for r in batch.responses]\n'
+        "        )"
     },
-    "one short": {"score": "return np.zeros(len(responses) - 1)"},
+    "one short": {"score": "return np.zeros(len(batch) - 1)"},
 }
 
 

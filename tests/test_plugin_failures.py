@@ -37,8 +37,8 @@ class {cls}(RewardMethod):
     def fit(self, lm, pairs, cache_dir):
         pass
 
-    def score(self, lm, users, prompts, responses):
-        return np.array([-float(len(r)) for r in responses])
+    def score(self, lm, batch):
+        return np.array([-float(len(r)) for r in batch.responses])
 
 
 def pytest_prefalign_register(registry):

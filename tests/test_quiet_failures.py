@@ -29,7 +29,7 @@ class Ranking(RewardMethod):
         bm25.index(["a paper about titles", "another paper on words"])
         raise ValueError("no ranking learnt")
 
-    def score(self, lm, users, prompts, responses):
+    def score(self, lm, batch):
         raise AssertionError("never scored")
 
 

@@ -20,7 +20,6 @@ mean ann wins both: (1 + 0) / 2 = 0.5. The second pair tells the two reductions 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -28,7 +27,7 @@ import test_plugin as toy_project
 from test_plugin import RECORDS, run
 
 from prefalign_methods.decoders.base import BaseDecoder
-from pytest_prefalign.api import REDUCTIONS, CaseContext, Decoder, SuiteData, policy_scores
+from pytest_prefalign.api import REDUCTIONS, Batch, CaseContext, Decoder, SuiteData, policy_scores
 
 # the toy project's fixtures (tests/test_plugin.py)
 heavy_modules_imported_once = toy_project.heavy_modules_imported_once
@@ -109,10 +108,12 @@ ARGS = (["ann", "bob"], ["Write a title for: cats", "Write a title for: dogs"], 
 
 def test_a_context_sums_by_default_and_loglik_is_logliks_under_its_reduction(tiny_lm):
     assert CaseContext.__dataclass_fields__["reduce"].default == "sum"
-    both = BaseDecoder().logliks(context(tiny_lm), *ARGS)
+    both = BaseDecoder().logliks(context(tiny_lm), Batch(*ARGS))
     assert set(both) == set(REDUCTIONS)
     for how in REDUCTIONS:
-        np.testing.assert_array_equal(BaseDecoder().loglik(context(tiny_lm, how), *ARGS), both[how])
+        np.testing.assert_array_equal(
+            BaseDecoder().loglik(context(tiny_lm, how), Batch(*ARGS)), both[how]
+        )
 
 
 class Shifted(BaseDecoder):
@@ -121,13 +122,13 @@ class Shifted(BaseDecoder):
 
     name = "shifted"
 
-    def loglik(self, ctx, users, prompts, responses: Sequence[str]) -> np.ndarray:
-        return super().loglik(ctx, users, prompts, responses) + 100.0
+    def loglik(self, ctx, batch: Batch) -> np.ndarray:
+        return super().loglik(ctx, batch) + 100.0
 
 
 def test_a_subclass_redefining_loglik_is_scored_by_it_under_both_reductions(tiny_lm):
-    base = BaseDecoder().logliks(context(tiny_lm), *ARGS)
-    got = policy_scores(Shifted(), context(tiny_lm), *ARGS)
+    base = BaseDecoder().logliks(context(tiny_lm), Batch(*ARGS))
+    got = policy_scores(Shifted(), context(tiny_lm), Batch(*ARGS))
     for how in REDUCTIONS:
         np.testing.assert_allclose(got[how], base[how] + 100.0)
 
@@ -137,6 +138,6 @@ def test_a_decoder_defining_neither_says_so(tiny_lm):
         name = "nothing"
 
     with pytest.raises(NotImplementedError, match="'nothing' defines neither loglik nor logliks"):
-        policy_scores(Nothing(), context(tiny_lm), *ARGS)
+        policy_scores(Nothing(), context(tiny_lm), Batch(*ARGS))
     with pytest.raises(NotImplementedError, match="defines neither"):
-        Nothing().loglik(context(tiny_lm), *ARGS)
+        Nothing().loglik(context(tiny_lm), Batch(*ARGS))

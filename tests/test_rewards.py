@@ -20,7 +20,7 @@ from prefalign_methods.rewards.lore import LoRe, LoReConfig
 from prefalign_methods.rewards.pal import PAL
 from prefalign_methods.rewards.per_user_bt import PerUserBT
 from prefalign_methods.rewards.vpl import VPL
-from pytest_prefalign.api import Pair
+from pytest_prefalign.api import Batch, Pair
 
 METHODS = [GlobalBT, PerUserBT, LoRe, VPL, PAL]
 PERSONAL = [PerUserBT, LoRe, VPL, PAL]
@@ -52,8 +52,8 @@ def make_pairs(
 def accuracy(method: HeadRewardMethod, lm, pairs: list[Pair]) -> dict[str, float]:
     """RM accuracy per user (ties 1/2) and over all pairs (key "all")."""
     users, prompts = [p.user for p in pairs], [p.prompt for p in pairs]
-    good = method.score(lm, users, prompts, [p.chosen for p in pairs])
-    bad = method.score(lm, users, prompts, [p.rejected for p in pairs])
+    good = method.score(lm, Batch(users, prompts, [p.chosen for p in pairs]))
+    bad = method.score(lm, Batch(users, prompts, [p.rejected for p in pairs]))
     outcome = (good > bad) + 0.5 * (good == bad)
     per_user = {u: float(np.mean(outcome[[v == u for v in users]])) for u in sorted(set(users))}
     return {**per_user, "all": float(np.mean(outcome))}
@@ -97,7 +97,8 @@ def test_methods_are_different_models(fitted, tiny_lm, shared_data):
     _, test = shared_data
     scores = {
         name: m.score(
-            tiny_lm, [p.user for p in test], [p.prompt for p in test], [p.chosen for p in test]
+            tiny_lm,
+            Batch([p.user for p in test], [p.prompt for p in test], [p.chosen for p in test]),
         )
         for name, m in fitted.items()
     }
@@ -127,9 +128,9 @@ def test_per_user_heads_differ_and_unknown_user_gets_the_global_head(tiny_lm, tm
     method.fit(tiny_lm, make_pairs(80, users, seed=3, dog_people=dog), tmp_path)
     texts = ["Data model" + CATS, "Data model" + DOGS]
     prompt = ["Write a title for: data"] * 2
-    ann = method.score(tiny_lm, ["ann"] * 2, prompt, texts)
-    bob = method.score(tiny_lm, ["bob"] * 2, prompt, texts)
-    new = method.score(tiny_lm, ["zed"] * 2, prompt, texts)
+    ann = method.score(tiny_lm, Batch(["ann"] * 2, prompt, texts))
+    bob = method.score(tiny_lm, Batch(["bob"] * 2, prompt, texts))
+    new = method.score(tiny_lm, Batch(["zed"] * 2, prompt, texts))
     assert ann[0] > ann[1] and bob[0] < bob[1]
     # the global head is what the two users share; the deviations are penalised equally, so
     # the newcomer's preference is much weaker than either user's
@@ -141,7 +142,7 @@ def test_unknown_user_gets_a_finite_score(cls, fitted, tiny_lm, shared_data):
     _, test = shared_data
     method = fitted[cls.name]
     scores = method.score(
-        tiny_lm, ["nobody"] * len(test), [p.prompt for p in test], [p.chosen for p in test]
+        tiny_lm, Batch(["nobody"] * len(test), [p.prompt for p in test], [p.chosen for p in test])
     )
     assert scores.shape == (len(test),) and np.all(np.isfinite(scores))
 
@@ -154,7 +155,7 @@ def test_two_fits_give_identical_scores(cls, tiny_lm, shared_data, fitted, tmp_p
     assert again.trained
     args = ([p.user for p in test], [p.prompt for p in test], [p.rejected for p in test])
     np.testing.assert_array_equal(
-        again.score(tiny_lm, *args), fitted[cls.name].score(tiny_lm, *args)
+        again.score(tiny_lm, Batch(*args)), fitted[cls.name].score(tiny_lm, Batch(*args))
     )
 
 
@@ -171,7 +172,9 @@ def test_second_fit_loads_from_the_cache(tiny_lm, shared_data, tmp_path):
     assert first.trained and not second.trained
     assert [f.stat().st_mtime_ns for f in sorted(folder.iterdir())] == stamps
     args = ([p.user for p in test], [p.prompt for p in test], [p.chosen for p in test])
-    np.testing.assert_array_equal(first.score(tiny_lm, *args), second.score(tiny_lm, *args))
+    np.testing.assert_array_equal(
+        first.score(tiny_lm, Batch(*args)), second.score(tiny_lm, Batch(*args))
+    )
     # another configuration or other pairs: not the cached parameters
     other = LoRe(LoReConfig(rank=2))
     other.fit(tiny_lm, train, folder)
@@ -197,7 +200,9 @@ def test_a_truncated_parameter_file_is_a_miss_named_then_trained_again(
         again.fit(tiny_lm, train, tmp_path)
     assert again.trained
     args = ([p.user for p in test], [p.prompt for p in test], [p.chosen for p in test])
-    np.testing.assert_array_equal(first.score(tiny_lm, *args), again.score(tiny_lm, *args))
+    np.testing.assert_array_equal(
+        first.score(tiny_lm, Batch(*args)), again.score(tiny_lm, Batch(*args))
+    )
     third = GlobalBT()
     third.fit(tiny_lm, train, tmp_path)  # the files written again are whole
     assert not third.trained
@@ -213,11 +218,11 @@ def test_prefix_rewards_end_with_score(cls, fitted, tiny_lm, shared_data):
         [p.chosen for p in pairs] + ["Hello there"],
     )
     method = fitted[cls.name]
-    prefix = method.prefix_rewards(tiny_lm, *args)
+    prefix = method.prefix_rewards(tiny_lm, Batch(*args))
     lengths = [len(tiny_lm.response_ids(r)) for r in args[2]]
     assert [len(r) for r in prefix] == lengths
     np.testing.assert_allclose(
-        [r[-1] for r in prefix], method.score(tiny_lm, *args), rtol=1e-5, atol=1e-6
+        [r[-1] for r in prefix], method.score(tiny_lm, Batch(*args)), rtol=1e-5, atol=1e-6
     )
 
 
@@ -228,7 +233,7 @@ def test_reward_from_hidden_matches_prefix_rewards(cls, fitted, tiny_lm, shared_
     users = [p.user for p in pairs[:3]] + ["nobody"]
     prompts, texts = [p.prompt for p in pairs], [p.rejected for p in pairs]
     method = fitted[cls.name]
-    prefix = method.prefix_rewards(tiny_lm, users, prompts, texts)
+    prefix = method.prefix_rewards(tiny_lm, Batch(users, prompts, texts))
     hidden = tiny_lm.response_hidden(prompts, texts)
     for user, h, expected in zip(users, hidden, prefix, strict=True):
         got = method.reward_from_hidden([user], h[None])
@@ -253,7 +258,7 @@ def test_reward_from_hidden_checks_its_input(fitted):
 
 def test_score_before_fit_and_fit_without_pairs(tiny_lm, tmp_path):
     with pytest.raises(RuntimeError, match="call fit"):
-        VPL().score(tiny_lm, ["a"], ["p"], ["r"])
+        VPL().score(tiny_lm, Batch(["a"], ["p"], ["r"]))
     with pytest.raises(ValueError, match="pal: no training pairs"):
         PAL().fit(tiny_lm, [], tmp_path)
 
@@ -332,7 +337,7 @@ def test_real_model_on_pref_lamp_gives_five_different_models(tmp_path, monkeypat
         method = cls()
         method.fit(lm, data.train_pairs, tmp_path / cls.name)
         assert method.info["train_accuracy"] >= 0.9  # 576 dimensions, 8 pairs
-        scores = method.score(lm, *args)
+        scores = method.score(lm, Batch(*args))
         assert np.all(np.isfinite(scores))
         margins[cls.name] = scores[: len(test)] - scores[len(test) :]
     names = sorted(margins)

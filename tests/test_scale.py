@@ -39,11 +39,11 @@ class Counting(RewardMethod):
         with open(os.environ["PREFALIGN_FIT_LOG"], "a") as log:
             log.write(f"{lm.label} {os.getpid()}\\n")
 
-    def score(self, lm, users, prompts, responses):
-        return np.array([-float(len(r)) for r in responses])
+    def score(self, lm, batch):
+        return np.array([-float(len(r)) for r in batch.responses])
 
-    def prefix_rewards(self, lm, users, prompts, responses):
-        return [-np.arange(1.0, len(lm.response_ids(r)) + 1) for r in responses]
+    def prefix_rewards(self, lm, batch):
+        return [-np.arange(1.0, len(lm.response_ids(r)) + 1) for r in batch.responses]
 """
 
 

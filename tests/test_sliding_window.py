@@ -17,6 +17,7 @@ from test_args import PROMPTS, USERS, HeadReward, hand_loglik  # noqa: E402
 
 from prefalign_methods.decoders.args_decode import args_generate  # noqa: E402
 from prefalign_methods.decoders.args_score import args_token_logprobs  # noqa: E402
+from pytest_prefalign.api import Batch  # noqa: E402
 from pytest_prefalign.runtime.lm import LM  # noqa: E402
 from pytest_prefalign.runtime.prefill import PrefillStore, attention_reach  # noqa: E402
 from pytest_prefalign.runtime.roomy import RoomyLayer  # noqa: E402
@@ -148,7 +149,7 @@ def test_args_policy_scores_match_a_hand_computation_on_a_sliding_window_model()
     lm = tiny_gemma(4096)  # every row within the window: kept prefills, candidate queries
     head = HeadReward(lm.model.config.hidden_size)
     users, prompts, responses = USERS[:3], PROMPTS[:3], ["the model", "an", "a"]
-    got = args_token_logprobs(lm, head, users, prompts, responses, k=3, w=1.5)
+    got = args_token_logprobs(lm, head, Batch(users, prompts, responses), k=3, w=1.5)
     want = [
         hand_loglik(lm, head, u, p, r, k=3, w=1.5)
         for u, p, r in zip(users, prompts, responses, strict=True)
@@ -168,7 +169,7 @@ def test_args_policy_scores_take_the_fast_path_in_a_window_narrower_than_a_query
     users, prompts, responses = USERS[1:3], PROMPTS[1:3], ["the model", "an"]
     assert args_score.steps_per_pass(lm, 53 + 4, 3) == 7
     monkeypatch.setattr(args_score, "candidate_rewards_text", None)  # the slow path would fail
-    got = args_token_logprobs(lm, head, users, prompts, responses, k=3, w=1.5)
+    got = args_token_logprobs(lm, head, Batch(users, prompts, responses), k=3, w=1.5)
     want = [
         hand_loglik(lm, head, u, p, r, k=3, w=1.5)
         for u, p, r in zip(users, prompts, responses, strict=True)

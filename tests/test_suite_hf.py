@@ -391,17 +391,13 @@ def test_prism_through_the_datasets_library(monkeypatch):
 
 
 def test_hf_suites_register_without_needing_a_data_directory():
-    class Registry:
-        def __init__(self):
-            self.suites = []
-
-        def add_suite(self, suite):
-            self.suites.append(suite)
+    from pytest_prefalign.registry import Registry, add_builtins
 
     registry = Registry()
-    tldr.pytest_prefalign_register(registry)
-    prism.pytest_prefalign_register(registry)
-    assert [(s.name, s.source, s.requires_data_dir) for s in registry.suites] == [
+    add_builtins(registry, "tldr", "prism")
+    suites = [registry.suite(name) for name in ("tldr", "prism")]
+    assert isinstance(suites[0], tldr.Tldr) and isinstance(suites[1], prism.Prism)
+    assert [(s.name, s.source, s.requires_data_dir) for s in suites] == [
         ("tldr", "openai/summarize_from_feedback", False),
         ("prism", "HannahRoseKirk/prism-alignment", False),
     ]

@@ -243,14 +243,10 @@ def test_missing_data_and_bad_options(tmp_path):
 
 
 def test_registers_the_suite():
-    class Registry:
-        def __init__(self):
-            self.suites = []
-
-        def add_suite(self, suite):
-            self.suites.append(suite)
+    from pytest_prefalign.registry import Registry, add_builtins
 
     registry = Registry()
-    polis.pytest_prefalign_register(registry)
-    (suite,) = registry.suites
+    add_builtins(registry, "polis")
+    suite = registry.suite("polis")
+    assert isinstance(suite, polis.Polis)
     assert (suite.name, suite.source) == ("polis", "polis") and "CC BY 4.0" in suite.licence

@@ -455,18 +455,13 @@ def test_other_author_pairs_on_real_data_are_matched_in_length():
 # -- packaging ------------------------------------------------------------------------------------
 
 
-class FakeRegistry:
-    def __init__(self) -> None:
-        self.suites: list = []
-
-    def add_suite(self, suite) -> None:
-        self.suites.append(suite)
-
-
 def test_registers_a_suite_with_the_protocol_attributes():
-    registry = FakeRegistry()
-    pref_lamp.pytest_prefalign_register(registry)
-    (suite,) = registry.suites
+    from pytest_prefalign.registry import Registry, add_builtins
+
+    registry = Registry()
+    add_builtins(registry, "pref_lamp")
+    suite = registry.suite("pref_lamp")
+    assert isinstance(suite, pref_lamp.PrefLamp)
     assert suite.name == "pref_lamp" and suite.source == "acl-anthology"
     assert "CC BY 4.0" in suite.licence and suite.description
     entry = pref_lamp.PrefLamp().load(real_data(), limit=1, options={}).profiles

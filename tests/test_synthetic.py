@@ -45,7 +45,7 @@ from prefalign_suites.synthetic import world
 from prefalign_suites.synthetic.oracle import NegatedOracle, NoisyOracle, Oracle, OracleConfig
 from prefalign_suites.synthetic.rules import NoRule, Rule, rule_of, user_id
 from prefalign_suites.synthetic.suite import Synthetic
-from pytest_prefalign.api import DataError, Pair, SuiteData
+from pytest_prefalign.api import Batch, DataError, Pair, SuiteData
 
 MARGIN = 0.2  # policy accuracy above (below) base; measured at least 0.22 (see the docstring)
 
@@ -172,8 +172,8 @@ def test_rules_from_user_ids() -> None:
 
 def accuracy(method: Oracle, lm: Any, pairs: list[Pair]) -> float:
     users, prompts = [p.user for p in pairs], [p.prompt for p in pairs]
-    chosen = method.score(lm, users, prompts, [p.chosen for p in pairs])
-    rejected = method.score(lm, users, prompts, [p.rejected for p in pairs])
+    chosen = method.score(lm, Batch(users, prompts, [p.chosen for p in pairs]))
+    rejected = method.score(lm, Batch(users, prompts, [p.rejected for p in pairs]))
     return float(np.mean((chosen > rejected) + 0.5 * (chosen == rejected)))
 
 
@@ -186,8 +186,14 @@ def test_oracle_ranks_every_pair_as_its_user_does(tiny_lm, tmp_path: Path) -> No
     assert 0.5 < accuracy(NoisyOracle(), tiny_lm, data.test_pairs) < 1.0
     # the same input gets the same reward, noise included
     pair = data.test_pairs[0]
-    once = NoisyOracle().score(tiny_lm, [pair.user] * 2, [pair.prompt] * 2, [pair.chosen] * 2)
-    assert once[0] == once[1] != Oracle().score(tiny_lm, [pair.user], [pair.prompt], [pair.chosen])
+    once = NoisyOracle().score(
+        tiny_lm, Batch([pair.user] * 2, [pair.prompt] * 2, [pair.chosen] * 2)
+    )
+    assert (
+        once[0]
+        == once[1]
+        != Oracle().score(tiny_lm, Batch([pair.user], [pair.prompt], [pair.chosen]))
+    )
 
 
 def test_oracle_prefix_rewards_score_every_token_prefix(tiny_lm) -> None:
@@ -195,8 +201,8 @@ def test_oracle_prefix_rewards_score_every_token_prefix(tiny_lm) -> None:
     responses = ["BDR: Dialogue Retrieval", "Two Words", "Sparse and robust ideas, sparse"]
     prompts = ["Generate a title"] * 3
     oracle = Oracle()
-    rewards = oracle.prefix_rewards(tiny_lm, users, prompts, responses)
-    scores = oracle.score(tiny_lm, users, prompts, responses)
+    rewards = oracle.prefix_rewards(tiny_lm, Batch(users, prompts, responses))
+    scores = oracle.score(tiny_lm, Batch(users, prompts, responses))
     for user, response, values, score in zip(users, responses, rewards, scores, strict=True):
         ids = tiny_lm.response_ids(response)
         assert len(values) == len(ids) and values[-1] == score
@@ -213,17 +219,17 @@ def test_oracle_refuses_users_without_a_rule(tiny_lm, tmp_path: Path) -> None:
     with pytest.raises(NoRule, match="'acl:Jane_Doe' encodes no rule"):
         Oracle().fit(tiny_lm, pairs, tmp_path)
     with pytest.raises(NoRule):
-        Oracle().score(tiny_lm, ["acl:Jane_Doe"], ["x"], ["a"])
+        Oracle().score(tiny_lm, Batch(["acl:Jane_Doe"], ["x"], ["a"]))
 
 
 def test_oracle_options() -> None:
-    from prefalign_methods.decoders import args, base, bon
     from pytest_prefalign import method_options
-    from pytest_prefalign.registry import Registry
+    from pytest_prefalign.registry import BUILTINS, Registry, add_builtins
 
     registry = Registry()
-    for module in (base, args, bon, oracle_module):
-        module.pytest_prefalign_register(registry)
+    oracles = [name for _, name, target in BUILTINS if target.startswith(oracle_module.__name__)]
+    assert len(oracles) == 6
+    add_builtins(registry, "base", "args", "bon", *oracles)
     resolved = method_options.resolve(
         method_options.assignments("oracle.sign=-1,oracle_noisy.noise=0.5"), registry
     )

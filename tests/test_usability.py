@@ -62,8 +62,8 @@ class Length(RewardMethod):
     def fit(self, lm, pairs, cache_dir):
         pass
 
-    def score(self, lm, users, prompts, responses):
-        return np.array([len(r) for r in responses], dtype=float)
+    def score(self, lm, batch):
+        return np.array([len(r) for r in batch.responses], dtype=float)
 
 
 def pytest_prefalign_register(registry):

@@ -1,8 +1,8 @@
 """The package as a user gets it: a wheel built from the sources, installed (not editable) into
 a fresh virtual environment outside the repository, then used from a project of one's own: a
-two-line ``suite.toml`` and the tiny model in the ini. The entry points (pytest's and the
-``prefalign`` group), the package data (the suites' ``suite.toml``) and the ``prefalign``
-command must all work from the wheel.
+two-line ``suite.toml`` and the tiny model in the ini. pytest's entry point, the built-ins
+(listed in the registry, no entry point of their own), the package data (the suites'
+``suite.toml``) and the ``prefalign`` command must all work from the wheel.
 
 The fresh environment gets its dependencies without a network: a ``.pth`` file puts a folder
 of links to this environment's installed packages on its path, every one but

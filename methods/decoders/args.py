@@ -34,12 +34,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prefalign_methods.decoders.base import reductions
-from pytest_prefalign.api import CaseContext, DecodeOptions, Decoder, Item, RewardMethod
+from pytest_prefalign.api import Batch, CaseContext, DecodeOptions, Decoder, Item, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
-
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -85,13 +83,7 @@ class ArgsDecoder(Decoder):
         )
         return [clean_text(lm.decode_response(t)) for t in tokens]
 
-    def logliks(
-        self,
-        ctx: CaseContext,
-        users: Sequence[str],
-        prompts: Sequence[str],
-        responses: Sequence[str],
-    ) -> dict[str, np.ndarray]:
+    def logliks(self, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
         from prefalign_methods.decoders.args_score import PASSES, args_token_logprobs
 
         opts = ctx.options
@@ -100,9 +92,7 @@ class ArgsDecoder(Decoder):
         per_token = args_token_logprobs(
             ctx.lm,
             require_reward(ctx),
-            users,
-            prompts,
-            responses,
+            batch,
             k=opts.k,
             w=opts.w,
             batch_size=opts.batch_size,
@@ -122,7 +112,3 @@ def require_reward(ctx: CaseContext) -> RewardMethod:
             f"{reward.name!r} declares neither 'prefix' nor 'hidden'"
         )
     return reward
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("args", ArgsDecoder)

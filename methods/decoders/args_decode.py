@@ -38,12 +38,11 @@ def args_generate(
     batch_size: int = 16,
     finished: Finished | None = None,
 ) -> list[list[int]]:
-    """ARGS token ids for each (user, prompt), stop token included where one was reached.
+    """ARGS token ids for each (user, prompt), stop token included where one was reached
+    (as many users as prompts: ``zip(strict=True)`` below raises otherwise).
 
     ``finished`` defaults to stopping at a stop id; rows that finish leave the batch.
     """
-    if len(users) != len(prompts):
-        raise ValueError(f"{len(users)} users but {len(prompts)} prompts")
     if max_new_tokens < 1 or batch_size < 1 or k < 1:
         raise ValueError("k, max_new_tokens and batch_size must be >= 1")
     finished = finished or eos_finished(lm)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from pytest_prefalign.api import RewardMethod, capable
+from pytest_prefalign.api import Batch, RewardMethod, capable
 from pytest_prefalign.runtime.decoding import Finished
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,7 +96,7 @@ def text_rewards(
         done = len(seq) > 0 and seq[-1] == lm.eos_id
         texts.append(lm.tokenizer.decode(list(seq[:-1] if done else seq)))
         complete.append(done)
-    values = prefix.prefix_rewards(lm, list(users), list(prompts), texts)
+    values = prefix.prefix_rewards(lm, Batch(users, prompts, texts))
     return np.array(
         [
             float(v[-1] if done or len(v) < 2 else v[-2])

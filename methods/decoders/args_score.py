@@ -28,7 +28,7 @@ from prefalign_methods.decoders.args_rule import (
     uses_hidden,
 )
 from pytest_prefalign import events
-from pytest_prefalign.api import RewardMethod, capable
+from pytest_prefalign.api import Batch, RewardMethod, capable
 from pytest_prefalign.cache import Lru, Slot
 from pytest_prefalign.runtime.decoding import KV
 from pytest_prefalign.runtime.lm import LM, chunks, length_batches, pad
@@ -101,9 +101,7 @@ PASSES = Slot("ARGS passes", passes_memo)
 def args_token_logprobs(
     lm: LM,
     reward: RewardMethod,
-    users: Sequence[str],
-    prompts: Sequence[str],
-    responses: Sequence[str],
+    batch: Batch,
     *,
     k: int = 10,
     w: float = 1.0,
@@ -111,48 +109,35 @@ def args_token_logprobs(
     memo: Lru[Any, ForcedTokens] | None = None,
 ) -> list[np.ndarray]:
     """``log p_ARGS(y_t | x, y_<t)`` over ``C_t`` for every response token (the final
-    ``eos_id`` included), float64, one array per (user, prompt, response).
+    ``eos_id`` included), float64, one array per (user, prompt, response) of ``batch``.
 
     With a hidden-state reward the model's passes do not depend on the reward head: they are
     kept in ``memo`` (one per LM, e.g. per (suite, size)) by (prompt, response, k), and another
     head scoring the same responses only applies itself to them."""
-    if not len(users) == len(prompts) == len(responses):
-        raise ValueError(
-            f"{len(users)} users, {len(prompts)} prompts, {len(responses)} "
-            f"responses: expected as many of each"
-        )
     if batch_size < 1 or k < 1:
         raise ValueError("k and batch_size must be >= 1")
+    prompts, responses = batch.prompts, batch.responses
     if uses_hidden(lm, reward, forced_columns(lm, prompts, responses, k)):
         tokens = forced_tokens(
             lm, prompts, responses, k, batch_size, passes_memo() if memo is None else memo
         )
-        return guided_from_tokens(reward, users, tokens, w, batch_size)
+        return guided_from_tokens(reward, batch.users, tokens, w, batch_size)
     # pairs that share a prompt share its prefill, so they go in the same batch
     order = sorted(range(len(prompts)), key=lambda n: (-len(prompts[n]), prompts[n]))
     results: list[np.ndarray] = [np.zeros(0)] * len(prompts)
     with events.step("ARGS policy", total=len(order), unit="responses") as progress:
-        for batch in chunks(order, batch_size):
+        for positions in chunks(order, batch_size):
+            part = batch.take(positions)
             with torch.inference_mode():
-                forced = teacher_force(
-                    lm, [prompts[n] for n in batch], [responses[n] for n in batch]
-                )
+                forced = teacher_force(lm, list(part.prompts), list(part.responses))
                 cands = top_candidates(forced.logits.flatten(0, 1), k).view(
                     *forced.targets.shape, -1
                 )
-                rewards, true = candidate_rewards_text(
-                    lm,
-                    reward,
-                    [users[n] for n in batch],
-                    [prompts[n] for n in batch],
-                    [responses[n] for n in batch],
-                    forced,
-                    cands,
-                )
+                rewards, true = candidate_rewards_text(lm, reward, part, forced, cands)
                 logp = guided_logprobs(forced, cands, rewards, true, w)
-            for n, row, length in zip(batch, logp, forced.lengths, strict=True):
+            for n, row, length in zip(positions, logp, forced.lengths, strict=True):
                 results[n] = row[:length].double().cpu().numpy()
-            progress.advance(len(batch))
+            progress.advance(len(positions))
     return results
 
 
@@ -335,13 +320,7 @@ def _candidate_pass(forced: ForcedBatch, cands: torch.Tensor, start: int) -> tor
 
 
 def candidate_rewards_text(
-    lm: LM,
-    reward: RewardMethod,
-    users: list[str],
-    prompts: list[str],
-    responses: list[str],
-    forced: ForcedBatch,
-    cands: torch.Tensor,
+    lm: LM, reward: RewardMethod, batch: Batch, forced: ForcedBatch, cands: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The general path: candidates' rewards from ``prefix_rewards`` over their texts, the true
     tokens' from ``prefix_rewards`` over the responses themselves (exact, same tokens)."""
@@ -352,8 +331,8 @@ def candidate_rewards_text(
         for t in range(length):
             for c in cand_list[b][t]:
                 seqs.append(targets[b][:t] + [c])
-                who.append(users[b])
-                said.append(prompts[b])
+                who.append(batch.users[b])
+                said.append(batch.prompts[b])
     flat = iter(text_rewards(lm, reward, who, said, seqs).tolist())
     values = torch.zeros(rows, steps, k)
     for b, length in enumerate(forced.lengths):
@@ -362,7 +341,7 @@ def candidate_rewards_text(
     head = capable(reward, "prefix")
     if head is None:
         raise ValueError(f"reward method {reward.name!r} does not declare 'prefix'")
-    prefix = head.prefix_rewards(lm, users, prompts, responses)
+    prefix = head.prefix_rewards(lm, batch)
     true = torch.zeros(rows, steps)
     for b, (v, n) in enumerate(zip(prefix, forced.lengths, strict=True)):
         true[b, :n] = torch.as_tensor(np.asarray(v, dtype=np.float64)[:n], dtype=torch.float32)

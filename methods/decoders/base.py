@@ -8,18 +8,13 @@ that needs ``log pi_base(y | prompt)`` of the same pair computes it once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pytest_prefalign.api import REDUCTIONS, CaseContext, Decoder, Item
+from pytest_prefalign.api import REDUCTIONS, Batch, CaseContext, Decoder, Item
 from pytest_prefalign.cache import Slot
 from pytest_prefalign.runtime import chat
 from pytest_prefalign.runtime.chat import Prompt
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
-
 
 # log pi_base(y_t | prompt, y_<t) by (prompt, response), per (suite, size)
 BASE_LOGPROBS = Slot("base log-likelihoods", dict[tuple[Prompt, str], np.ndarray])
@@ -44,15 +39,9 @@ class BaseDecoder(Decoder):
         )
         return [samples[0] for samples in texts]
 
-    def logliks(
-        self,
-        ctx: CaseContext,
-        users: Sequence[str],
-        prompts: Sequence[str],
-        responses: Sequence[str],
-    ) -> dict[str, np.ndarray]:
-        shown = self.prompts(ctx, users, prompts)
-        return reductions(base_logprobs(ctx, shown, responses))
+    def logliks(self, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
+        shown = self.prompts(ctx, batch.users, batch.prompts)
+        return reductions(base_logprobs(ctx, shown, batch.responses))
 
 
 def base_logprobs(
@@ -85,7 +74,3 @@ def reductions(per_token: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     """``S(y|x)`` under every reduction (``REDUCTIONS``), from one set of token
     log-likelihoods."""
     return {how: reduce_logprobs(per_token, how) for how in REDUCTIONS}
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("base", BaseDecoder)

@@ -25,17 +25,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from prefalign_methods.decoders.base import BaseDecoder, base_logprobs, reductions
-from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
+from pytest_prefalign.api import Batch, CaseContext, DecodeOptions, Item, RewardMethod
 from pytest_prefalign.cache import Slot
 from pytest_prefalign.runtime.chat import Prompt
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -76,31 +73,23 @@ class BestOfNDecoder(BaseDecoder):
         reward, n = _reward(ctx), ctx.options.n
         users, prompts = [it.user for it in items], [it.prompt for it in items]
         samples = base_samples(ctx, self.prompts(ctx, users, prompts), n)
-        flat_users = [u for u in users for _ in range(n)]
-        flat_prompts = [p for p in prompts for _ in range(n)]  # the reward reads the task
-        scores = np.asarray(
-            reward.score(
-                ctx.lm, flat_users, flat_prompts, [s for per_item in samples for s in per_item]
-            ),
-            dtype=np.float64,
-        ).reshape(len(items), n)
+        drawn = Batch(
+            [u for u in users for _ in range(n)],
+            [p for p in prompts for _ in range(n)],  # the reward reads the task
+            [s for per_item in samples for s in per_item],
+        )
+        scores = np.asarray(reward.score(ctx.lm, drawn), dtype=np.float64).reshape(len(items), n)
         if not np.all(np.isfinite(scores)):
             raise ValueError(f"bon: reward method {reward.name!r} gave a non-finite score")
         # np.argmax returns the first maximum: ties keep the earlier sample
         best = scores.argmax(axis=1)
         return [per_item[int(k)] for per_item, k in zip(samples, best, strict=True)]
 
-    def logliks(
-        self,
-        ctx: CaseContext,
-        users: Sequence[str],
-        prompts: Sequence[str],
-        responses: Sequence[str],
-    ) -> dict[str, np.ndarray]:
+    def logliks(self, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
         reward, beta = _reward(ctx), ctx.options.beta
-        shown = self.prompts(ctx, users, prompts)
-        base = reductions(base_logprobs(ctx, shown, responses))
-        rewards = np.asarray(reward.score(ctx.lm, users, prompts, responses), dtype=np.float64)
+        shown = self.prompts(ctx, batch.users, batch.prompts)
+        base = reductions(base_logprobs(ctx, shown, batch.responses))
+        rewards = np.asarray(reward.score(ctx.lm, batch), dtype=np.float64)
         return {how: values + rewards / beta for how, values in base.items()}
 
 
@@ -131,7 +120,3 @@ def _reward(ctx: CaseContext) -> RewardMethod:
     if ctx.reward is None:
         raise ValueError("bon needs a reward method: write bon[REWARD]")
     return ctx.reward
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("bon", BestOfNDecoder)

@@ -38,12 +38,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prefalign_methods.decoders.base import BaseDecoder, reductions
-from pytest_prefalign.api import CaseContext, DecodeOptions, Item, RewardMethod
+from pytest_prefalign.api import Batch, CaseContext, DecodeOptions, Item, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
-
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -76,23 +74,15 @@ class GenARMDecoder(BaseDecoder):
         users = [it.user for it in items]
         return generate(ctx, reward, users, self.prompts(ctx, users, [it.prompt for it in items]))
 
-    def logliks(
-        self,
-        ctx: CaseContext,
-        users: Sequence[str],
-        prompts: Sequence[str],
-        responses: Sequence[str],
-    ) -> dict[str, np.ndarray]:
+    def logliks(self, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
         from prefalign_methods.decoders.genarm_guided import guided_logprobs
 
-        shown = self.prompts(ctx, users, prompts)
+        shown = self.prompts(ctx, batch.users, batch.prompts)
         per_token = guided_logprobs(
             ctx.lm,
             _reward(ctx),
             ctx.options.alpha,
-            users,
-            shown,
-            responses,
+            Batch(batch.users, shown, batch.responses),
             batch_size=ctx.options.batch_size,
         )
         return reductions(per_token)
@@ -106,7 +96,3 @@ def _reward(ctx: CaseContext) -> RewardMethod:
             f"genarm needs an autoregressive reward method (capability 'next_token'), got {name!r}"
         )
     return reward
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("genarm", GenARMDecoder)

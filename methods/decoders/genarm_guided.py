@@ -15,6 +15,7 @@ import torch
 
 from pytest_prefalign import events
 from pytest_prefalign.api import (
+    Batch,
     CaseContext,
     HiddenLogprobs,
     NextTokenLogprobs,
@@ -120,7 +121,7 @@ def arm_step(lm: LM, reward: RewardMethod) -> ArmStep:
     ) -> torch.Tensor:
         # the row that predicts the token after ``text`` is the one before its appended eos
         texts = [lm.tokenizer.decode(t, skip_special_tokens=False) for t in tokens]
-        rows = arm.next_token_logprobs(lm, users, prompts, texts)
+        rows = arm.next_token_logprobs(lm, Batch(users, prompts, texts))
         return torch.stack([torch.as_tensor(np.asarray(r)[-1]) for r in rows]).float()
 
     return from_text
@@ -200,45 +201,26 @@ def guided_generate(
 
 
 def guided_logprobs(
-    lm: LM,
-    reward: RewardMethod,
-    alpha: float,
-    users: Sequence[str],
-    prompts: Sequence[str],
-    responses: Sequence[str],
-    *,
-    batch_size: int = 16,
+    lm: LM, reward: RewardMethod, alpha: float, batch: Batch, *, batch_size: int = 16
 ) -> list[np.ndarray]:
-    """``log guided(y_t | x, y_<t)`` per response token (eos included), float64. Pairs go
-    ``batch_size`` at a time, so that at most that many ``(T_y, V)`` ARM tables are held."""
-    if not len(users) == len(prompts) == len(responses):
-        raise ValueError(
-            f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
-            "responses: expected one of each"
-        )
+    """``log guided(y_t | x, y_<t)`` per response token (eos included) of each (user, prompt,
+    response) of ``batch``, float64. Pairs go ``batch_size`` at a time, so that at most that
+    many ``(T_y, V)`` ARM tables are held."""
     out: list[np.ndarray] = []
-    for start in range(0, len(users), batch_size):
-        part = slice(start, start + batch_size)
-        out += _guided_batch(
-            lm, reward, alpha, users[part], prompts[part], responses[part], batch_size
-        )
+    for start in range(0, len(batch), batch_size):
+        out += _guided_batch(lm, reward, alpha, batch[start : start + batch_size], batch_size)
     return out
 
 
 def _guided_batch(
-    lm: LM,
-    reward: RewardMethod,
-    alpha: float,
-    users: Sequence[str],
-    prompts: Sequence[str],
-    responses: Sequence[str],
-    batch_size: int,
+    lm: LM, reward: RewardMethod, alpha: float, batch: Batch, batch_size: int
 ) -> list[np.ndarray]:
-    hidden = predicting_hidden(lm, prompts, responses, batch_size=batch_size)
+    users, responses = batch.users, batch.responses
+    hidden = predicting_hidden(lm, batch.prompts, responses, batch_size=batch_size)
     targets = [torch.tensor(lm.response_ids(r)) for r in responses]
     arm: list[torch.Tensor | None] = [None] * len(users)  # None: read from the hidden states
     if alpha and capable(reward, "hidden_logprobs") is None:
-        tables = _next_token(reward).next_token_logprobs(lm, users, prompts, responses)
+        tables = _next_token(reward).next_token_logprobs(lm, batch)
         arm = [torch.as_tensor(np.asarray(a)).float() for a in tables]
         for a, t, r in zip(arm, targets, responses, strict=True):
             if a is not None and a.shape[0] != t.shape[0]:

@@ -30,7 +30,6 @@ from pytest_prefalign.runtime.chat import Dialogue
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Suite
-    from pytest_prefalign.registry import Registry
 
 BM25 = Slot("BM25 index per user", dict[str, Any])  # per (suite, size)
 # each item's input by its (user, task prompt), per (suite, size): what icl_rag retrieves by
@@ -116,8 +115,3 @@ def query(ctx: CaseContext, user: str, prompt: str) -> str:
     if not inputs:
         inputs.update({(it.user, it.prompt): it.input for it in ctx.data.items})
     return inputs.get((user, prompt), prompt)
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("icl", ICLDecoder)
-    registry.add_decoder("icl_rag", RAGDecoder)

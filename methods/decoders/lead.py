@@ -12,12 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from pytest_prefalign.api import CaseContext, Decoder, Item, ProfileEntry
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
 
 
 class LeadDecoder(Decoder):
@@ -43,7 +39,3 @@ def lead_length(entries: Sequence[ProfileEntry]) -> int | None:
     if not lengths:
         return None
     return max(1, math.floor(statistics.median(lengths) + 0.5))
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("lead", LeadDecoder)

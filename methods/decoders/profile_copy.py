@@ -10,14 +10,10 @@ distribution over texts (``policy = False``): no policy accuracy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from prefalign_methods.decoders.icl import RAGDecoder
 from pytest_prefalign import bm25
 from pytest_prefalign.api import CaseContext, Decoder, Item, ProfileEntry
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
 
 
 class ProfileCopyDecoder(Decoder):
@@ -37,7 +33,3 @@ class ProfileCopyDecoder(Decoder):
             return ""
         # the first of the best-scored entries (bm25.ranking's order)
         return profile[int(bm25.ranking(RAGDecoder.index(ctx, user, profile), text)[0])].output
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_decoder("profile_copy", ProfileCopyDecoder)

@@ -47,13 +47,12 @@ import numpy as np
 from prefalign_methods.rewards.arm_config import ARMConfig, check_config
 from prefalign_methods.rewards.bt_heads import load_or_train
 from pytest_prefalign import storage
-from pytest_prefalign.api import Pair, RewardMethod
+from pytest_prefalign.api import Batch, Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from prefalign_methods.rewards.arm_training import Adapter
-    from pytest_prefalign.registry import Registry
     from pytest_prefalign.runtime.lm import LM
 
 
@@ -155,31 +154,23 @@ class ARM(RewardMethod):
 
     # -- rewards ------------------------------------------------------------------------------
 
-    def score(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
+    def score(self, lm: LM, batch: Batch) -> np.ndarray:
         """``beta * sum_t log p_arm(y_t | x, y_<t)`` over the response tokens (eos included)."""
-        return np.array(
-            [float(r.sum()) for r in self._token_rewards(lm, users, prompts, responses)]
-        )
+        return np.array([float(r.sum()) for r in self._token_rewards(lm, batch)])
 
-    def prefix_rewards(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
+    def prefix_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]:
         """``r_u(x, y_<=t)``: cumulative sums of the token rewards; the last equals ``score``."""
-        return [np.cumsum(r) for r in self._token_rewards(lm, users, prompts, responses)]
+        return [np.cumsum(r) for r in self._token_rewards(lm, batch)]
 
-    def next_token_logprobs(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
+    def next_token_logprobs(self, lm: LM, batch: Batch) -> list[np.ndarray]:
         """``log p_arm(. | x, y_<t)`` ``(T_y, V)`` float32 for each response position."""
         from pytest_prefalign.runtime.hidden import predicting_hidden
 
-        self._check_call(lm, users, prompts, responses)
-        hidden = predicting_hidden(lm, prompts, responses)
+        self._check_model(lm)
+        hidden = predicting_hidden(lm, batch.prompts, batch.responses)
         return [
             self.logprobs_from_hidden([u], h[None])[0].cpu().numpy()
-            for u, h in zip(users, hidden, strict=True)
+            for u, h in zip(batch.users, hidden, strict=True)
         ]
 
     def logprobs_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
@@ -214,20 +205,18 @@ class ARM(RewardMethod):
             logprobs = torch.log_softmax(F.linear(shifted, weight, bias), dim=-1)
             return logprobs.reshape(*hidden.shape[:-1], -1)
 
-    def _token_rewards(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
+    def _token_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]:
         """``beta * log p_arm(y_t | x, y_<t)`` per response token, float64."""
         import torch
 
         from prefalign_methods.rewards.arm_training import ROWS_PER_CHUNK
         from pytest_prefalign.runtime.hidden import predicting_hidden
 
-        self._check_call(lm, users, prompts, responses)
-        hidden = predicting_hidden(lm, prompts, responses)
-        targets = [torch.tensor(lm.response_ids(r)) for r in responses]
+        self._check_model(lm)
+        hidden = predicting_hidden(lm, batch.prompts, batch.responses)
+        targets = [torch.tensor(lm.response_ids(r)) for r in batch.responses]
         rows = torch.cat(hidden) if hidden else torch.zeros((0, 1))
-        row_users = [u for u, h in zip(users, hidden, strict=True) for _ in range(h.shape[0])]
+        row_users = [u for u, h in zip(batch.users, hidden, strict=True) for _ in range(h.shape[0])]
         target = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
         picked = torch.cat(
             [
@@ -247,19 +236,12 @@ class ARM(RewardMethod):
         logprobs = self.logprobs_from_hidden(users, rows)
         return logprobs.gather(-1, target.to(rows.device)[:, None])[:, 0].double().cpu()
 
-    def _check_call(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> None:
+    def _check_model(self, lm: LM) -> None:
         self._require_adapter()
         if lm.fingerprint != self._lm_fingerprint:
             raise ValueError(
                 f"arm: fitted on model {self._lm_fingerprint}, asked to score "
                 f"with {lm.fingerprint}; fit it on this model first"
-            )
-        if not len(users) == len(prompts) == len(responses):
-            raise ValueError(
-                f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
-                "responses: expected one of each per reward"
             )
 
     def _require_adapter(self) -> Adapter:
@@ -271,7 +253,3 @@ class ARM(RewardMethod):
         if self._head is None:
             raise RuntimeError("arm: call fit() before asking for rewards")
         return self._head
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("arm", ARM)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_prefalign import cache, events, storage, versions
-from pytest_prefalign.api import Pair, RewardMethod
+from pytest_prefalign.api import Batch, Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -157,27 +157,22 @@ class HeadRewardMethod(RewardMethod):
 
     # -- rewards ------------------------------------------------------------------------------
 
-    def score(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
+    def score(self, lm: LM, batch: Batch) -> np.ndarray:
         from prefalign_methods.rewards.features import response_features
 
-        self._check_lengths(users, prompts, responses)
-        feats = response_features(lm, prompts, responses)
-        return self._rewards(users, feats).cpu().numpy()
+        feats = response_features(lm, batch.prompts, batch.responses)
+        return self._rewards(batch.users, feats).cpu().numpy()
 
-    def prefix_rewards(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
+    def prefix_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]:
         """``r_u(x, y_<=t)`` for every response token ``t`` (the final ``eos_id`` included, so
         the last value is ``score``), from one teacher-forced pass."""
         from prefalign_methods.rewards.features import remember
 
-        self._check_lengths(users, prompts, responses)
-        hidden = lm.response_hidden(prompts, responses)
-        remember(lm, prompts, responses, hidden)
+        hidden = lm.response_hidden(batch.prompts, batch.responses)
+        remember(lm, batch.prompts, batch.responses, hidden)
         return [
-            self._rewards([u], h[None])[0].cpu().numpy() for u, h in zip(users, hidden, strict=True)
+            self._rewards([u], h[None])[0].cpu().numpy()
+            for u, h in zip(batch.users, hidden, strict=True)
         ]
 
     def reward_from_hidden(self, users: Sequence[str], hidden: torch.Tensor) -> torch.Tensor:
@@ -213,16 +208,6 @@ class HeadRewardMethod(RewardMethod):
 
     def _standardise(self, h: torch.Tensor) -> torch.Tensor:
         return (h - self._mean.to(h.device)) / self._std.to(h.device)
-
-    @staticmethod
-    def _check_lengths(
-        users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> None:
-        if not len(users) == len(prompts) == len(responses):
-            raise ValueError(
-                f"{len(users)} users, {len(prompts)} prompts and {len(responses)} "
-                "responses: expected one of each per reward"
-            )
 
 
 def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:

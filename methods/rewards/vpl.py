@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from prefalign_methods.rewards.heads import Heads
-    from pytest_prefalign.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,3 @@ class VPL(HeadRewardMethod):
         if self.config.latent < 1 or self.config.context_pairs < 1:
             raise ValueError(f"vpl: latent and context_pairs must be >= 1, got {self.config}")
         return LatentHead(n_users, dim, self.config, generator)
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("vpl", VPL)

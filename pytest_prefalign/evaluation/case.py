@@ -94,6 +94,17 @@ class Evaluator:
     def _run(self, case: Case, uses: list[cache.Use]) -> CaseResult:
         started = time.perf_counter()
         timings: dict[str, float] = {}
+        prepared = self._prepare(case, timings)
+        value, fitted_uses = self._records(prepared, timings)
+        timings["total_s"] = time.perf_counter() - started
+        lm, state = prepared.lm, prepared.state
+        used = cache.unique([*lm.cache_uses, *state.uses, *fitted_uses, *uses])
+        return case_result(prepared, value, timings, used)
+
+    def _prepare(self, case: Case, timings: dict[str, float]) -> Prepared:
+        """The suite, the model, the reward method's plan and the decoder's context at its
+        working point; the meter is read before the guidance, whose passes count as the
+        test's."""
         with _timed(timings, "data_s"):
             state = self.suite(case)
         with _timed(timings, "model_s"):
@@ -111,79 +122,46 @@ class Evaluator:
             reduce=self.settings.reduce,
             shared=self.group(case),
         )
-        before = lm.meter.reading()  # the guidance's passes are metered with the test's
+        before = lm.meter.reading()
         chosen = self.working_point(case, ctx, factory, state, lm, plan, timings)
         if chosen is not None:  # the decoder at its working point
             ctx = dataclasses.replace(ctx, options=chosen.apply(ctx.options))
+        return Prepared(case, state, lm, plan, factory, ctx, chosen, named, before)
+
+    def _records(
+        self, prepared: Prepared, timings: dict[str, float]
+    ) -> tuple[dict[str, Any], list[cache.Use]]:
+        """The case's records (``items``, ``pairs``, ``judge``, ``reward_scale``) from the disk
+        cache, or computed: the reward method fitted, the items generated and judged, the pairs
+        scored; and the cached values the fitting used."""
+        case, state, lm, plan = prepared.case, prepared.state, prepared.lm, prepared.plan
         key = {"suite": case.suite, "method": str(case.method), "size": case.size}
         fitted_uses: list[cache.Use] = []
 
         def compute() -> dict[str, Any]:
-            nonlocal ctx
+            ctx = prepared.ctx
             with _timed(timings, "fit_s"):
                 fitted = self.reward(case, state, lm, plan)
             if fitted is not None:
                 ctx = dataclasses.replace(ctx, reward=fitted.reward)
                 fitted_uses.extend(fitted.uses)
             items, judge = self._items(case, ctx, fitted, key, timings)
-            decoder: Decoder = factory()
+            decoder: Decoder = prepared.factory()
             with events.step(f"scoring {len(ctx.data.test_pairs)} pairs"):
                 records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
-            timings.update(lm.meter.since(before, lm.meter.reading()))
+            timings.update(lm.meter.since(prepared.before, lm.meter.reading()))
             standard = fitted.scale.to_json() if fitted is not None else None
             return {"items": items, "pairs": records, "judge": judge, "reward_scale": standard}
 
-        results = results_key(self.context, case, ctx, factory, plan, state)
+        results = results_key(self.context, case, prepared.ctx, prepared.factory, plan, state)
         value = self.disk.json(results, compute, valid=_valid_results)
         # the records name their test: two sizes with one model share the cached records
-        items = [{**record, **key} for record in value["items"]]
-        records = [{**record, **key} for record in value["pairs"]]
-        observe({"pair": records, "item": items})
-        judge = value["judge"]
-        steering = {
-            **({"strength": chosen.to_json()} if chosen is not None else {}),
-            **({"reward_scale": value["reward_scale"]} if value.get("reward_scale") else {}),
+        named = {
+            "items": [{**record, **key} for record in value["items"]],
+            "pairs": [{**record, **key} for record in value["pairs"]],
         }
-        timings["total_s"] = time.perf_counter() - started
-        values, ci, per_user = figures({"pair": records, "item": items})
-        used = cache.unique([*lm.cache_uses, *state.uses, *fitted_uses, *uses])
-        return CaseResult(
-            suite=case.suite,
-            method=str(case.method),
-            size=case.size,
-            decoder=case.method.decoder,
-            reward=case.method.reward,
-            n_users=len({r["user"] for r in (*items, *records)}),
-            n_items=len(items),
-            n_pairs=len(records),
-            metrics=values,
-            ci=ci,
-            per_user=per_user,
-            judge=judge,
-            timings={k: round(v, 3) for k, v in timings.items()},
-            model={
-                "name": lm.name,
-                "fingerprint": lm.fingerprint,
-                "weights": lm.weights_fingerprint,
-            },
-            data={
-                "source": state.data.source,
-                "dropped": state.data.dropped,
-                "faults": named,
-                "provenance": state.data.provenance,
-                "fingerprint": state.fingerprint,
-            },
-            environment=prepare.environment(lm),
-            reward_fingerprint=plan.fingerprint if plan else None,
-            reward_package=plan.package if plan else None,
-            reward_version=plan.version if plan else None,
-            options=dataclasses.asdict(ctx.options),
-            guidance=steering,
-            settings={"reduce": ctx.reduce, "seed": ctx.seed},
-            cache=[u.to_json() for u in used],
-            pairs=records,
-            items=items,
-        )
+        observe({"pair": named["pairs"], "item": named["items"]})
+        return {**value, **named}, fitted_uses
 
     def working_point(
         self,
@@ -260,6 +238,81 @@ class Evaluator:
             },
         }
         return items, judge
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A case ready to compute: its suite, model and reward method's plan, the decoder's
+    factory and context at its working point (``chosen``), the data's faults named for the
+    (suite, size), and the model's meter reading before the guidance ran."""
+
+    case: Case
+    state: prepare.SuiteState
+    lm: Any
+    plan: prepare.RewardPlan | None
+    factory: Any
+    ctx: CaseContext
+    chosen: guidance.Choice | None
+    faults: list[Any]
+    before: dict[str, float]
+
+
+def case_result(
+    prepared: Prepared, value: dict[str, Any], timings: dict[str, float], used: list[cache.Use]
+) -> CaseResult:
+    """The case's row of the run file: its figures pooled from the records, and what it ran
+    on (model, data, environment, reward method, options, guidance, cache uses)."""
+    case, ctx, lm, plan = prepared.case, prepared.ctx, prepared.lm, prepared.plan
+    items, records = value["items"], value["pairs"]
+    values, ci, per_user = figures({"pair": records, "item": items})
+    return CaseResult(
+        suite=case.suite,
+        method=str(case.method),
+        size=case.size,
+        decoder=case.method.decoder,
+        reward=case.method.reward,
+        n_users=len({r["user"] for r in (*items, *records)}),
+        n_items=len(items),
+        n_pairs=len(records),
+        metrics=values,
+        ci=ci,
+        per_user=per_user,
+        judge=value["judge"],
+        timings={k: round(v, 3) for k, v in timings.items()},
+        model={"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
+        data=data_record(prepared.state, prepared.faults),
+        environment=prepare.environment(lm),
+        reward_fingerprint=plan.fingerprint if plan else None,
+        reward_package=plan.package if plan else None,
+        reward_version=plan.version if plan else None,
+        options=dataclasses.asdict(ctx.options),
+        guidance=steering(prepared.chosen, value),
+        settings={"reduce": ctx.reduce, "seed": ctx.seed},
+        cache=[u.to_json() for u in used],
+        pairs=records,
+        items=items,
+    )
+
+
+def data_record(state: prepare.SuiteState, named: list[Any]) -> dict[str, Any]:
+    """What the case's data was: its source, the users dropped, the faults, how its pairs were
+    made and its fingerprint."""
+    return {
+        "source": state.data.source,
+        "dropped": state.data.dropped,
+        "faults": named,
+        "provenance": state.data.provenance,
+        "fingerprint": state.fingerprint,
+    }
+
+
+def steering(chosen: guidance.Choice | None, value: dict[str, Any]) -> dict[str, Any]:
+    """How the reward steered the decoder: the strength chosen, and the scale its rewards
+    were read on (neither for a method without a reward)."""
+    return {
+        **({"strength": chosen.to_json()} if chosen is not None else {}),
+        **({"reward_scale": value["reward_scale"]} if value.get("reward_scale") else {}),
+    }
 
 
 def results_key(

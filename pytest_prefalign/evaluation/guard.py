@@ -6,10 +6,16 @@ back, whichever decoder made the call. A bad value is named by the record it was
 the test pair and its side, or the generation item whose response it scored. An exception the
 method raised keeps its traceback (``MethodFailure``), which the test's report shows below the
 message. The other tests of the run go on.
+
+A method written before ``api.Batch`` (``score(lm, users, prompts, responses)``, and so
+``prefix_rewards`` and ``next_token_logprobs``) is still called its way, with a
+``DeprecationWarning`` (``old_style``).
 """
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +24,7 @@ import numpy as np
 from pytest_prefalign.errors import MethodFailure, PrefalignError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.api import SuiteData
+    from pytest_prefalign.api import Batch, SuiteData
 
 Where = Callable[[int], str]  # position of a call -> what it was computed for
 
@@ -49,30 +55,32 @@ class GuardedReward:
                 f"reward method {self._name!r} raised in {method}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _where(
-        self, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> Where:
+    def _call_batch(self, method: str, lm: Any, batch: Batch) -> Any:
+        """``method(lm, batch)``, or ``method(lm, users, prompts, responses)`` for a method
+        written before ``Batch``."""
+        if old_style(getattr(self._inner, method)):
+            _warn_old_style(self._name, method)
+            return self._call(method, lm, batch.users, batch.prompts, batch.responses)
+        return self._call(method, lm, batch)
+
+    def _where(self, batch: Batch) -> Where:
         """Names position ``i`` of a call by its record; looked up only when something is wrong."""
-        return lambda i: locate(self._data, users[i], prompts[i], responses[i], i)
+        return lambda i: locate(self._data, batch.users[i], batch.prompts[i], batch.responses[i], i)
 
-    def score(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        out = self._call("score", lm, users, prompts, responses)
-        where = self._where(users, prompts, responses)
-        return finite_array(out, len(responses), f"reward method {self._name!r} score", where)
+    def score(self, lm: Any, batch: Batch) -> np.ndarray:
+        out = self._call_batch("score", lm, batch)
+        where = self._where(batch)
+        return finite_array(out, len(batch), f"reward method {self._name!r} score", where)
 
-    def prefix_rewards(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
-        out = list(self._call("prefix_rewards", lm, users, prompts, responses))
+    def prefix_rewards(self, lm: Any, batch: Batch) -> list[np.ndarray]:
+        out = list(self._call_batch("prefix_rewards", lm, batch))
         what = f"reward method {self._name!r} prefix_rewards"
-        if len(out) != len(responses):
-            raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(responses)}")
-        where = self._where(users, prompts, responses)
+        if len(out) != len(batch):
+            raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(batch)}")
+        where = self._where(batch)
         arrays = [finite_array(a, None, what, _token_of(where, i)) for i, a in enumerate(out)]
         for i, array in enumerate(arrays):
-            tokens = len(lm.response_ids(responses[i]))
+            tokens = len(lm.response_ids(batch.responses[i]))
             if array.shape[0] != tokens:
                 raise PrefalignError(
                     f"{what} returned {array.shape[0]} values {where(i)}, expected {tokens}: "
@@ -80,16 +88,14 @@ class GuardedReward:
                 )
         return arrays
 
-    def next_token_logprobs(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
-        out = list(self._call("next_token_logprobs", lm, users, prompts, responses))
+    def next_token_logprobs(self, lm: Any, batch: Batch) -> list[np.ndarray]:
+        out = list(self._call_batch("next_token_logprobs", lm, batch))
         what = f"reward method {self._name!r} next_token_logprobs"
-        if len(out) != len(responses):
-            raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(responses)}")
-        where = self._where(users, prompts, responses)
+        if len(out) != len(batch):
+            raise PrefalignError(f"{what} returned {len(out)} arrays, expected {len(batch)}")
+        where = self._where(batch)
         for i, array in enumerate(out):
-            shape = (len(lm.response_ids(responses[i])), self._vocab)
+            shape = (len(lm.response_ids(batch.responses[i])), self._vocab)
             log_probabilities(np.asarray(array), shape, what, where, i)
         return out
 
@@ -116,6 +122,29 @@ class GuardedReward:
         if bool((out.isnan() | (out == float("inf"))).any()):
             raise PrefalignError(f"{what} returned NaN or +inf (a log-probability is at most 0)")
         return out
+
+
+def old_style(method: Callable[..., Any]) -> bool:
+    """Whether a reward method's bound ``method`` takes ``(lm, users, prompts, responses)``,
+    the protocol before ``api.Batch``: four positional parameters or more, and no ``*args``."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: called the current way
+        return False
+    kinds = [p.kind for p in parameters]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(kind in positional for kind in kinds) >= 4
+
+
+def _warn_old_style(name: str, method: str) -> None:
+    warnings.warn(
+        f"reward method {name!r}: {method}(lm, users, prompts, responses) is the protocol before "
+        f"pytest_prefalign.api.Batch; define {method}(lm, batch) (docs/plugins.md)",
+        DeprecationWarning,
+        stacklevel=4,
+    )
 
 
 def _shape(shape: tuple[int | None, ...]) -> str:

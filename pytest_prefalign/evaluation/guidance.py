@@ -47,7 +47,7 @@ import numpy as np
 
 from pytest_prefalign import cache, events, versions
 from pytest_prefalign.analysis.answers import not_an_answer
-from pytest_prefalign.api import Item
+from pytest_prefalign.api import Batch, Item
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.fluency import fluency
 
@@ -294,8 +294,7 @@ def text_measures(
 def own_rewards(ctx: CaseContext, items: Sequence[Item], outputs: list[str]) -> np.ndarray:
     """The case's reward method's (standardised) reward of each output."""
     assert ctx.reward is not None
-    users, prompts = [it.user for it in items], [it.prompt for it in items]
-    return np.asarray(ctx.reward.score(ctx.lm, users, prompts, outputs), dtype=np.float64)
+    return np.asarray(ctx.reward.score(ctx.lm, Batch.of_items(items, outputs)), dtype=np.float64)
 
 
 def base_outputs(run: RunContext, ctx: CaseContext, items: Sequence[Item]) -> Outputs:

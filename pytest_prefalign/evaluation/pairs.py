@@ -10,7 +10,7 @@ import numpy as np
 
 from pytest_prefalign import cache
 from pytest_prefalign.analysis import metrics
-from pytest_prefalign.api import REDUCTIONS, policy_scores
+from pytest_prefalign.api import REDUCTIONS, Batch, policy_scores
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.generation import number
 
@@ -80,12 +80,9 @@ def policy_fields(
     """The ``POLICY_FIELDS`` of every pair: both sides scored once, under every reduction
     (``api.policy_scores``), the outcome under each, and the scores and the outcome under the
     run's reduction (``ctx.reduce``)."""
-    users = [p.user for p in pairs]
-    prompts = [p.prompt for p in pairs]
     sides = {}
     for side in ("chosen", "rejected"):
-        responses = [getattr(p, side) for p in pairs]
-        scores = policy_scores(decoder, ctx, users, prompts, responses)
+        scores = policy_scores(decoder, ctx, Batch.of_pairs(pairs, side))
         sides[side] = {
             how: checked(
                 reduced(scores, how, name), len(pairs), f"decoder {name!r} loglik ({side})", pairs
@@ -121,12 +118,8 @@ def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.n
     n = len(pairs)
     if ctx.reward is None:
         raise PrefalignError("RM accuracy needs a reward method")
-    scores = ctx.reward.score(
-        ctx.lm,
-        [p.user for p in pairs] * 2,
-        [p.prompt for p in pairs] * 2,
-        [p.chosen for p in pairs] + [p.rejected for p in pairs],
-    )
+    both = Batch.of_pairs(pairs, "chosen") + Batch.of_pairs(pairs, "rejected")
+    scores = ctx.reward.score(ctx.lm, both)
     return scores[:n], scores[n:]
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_prefalign import cache, events, versions
+from pytest_prefalign.api import Batch
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Pair, RewardMethod
@@ -86,12 +87,13 @@ def fit_scale(rewards: np.ndarray) -> RewardScale:
     return RewardScale(mean, std, int(values.size))
 
 
-def training_responses(pairs: Sequence[Pair]) -> tuple[list[str], list[str], list[str]]:
-    """``(users, prompts, responses)``: both sides of every training pair, side by side."""
-    users = [p.user for p in pairs for _ in range(2)]
-    prompts = [p.prompt for p in pairs for _ in range(2)]
-    responses = [r for p in pairs for r in (p.chosen, p.rejected)]
-    return users, prompts, responses
+def training_responses(pairs: Sequence[Pair]) -> Batch:
+    """Both sides of every training pair, side by side."""
+    return Batch(
+        [p.user for p in pairs for _ in range(2)],
+        [p.prompt for p in pairs for _ in range(2)],
+        [r for p in pairs for r in (p.chosen, p.rejected)],
+    )
 
 
 def scale_key(reward_key: cache.Key) -> cache.Key:
@@ -117,9 +119,9 @@ def cached_scale(
             return RewardScale(0.0, 1.0, 0, native=True).to_json()
         if not pairs:  # a method that needs no training pairs: its rewards as they are
             return fit_scale(np.zeros(0)).to_json()
-        users, prompts, responses = training_responses(pairs)
-        with events.step(f"standardising {reward.name} on {len(responses)} training responses"):
-            raw = reward.score(lm, users, prompts, responses)
+        batch = training_responses(pairs)
+        with events.step(f"standardising {reward.name} on {len(batch)} training responses"):
+            raw = reward.score(lm, batch)
         return fit_scale(np.asarray(raw, dtype=np.float64)).to_json()
 
     valid = cache.readable_by(RewardScale.from_json)
@@ -140,16 +142,12 @@ class StandardisedReward:
     def _standard(self, values: Any) -> Any:
         return (values - self.scale.mean) / self.scale.std
 
-    def score(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        raw = np.asarray(self._inner.score(lm, users, prompts, responses), dtype=np.float64)
+    def score(self, lm: Any, batch: Batch) -> np.ndarray:
+        raw = np.asarray(self._inner.score(lm, batch), dtype=np.float64)
         return self._standard(raw)
 
-    def prefix_rewards(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
-        found = self._inner.prefix_rewards(lm, users, prompts, responses)
+    def prefix_rewards(self, lm: Any, batch: Batch) -> list[np.ndarray]:
+        found = self._inner.prefix_rewards(lm, batch)
         return [self._standard(np.asarray(v, dtype=np.float64)) for v in found]
 
     def reward_from_hidden(self, users: Sequence[str], hidden: Any) -> Any:

@@ -24,6 +24,7 @@ from pytest_prefalign import versions
 from pytest_prefalign.analysis import metrics
 from pytest_prefalign.api import (
     INDEPENDENT_JUDGE,
+    Batch,
     CaseContext,
     FittedJudge,
     Item,
@@ -82,9 +83,9 @@ def win_rates(
     (``{"wins", "ties", "losses"}``).
     """
     reward = _check_inputs(ctx, items, outputs, base_outputs)
-    users, prompts = [it.user for it in items], [it.prompt for it in items]
+    both = Batch.of_items(items, outputs) + Batch.of_items(items, base_outputs)
     same = [a == b for a, b in zip(outputs, base_outputs, strict=True)]
-    raw = reward.score(ctx.lm, users * 2, prompts * 2, [*outputs, *base_outputs])
+    raw = reward.score(ctx.lm, both)
     self_scores = _finite_scores(raw, 2 * len(items), f"reward method {reward.name!r}")
     won_self = outcomes(self_scores[: len(items)], self_scores[len(items) :], same)
     result: dict[str, Any] = {
@@ -99,7 +100,7 @@ def win_rates(
     except JudgeUnavailable as exc:
         result.update(judge_independent="unavailable", reason_independent=str(exc))
         return result
-    scores = judge.score(users * 2, prompts * 2, [*outputs, *base_outputs])
+    scores = judge.score(both)
     won = outcomes(scores[: len(items)], scores[len(items) :], same)
     result.update(judge_independent=judge.description, **_judged("independent", won))
     return result

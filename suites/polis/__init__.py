@@ -1,9 +1,8 @@
-"""The built-in ``polis`` suite (registered through the ``prefalign`` entry point)."""
+"""The built-in ``polis`` suite, ``Polis`` (``suite.py``),
+listed in ``pytest_prefalign.registry.BUILTINS``."""
 
 from __future__ import annotations
 
 from prefalign_suites.polis.suite import Polis
 
-
-def pytest_prefalign_register(registry) -> None:
-    registry.add_suite(Polis())
+__all__ = ["Polis"]

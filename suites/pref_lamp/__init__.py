@@ -1,9 +1,8 @@
-"""The built-in ``pref_lamp`` suite (registered through the ``prefalign`` entry point)."""
+"""The built-in ``pref_lamp`` suite, ``PrefLamp`` (``suite.py``),
+listed in ``pytest_prefalign.registry.BUILTINS``."""
 
 from __future__ import annotations
 
 from prefalign_suites.pref_lamp.suite import PrefLamp
 
-
-def pytest_prefalign_register(registry) -> None:
-    registry.add_suite(PrefLamp())
+__all__ = ["PrefLamp"]

@@ -1,9 +1,8 @@
-"""The built-in ``prism`` suite (registered through the ``prefalign`` entry point)."""
+"""The built-in ``prism`` suite, ``Prism`` (``suite.py``),
+listed in ``pytest_prefalign.registry.BUILTINS``."""
 
 from __future__ import annotations
 
 from prefalign_suites.prism.suite import Prism
 
-
-def pytest_prefalign_register(registry) -> None:
-    registry.add_suite(Prism())
+__all__ = ["Prism"]

@@ -1,11 +1,9 @@
-"""The built-in ``synthetic`` suite (registered through the ``prefalign`` entry point): users with
-known preferences, for the tool's known-answer checks. Its ``oracle`` reward methods register
-through an entry point of their own (``oracle.py``)."""
+"""The built-in ``synthetic`` suite (``suite.py``): users with known preferences, for the tool's
+known-answer checks, and its ``oracle`` reward methods (``oracle.py``); each is a line of
+``pytest_prefalign.registry.BUILTINS``."""
 
 from __future__ import annotations
 
 from prefalign_suites.synthetic.suite import Synthetic
 
-
-def pytest_prefalign_register(registry) -> None:
-    registry.add_suite(Synthetic())
+__all__ = ["Synthetic"]

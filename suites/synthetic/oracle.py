@@ -43,10 +43,9 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from prefalign_suites.synthetic.rules import Rule, rule_of
-from pytest_prefalign.api import Pair, RewardMethod
+from pytest_prefalign.api import Batch, Pair, RewardMethod
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.registry import Registry
     from pytest_prefalign.runtime.lm import LM
 
 VERSION = 1  # bump when what the oracle computes changes
@@ -104,26 +103,16 @@ class Oracle(RewardMethod):
         for user in dict.fromkeys(p.user for p in pairs):
             rule_of(user)
 
-    def score(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
-        rules = {u: rule_of(u) for u in set(users)}
-        return np.array(
-            [
-                self.reward(rules[u], u, p, r)
-                for u, p, r in zip(users, prompts, responses, strict=True)
-            ],
-            dtype=np.float64,
-        )
+    def score(self, lm: LM, batch: Batch) -> np.ndarray:
+        rules = {u: rule_of(u) for u in set(batch.users)}
+        return np.array([self.reward(rules[u], u, p, r) for u, p, r in batch], dtype=np.float64)
 
-    def prefix_rewards(
-        self, lm: LM, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> list[np.ndarray]:
+    def prefix_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]:
         """The reward of the text of every token prefix of each response, then of the whole
         response (its ``eos_id``). Prefixes are cut from the response by the tokenizer's
         character offsets; the same prefix text is scored once per call (ARGS asks for many
         candidates that share their prefixes)."""
-        rules = {u: rule_of(u) for u in set(users)}
+        rules = {u: rule_of(u) for u in set(batch.users)}
         memo: dict[tuple[str, str, str], float] = {}
 
         def reward(user: str, prompt: str, text: str) -> float:
@@ -133,8 +122,8 @@ class Oracle(RewardMethod):
             return memo[key]
 
         out = []
-        for user, prompt, response, ends in zip(
-            users, prompts, responses, prefix_ends(lm, responses), strict=True
+        for (user, prompt, response), ends in zip(
+            batch, prefix_ends(lm, batch.responses), strict=True
         ):
             values = [reward(user, prompt, response[:end]) for end in ends]
             values.append(reward(user, prompt, response))
@@ -214,11 +203,3 @@ def prefix_ends(lm: LM, responses: Sequence[str]) -> list[list[int]]:
         ids = lm.response_ids(response)[:-1]
         ends.append([len(tokenizer.decode(ids[: t + 1])) for t in range(len(ids))])
     return ends
-
-
-def pytest_prefalign_register(registry: Registry) -> None:
-    registry.add_reward("oracle", Oracle)
-    registry.add_reward("oracle_noisy", NoisyOracle)
-    registry.add_reward("oracle_negated", NegatedOracle)
-    for cls in (Noise1Oracle, Noise4Oracle, Noise8Oracle):
-        registry.add_reward(cls.name, cls)

@@ -1,9 +1,8 @@
-"""The built-in ``tldr`` suite (registered through the ``prefalign`` entry point)."""
+"""The built-in ``tldr`` suite, ``Tldr`` (``suite.py``),
+listed in ``pytest_prefalign.registry.BUILTINS``."""
 
 from __future__ import annotations
 
 from prefalign_suites.tldr.suite import Tldr
 
-
-def pytest_prefalign_register(registry) -> None:
-    registry.add_suite(Tldr())
+__all__ = ["Tldr"]

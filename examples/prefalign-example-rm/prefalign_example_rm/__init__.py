@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pytest_prefalign import storage
-from pytest_prefalign.api import Pair, RewardMethod
+from pytest_prefalign.api import Batch, Pair, RewardMethod
 
 
 @dataclass(frozen=True)
@@ -70,18 +70,11 @@ class LengthPrior(RewardMethod):
         targets = {u: (sum(n) + k * overall) / (len(n) + k) for u, n in sorted(lengths.items())}
         return {"targets": targets, "default": overall}
 
-    def score(
-        self, lm: Any, users: Sequence[str], prompts: Sequence[str], responses: Sequence[str]
-    ) -> np.ndarray:
+    def score(self, lm: Any, batch: Batch) -> np.ndarray:
         if self.default is None:
             raise RuntimeError("length_prior: call fit() before score()")
-        if not len(users) == len(prompts) == len(responses):
-            raise ValueError("length_prior: expected as many users, prompts and responses")
         return np.array(
-            [
-                -abs(words(r) - self.targets.get(u, self.default))
-                for u, r in zip(users, responses, strict=True)
-            ],
+            [-abs(words(r) - self.targets.get(u, self.default)) for u, _, r in batch],
             dtype=np.float64,
         )
 
