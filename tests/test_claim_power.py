@@ -1,5 +1,5 @@
-"""benchmarks/claim_power.py: the paper's effects it simulates are the stated ones, and its
-reached-verdict functions read findings.py's own verdicts."""
+"""benchmarks/claim_power.py: the paper's effects it simulates are the stated ones, its worlds
+are on the edges they name, and its verdict functions read findings.py's own verdicts."""
 
 from __future__ import annotations
 
@@ -75,9 +75,12 @@ def test_error_rates_count_the_verdict_said(claim_power: ModuleType) -> None:
     assert claim_power.error_rate(some, 5, shape, 4, 0) == (0.5, 0.25)
 
 
-def test_users_needed_where_power_reaches_its_target(claim_power: ModuleType) -> None:
-    tau = {"10": [0.1, 0.0], "80": [0.85, 0.0]}
-    icl = {"10": [0.2, 0.0], "20": [0.5, 0.0]}
-    power = {"target": 0.8, "power": {"polis": {"tau": tau, "icl": icl}}}
-    assert claim_power.users_needed(power, "polis", "tau") == 80
-    assert claim_power.users_needed(power, "polis", "icl") == 20  # none reached: the largest
+def test_a_true_tau_of_one_is_a_world_where_claim_one_may_fail(claim_power: ModuleType) -> None:
+    # claim 1 must be decidable both ways: the world where "does not hold" is true is measured
+    # for its power, not counted as an error
+    worlds = {e.scenario.name: e for e in claim_power.error_worlds()}
+    strong = worlds["tau 1"]
+    assert strong.true and strong.verdict == "does not hold"
+    shifts = [strong.scenario.policy_shift[m] for m in claim_power.calibration.REWARDS]
+    assert kendalltau(range(5), shifts).statistic == pytest.approx(1.0)
+    assert not any(e.true for name, e in worlds.items() if name != "tau 1")
