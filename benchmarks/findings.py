@@ -547,16 +547,11 @@ def _users(entry: TauEntry) -> str:
 
 
 def tau_verdict(entry: TauEntry) -> str:
-    """Claim 1 on one tau entry (``claims.tau_claim``): read from tau's one-sided 95% bounds
-    over these methods with users resampled, so that it can be decided either way. A run file
-    written before ``lower_95`` was kept gives the interval's 2.5th percentile instead
-    (``ci[0]``: the stricter bound)."""
+    """Claim 1 on one tau entry (``claims.tau_entry_claim``): read from tau's one-sided 95%
+    bounds over these methods with users resampled, so that it can be decided either way."""
     from pytest_prefalign.analysis import claims
 
-    lower = entry.lower_95
-    if "lower_95" in entry.absent and entry.ci:
-        lower = entry.ci[0]
-    return claims.tau_claim(entry.enough, lower, entry.upper_95)
+    return claims.tau_entry_claim(entry)
 
 
 def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
@@ -600,14 +595,10 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
 
 def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
     """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder
-    (``claims.spread_claim``), from their paired differences (``selection.paired``) and the
-    range test's p (``rm["p_range"]``)."""
+    (``claims.spread_verdict``)."""
     from pytest_prefalign.analysis import claims
 
-    return claims.spread_claim(
-        rm.get("p_range"), rm["diff"], rm.get("ci"), rouge["diff"], rouge.get("ci"),
-        rouge.get("p_value"),
-    )  # fmt: skip
+    return claims.spread_verdict(rm, rouge)
 
 
 def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
@@ -649,26 +640,11 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
 
 
 def spread_entries(results: list) -> list[dict[str, Any]]:
-    """Claim 2 per (suite, size, decoder) with two reward methods or more: the methods with the
-    highest and the lowest RM accuracy, their paired differences and the claim's verdict."""
-    from pytest_prefalign.analysis import catalogue, crisis, selection
+    """Claim 2 per (suite, size, decoder) with two reward methods or more
+    (``claims.spread_entries``)."""
+    from pytest_prefalign.analysis import claims
 
-    x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
-    out = []
-    for (suite, size, decoder), rows in crisis.reward_groups(results).items():
-        rows = [r for r in rows if text in r.per_user and x in r.per_user]
-        if len(rows) < 2:
-            continue
-        high = max(rows, key=lambda r: r.metrics[x])
-        low = min(rows, key=lambda r: r.metrics[x])
-        if high is low or high.metrics[x] == low.metrics[x]:
-            continue
-        rm = selection.paired(high, low, x)
-        rm["p_range"] = selection.range_test(rows, x)
-        rouge = selection.paired(high, low, text)
-        out.append({"suite": suite, "size": size, "decoder": decoder, "high": high, "low": low,
-                    "rm": rm, "rouge": rouge, "claim": spread_verdict(rm, rouge)})  # fmt: skip
-    return out
+    return claims.spread_entries(results)
 
 
 def icl_verdict(entry: IclEntry) -> str:

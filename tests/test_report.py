@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_prefalign.analysis import crisis, plot, report
+from pytest_prefalign.runs import records
 from pytest_prefalign.runs.entries import Crisis, DegenerateEntry
 from pytest_prefalign.runs.records import RunFile
 
@@ -274,7 +275,10 @@ def test_method_names_are_escaped(tmp_path: Path) -> None:
 def test_report_main_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_file = tmp_path / "run.json"
     run_file.write_text(json.dumps(analysed(RUN).to_json()))
-    assert report.report_main([str(run_file), "--out", str(tmp_path / "rep")]) == 0
+    assert (
+        report.report_main([str(run_file), "--out", str(tmp_path / "rep"), "--power-sims", "0"])
+        == 0
+    )
     assert (tmp_path / "rep" / "report.html").is_file()
     assert "wrote" in capsys.readouterr().out
 
@@ -435,7 +439,7 @@ def test_a_row_the_analysis_flags_degenerate_is_marked(tmp_path: Path) -> None:
     # the marks survive the run file's writing and reading
     path = tmp_path / "run.json"
     path.write_text(json.dumps(run.to_json()))
-    assert report.report_main([str(path), "--out", str(tmp_path / "rep")]) == 0
+    assert report.report_main([str(path), "--out", str(tmp_path / "rep"), "--power-sims", "0"]) == 0
     section = outputs_section((tmp_path / "rep" / "report.html").read_text())
     marked = re.findall(r'<tr class="degenerate"><td>([^<]*)<br>', section)
     assert marked == ["args[pal]"]
@@ -481,3 +485,25 @@ def test_a_suite_without_item_outputs_says_so(tmp_path: Path) -> None:
     text = report.write_report(analysed(RUN), tmp_path).read_text()
     section = outputs_section(text)
     assert section.count("No row of this suite and size has item outputs.") == 2
+
+
+def test_the_claims_section_says_the_users_each_claim_needs(tmp_path: Path) -> None:
+    # simulated from the run's own users (a few simulated runs, a short grid: the rows are
+    # what is checked here; tests/test_power.py checks the figures)
+    text = report.write_report(analysed(RUN), tmp_path, power_sims=3).read_text()
+    section = text.split("how many users each needs</h2>")[1].split("<h2>")[0]
+    assert "pref_lamp · 135m" in section and "2. large RM-accuracy gap" in section
+    assert "RM accuracy 0.20 apart, ROUGE-1 the same" in section
+    assert "3 simulated runs per number of users" in section
+    # not simulated unless asked: the section says how
+    plain = report.write_report(analysed(RUN), tmp_path / "plain").read_text()
+    assert "Not simulated here: <code>prefalign report RUN.json" in plain
+
+
+def test_report_command_simulates_the_claims_power(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    run = analysed(RUN)
+    records.write(run, path)
+    assert report.report_main([str(path), "--out", str(tmp_path / "out"), "--power-sims", "2"]) == 0
+    text = (tmp_path / "out" / report.PAGE).read_text()
+    assert "2 simulated runs per number of users" in text

@@ -15,6 +15,12 @@ and ``prefalign report``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
+
+from pytest_prefalign.analysis import catalogue, crisis, selection
+from pytest_prefalign.runs.entries import TauEntry
+from pytest_prefalign.runs.records import CaseResult, RunFile
 
 PAPER_TAU = (0.08, 0.31)  # the paper's range of tau across its three datasets
 PAPER_TAU_MIDDLE = 0.2  # the effect claim 1's power is simulated at: the middle of that range
@@ -51,6 +57,15 @@ def tau_claim(enough: bool, lower: float | None, upper: float | None) -> str:
     if upper < -bound:
         return FAILS + " (the opposite order)"
     return UNDECIDED
+
+
+def tau_entry_claim(entry: TauEntry) -> str:
+    """Claim 1 on a run's tau entry. A run file written before ``lower_95`` was kept gives the
+    interval's 2.5th percentile instead (``ci[0]``: the stricter bound)."""
+    lower = entry.lower_95
+    if "lower_95" in entry.absent and entry.ci:
+        lower = entry.ci[0]
+    return tau_claim(entry.enough, lower, entry.upper_95)
 
 
 def spread_claim(
@@ -95,3 +110,53 @@ def icl_claim(icl: str, rgd: str, verdict: str) -> str:
     if verdict == f"{rgd} better":
         return "does not hold at this size"
     return UNDECIDED
+
+
+def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
+    """Claim 2 from two paired comparisons (``selection.paired``: ``diff``, ``ci``,
+    ``p_value``), RM accuracy's carrying the range test's ``p_range``."""
+    return spread_claim(
+        rm.get("p_range"), rm["diff"], rm.get("ci"), rouge["diff"], rouge.get("ci"),
+        rouge.get("p_value"),
+    )  # fmt: skip
+
+
+def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
+    """Claim 2 per (suite, size, decoder) with two reward methods or more: the methods with the
+    highest and the lowest RM accuracy (``high``, ``low``), their paired differences on RM
+    accuracy (``rm``, with the range test's ``p_range``) and on ROUGE-1 (``rouge``), and the
+    claim's verdict (``claim``)."""
+    x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
+    out = []
+    for (suite, size, decoder), rows in crisis.reward_groups(results).items():
+        rows = [r for r in rows if text in r.per_user and x in r.per_user]
+        if len(rows) < 2:
+            continue
+        high = max(rows, key=lambda r: r.metrics[x])
+        low = min(rows, key=lambda r: r.metrics[x])
+        if high is low or high.metrics[x] == low.metrics[x]:
+            continue
+        rm = selection.paired(high, low, x)
+        rm["p_range"] = selection.range_test(rows, x)
+        rouge = selection.paired(high, low, text)
+        out.append({"suite": suite, "size": size, "decoder": decoder, "high": high, "low": low,
+                    "rm": rm, "rouge": rouge, "claim": spread_verdict(rm, rouge)})  # fmt: skip
+    return out
+
+
+Where = tuple[str, str, str]  # (suite, size, decoder): claim 3's decoder is the ICL row's
+
+
+def run_claims(run: RunFile) -> dict[tuple[Where, str], str]:
+    """Every claim's verdict a run allows, by ((suite, size, decoder), claim): claim 1 on tau
+    over the plotted y per decoder with 3 reward methods or more, claim 2 per decoder with 2 or
+    more, claim 3 per ICL row."""
+    found: dict[tuple[Where, str], str] = {}
+    for e in run.tau:
+        if e.y == catalogue.plotted() and e.n_methods >= 3:
+            found[((e.suite, e.size, e.decoder), "tau")] = tau_entry_claim(e)
+    for s in spread_entries(run.results):
+        found[((s["suite"], s["size"], s["decoder"]), "spread")] = s["claim"]
+    for icl in run.crisis.icl_vs_rgd:
+        found[((icl.suite, icl.size, icl.icl), "icl")] = icl_claim(icl.icl, icl.rgd, icl.verdict)
+    return found

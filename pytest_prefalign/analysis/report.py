@@ -23,7 +23,7 @@ from typing import Any
 from tabulate import tabulate
 
 from pytest_prefalign import storage
-from pytest_prefalign.analysis import catalogue, family, spread, summary, table
+from pytest_prefalign.analysis import catalogue, claims, family, power, spread, summary, table
 from pytest_prefalign.analysis.plot import Point, render_plot, scatter_extras, scatter_points
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.entries import (
@@ -60,13 +60,19 @@ SHOWN_ITEMS = 5  # items whose outputs the page shows per (suite, size)
 # --------------------------------------------------------------------------------------------
 
 
-def write_report(run: RunFile, out_dir: Path) -> Path:
-    """Write ``out_dir/report.html`` (and the plot beside it, when matplotlib is there)."""
+def write_report(run: RunFile, out_dir: Path, power_sims: int = 0) -> Path:
+    """Write ``out_dir/report.html`` (and the plot beside it, when matplotlib is there), with
+    the users each of the paper's claims needs simulated from the run's own noise
+    (``power_sims`` simulated runs per number of users; 0 leaves them out)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_html = _plot_section(scatter_points(run.results), out_dir, scatter_extras(run.results))
+    curves = None
+    if power_sims:
+        by_kind = run.crisis.family.by_kind if run.crisis.family else None
+        curves = power.run_curves(run.results, by_kind, sims=power_sims)
     page = out_dir / PAGE
-    storage.atomic_write_text(page, render_page(run, plot_html))
+    storage.atomic_write_text(page, render_page(run, plot_html, curves))
     return page
 
 
@@ -91,8 +97,11 @@ def _plot_section(
     )
 
 
-def render_page(run: RunFile, plot_html: str) -> str:
-    """The page, from the run's results and the analysis stored with them."""
+def render_page(
+    run: RunFile, plot_html: str, curves: dict[tuple[power.Where, str], power.Curve] | None = None
+) -> str:
+    """The page, from the run's results and the analysis stored with them (and the claims'
+    power curves, where simulated)."""
     body = [f"<h1>pytest-prefalign report</h1>{_meta(run)}", "<h2>Leaderboards</h2>"]
     body += [_leaderboard(suite, size, rows) for (suite, size), rows in table.by_suite(run.results)]
     body += ["<h2>Outputs</h2>", _outputs_note()]
@@ -114,6 +123,8 @@ def render_page(run: RunFile, plot_html: str) -> str:
         "<h2>Per-user spread</h2>",
         _spread_section(run.crisis.spread),
         _family_note(run.crisis.family),
+        "<h2>The paper's claims: how many users each needs</h2>",
+        _claims_section(run, curves),
         "<h2>RM accuracy against policy accuracy</h2>",
         plot_html,
         "<h2>Data</h2>",
@@ -356,6 +367,49 @@ def _family_note(found: Family | None) -> str:
     return f'<p class="note">{html.escape(text)}</p>' if text else ""
 
 
+CLAIM_NAMES = {
+    "tau": "1. RM accuracy a weak predictor of policy accuracy",
+    "spread": "2. large RM-accuracy gap, nearly the same ROUGE-1",
+    "icl": "3. ICL ahead of reward-guided decoding",
+}
+
+
+def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Curve] | None) -> str:
+    """Each claim's verdict on this run (the rules of docs/findings.md) and, where there is not
+    enough evidence, the users it needs: the power of runs simulated from this run's own users
+    with the paper's effect imposed."""
+    if curves is None:
+        return (
+            '<p class="note">Not simulated here: <code>prefalign report RUN.json --out DIR</code> '
+            "simulates them (<code>--power-sims N</code>, 0 for none).</p>"
+        )
+    if not curves:
+        return '<p class="note">No reward methods to test the claims on.</p>'
+    verdicts = claims.run_claims(run)
+    rows = []
+    for (where, claim), curve in curves.items():
+        verdict = verdicts.get((where, claim), "-")
+        points = zip(curve.grid, curve.power, strict=True)
+        needed = "-"
+        if verdict == claims.UNDECIDED:
+            needed = str(curve.needed) if curve.needed else f"more than {curve.grid[-1]}"
+        cells = ", ".join(f"{n}: {p:.2f}" for n, p in points)
+        where_text = f"{where[0]} · {where[1]}"
+        rows.append(
+            [where_text, where[2], CLAIM_NAMES[claim], verdict, curve.effect, cells, needed]
+        )
+    headers = ["suite · size", "decoder", "claim", "verdict", "effect imposed", "power by users",
+               "users needed"]  # fmt: skip
+    sims = next(iter(curves.values())).sims
+    return tabulate(rows, headers=headers, tablefmt="html") + (
+        '<p class="note">Users needed: the fewest users (of 10, 20, 40, ..., 640) at which runs '
+        f"simulated from this run's own users reach the claim's verdict {power.TARGET:.0%} of "
+        "the time, with the paper's effect imposed on their figures (each user's deviations "
+        f"kept; {sims} simulated runs per number of users; docs/metrics.md, \"The paper's "
+        'claims").</p>'
+    )
+
+
 def _data_section(results: Sequence[CaseResult]) -> str:
     """Each suite's data: where it was read, its licence and the attribution its licence asks
     for (CC BY: wherever the data is used, so with every figure computed from it)."""
@@ -389,6 +443,13 @@ def report_main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("run", metavar="RUN.json", help="a run file (.prefalign/runs/*.json)")
     parser.add_argument("--out", metavar="DIR", required=True, help="folder for report.html")
+    parser.add_argument(
+        "--power-sims",
+        type=int,
+        default=power.SIMS,
+        metavar="N",
+        help="simulated runs per number of users behind the claims' users needed (0: none)",
+    )
     try:
         args = parser.parse_args(list(argv))
     except SystemExit as exc:  # argparse has printed the usage error
@@ -403,7 +464,7 @@ def report_main(argv: Sequence[str]) -> int:
         print(f"prefalign report: --out {out}: exists and is not a folder", file=sys.stderr)
         return 2
     try:
-        written = write_report(run, out)
+        written = write_report(run, out, args.power_sims)
     except OSError as exc:  # a folder that cannot be made or written
         print(f"prefalign report: --out {exc.filename or out}: {exc.strerror}", file=sys.stderr)
         return 2
