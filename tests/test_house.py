@@ -70,6 +70,7 @@ LAYERS = [
             "pytest_prefalign.suite_options",
             "pytest_prefalign.hookspec",
             "pytest_prefalign.datadir",
+            "pytest_prefalign.inifile",
             "pytest_prefalign.fetch",
             "pytest_prefalign.manifest",
         ),
@@ -246,6 +247,60 @@ def test_comments_cite_the_projects_own_docs() -> None:
         or "SPEC.md" in path.read_text(encoding="utf-8")
     ]
     assert cited == []
+
+
+def private_pytest_uses(tree: ast.AST) -> list[str]:
+    """What in ``tree`` reaches into pytest's internals: an import of ``_pytest`` (or of a
+    module in it), the terminal reporter's private writer ``_tw`` as an attribute, or either
+    named in a string (``getattr(tr, "_tw")``, ``import_module("_pytest._io")``)."""
+
+    def private(name: str) -> bool:
+        return name == "_pytest" or name.startswith("_pytest.")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if private(a.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and private(node.module or ""):
+            found.append(f"from {node.module} import ...")
+        elif isinstance(node, ast.Attribute) and node.attr == "_tw":
+            found.append("._tw")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value == "_tw" or private(node.value):
+                found.append(repr(node.value))
+    return [f"line {getattr(node, 'lineno', '?')}: {what}" for what in found]
+
+
+def test_only_pytests_public_api() -> None:
+    """pytest's and pytest-xdist's public API only, in the package, the built-in methods and
+    suites and the benchmarks: a pytest release may change its internals (``_pytest``, the
+    reporter's ``_tw``) without notice. (The tests may reach in, to check what pytest does.)"""
+    uses = {
+        module: found
+        for module, path in MODULES.items()
+        if (found := private_pytest_uses(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert uses == {}
+
+
+def test_the_private_api_check_sees_each_form() -> None:
+    """The check above is no formality: each way in is caught, and a name like a helper
+    called ``_pytest`` (benchmarks/findings.py has one) is not."""
+    code = (
+        "import _pytest._io\n"
+        "from _pytest.config.findpaths import locate_config\n"
+        "width = tr._tw.fullwidth\n"
+        "writer = getattr(tr, '_tw')\n"
+        "def _pytest(args): return args\n"
+        "_pytest([])\n"
+    )
+    found = private_pytest_uses(ast.parse(code))
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "import _pytest._io",
+        "from _pytest.config.findpaths import ...",
+        "._tw",
+        "'_tw'",
+    ]
 
 
 @pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["lint", "format"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_prefalign.analysis import family, fit
+from pytest_prefalign.analysis import family, wrap
 from pytest_prefalign.runs.records import RunFile
 
 Row = dict[str, Any]
@@ -83,11 +83,11 @@ def degenerate_lines(entries: list[Row]) -> list[str]:
 
 def fit_prose(lines: list[str], width: int | None) -> list[str]:
     """Sentences (lines without a table's column gap) wrapped to ``width``; table rows, which
-    ``fit.table`` already made fit, as they are."""
+    ``wrap.table`` already made fit, as they are."""
     out: list[str] = []
     for line in lines:
         is_row = "  " in line.strip() or set(line.strip()) <= {"-", " "}
-        out += [line] if is_row else fit.prose(line, width, indent="  ")
+        out += [line] if is_row else wrap.prose(line, width, indent="  ")
     return out
 
 
@@ -140,7 +140,7 @@ def tau_table(entries: list[Row], tablefmt: str = "simple", width: int | None = 
         "95% CI",
         "verdict",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def regret_lines(entries: list[Row], width: int | None = None) -> list[str]:
@@ -185,7 +185,7 @@ def regret_table(entries: list[Row], tablefmt: str = "simple", width: int | None
         "p_holm",
         "verdict",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def inversion_lines(entries: list[Row], width: int | None = None) -> list[str]:
@@ -247,7 +247,7 @@ def inversion_table(entries: list[Row], tablefmt: str = "simple", width: int | N
         "p",
         "p_holm",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def icl_lines(entries: list[Row], width: int | None = None) -> list[str]:
@@ -286,7 +286,7 @@ PAIRED = ["95% CI", "p", "p_holm", "users", "verdict"]
 def icl_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
     body = [[_where(e), e["metric"], e["icl"], e["rgd"], *_paired(e)] for e in entries]
     headers = ["suite · size", "metric", "ICL", "best reward-guided", "ICL - it", *PAIRED]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
@@ -297,7 +297,7 @@ def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None =
         for e in entries
     ]
     headers = ["suite · size", "metric", "A", "B", "A - B", *PAIRED]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def circular_lines(entries: list[Row], width: int | None = None) -> list[str]:
@@ -348,7 +348,7 @@ def circular_table(entries: list[Row], tablefmt: str = "simple", width: int | No
         "flag",
         "independent judge",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def spread_lines(entries: list[Row], width: int | None = None) -> list[str]:

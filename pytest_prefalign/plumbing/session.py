@@ -8,7 +8,7 @@ import datetime as dt
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -336,16 +336,12 @@ class PrefalignSession:
             tr.write_line(f"prefalign: {error}", red=True)
 
 
-def terminal_width(tr: Any) -> int | None:
-    """The width the summary's tables fit (``fit.width``), from pytest's terminal writer:
-    whether its stream is a terminal, and its full width. (Whether it is a terminal is read
-    from the stream, not from ``$COLUMNS``, which pytest-xdist's workers and their
-    subprocesses always carry.)"""
-    from pytest_prefalign.analysis import fit
+def terminal_width(tr: pytest.TerminalReporter) -> int | None:
+    """The width the summary's tables fit (``wrap.terminal_width``): whether pytest's reporter
+    writes to a terminal, and the terminal's width."""
+    from pytest_prefalign.analysis import wrap
 
-    stream = getattr(tr._tw, "_file", None)
-    is_terminal = bool(getattr(stream, "isatty", lambda: False)())
-    return fit.width(is_terminal, int(getattr(tr._tw, "fullwidth", 80)))
+    return wrap.terminal_width(progress.on_a_terminal(tr))
 
 
 def check_plugins(config: pytest.Config, found: registry.Registry, *, strict: bool) -> None:
