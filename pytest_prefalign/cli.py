@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -225,7 +226,9 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     """``prefalign merge RUN... --out RUN`` (argv without ``merge``): the run files of the
     shards of one run (``--prefalign-shard K/N``) joined into one, its analysis computed on
     the joined results. Returns 2 when they cannot be merged (the message says why), else 0."""
+    from pytest_prefalign import portable
     from pytest_prefalign.analysis import merge, summary, table, wrap
+    from pytest_prefalign.datadir import project_root
     from pytest_prefalign.runs import records
 
     parser = argparse.ArgumentParser(
@@ -242,6 +245,9 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     try:
         shards = [(path, records.read(path)) for path in args.runs]
         run = merge.merge(shards)
+        # the shards' paths as given, none of this machine (portable.py)
+        roots = portable.machine_roots(rootdir=project_root(Path.cwd()))
+        run = dataclasses.replace(run, config=portable.relative(run.config, roots))
         records.write(run, args.out)
     except (ValueError, OSError) as exc:
         print(f"prefalign merge: error: {exc}", file=sys.stderr)

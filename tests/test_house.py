@@ -5,7 +5,7 @@ the project's own docs.
 
 The layers, lowest first (a module may import its own layer and the ones below):
 
-0. foundation: errors, storage, cache, versions, events, bm25
+0. foundation: errors, storage, cache, versions, events, bm25, portable
 1. the model runtime: runtime/
 2. the interfaces plugins implement: api
 3. names and places: registry, method and suite options, hook specifications, data folders,
@@ -58,6 +58,7 @@ LAYERS = [
             "pytest_prefalign.versions",
             "pytest_prefalign.events",
             "pytest_prefalign.bm25",
+            "pytest_prefalign.portable",
         ),
     ),
     ("model runtime", ("pytest_prefalign.runtime.*",)),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_prefalign import cache, events, versions
+from pytest_prefalign import cache, events, portable, versions
 from pytest_prefalign.analysis import catalogue, metrics
 from pytest_prefalign.api import CaseContext
 from pytest_prefalign.errors import PrefalignError
@@ -147,6 +147,7 @@ class Evaluator:
         timings["total_s"] = time.perf_counter() - started
         values, ci, per_user = figures({"pair": records, "item": items})
         used = cache.unique([*lm.cache_uses, *state.uses, *fitted_uses, *uses])
+        roots = prepare.roots(self.context, state)  # the run file names no path of this machine
         return CaseResult(
             suite=case.suite,
             method=str(case.method),
@@ -161,18 +162,20 @@ class Evaluator:
             per_user=per_user,
             judge=judge,
             timings={k: round(v, 3) for k, v in timings.items()},
-            model={
-                "name": lm.name,
-                "fingerprint": lm.fingerprint,
-                "weights": lm.weights_fingerprint,
-            },
-            data={
-                "source": state.data.source,
-                "dropped": state.data.dropped,
-                "faults": named,
-                "provenance": state.data.provenance,
-                "fingerprint": state.fingerprint,
-            },
+            model=portable.relative(
+                {"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
+                roots,
+            ),
+            data=portable.relative(
+                {
+                    "source": state.data.source,
+                    "dropped": state.data.dropped,
+                    "faults": named,
+                    "provenance": state.data.provenance,
+                    "fingerprint": state.fingerprint,
+                },
+                roots,
+            ),
             environment=prepare.environment(lm),
             reward_fingerprint=plan.fingerprint if plan else None,
             reward_package=plan.package if plan else None,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_prefalign import cache, method_options, registry, storage
+from pytest_prefalign import cache, method_options, portable, registry, storage
 from pytest_prefalign.errors import PrefalignError, PrefalignWarning, SuiteUnavailable
 from pytest_prefalign.plumbing import gating, options, paths, preflight, progress, shards
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, CaseItem, SuiteFile
@@ -282,6 +282,9 @@ class PrefalignSession:
         results = sorted(self.results, key=order)
         tau, found = crisis.analyse(results)
         complete, outcomes = self.outcomes.summary()
+        # no path of this machine: the command line's paths from their roots, named once
+        roots = portable.machine_roots(data=self.data_dir, rootdir=Path(self.config.rootpath))
+        args = portable.relative(list(self.config.invocation_params.args), roots)
         return RunFile(
             results=results,
             created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -293,14 +296,15 @@ class PrefalignSession:
                 "reduce": self.settings.reduce,
                 "seed": self.settings.seed,
                 "options": [str(a) for a in self.settings.assignments],
-                "args": list(self.config.invocation_params.args),
+                "args": args,
                 "shard": str(self.settings.shard) if self.settings.shard else None,
+                "roots": dict(portable.NAMES),
             },
             models={r.size: r.model for r in self.results},
             tau=tau,
             crisis=found,
             complete=complete,
-            outcomes=outcomes,
+            outcomes=portable.relative(outcomes, roots),
         )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
