@@ -30,6 +30,7 @@ a module is split").
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -239,15 +240,60 @@ def test_every_module_says_what_it_is_for() -> None:
     assert silent == []
 
 
-def test_comments_cite_the_projects_own_docs() -> None:
-    """Nothing cites a file outside the repository (SPEC.md lives beside it, not in it)."""
-    cited = [
-        f"{module}"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def layer_table() -> dict[int, str]:
+    """docs/architecture.md's layer table: each row's text by its layer's number."""
+    rows = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        found = re.match(r"\| (\d+)\. [^|]+ \|", line)
+        if found:
+            rows[int(found[1])] = line
+    return rows
+
+
+def named_in(row: str, module: str, path: Path) -> bool:
+    """Whether a row of the layer table names ``module``: a module of the package by its file
+    (```quiet.py``` or ```runtime/quiet.py```), a plugin's or a benchmark's by its folder
+    (```suites/```, ```methods/decoders/```), as the table places those as folders."""
+    if module.startswith(CORE + "."):
+        return re.search(r"[`/]" + re.escape(path.name) + "`", row) is not None
+    folder = path.relative_to(ROOT).parts
+    return any(f"`{'/'.join(folder[:n])}/`" in row for n in range(1, len(folder)))
+
+
+def test_every_module_is_in_the_docs_layer_table() -> None:
+    """The table a newcomer reads names each module in the row of its layer (``LAYERS``), so
+    it cannot fall behind the code: a module added, moved or renamed fails here until the
+    table says where it is and what it does."""
+    rows = layer_table()
+    assert sorted(rows) == list(range(len(LAYERS)))
+    missing = sorted(
+        f"{module} (layer {layer(module)}: {LAYERS[layer(module)][0]})"
         for module, path in MODULES.items()
-        if "SPEC section" in path.read_text(encoding="utf-8")
-        or "SPEC.md" in path.read_text(encoding="utf-8")
+        if path.name != "__init__.py" and not named_in(rows[layer(module)], module, path)
+    )
+    assert missing == []
+
+
+def cites_outside(text: str) -> bool:
+    """Whether ``text`` cites the specification that lives beside the repository, not in it."""
+    return re.search(r"\bSPEC(\.md\b|, | section)", text) is not None
+
+
+def test_comments_cite_the_projects_own_docs() -> None:
+    """Nothing cites a file outside the repository (SPEC.md lives beside it, not in it): not
+    the code, not the docs, not the install script."""
+    shown = [ROOT / "README.md", ROOT / "install.sh", *sorted((ROOT / "docs").glob("*.md"))]
+    cited = [
+        str(path.relative_to(ROOT))
+        for path in [*MODULES.values(), *shown]
+        if cites_outside(path.read_text(encoding="utf-8"))
     ]
     assert cited == []
+    assert cites_outside("(SPEC.md section 7)") and cites_outside('(SPEC, "Working points")')
+    assert not cites_outside("SPECIALS = [UNK, PAD]")
 
 
 def private_pytest_uses(tree: ast.AST) -> list[str]:
