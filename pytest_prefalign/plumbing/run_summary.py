@@ -28,7 +28,7 @@ def write(
 ) -> None:
     """The summary's lines, through the reporter's public writers (``write_line``,
     ``write_sep``); the leaderboard only where the run has results."""
-    from pytest_prefalign.analysis import summary, table
+    from pytest_prefalign.analysis import summary, table, wrap
 
     for failure in registry.failures:
         tr.write_line(f"prefalign: could not load {failure}", yellow=True)
@@ -37,7 +37,8 @@ def write(
     if run is None or not run.results:
         return
     tr.write_sep("=", "prefalign leaderboard")
-    width = terminal_width(tr)
+    # the width the tables fit: the terminal's, where pytest's reporter writes to one
+    width = wrap.terminal_width(progress.on_a_terminal(tr))
     for line in table.leaderboards(run.results, width):
         tr.write_line(line)
     for line in summary.summary_lines(run, width):
@@ -55,14 +56,6 @@ def write(
         tr.write_line(f"report: {written.report_path}")
     for error in written.errors:
         tr.write_line(f"prefalign: {error}", red=True)
-
-
-def terminal_width(tr: pytest.TerminalReporter) -> int | None:
-    """The width the summary's tables fit (``wrap.terminal_width``): whether pytest's reporter
-    writes to a terminal, and the terminal's width."""
-    from pytest_prefalign.analysis import wrap
-
-    return wrap.terminal_width(progress.on_a_terminal(tr))
 
 
 def cache_line(results: list[CaseResult], use_cache: bool) -> str:
