@@ -182,7 +182,7 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
     print(f"{suite} {size}: {shlex.join(argv(str(path)))}", file=sys.stderr, flush=True)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     start = time.perf_counter()
-    returncode, cache = _pytest(argv(str(path)))
+    returncode, cache = pytest_in_subprocess(argv(str(path)))
     seconds = time.perf_counter() - start
     ok = path.is_file()
     return Run(
@@ -215,7 +215,7 @@ def invocation(argv: list[str]) -> str:
     return shlex.join(["python", "benchmarks/findings.py", *portable.relative(words, roots)])
 
 
-def _pytest(args: list[str]) -> tuple[int, str]:
+def pytest_in_subprocess(args: list[str]) -> tuple[int, str]:
     """Run pytest, its output passed through as it comes; its exit status and the summary's
     line on what the results cache held ("1 of 39 values reused, 38 computed")."""
     cache = ""

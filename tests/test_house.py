@@ -332,7 +332,7 @@ def test_only_pytests_public_api() -> None:
 
 def test_the_private_api_check_sees_each_form() -> None:
     """The check above is no formality: each way in is caught, and a name like a helper
-    called ``_pytest`` (benchmarks/findings.py has one) is not."""
+    called ``_pytest`` is not (only an import or a string naming the package is)."""
     code = (
         "import _pytest._io\n"
         "from _pytest.config.findpaths import locate_config\n"
