@@ -148,6 +148,7 @@ def test_ini_value_comes_from_the_first_pytest_config_file_upwards(tmp_path):
     assert ini_data_value(deep) == (None, deep / "pytest.ini")
 
 
+@pytest.mark.skipif(pytest.version_tuple < (9,), reason="pytest reads pytest.toml from 9.0 on")
 def test_ini_value_from_a_pytest_toml_as_pytest_finds_it(tmp_path):
     """pytest 9's own file, found first, with native TOML values; as pytest, a pytest.toml wins
     over a pytest.ini in the same folder."""
@@ -160,6 +161,7 @@ def test_ini_value_from_a_pytest_toml_as_pytest_finds_it(tmp_path):
     assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
 
 
+@pytest.mark.skipif(pytest.version_tuple < (9,), reason="pytest reads pytest.toml from 9.0 on")
 def test_the_data_command_and_a_pytest_run_read_the_same_file(pytester, monkeypatch, capsys):
     """What ``prefalign data`` reports is what ``pytest --prefalign`` reads."""
     monkeypatch.delenv("PREFALIGN_DATA", raising=False)
