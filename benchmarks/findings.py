@@ -145,7 +145,7 @@ def main() -> None:
         for size in args.sizes.split(","):
             for suite in args.suites.split(","):
                 done = run_one(suite, size, args.limit, runs_dir)
-                done.invocation = shlex.join(["python", "benchmarks/findings.py", *sys.argv[1:]])
+                done.invocation = invocation(sys.argv[1:])
                 # written under a lock: several invocations (one per shard of the work) may run
                 # at once and each adds its own runs to the same index
                 with filelock.FileLock(str(index) + ".lock"):
@@ -191,7 +191,7 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
     print(f"{suite} {size}: {shlex.join(argv(str(path)))}", file=sys.stderr, flush=True)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     start = time.perf_counter()
-    returncode, cache = _pytest(argv(str(path)))
+    returncode, cache = pytest_in_subprocess(argv(str(path)))
     seconds = time.perf_counter() - start
     ok = path.is_file()
     return Run(
@@ -208,7 +208,23 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
     )
 
 
-def _pytest(args: list[str]) -> tuple[int, str]:
+def invocation(argv: list[str]) -> str:
+    """The command that made a run, as run from the repository's root and with no path of this
+    machine: a path under the root relative to it, any other from its root (``{tmp}/...``,
+    ``~/...``: pytest_prefalign/portable.py)."""
+    from pytest_prefalign import portable
+
+    words = [
+        os.path.relpath(word, ROOT)
+        if os.path.isabs(word) and Path(word).is_relative_to(ROOT)
+        else word
+        for word in argv
+    ]
+    roots = portable.machine_roots(rootdir=ROOT)
+    return shlex.join(["python", "benchmarks/findings.py", *portable.relative(words, roots)])
+
+
+def pytest_in_subprocess(args: list[str]) -> tuple[int, str]:
     """Run pytest, its output passed through as it comes; its exit status and the summary's
     line on what the results cache held ("1 of 39 values reused, 38 computed")."""
     cache = ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import shutil
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,13 +54,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     return command(name)(rest)
-
-
-def terminal_width() -> int | None:
-    """The width to fit tables to (``fit.width``): standard output's terminal, or none."""
-    from pytest_prefalign.analysis import fit
-
-    return fit.width(sys.stdout.isatty(), shutil.get_terminal_size().columns)
 
 
 def version() -> str:
@@ -156,7 +149,7 @@ def compare_rows_main(run_name: str, rows: list[str]) -> int:
     """``prefalign compare RUN --rows A,B``: every metric with per-user figures of rows A and B
     of one run (``selection.compare_rows``), paired over their users. 0 when printed, 2 when the
     run cannot be read or a row is not in it (the run's rows are listed)."""
-    from pytest_prefalign.analysis import fit, selection, summary
+    from pytest_prefalign.analysis import selection, summary, wrap
     from pytest_prefalign.datadir import project_root
     from pytest_prefalign.runs import baselines
 
@@ -174,13 +167,13 @@ def compare_rows_main(run_name: str, rows: list[str]) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"prefalign compare: error: {exc}", file=sys.stderr)
         return 2
-    width = terminal_width()
+    width = wrap.terminal_width(sys.stdout.isatty())
     head = (
         f"A = {a}, B = {b}: A - B over the users both have (95% interval with users "
         "resampled; p: exact sign-flip test over users; p_holm: Holm over the metrics compared, "
         "which the verdict reads)"
     )
-    print("\n".join(fit.prose(head, width, indent="  ")))
+    print("\n".join(wrap.prose(head, width, indent="  ")))
     print(summary.rows_table(found, width=width))
     return 0
 
@@ -233,7 +226,9 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     """``prefalign merge RUN... --out RUN`` (argv without ``merge``): the run files of the
     shards of one run (``--prefalign-shard K/N``) joined into one, its analysis computed on
     the joined results. Returns 2 when they cannot be merged (the message says why), else 0."""
-    from pytest_prefalign.analysis import merge, summary, table
+    from pytest_prefalign import portable
+    from pytest_prefalign.analysis import merge, summary, table, wrap
+    from pytest_prefalign.datadir import project_root
     from pytest_prefalign.runs import records
 
     parser = argparse.ArgumentParser(
@@ -250,11 +245,14 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     try:
         shards = [(path, records.read(path)) for path in args.runs]
         run = merge.merge(shards)
+        # the shards' paths as given, none of this machine (portable.py)
+        roots = portable.machine_roots(rootdir=project_root(Path.cwd()))
+        run = dataclasses.replace(run, config=portable.relative(run.config, roots))
         records.write(run, args.out)
     except (ValueError, OSError) as exc:
         print(f"prefalign merge: error: {exc}", file=sys.stderr)
         return 2
-    width = terminal_width()
+    width = wrap.terminal_width(sys.stdout.isatty())
     for line in table.leaderboards(run.results, width):
         print(line)
     for line in summary.summary_lines(run, width):

@@ -234,17 +234,12 @@ def check_data(suite: Any, folder: Path) -> list[str]:
 def ini_data_value(start: Path) -> tuple[str | None, Path | None]:
     """``prefalign_data`` from the configuration file that pytest itself finds from ``start``
     upwards (``pytest.toml``, ``pytest.ini``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``,
-    ... with pytest's own precedence and rules), and that file.
+    ... with pytest's own precedence and rules: ``inifile.py``), and that file."""
+    from pytest_prefalign import inifile
 
-    pytest's discovery (``locate_config``) is private, but pytest is pinned (setup.cfg) and a copy
-    of its rules drifted (it missed ``pytest.toml``); tests/test_datadir.py checks the files it
-    finds, so a change in pytest shows there rather than in a wrong data folder."""
-    from _pytest.config.findpaths import locate_config
-
-    _, inifile, values, *_ = locate_config(start, [start])
+    path, values = inifile.locate(start)
     value = values.get("prefalign_data")
-    value = getattr(value, "value", value)  # a ConfigValue (pytest 9), or the value itself
-    return (str(value) if value else None), inifile
+    return (str(value) if value else None), path
 
 
 def project_root(start: Path) -> Path:

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from prefalign_suites.records import WHOLE, Problems, Record, read_json_document, read_json_lines
+from prefalign_suites.raw_records import (
+    WHOLE,
+    Problems,
+    Record,
+    read_json_document,
+    read_json_lines,
+)
 from pytest_prefalign.api import DataError, DataNotFound
 from pytest_prefalign.datadir import data_places
 from pytest_prefalign.errors import missing_extra

@@ -174,7 +174,7 @@ def test_the_main_jobs_bad_outputs_by_rule() -> None:
 def test_real_titles_pass_against_their_own_abstracts() -> None:
     from prefalign_suites.pref_lamp import anthology
     from prefalign_suites.pref_lamp.suite import PrefLamp
-    from prefalign_suites.records import Problems
+    from prefalign_suites.raw_records import Problems
 
     papers = anthology.read_papers(DATA / "acl-anthology", Problems())
     suite = PrefLamp()

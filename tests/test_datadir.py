@@ -148,6 +148,7 @@ def test_ini_value_comes_from_the_first_pytest_config_file_upwards(tmp_path):
     assert ini_data_value(deep) == (None, deep / "pytest.ini")
 
 
+@pytest.mark.skipif(pytest.version_tuple < (9,), reason="pytest reads pytest.toml from 9.0 on")
 def test_ini_value_from_a_pytest_toml_as_pytest_finds_it(tmp_path):
     """pytest 9's own file, found first, with native TOML values; as pytest, a pytest.toml wins
     over a pytest.ini in the same folder."""
@@ -160,6 +161,7 @@ def test_ini_value_from_a_pytest_toml_as_pytest_finds_it(tmp_path):
     assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
 
 
+@pytest.mark.skipif(pytest.version_tuple < (9,), reason="pytest reads pytest.toml from 9.0 on")
 def test_the_data_command_and_a_pytest_run_read_the_same_file(pytester, monkeypatch, capsys):
     """What ``prefalign data`` reports is what ``pytest --prefalign`` reads."""
     monkeypatch.delenv("PREFALIGN_DATA", raising=False)
@@ -167,6 +169,56 @@ def test_the_data_command_and_a_pytest_run_read_the_same_file(pytester, monkeypa
     config = pytester.parseconfig()
     assert config.getini("prefalign_data") == "from-toml"
     assert ini_data_value(pytester.path) == ("from-toml", pytester.path / "pytest.toml")
+
+
+# file layouts: {path under the test's folder: text}; pytest runs from "run/here"
+LAYOUTS = {
+    "setup.cfg above": {"setup.cfg": "[tool:pytest]\nprefalign_data = up\n"},
+    "setup.cfg without its section": {
+        "run/setup.cfg": "[metadata]\nname = x\n",
+        "tox.ini": "[pytest]\nprefalign_data = tox\n",
+    },
+    "a pyproject's ini_options below a setup.cfg": {
+        "setup.cfg": "[tool:pytest]\nprefalign_data = up\n",
+        "run/pyproject.toml": '[tool.pytest.ini_options]\nprefalign_data = "pyproject"\n',
+    },
+    "an empty pytest.ini wins over a tox.ini": {
+        "run/here/pytest.ini": "",
+        "run/here/tox.ini": "[pytest]\nprefalign_data = tox\n",
+    },
+    "a tox.ini without [pytest] is no configuration file": {
+        "run/here/tox.ini": "[tox]\nenvlist = py\n",
+        "run/.pytest.ini": "[pytest]\nprefalign_data = hidden\n",
+    },
+    "pytest.toml before pytest.ini": {
+        "run/pytest.toml": '[pytest]\nprefalign_data = "toml"\n',
+        "run/pytest.ini": "[pytest]\nprefalign_data = ini\n",
+    },
+    "a pyproject's native table": {"run/pyproject.toml": '[tool.pytest]\nprefalign_data = "n"\n'},
+    "a pyproject without pytest tables, alone": {"run/pyproject.toml": "[project]\nname = 'x'\n"},
+    "a pyproject without pytest tables, a setup.cfg above": {
+        "run/here/pyproject.toml": "[project]\nname = 'x'\n",
+        "setup.cfg": "[tool:pytest]\nprefalign_data = up\n",
+    },
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_configuration_file_found_is_the_one_pytest_reads(pytester, monkeypatch, layout):
+    """``inifile.locate`` against the installed pytest: the file it reads (``inipath``) and
+    the value (``getini``), for each layout (pytest.toml and the native table only count from
+    pytest 9 on, the lone pyproject.toml from 8.1 on: both sides follow the same version)."""
+    monkeypatch.delenv("PREFALIGN_DATA", raising=False)
+    for name, text in LAYOUTS[layout].items():
+        path = pytester.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    here = pytester.path / "run" / "here"
+    here.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(here)
+    config = pytester.parseconfig(here)
+    expected = config.getini("prefalign_data") or None
+    assert ini_data_value(here) == (expected, config.inipath)
 
 
 class Suite:

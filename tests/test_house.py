@@ -5,7 +5,7 @@ the project's own docs.
 
 The layers, lowest first (a module may import its own layer and the ones below):
 
-0. foundation: errors, storage, cache, versions, events, bm25
+0. foundation: errors, storage, cache, versions, events, bm25, portable
 1. the model runtime: runtime/
 2. the interfaces plugins implement: api
 3. names and places: registry, method and suite options, hook specifications, data folders,
@@ -30,6 +30,7 @@ a module is split").
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,7 @@ LAYERS = [
             "pytest_prefalign.versions",
             "pytest_prefalign.events",
             "pytest_prefalign.bm25",
+            "pytest_prefalign.portable",
         ),
     ),
     ("model runtime", ("pytest_prefalign.runtime.*",)),
@@ -70,6 +72,7 @@ LAYERS = [
             "pytest_prefalign.suite_options",
             "pytest_prefalign.hookspec",
             "pytest_prefalign.datadir",
+            "pytest_prefalign.inifile",
             "pytest_prefalign.fetch",
             "pytest_prefalign.manifest",
         ),
@@ -237,15 +240,114 @@ def test_every_module_says_what_it_is_for() -> None:
     assert silent == []
 
 
-def test_comments_cite_the_projects_own_docs() -> None:
-    """Nothing cites a file outside the repository (SPEC.md lives beside it, not in it)."""
-    cited = [
-        f"{module}"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def layer_table() -> dict[int, str]:
+    """docs/architecture.md's layer table: each row's text by its layer's number."""
+    rows = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        found = re.match(r"\| (\d+)\. [^|]+ \|", line)
+        if found:
+            rows[int(found[1])] = line
+    return rows
+
+
+def named_in(row: str, module: str, path: Path) -> bool:
+    """Whether a row of the layer table names ``module``: a module of the package by its file
+    (```quiet.py``` or ```runtime/quiet.py```), a plugin's or a benchmark's by its folder
+    (```suites/```, ```methods/decoders/```), as the table places those as folders."""
+    if module.startswith(CORE + "."):
+        return re.search(r"[`/]" + re.escape(path.name) + "`", row) is not None
+    folder = path.relative_to(ROOT).parts
+    return any(f"`{'/'.join(folder[:n])}/`" in row for n in range(1, len(folder)))
+
+
+def test_every_module_is_in_the_docs_layer_table() -> None:
+    """The table a newcomer reads names each module in the row of its layer (``LAYERS``), so
+    it cannot fall behind the code: a module added, moved or renamed fails here until the
+    table says where it is and what it does."""
+    rows = layer_table()
+    assert sorted(rows) == list(range(len(LAYERS)))
+    missing = sorted(
+        f"{module} (layer {layer(module)}: {LAYERS[layer(module)][0]})"
         for module, path in MODULES.items()
-        if "SPEC section" in path.read_text(encoding="utf-8")
-        or "SPEC.md" in path.read_text(encoding="utf-8")
+        if path.name != "__init__.py" and not named_in(rows[layer(module)], module, path)
+    )
+    assert missing == []
+
+
+def cites_outside(text: str) -> bool:
+    """Whether ``text`` cites the specification that lives beside the repository, not in it."""
+    return re.search(r"\bSPEC(\.md\b|, | section)", text) is not None
+
+
+def test_comments_cite_the_projects_own_docs() -> None:
+    """Nothing cites a file outside the repository (SPEC.md lives beside it, not in it): not
+    the code, not the docs, not the install script."""
+    shown = [ROOT / "README.md", ROOT / "install.sh", *sorted((ROOT / "docs").glob("*.md"))]
+    cited = [
+        str(path.relative_to(ROOT))
+        for path in [*MODULES.values(), *shown]
+        if cites_outside(path.read_text(encoding="utf-8"))
     ]
     assert cited == []
+    assert cites_outside("(SPEC.md section 7)") and cites_outside('(SPEC, "Working points")')
+    assert not cites_outside("SPECIALS = [UNK, PAD]")
+
+
+def private_pytest_uses(tree: ast.AST) -> list[str]:
+    """What in ``tree`` reaches into pytest's internals: an import of ``_pytest`` (or of a
+    module in it), the terminal reporter's private writer ``_tw`` as an attribute, or either
+    named in a string (``getattr(tr, "_tw")``, ``import_module("_pytest._io")``)."""
+
+    def private(name: str) -> bool:
+        return name == "_pytest" or name.startswith("_pytest.")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if private(a.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and private(node.module or ""):
+            found.append(f"from {node.module} import ...")
+        elif isinstance(node, ast.Attribute) and node.attr == "_tw":
+            found.append("._tw")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value == "_tw" or private(node.value):
+                found.append(repr(node.value))
+    return [f"line {getattr(node, 'lineno', '?')}: {what}" for what in found]
+
+
+def test_only_pytests_public_api() -> None:
+    """pytest's and pytest-xdist's public API only, in the package, the built-in methods and
+    suites and the benchmarks: a pytest release may change its internals (``_pytest``, the
+    reporter's ``_tw``) without notice. (The tests may reach in, to check what pytest does.)"""
+    uses = {
+        module: found
+        for module, path in MODULES.items()
+        if (found := private_pytest_uses(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert uses == {}
+
+
+def test_the_private_api_check_sees_each_form() -> None:
+    """The check above is no formality: each way in is caught, and a name like a helper
+    called ``_pytest`` is not (only an import or a string naming the package is)."""
+    code = (
+        "import _pytest._io\n"
+        "from _pytest.config.findpaths import locate_config\n"
+        "width = tr._tw.fullwidth\n"
+        "writer = getattr(tr, '_tw')\n"
+        "def _pytest(args): return args\n"
+        "_pytest([])\n"
+    )
+    found = private_pytest_uses(ast.parse(code))
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "import _pytest._io",
+        "from _pytest.config.findpaths import ...",
+        "._tw",
+        "'_tw'",
+    ]
 
 
 @pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["lint", "format"])

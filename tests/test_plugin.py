@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import machine_paths
 import pytest
 
 TOY_SUITE = """
@@ -156,7 +157,8 @@ def test_listing_imports_no_torch(tmp_path):
 
 
 def test_end_to_end_leaderboard_and_run_file(toy):
-    result = run(toy, "--prefalign", "toy", "-v", "--prefalign-json", "out.json")
+    out = toy.path / "out.json"  # given as an absolute path: the run file names it from its root
+    result = run(toy, "--prefalign", "toy", "-v", "--prefalign-json", str(out))
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         [
@@ -185,6 +187,13 @@ def test_end_to_end_leaderboard_and_run_file(toy):
     mean = sum(r["rouge1"] for r in base_items) / 3
     assert rows["base"]["metrics"]["rouge1"] == pytest.approx(mean)
     assert list((toy.path / ".prefalign" / "runs").glob("0001_*.json"))
+    # made in a temporary folder, the run file names no path of the machine: the data and the
+    # command line's paths from their roots, which it names once
+    assert machine_paths.found(out.read_text()) == []
+    assert str(toy.path) not in out.read_text()
+    assert rows["base"]["data"]["source"] == "{data}/toy/records.json"
+    assert "{rootdir}/out.json" in run_file["config"]["args"]
+    assert set(run_file["config"]["roots"]) == {"data", "cache", "rootdir", "tmp", "~"}
 
 
 def test_k_selects_one_method(toy):
@@ -459,6 +468,8 @@ def test_broken_reward_methods_fail_their_own_tests_only(toy):
     )
     failures = out.split(" FAILURES ")[1].split(" warnings summary ")[0]
     assert "pytest_prefalign/" not in failures and "_pytest/" not in failures
+    # the source four columns in, as the failing line's ">   " and the "E   " lines
+    assert "\n    def score(self, lm, users, prompts, responses):\n" in failures
     rows = json.loads((toy.path / "out.json").read_text())["results"]
     assert sorted(r["method"] for r in rows) == ["base", "bon[bad_ok]"]
     ok = next(r for r in rows if r["method"] == "bon[bad_ok]")

@@ -12,6 +12,7 @@ import shutil
 import textwrap
 from pathlib import Path
 
+import machine_paths
 import pytest
 import test_plugin as toy_project
 
@@ -123,6 +124,11 @@ def test_two_shards_merged_equal_one_run_figure_by_figure(toy):
     code = cli.main(["merge", str(toy.path / "s2.json"), str(toy.path / "s1.json"),
                      "--out", str(toy.path / "merged.json")])  # fmt: skip
     assert code == 0
+    # the shards named from the project, as every path of a run file (portable.py)
+    text = (toy.path / "merged.json").read_text()
+    assert machine_paths.found(text) == [] and str(toy.path) not in text
+    shards = [m["file"] for m in json.loads(text)["config"]["merged"]]
+    assert shards == ["{rootdir}/s2.json", "{rootdir}/s1.json"]
     merged, single = figures(toy.path / "merged.json"), figures(toy.path / "single.json")
     assert merged["tau"] and merged["leaderboards"]  # something to compare
     for name in single:

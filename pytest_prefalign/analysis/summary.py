@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_prefalign.analysis import family, fit
+from pytest_prefalign.analysis import family, wrap
 from pytest_prefalign.runs.entries import (
     CircularEntry,
     DegenerateEntry,
@@ -92,11 +92,11 @@ def degenerate_lines(entries: Sequence[DegenerateEntry]) -> list[str]:
 
 def fit_prose(lines: list[str], width: int | None) -> list[str]:
     """Sentences (lines without a table's column gap) wrapped to ``width``; table rows, which
-    ``fit.table`` already made fit, as they are."""
+    ``wrap.table`` already made fit, as they are."""
     out: list[str] = []
     for line in lines:
         is_row = "  " in line.strip() or set(line.strip()) <= {"-", " "}
-        out += [line] if is_row else fit.prose(line, width, indent="  ")
+        out += [line] if is_row else wrap.prose(line, width, indent="  ")
     return out
 
 
@@ -159,7 +159,7 @@ def tau_table(
         "95% CI",
         "verdict",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def regret_lines(entries: Sequence[RegretEntry], width: int | None = None) -> list[str]:
@@ -207,7 +207,7 @@ def regret_table(
         "p_holm",
         "verdict",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def inversion_lines(entries: Sequence[InversionEntry], width: int | None = None) -> list[str]:
@@ -271,7 +271,7 @@ def inversion_table(
         "p",
         "p_holm",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def icl_lines(entries: Sequence[IclEntry], width: int | None = None) -> list[str]:
@@ -324,7 +324,7 @@ def icl_table(
         for e in entries
     ]
     headers = ["suite · size", "metric", "ICL", "best reward-guided", "ICL - it", *PAIRED]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
@@ -343,7 +343,7 @@ def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None =
         for e in entries
     ]
     headers = ["suite · size", "metric", "A", "B", "A - B", *PAIRED]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def circular_lines(entries: Sequence[CircularEntry], width: int | None = None) -> list[str]:
@@ -396,7 +396,7 @@ def circular_table(
         "flag",
         "independent judge",
     ]
-    return fit.table(body, headers, tablefmt=tablefmt, width=width)
+    return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
 def spread_lines(entries: Sequence[SpreadEntry], width: int | None = None) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_prefalign.analysis import catalogue, fit
+from pytest_prefalign.analysis import catalogue, wrap
 from pytest_prefalign.analysis.compare import Comparison, fraction, p_text, signed, tolerance_text
 from pytest_prefalign.runs.records import CaseResult
 
@@ -25,13 +25,13 @@ Row = dict[str, Any]
 def leaderboards(results: Sequence[CaseResult], width: int | None = None) -> list[str]:
     """One table per (suite, size), best first: by ROUGE-1 where the suite has the users' own
     text (what the tool is about: writing what the user wants), else by policy accuracy. With
-    a ``width`` (the terminal's), a row wider than it has its cells wrapped (``fit``), and a
+    a ``width`` (the terminal's), a row wider than it has its cells wrapped (``wrap``), and a
     heading line wider than it is wrapped under its indent."""
     lines: list[str] = []
     for (suite, size), rows in by_suite(results):
         lines.append("")
         for line in header(suite, size, rows):
-            lines += fit.prose(line, width, indent=" " * (len(line) - len(line.lstrip()) + 2))
+            lines += wrap.prose(line, width, indent=" " * (len(line) - len(line.lstrip()) + 2))
         lines += table(rows, width).splitlines()
     return lines
 
@@ -145,7 +145,7 @@ def table(rows: Sequence[CaseResult], width: int | None = None) -> str:
         for rank, row in enumerate(ordered(rows), 1)
     ]
     headers = ["#", "method", *(m.title for m in present), "time"]
-    return fit.table(body, headers, width=width)
+    return wrap.table(body, headers, width=width)
 
 
 def fmt(row: CaseResult, metric: catalogue.Metric) -> str:

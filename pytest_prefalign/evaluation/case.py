@@ -15,11 +15,12 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_prefalign import cache, events, versions
+from pytest_prefalign import cache, events, portable, versions
 from pytest_prefalign.analysis import catalogue, metrics
 from pytest_prefalign.api import CaseContext
 from pytest_prefalign.errors import PrefalignError
@@ -99,7 +100,8 @@ class Evaluator:
         timings["total_s"] = time.perf_counter() - started
         lm, state = prepared.lm, prepared.state
         used = cache.unique([*lm.cache_uses, *state.uses, *fitted_uses, *uses])
-        return case_result(prepared, value, timings, used)
+        roots = prepare.roots(self.context, prepared.state)  # the run file names no machine path
+        return case_result(prepared, value, timings, used, roots)
 
     def _prepare(self, case: Case, timings: dict[str, float]) -> Prepared:
         """The suite, the model, the reward method's plan and the decoder's context at its
@@ -258,10 +260,15 @@ class Prepared:
 
 
 def case_result(
-    prepared: Prepared, value: dict[str, Any], timings: dict[str, float], used: list[cache.Use]
+    prepared: Prepared,
+    value: dict[str, Any],
+    timings: dict[str, float],
+    used: list[cache.Use],
+    roots: dict[str, Path],
 ) -> CaseResult:
     """The case's row of the run file: its figures pooled from the records, and what it ran
-    on (model, data, environment, reward method, options, guidance, cache uses)."""
+    on (model, data, environment, reward method, options, guidance, cache uses), its paths
+    written from ``roots`` (``portable.py``)."""
     case, ctx, lm, plan = prepared.case, prepared.ctx, prepared.lm, prepared.plan
     items, records = value["items"], value["pairs"]
     values, ci, per_user = figures({"pair": records, "item": items})
@@ -279,8 +286,11 @@ def case_result(
         per_user=per_user,
         judge=value["judge"],
         timings={k: round(v, 3) for k, v in timings.items()},
-        model={"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
-        data=data_record(prepared.state, prepared.faults),
+        model=portable.relative(
+            {"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
+            roots,
+        ),
+        data=portable.relative(data_record(prepared.state, prepared.faults), roots),
         environment=prepare.environment(lm),
         reward_fingerprint=plan.fingerprint if plan else None,
         reward_package=plan.package if plan else None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from pytest_prefalign import cache, events, storage, suite_options, versions
+from pytest_prefalign import cache, events, portable, storage, suite_options, versions
 from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod, describe_fault
 from pytest_prefalign.errors import MethodFailure, PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
@@ -148,6 +148,13 @@ def locate_data(
             raise
         return None, str(exc)
     return root / suite.source, None
+
+
+def roots(run: RunContext, state: SuiteState) -> dict[str, Path]:
+    """The roots a result's paths are written from (``portable.py``): the place that held the
+    suite's data folder, the cache, the rootdir, the temporary and the home folder."""
+    data = state.data_dir.parent if state.data_dir is not None else None
+    return portable.machine_roots(data=data, rootdir=run.settings.rootdir)
 
 
 def load_model(run: RunContext, label: str) -> LM:

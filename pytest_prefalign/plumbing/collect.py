@@ -6,7 +6,6 @@ the host is handed down at collection, so nothing here imports the session.
 
 from __future__ import annotations
 
-import io
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -176,13 +175,11 @@ class CaseItem(pytest.Item):
                 return f"{error}\n\n{method_traceback(error.__cause__, style)}"
         if isinstance(error, PrefalignError):
             return str(error)
+        if not self.config.getoption("fulltrace", False):
+            # an unexpected error (a bug in a method, say) is shown from ``runtest`` down: the
+            # frames above it are pytest's own and would push the method's frames off the screen
+            excinfo.traceback = excinfo.traceback.cut(path=Path(__file__)).filter(excinfo)
         return super().repr_failure(excinfo, style)
-
-    def _traceback_filter(self, excinfo):
-        """An unexpected error (a bug in a method, say) is shown from ``runtest`` down: the
-        frames above it are pytest's own and would push the method's frames off the screen."""
-        cut = excinfo.traceback.cut(path=Path(__file__))
-        return cut.filter(excinfo)
 
     def reportinfo(self):
         return self.path, None, self.name
@@ -201,9 +198,9 @@ def method_traceback(error: BaseException, style: str) -> str:
         info.traceback = own
     shown = {"short": "short", "native": "native"}.get(style, "long")
     rendered = info.getrepr(style=cast(Any, shown), funcargs=False, tbfilter=False)
-    # rendered as pytest would; str() of it would strip the first line's indentation
-    from _pytest._io import TerminalWriter
-
-    out = io.StringIO()
-    rendered.toterminal(TerminalWriter(file=out))
-    return out.getvalue().lstrip("\n").rstrip()
+    text = str(rendered)  # as pytest renders it, stripped at both ends
+    if shown == "long" and not text.startswith((">", "E ")):
+        # the strip took the first source line's indentation: the long style writes each
+        # source line four columns in, beside the ">" of the failing line and the "E" lines
+        text = "    " + text
+    return text

@@ -112,3 +112,26 @@ def problem(needed: Needed, settings: Settings, data_dir: Path | None, rootdir: 
         if reason:
             return f"suite {name!r}: {reason}"
     return None
+
+
+def check(
+    registry: Registry,
+    found: Found,
+    settings: Settings,
+    data_dir: Path | None,
+    rootdir: Path,
+    *,
+    listing: bool,
+) -> None:
+    """The collected suites' options, then their data (not when only ``listing`` the tests
+    without a data folder given, which needs none): the first problem is a usage error."""
+    import pytest
+
+    reason = bad_options(registry, found)
+    if reason:
+        raise pytest.UsageError(reason)
+    if listing and data_dir is None:
+        return
+    reason = problem(needing_data(registry, found), settings, data_dir, rootdir)
+    if reason:
+        raise pytest.UsageError(reason)

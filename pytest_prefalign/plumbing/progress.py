@@ -17,6 +17,7 @@ controller writes; the workers' events reach ``logging`` only).
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +30,8 @@ from pytest_prefalign import events
 DELAY = 2.0  # seconds a test or a step runs before its progress is shown
 TICK = 1.0  # seconds between two redraws of a silent step's status line
 REDRAW = 0.2  # least seconds between two redraws for events
+# the verbosity of the test-case lines (pytest 8.1 on); before, the general verbosity
+TEST_CASES = getattr(pytest.Config, "VERBOSITY_TEST_CASES", None)
 
 
 def wanted(config: pytest.Config) -> bool:
@@ -42,6 +45,13 @@ def wanted(config: pytest.Config) -> bool:
     )
 
 
+def on_a_terminal(tr: pytest.TerminalReporter) -> bool:
+    """Whether pytest's reporter writes to a terminal: its ``isatty``, a method in pytest 9
+    (and what a test sets), a boolean in pytest 8."""
+    isatty = tr.isatty
+    return bool(isatty() if callable(isatty) else isatty)
+
+
 class Progress:
     """The status of the test running in this process; its methods are hooks."""
 
@@ -49,7 +59,7 @@ class Progress:
         self.config = config
         self.tr: Any = config.pluginmanager.getplugin("terminalreporter")
         self.capture = config.pluginmanager.getplugin("capturemanager")
-        self.live = bool(self.tr.isatty())
+        self.live = on_a_terminal(self.tr)
         self.lock = threading.Lock()
         self.test: str | None = None  # the running test's name
         self.started = 0.0
@@ -58,6 +68,7 @@ class Progress:
         self.spent: dict[str, float] = {}  # ... and how long the finished ones took
         self.announced: set[str] = set()  # steps written a line for (not a terminal)
         self.shown = False  # a status line of this test is on screen (a terminal)
+        self.open = False  # a line of ours is left open: the next one starts below it
         self.drawn = 0.0
         self._unlisten = events.listen(self.on_event)
         self._stop = threading.Event()
@@ -70,6 +81,7 @@ class Progress:
         with self.lock:
             self.test, self.started, self.event = item.name, time.monotonic(), None
             self.steps, self.spent, self.announced, self.shown = {}, {}, set(), False
+            self.open = False
         self._start_ticker()
         try:
             return (yield)
@@ -131,7 +143,7 @@ class Progress:
                 self._line(f"  {self.test} · {self.event.text()}")
 
     def _draw(self, text: str) -> None:
-        width = max(20, int(getattr(self.tr._tw, "fullwidth", 80)) - 1)
+        width = max(20, shutil.get_terminal_size().columns - 1)  # what pytest's writer reads
         with self._suspended():
             if not self.shown:
                 self._line("")
@@ -141,21 +153,24 @@ class Progress:
 
     def _line(self, text: str) -> None:
         """Start a line of ours below the test's own, left open: ``_resume`` or the next line
-        ends it."""
+        ends it. (The reporter ends its own line, the test's path and letters; ours is ended
+        here.)"""
         self.tr.ensure_newline()
-        if self.tr._tw.width_of_current_line:
-            self.tr._tw.line()
-        self.tr._tw.write(text, flush=True)
+        if self.open:
+            self.tr.write("\n")
+        self.tr.write(text, flush=True)
+        self.open = True
 
     def _resume(self, nodeid: str) -> None:
         """Give pytest its line back: without ``-v`` it writes the test's letter where the cursor
         is, so the file's line starts again below ours (with ``-v`` it starts one itself)."""
         with self._suspended():
             self.tr.currentfspath = None
-            if self.config.get_verbosity(pytest.Config.VERBOSITY_TEST_CASES) <= 0:
+            if self.config.get_verbosity(TEST_CASES) <= 0:
                 self.tr.write_fspath_result(nodeid, "")
             else:
                 self.tr.ensure_newline()
+            self.open = False
 
     def _finished(self) -> str:
         took = ", ".join(

@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefalign_suites.records import WHOLE, Problems, Record, normalise_ws, read_csv, unique
+from prefalign_suites.raw_records import WHOLE, Problems, Record, normalise_ws, read_csv, unique
 from pytest_prefalign.api import DataError
 
 COMMENT_COLUMNS = ("timestamp", "comment-id", "author-id", "moderated", "comment-body")

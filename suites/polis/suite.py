@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from prefalign_suites.polis import conversations, voters
-from prefalign_suites.records import Problems, normalise_ws
+from prefalign_suites.raw_records import Problems, normalise_ws
 from pytest_prefalign import suite_options
 from pytest_prefalign.api import DataError, ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder

@@ -25,7 +25,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
-from prefalign_suites.records import (
+from prefalign_suites.raw_records import (
     WHOLE,
     Problems,
     Record,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_prefalign.api import Item, ProfileEntry, SuiteData
 
 if TYPE_CHECKING:  # pragma: no cover
-    from prefalign_suites.records import Problems
+    from prefalign_suites.raw_records import Problems
     from pytest_prefalign.api import Suite
 
 

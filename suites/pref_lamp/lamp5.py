@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
-from prefalign_suites.records import WHOLE, Problems, Record, read_json_document, unique
+from prefalign_suites.raw_records import WHOLE, Problems, Record, read_json_document, unique
 from pytest_prefalign.api import DataError, DataNotFound
 
 PREFIX = "Generate a title for the following abstract of a paper:"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prefalign_suites.records import Problems, normalise_ws
+from prefalign_suites.raw_records import Problems, normalise_ws
 from pytest_prefalign import bm25, cache, storage, versions
 from pytest_prefalign.api import Pair
 

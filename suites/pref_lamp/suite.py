@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives, writer
-from prefalign_suites.records import Problems, normalise_ws
+from prefalign_suites.raw_records import Problems, normalise_ws
 from pytest_prefalign import suite_options
 from pytest_prefalign.api import ProfileEntry, SuiteData
 from pytest_prefalign.datadir import suite_folder

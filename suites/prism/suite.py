@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from prefalign_suites import hf_source
-from prefalign_suites.records import Problems, Record, unique
+from prefalign_suites.raw_records import Problems, Record, unique
 from prefalign_suites.splits import held_out, user_rng
 from pytest_prefalign import suite_options
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData

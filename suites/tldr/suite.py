@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from prefalign_suites import hf_source
-from prefalign_suites.records import Problems, Record
+from prefalign_suites.raw_records import Problems, Record
 from prefalign_suites.splits import user_rng
 from pytest_prefalign import storage, suite_options
 from pytest_prefalign.api import DataError, Item, Pair, ProfileEntry, SuiteData

@@ -5,12 +5,14 @@ A table wider than ``width`` has its widest cells wrapped inside their column (a
 judge's description, a figure and its interval on two lines; a word longer than the column is
 cut), never the row itself wrapped by the terminal in the middle; no column is made narrower
 than ``MIN_COLUMN``. Without a width (the HTML report, a file) nothing is wrapped. The width is the
-terminal's, or ``$PREFALIGN_WIDTH`` where set (``width``).
+terminal's, or ``$PREFALIGN_WIDTH`` where set (``terminal_width``, which both the pytest
+summary and the ``prefalign`` command ask).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -91,6 +93,15 @@ def width(is_terminal: bool, columns: int) -> int | None:
     if text.isdigit():
         return max(40, int(text))
     return max(40, columns - 1) if is_terminal else None
+
+
+def terminal_width(is_terminal: bool) -> int | None:
+    """The width to fit for output to a stream that is (or is not) a terminal: ``width`` of
+    the terminal's columns as the standard library reads them (``$COLUMNS``, else the
+    terminal's size, else 80), which is what pytest's terminal writer reads too. Whether the
+    stream is a terminal is the caller's to say (pytest's reporter, or standard output), not
+    read from ``$COLUMNS``, which pytest-xdist's workers and their subprocesses always carry."""
+    return width(is_terminal, shutil.get_terminal_size().columns)
 
 
 def prose(text: str, width: int | None, indent: str = "") -> list[str]:
