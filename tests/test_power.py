@@ -83,3 +83,16 @@ def test_power_from_a_runs_own_noise_is_the_power_of_its_world(calibration: Modu
     # 40 users are far from enough and 160 enough, in the world as from the run
     assert truth[0] < 0.5 < power.TARGET <= truth[1]
     assert estimated.needed == 160
+
+
+def test_the_icl_test_reaches_its_small_share_of_alpha() -> None:
+    # the ICL look's share of alpha is small (0.004 in the main job), below what 400 shuffles
+    # can count (2 / 401): the simulated rule reads the shuffles' tail, so a clear lead is found
+    rng = np.random.default_rng(0)
+    level = rng.normal(0.2, 0.05, 200)
+    guided = [level + rng.normal(0, 0.02, 200) for _ in range(2)]
+    ahead = np.stack([level + 0.03 + rng.normal(0, 0.02, 200), *guided])
+    assert power.icl_ahead(power.Figures(ahead, np.ones_like(ahead)), 0.004, rng)
+    # and no lead, none found
+    level_with = np.stack([level + rng.normal(0, 0.02, 200), *guided])
+    assert not power.icl_ahead(power.Figures(level_with, np.ones_like(level_with)), 0.004, rng)
