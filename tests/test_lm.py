@@ -389,7 +389,7 @@ def test_grouped_attention_gives_the_same_bits_as_transformers_sdpa(tiny_lm: LM)
     the CPU; it must give exactly what transformers' own SDPA path gives (left padding, a
     prompt's cache and right-padded responses on it)."""
     from pytest_prefalign.runtime.attention import NAME
-    from pytest_prefalign.runtime.prefill import pad
+    from pytest_prefalign.runtime.prefill import CACHE, pad
 
     assert tiny_lm.model.config._attn_implementation == NAME
     plain = copy.deepcopy(tiny_lm.model)
@@ -411,8 +411,8 @@ def test_grouped_attention_gives_the_same_bits_as_transformers_sdpa(tiny_lm: LM)
                 input_ids=more,
                 attention_mask=whole,
                 position_ids=then,
-                cache=first.cache,
                 use_cache=True,
+                **{CACHE: getattr(first, CACHE)},
             )
             outs.append((first.last_hidden_state, second.last_hidden_state))
     assert torch.equal(outs[0][0], outs[1][0])
