@@ -42,6 +42,13 @@ def wanted(config: pytest.Config) -> bool:
     )
 
 
+def on_terminal(reporter: Any) -> bool:
+    """Whether the terminal reporter writes to a terminal. Its ``isatty`` is a method from
+    pytest 8.4.1 on (a boolean that can be called), a plain boolean before."""
+    isatty = reporter.isatty
+    return bool(isatty() if callable(isatty) else isatty)
+
+
 class Progress:
     """The status of the test running in this process; its methods are hooks."""
 
@@ -49,7 +56,7 @@ class Progress:
         self.config = config
         self.tr: Any = config.pluginmanager.getplugin("terminalreporter")
         self.capture = config.pluginmanager.getplugin("capturemanager")
-        self.live = bool(self.tr.isatty())
+        self.live = on_terminal(self.tr)
         self.lock = threading.Lock()
         self.test: str | None = None  # the running test's name
         self.started = 0.0
