@@ -236,12 +236,17 @@ def ini_data_value(start: Path) -> tuple[str | None, Path | None]:
     upwards (``pytest.toml``, ``pytest.ini``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``,
     ... with pytest's own precedence and rules), and that file.
 
-    pytest's discovery (``locate_config``) is private, but pytest is pinned (setup.cfg) and a copy
-    of its rules drifted (it missed ``pytest.toml``); tests/test_datadir.py checks the files it
-    finds, so a change in pytest shows there rather than in a wrong data folder."""
+    pytest's discovery (``locate_config``) is private, but a copy of its rules drifted (it missed
+    ``pytest.toml``); tests/test_datadir.py checks the files it finds, against the lock's pytest
+    and the lower bound's (CI runs both), so a change in pytest shows there rather than in a
+    wrong data folder. Before pytest 8.1 it took the arguments only, not the invocation folder."""
+    import inspect
+
     from _pytest.config.findpaths import locate_config
 
-    _, inifile, values, *_ = locate_config(start, [start])
+    takes_folder = "invocation_dir" in inspect.signature(locate_config).parameters
+    found = locate_config(start, [start]) if takes_folder else locate_config([start])
+    _, inifile, values, *_ = found
     value = values.get("prefalign_data")
     value = getattr(value, "value", value)  # a ConfigValue (pytest 9), or the value itself
     return (str(value) if value else None), inifile
