@@ -29,6 +29,8 @@ from pytest_prefalign import events
 DELAY = 2.0  # seconds a test or a step runs before its progress is shown
 TICK = 1.0  # seconds between two redraws of a silent step's status line
 REDRAW = 0.2  # least seconds between two redraws for events
+# the verbosity of the test lines: a setting of its own from pytest 8.1 on, the general one before
+TEST_CASES = getattr(pytest.Config, "VERBOSITY_TEST_CASES", None)
 
 
 def wanted(config: pytest.Config) -> bool:
@@ -159,7 +161,7 @@ class Progress:
         is, so the file's line starts again below ours (with ``-v`` it starts one itself)."""
         with self._suspended():
             self.tr.currentfspath = None
-            if self.config.get_verbosity(pytest.Config.VERBOSITY_TEST_CASES) <= 0:
+            if self.config.get_verbosity(TEST_CASES) <= 0:
                 self.tr.write_fspath_result(nodeid, "")
             else:
                 self.tr.ensure_newline()
