@@ -10,6 +10,8 @@ from pytest_prefalign import datadir, fetch
 from pytest_prefalign.api import DataNotFound
 from pytest_prefalign.datadir import data_places, find_data_dir, ini_data_value, suite_folder
 
+READS_TOML = pytest.version_tuple >= (9,)  # pytest reads a pytest.toml from 9.0 on
+
 
 @pytest.fixture
 def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
@@ -151,24 +153,32 @@ def test_ini_value_comes_from_the_first_pytest_config_file_upwards(tmp_path):
 @pytest.mark.skipif(pytest.version_tuple < (9,), reason="pytest reads pytest.toml from 9.0 on")
 def test_ini_value_from_a_pytest_toml_as_pytest_finds_it(tmp_path):
     """pytest 9's own file, found first, with native TOML values; as pytest, a pytest.toml wins
-    over a pytest.ini in the same folder."""
+    over a pytest.ini in the same folder. Before pytest 9 it is not a configuration file, for
+    pytest nor for the lookup."""
     deep = tmp_path / "a" / "b"
     deep.mkdir(parents=True)
     (tmp_path / "setup.cfg").write_text("[tool:pytest]\nprefalign_data = ../shared\n")
     (tmp_path / "a" / "pytest.toml").write_text('[pytest]\nprefalign_data = "toml-data"\n')
-    assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
+    toml = ("toml-data", tmp_path / "a" / "pytest.toml")
+    assert ini_data_value(deep) == (toml if READS_TOML else ("../shared", tmp_path / "setup.cfg"))
     (tmp_path / "a" / "pytest.ini").write_text("[pytest]\nprefalign_data = ini-data\n")
-    assert ini_data_value(deep) == ("toml-data", tmp_path / "a" / "pytest.toml")
+    assert ini_data_value(deep) == (
+        toml if READS_TOML else ("ini-data", tmp_path / "a" / "pytest.ini")
+    )
 
 
 @pytest.mark.skipif(pytest.version_tuple < (9,), reason="pytest reads pytest.toml from 9.0 on")
 def test_the_data_command_and_a_pytest_run_read_the_same_file(pytester, monkeypatch, capsys):
     """What ``prefalign data`` reports is what ``pytest --prefalign`` reads."""
     monkeypatch.delenv("PREFALIGN_DATA", raising=False)
-    pytester.makefile(".toml", pytest='[pytest]\nprefalign_data = "from-toml"\n')
+    if READS_TOML:
+        pytester.makefile(".toml", pytest='[pytest]\nprefalign_data = "from-file"\n')
+    else:
+        pytester.makefile(".ini", pytest="[pytest]\nprefalign_data = from-file\n")
     config = pytester.parseconfig()
-    assert config.getini("prefalign_data") == "from-toml"
-    assert ini_data_value(pytester.path) == ("from-toml", pytester.path / "pytest.toml")
+    assert config.getini("prefalign_data") == "from-file"
+    name = "pytest.toml" if READS_TOML else "pytest.ini"
+    assert ini_data_value(pytester.path) == ("from-file", pytester.path / name)
 
 
 # file layouts: {path under the test's folder: text}; pytest runs from "run/here"

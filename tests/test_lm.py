@@ -387,9 +387,11 @@ def test_total_logprob_is_a_proper_distribution_over_single_tokens(tiny_lm: LM) 
 def test_grouped_attention_gives_the_same_bits_as_transformers_sdpa(tiny_lm: LM) -> None:
     """Every masked pass over more than one token runs ``runtime.attention``'s grouped kernel on
     the CPU; it must give exactly what transformers' own SDPA path gives (left padding, a
-    prompt's cache and right-padded responses on it)."""
+    prompt's cache and right-padded responses on it), on the lock's torch (2.13) and later. At
+    the lower bounds (torch 2.6, transformers 5.0) the kernels sum in another order: 3% of the
+    values differ, by at most 4.3e-6 (values of order 1) after the tiny model's layers."""
     from pytest_prefalign.runtime.attention import NAME
-    from pytest_prefalign.runtime.prefill import pad
+    from pytest_prefalign.runtime.prefill import CACHE, pad
 
     assert tiny_lm.model.config._attn_implementation == NAME
     plain = copy.deepcopy(tiny_lm.model)
@@ -411,12 +413,15 @@ def test_grouped_attention_gives_the_same_bits_as_transformers_sdpa(tiny_lm: LM)
                 input_ids=more,
                 attention_mask=whole,
                 position_ids=then,
-                cache=first.cache,
                 use_cache=True,
+                **{CACHE: getattr(first, CACHE)},
             )
             outs.append((first.last_hidden_state, second.last_hidden_state))
-    assert torch.equal(outs[0][0], outs[1][0])
-    assert torch.equal(outs[0][1], outs[1][1])
+    for grouped, plain_sdpa in zip(outs[0], outs[1], strict=True):
+        if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 13):
+            assert torch.equal(grouped, plain_sdpa)
+        else:
+            torch.testing.assert_close(grouped, plain_sdpa, rtol=1e-5, atol=1e-5)
 
 
 def test_the_meter_counts_every_position_the_body_runs_and_its_weight_flops(

@@ -121,6 +121,8 @@ def test_the_messages_docs_plugins_md_quotes_are_printed(toy, monkeypatch):
     blocks = [m["body"] for m in BLOCK.finditer(DOC.read_text(encoding="utf-8"))]
     quoted = [line.rstrip() for body in blocks for line in body.splitlines() if line.strip()]
     assert len(blocks) >= 4 and len(quoted) >= 20, "docs/plugins.md lost its checked messages"
+    if pytest.version_tuple < (8, 4):  # tracebacks underline with carets from pytest 8.4 on
+        quoted = [line for line in quoted if set(line.strip()) != {"^"}]
     # "..." in a quoted line stands for what changes from run to run (a path)
     patterns = {line: re.compile(".*".join(map(re.escape, line.split("...")))) for line in quoted}
     not_printed = [

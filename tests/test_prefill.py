@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_prefalign.runtime.prefill import (  # noqa: E402
     BUDGET_ENV,
+    CACHE,
     PrefillStore,
     budget_from_env,
     full_attention,
@@ -45,10 +46,32 @@ def next_logits(lm, state, token=7):
             input_ids=torch.full((mask.shape[0], 1), token),
             attention_mask=mask,
             position_ids=positions,
-            cache=state.cache,
             use_cache=True,
+            **{CACHE: state.cache},
         )
     return out.logits[:, -1]
+
+
+def test_the_model_continues_the_cache_it_is_given_under_the_cache_keyword(tiny_lm, prompts):
+    """``CACHE`` names the keyword the installed transformers reads the cache from (a keyword
+    it does not know is dropped without a word): a token fed on a prompt's cache gives the
+    logits of the whole sequence's pass, and the cache grows by that token."""
+    seq = prompts[0]
+    with torch.inference_mode():
+        whole = tiny_lm.model(input_ids=torch.tensor([seq + [7]])).logits[0, -1]
+        first = tiny_lm.model(input_ids=torch.tensor([seq]), use_cache=True)
+        cache = getattr(first, CACHE)
+        assert cache.get_seq_length() == len(seq)
+        alone = tiny_lm.model(input_ids=torch.tensor([[7]])).logits[0, -1]
+        then = tiny_lm.model(
+            input_ids=torch.tensor([[7]]),
+            position_ids=torch.tensor([[len(seq)]]),
+            use_cache=True,
+            **{CACHE: cache},
+        ).logits[0, -1]
+    assert cache.get_seq_length() == len(seq) + 1
+    assert torch.allclose(then, whole, atol=1e-5)
+    assert not torch.allclose(then, alone, atol=1e-3)
 
 
 def test_shared_prefix_runs_once_and_gives_the_plain_pass_numbers(tiny_lm, prompts):

@@ -562,6 +562,17 @@ def test_progress_on_a_terminal_is_one_status_line_rewritten(slow):
     result.stdout.fnmatch_lines(["toy/suite.toml .*"])
 
 
+@pytest.mark.parametrize("isatty", [True, False])
+def test_a_terminal_is_told_by_the_reporters_boolean_or_method(isatty):
+    """pytest's terminal reporter has ``isatty`` a boolean before 8.4.1, a method after."""
+    from types import SimpleNamespace
+
+    from pytest_prefalign.plumbing.progress import on_a_terminal
+
+    assert on_a_terminal(SimpleNamespace(isatty=isatty)) is isatty
+    assert on_a_terminal(SimpleNamespace(isatty=lambda: isatty)) is isatty
+
+
 def test_progress_is_quiet_under_q_and_goes_to_the_log_with_log_cli(slow):
     quiet = run(slow, "--prefalign-methods", "slow", "-p", "slowdecoder", "-q")
     quiet.assert_outcomes(passed=1)

@@ -5,13 +5,13 @@ they are.
 With a mask, transformers' SDPA path copies every cached key and value once per query head of
 its group (grouped-query attention, as in SmolLM2) at every layer of every pass over more than
 one token: prefills, teacher-forced responses, ARGS's candidates (``KV.queries``). PyTorch's CPU
-kernel takes grouped heads with a mask directly (``enable_gqa``): bit for bit the same output
-(checked in tests/test_lm.py), without the copies, which measured about a quarter off an ARGS
-step at ICL prompt lengths. One-token passes keep transformers' path (it packs the group's heads
-and copies nothing). On CUDA the grouped path would force the slow math kernel, so GPU models
-keep plain ``sdpa``. Registered once under ``NAME`` through transformers' attention interface;
-no environment variable is touched. ``GROUPED`` is the keyword ``KV.queries`` still passes, for
-a block of one query token.
+kernel takes grouped heads with a mask directly (``enable_gqa``): bit for bit the same output on
+the lock's torch (checked in tests/test_lm.py; on torch 2.6 the same up to float rounding),
+without the copies, which measured about a quarter off an ARGS step at ICL prompt lengths.
+One-token passes keep transformers' path (it packs the group's heads and copies nothing). On CUDA
+the grouped path would force the slow math kernel, so GPU models keep plain ``sdpa``. Registered
+once under ``NAME`` through transformers' attention interface; no environment variable is
+touched. ``GROUPED`` is the keyword ``KV.queries`` still passes, for a block of one query token.
 """
 
 from __future__ import annotations

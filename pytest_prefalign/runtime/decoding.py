@@ -21,7 +21,7 @@ import torch
 
 from pytest_prefalign import events
 from pytest_prefalign.runtime.attention import GROUPED
-from pytest_prefalign.runtime.prefill import Prefill, pad
+from pytest_prefalign.runtime.prefill import CACHE, Prefill, pad
 
 Finished = Callable[[list[int]], bool]  # does a generated token list end the response?
 
@@ -66,8 +66,8 @@ class KV:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            cache=self.cache,
             use_cache=True,
+            **{CACHE: self.cache},
             **kwargs,
         )
 

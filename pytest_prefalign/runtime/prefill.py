@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from pytest_prefalign import events
 from pytest_prefalign.runtime.roomy import ROOM, RoomyLayer, roomy_cache
@@ -45,6 +46,11 @@ DEFAULT_BUDGET_MB = 4096
 
 Key = tuple[int, ...]
 T = TypeVar("T")
+
+# The keyword a model takes its KV cache by, and the field of its output that returns it:
+# ``cache`` from transformers 5.24 on (``past_key_values`` is deprecated there), and
+# ``past_key_values`` before, where a ``cache=`` keyword would be ignored without a word.
+CACHE = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -246,11 +252,15 @@ class PrefillStore:
         mask = torch.cat([head_mask, tail_mask], dim=1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, head_mask.shape[1] :]
         out = self.model.base_model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{CACHE: cache},
         )
         self.stats["tokens_run"] += int(tail_mask.sum())
         self.stats["passes"] += 1
-        layers = out.cache.layers
+        layers = getattr(out, CACHE).layers
         rows = []
         for b in range(len(tails)):
             real = mask[b].nonzero()[:, 0]  # columns of real tokens (one device sync per row)
@@ -278,7 +288,7 @@ class PrefillStore:
         out = self.model.base_model(
             input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
         )
-        return Prefill(out.cache, mask, out.last_hidden_state[:, -1])
+        return Prefill(getattr(out, CACHE), mask, out.last_hidden_state[:, -1])
 
 
 # -------------------------------------------------------------------------------------------

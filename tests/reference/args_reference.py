@@ -31,6 +31,7 @@ from prefalign_methods.decoders.args_rule import (
 )
 from pytest_prefalign.api import RewardMethod
 from pytest_prefalign.runtime.lm import LM
+from pytest_prefalign.runtime.prefill import CACHE
 
 
 @torch.inference_mode()
@@ -121,7 +122,10 @@ def _one_prompt(
 ) -> list[int]:
     """One prompt: the policy's cache plus, per candidate, the reward model's own cache."""
     policy = lm.model.base_model(input_ids=torch.tensor([seq], device=lm.device), use_cache=True)
-    policy_cache, logits = policy.cache, lm.logits_from_hidden(policy.last_hidden_state[:, -1])
+    policy_cache, logits = (
+        getattr(policy, CACHE),
+        lm.logits_from_hidden(policy.last_hidden_state[:, -1]),
+    )
     rm_cache: Any = None  # the reward model's cache after the previous winner
     tokens: list[int] = []
     for _ in range(max_new_tokens):
@@ -135,8 +139,8 @@ def _one_prompt(
         rm_cache = scored[win][1]
         step = lm.model.base_model(
             input_ids=torch.tensor([[cands[win]]], device=lm.device),
-            cache=policy_cache,
             use_cache=True,
+            **{CACHE: policy_cache},
         )
         logits = lm.logits_from_hidden(step.last_hidden_state[:, -1])
     return tokens
@@ -154,7 +158,7 @@ def _candidate(
     else:
         out = lm.model.base_model(
             input_ids=torch.tensor([[token]], device=lm.device),
-            cache=copy.deepcopy(rm_cache),
             use_cache=True,
+            **{CACHE: copy.deepcopy(rm_cache)},
         )
-    return hidden_rewards(reward, [user], out.last_hidden_state[:, -1])[0], out.cache
+    return hidden_rewards(reward, [user], out.last_hidden_state[:, -1])[0], getattr(out, CACHE)
