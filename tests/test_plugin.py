@@ -469,7 +469,7 @@ def test_broken_reward_methods_fail_their_own_tests_only(toy):
     failures = out.split(" FAILURES ")[1].split(" warnings summary ")[0]
     assert "pytest_prefalign/" not in failures and "_pytest/" not in failures
     # the source four columns in, as the failing line's ">   " and the "E   " lines
-    assert "\n    def score(self, lm, users, prompts, responses):\n" in failures
+    assert "\n    def score(self, lm, batch):\n" in failures
     rows = json.loads((toy.path / "out.json").read_text())["results"]
     assert sorted(r["method"] for r in rows) == ["base", "bon[bad_ok]"]
     ok = next(r for r in rows if r["method"] == "bon[bad_ok]")
