@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_prefalign.analysis import catalogue, claims, crisis, stats, users
+from pytest_prefalign.analysis import catalogue, claims, crisis, nulls, stats, users
 from pytest_prefalign.analysis.metrics import finite, resample_counts
 from pytest_prefalign.analysis.selection import ICL_DECODERS
 from pytest_prefalign.runs.records import CaseResult
@@ -136,7 +136,7 @@ def curve(
 # A run's curves
 # --------------------------------------------------------------------------------------------
 
-Where = tuple[str, str, str]  # (suite, size, decoder)
+Where = claims.Where  # (suite, size, decoder)
 
 
 def run_curves(
@@ -246,6 +246,11 @@ def tau_said(x: Figures, y: Figures, rng: np.random.Generator) -> str:
     return claims.tau_claim(n >= MIN_USERS, float(lower), float(upper))
 
 
+def _seed(rng: np.random.Generator) -> int:
+    """A seed drawn from ``rng``, for the project's seeded helpers (``nulls``)."""
+    return int(rng.integers(2**32))
+
+
 def _counts(rng: np.random.Generator, n: int) -> np.ndarray:
     """``(INNER, n)`` how often each of ``n`` users is drawn in each resample."""
     return np.concatenate(list(resample_counts(n, INNER, rng))).astype(float)
@@ -298,8 +303,7 @@ def spread_said(rm: Figures, rouge: Figures, rng: np.random.Generator) -> str:
         return claims.UNDECIDED
     n = rm.values.shape[1]
     w = rm.weights.mean(axis=0)
-    order = np.argsort(rng.random((INNER, *rm.values.shape)), axis=1)
-    shuffled = np.take_along_axis(np.broadcast_to(rm.values, order.shape), order, axis=1)
+    (shuffled,) = nulls.shuffled_within_users([rm.values], INNER, _seed(rng))
     ranges = _means(shuffled, w[None, None, :])
     observed = float(means.max() - means.min())
     p_range = (1 + np.count_nonzero(ranges.max(1) - ranges.min(1) >= observed - 1e-12)) / (
@@ -354,8 +358,7 @@ def icl_ahead(rouge: Figures, alpha_share: float, rng: np.random.Generator) -> b
     w = rouge.weights.mean(axis=0)
     means = _means(rouge.values, w[None, :])
     observed = float(means[0] - means[1:].max())
-    order = np.argsort(rng.random((INNER, *rouge.values.shape)), axis=1)
-    shuffled = np.take_along_axis(np.broadcast_to(rouge.values, order.shape), order, axis=1)
+    (shuffled,) = nulls.shuffled_within_users([rouge.values], INNER, _seed(rng))
     drawn = _means(shuffled, w[None, None, :])
     stat = drawn[:, 0] - drawn[:, 1:].max(axis=1)
     spread = float(stat.std(ddof=1))
