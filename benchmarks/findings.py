@@ -323,9 +323,12 @@ def read_run(runs_dir: Path, run: Run) -> Any:
     path = runs_dir / Path(run.path).name
     if path.is_file():
         return records.read(path)
+    raw = _run_bytes(runs_dir, path.name)
+    if raw is None:
+        raise FileNotFoundError(f"{path} (nor {path.name}.gz)")
     with tempfile.TemporaryDirectory() as tmp:
         plain = Path(tmp) / path.name
-        plain.write_bytes(gzip.decompress((runs_dir / (path.name + ".gz")).read_bytes()))
+        plain.write_bytes(raw)
         return records.read(plain)
 
 
