@@ -15,6 +15,17 @@ the main job and the findings never read, a stand-in for data the designs were n
 
     python benchmarks/pair_designs.py [--users 8] [--offset 0] [--data ../shared/data]
 
+``--comparisons`` measures instead how much a user tells: the style design's pairings of the
+writer's titles (one pair per test paper, or every length-matched pair of its candidates, at
+3 or 6 samples per prompt), each run through the real plugin (``pytest --prefalign``, every
+default method at its working point, one cache shared by the pairings), and for every pair of
+methods the per-user standard error of their paired difference in RM accuracy and in policy
+accuracy (the standard deviation over users of the per-user difference, over the square root of
+the users), against the one-pair design's; with the writer's cost of each (its prompts and
+titles, and the seconds of the data phase where it wrote).
+
+    python benchmarks/pair_designs.py --comparisons [--users 8] [--offset 100]
+
 Real models (the embedded SmolLM2-135M-Instruct evaluates and trains the reward methods; the
 writer designs need Gemma-3-270M installed), real data; the figures go into docs/suites.md.
 """
@@ -41,6 +52,11 @@ DESIGNS = {  # label -> suite options
     "written (real title vs the writer's)": {"negatives": "written"},
     "style (the writer's, own vs others' examples)": {"negatives": "style"},
 }
+PAIRINGS = {  # label -> suite options (the style design)
+    "nearest": {"writer_pairs": "nearest"},
+    "matched": {"writer_pairs": "matched"},
+    "matched, 6 samples": {"writer_pairs": "matched", "writer_samples": "6"},
+}
 PERSONAL = ("per_user_bt", "lore", "vpl", "pal")
 METHODS = ("global_bt", *PERSONAL)
 
@@ -55,7 +71,18 @@ def main() -> None:
     parser.add_argument("--designs", nargs="*", default=list(DESIGNS), choices=list(DESIGNS))
     parser.add_argument("--cache", help="a cache folder kept between runs (default: a new one)")
     parser.add_argument("--json", help="write the figures to this file as well")
+    parser.add_argument(
+        "--comparisons",
+        nargs="*",
+        choices=list(PAIRINGS),
+        help="measure the pairings' standard errors instead (default: all of them)",
+    )
     args = parser.parse_args()
+    if args.comparisons is not None:
+        from pair_pairings import measure_pairings  # this folder is the script's own
+
+        measure_pairings(args, {k: PAIRINGS[k] for k in args.comparisons or PAIRINGS})
+        return
     from tabulate import tabulate
 
     from pytest_prefalign import cache

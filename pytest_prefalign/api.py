@@ -147,6 +147,16 @@ class Batch:
             [self.responses[n] for n in kept],
         )
 
+    def unique(self) -> tuple[Batch, list[int]]:
+        """Each ``(user, prompt, response)`` once, in order of first appearance, and for every
+        position of this batch its position in that one (a response that several pairs share
+        is scored once)."""
+        first: dict[tuple[str, str, str], int] = {}  # each triple -> its first position
+        for position, triple in enumerate(self):
+            first.setdefault(triple, position)
+        numbered = {triple: n for n, triple in enumerate(first)}
+        return self.take(first.values()), [numbered[triple] for triple in self]
+
     def with_responses(self, responses: Sequence[str]) -> Batch:
         """The same users and prompts with other responses (as many)."""
         return Batch(self.users, self.prompts, responses)

@@ -77,18 +77,18 @@ POLICY_FIELDS = (
 def policy_fields(
     ctx: CaseContext, decoder: Decoder, name: str, pairs: list[Pair]
 ) -> dict[str, np.ndarray]:
-    """The ``POLICY_FIELDS`` of every pair: both sides scored once, under every reduction
+    """The ``POLICY_FIELDS`` of every pair: each distinct side scored once, under every reduction
     (``api.policy_scores``), the outcome under each, and the scores and the outcome under the
     run's reduction (``ctx.reduce``)."""
-    sides = {}
-    for side in ("chosen", "rejected"):
-        scores = policy_scores(decoder, ctx, Batch.of_pairs(pairs, side))
-        sides[side] = {
-            how: checked(
-                reduced(scores, how, name), len(pairs), f"decoder {name!r} loglik ({side})", pairs
-            )
-            for how in REDUCTIONS
-        }
+    n = len(pairs)
+    distinct, where = (Batch.of_pairs(pairs, "chosen") + Batch.of_pairs(pairs, "rejected")).unique()
+    scores = policy_scores(decoder, ctx, distinct)
+    sides: dict[str, dict[str, np.ndarray]] = {"chosen": {}, "rejected": {}}
+    for how in REDUCTIONS:
+        got = reduced(scores, how, name)
+        values = as_numbers(got, len(distinct), f"decoder {name!r} loglik")[where]
+        for side, part in (("chosen", slice(0, n)), ("rejected", slice(n, 2 * n))):
+            sides[side][how] = checked(values[part], n, f"decoder {name!r} loglik ({side})", pairs)
     outcomes = {
         how: metrics.pair_outcomes(sides["chosen"][how], sides["rejected"][how])
         for how in REDUCTIONS
@@ -114,23 +114,31 @@ def reduced(scores: Any, how: str, name: str) -> Any:
 
 def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
     """``r_u(x, y_w)`` and ``r_u(x, y_l)``, scored in one call so that a method can share each
-    prompt's prefill between the two sides of its pair (the guard checks what comes back)."""
+    prompt's prefill between the two sides of its pair, each distinct side once (a matched
+    design's pairs share sides; the guard checks what comes back)."""
     n = len(pairs)
     if ctx.reward is None:
         raise PrefalignError("RM accuracy needs a reward method")
     both = Batch.of_pairs(pairs, "chosen") + Batch.of_pairs(pairs, "rejected")
-    scores = ctx.reward.score(ctx.lm, both)
+    distinct, where = both.unique()
+    scores = np.asarray(ctx.reward.score(ctx.lm, distinct))[where]
     return scores[:n], scores[n:]
 
 
-def checked(values: Any, n: int, what: str, pairs: list[Pair]) -> np.ndarray:
-    """Scores from any method: one finite number per pair, or a failure saying what came."""
+def as_numbers(values: Any, n: int, what: str) -> np.ndarray:
+    """Scores from any method as ``n`` numbers, or a failure saying what came."""
     try:
         arr = np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise PrefalignError(f"{what} returned {type(values).__name__}, not numbers") from None
     if arr.shape[0] != n:
         raise PrefalignError(f"{what} returned {arr.shape[0]} scores, expected {n}")
+    return arr
+
+
+def checked(values: Any, n: int, what: str, pairs: list[Pair]) -> np.ndarray:
+    """Scores from any method: one finite number per pair, or a failure saying what came."""
+    arr = as_numbers(values, n, what)
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         i = int(bad[0])

@@ -63,6 +63,11 @@ def apply_rules(
     return cleaned, removed
 
 
+def test_keys(users: dict[str, UserPapers]) -> frozenset[str]:
+    """The keys of every user's test papers."""
+    return frozenset(paper.key for papers in users.values() for paper in papers.tests)
+
+
 def _without_tests(users: dict[str, UserPapers]) -> dict[str, UserPapers]:
     test_keys = {paper.key for papers in users.values() for paper in papers.tests}
     return {

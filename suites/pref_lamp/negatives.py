@@ -19,12 +19,12 @@ normalised) is skipped and counted in ``data.dropped``.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prefalign_suites.pref_lamp.titles import clean_title
 from prefalign_suites.raw_records import Problems, normalise_ws
 from pytest_prefalign import bm25, cache, storage, versions
 from pytest_prefalign.api import Pair
@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CHUNK = 64  # prompts generated between two writes of the cache file
 CANDIDATES = 50  # BM25 neighbours tried before ranking the whole pool
-_TITLE_LABEL = re.compile(r"^\s*(?:\*\*)?title(?:\*\*)?\s*[:\-]\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -114,16 +113,6 @@ def design(label: str, writer_fingerprint: str | None, note: str = "") -> dict[s
 
 def same_title(a: str, b: str) -> bool:
     return normalise_ws(a).casefold() == normalise_ws(b).casefold()
-
-
-def clean_title(text: str) -> str:
-    """A generated title as a title: its first non-empty line without a ``Title:`` label,
-    surrounding quotes or markdown emphasis."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = _TITLE_LABEL.sub("", line).strip().strip("*").strip()
-    if len(line) >= 2 and line[0] == line[-1] and line[0] in "\"'":
-        line = line[1:-1]
-    return normalise_ws(line)
 
 
 # -- generated -----------------------------------------------------------------------------------
@@ -235,14 +224,15 @@ def other_author(
     users: dict[str, UserPapers],
     pool: Sequence[Paper],
     *,
+    held_out: frozenset[str],
     max_train: int,
     length_slack: int | None = 1,
 ) -> None:
     """Fill the pairs with the title of a similar paper by somebody else as negatives: the
     best-ranked by BM25 over abstracts whose title has as many words as the real one, give or
-    take ``length_slack`` (None: any length), so that length cannot tell the two apart."""
-    test_keys = {p.key for papers in users.values() for p in papers.tests}
-    candidates = [p for p in pool if p.key not in test_keys]
+    take ``length_slack`` (None: any length), so that length cannot tell the two apart.
+    ``held_out``: the keys of the test papers no negative may be (every user's the rules saw)."""
+    candidates = [p for p in pool if p.key not in held_out]
     retriever = bm25.index([p.abstract for p in candidates])
     train = [(u, p) for u, up in users.items() for p in _last(up.profile, max_train)]
     test = [(u, p) for u, up in users.items() for p in up.tests]

@@ -42,6 +42,9 @@ class PrefLampOptions:
     writer_samples: Annotated[int, AtLeast(1)] = 3  # style, written: titles sampled per prompt
     writer_temperature: Annotated[float, Above(0)] = 0.7  # style, written: of the sampled titles
     writer_slack: Count = 2  # style, written: tokens the two sides' lengths may differ (counted)
+    # style, written: a test paper's pairs: nearest (the one pair of candidates nearest in
+    # length) or matched (every pair of candidates within writer_slack, docs/suites.md)
+    writer_pairs: Literal["nearest", "matched"] = "nearest"
     test_share: Share = Fraction("0.3")  # the most recent share of an author's papers: test items
     min_profile: Count = 3  # users with fewer profile papers (after the leak rule) are dropped
     max_train_pairs: Count = 0  # training pairs per user, the most recent profile papers; 0 = all
@@ -102,11 +105,20 @@ class PrefLamp:
             )
         else:
             folder = suite_folder(data_dir, self.source, anthology.AUTHORS)
+            # every author of the file, so that the rules see them all (below)
             users, pool = anthology.read(
-                folder, limit=limit, share=opts.test_share, problems=problems
+                folder, limit=None, share=opts.test_share, problems=problems
             )
             where = str(folder)
-        users, leaked = corpus.apply_rules(users, min_profile=opts.min_profile, problems=problems)
+        # the leak rule and the examples' pool take every user read: with the anthology, every
+        # author of the file, so that an author's profile and pairs are the same whatever
+        # ``limit`` a run has (and the released pairs are the pairs of any run)
+        read = users
+        users, _ = corpus.apply_rules(users, min_profile=opts.min_profile, problems=problems)
+        held_out = corpus.test_keys(users)
+        if opts.source == "anthology" and limit is not None:
+            users = dict(list(users.items())[:limit])
+        leaked = sum(len(read[u].profile) - len(p.profile) for u, p in users.items())
         data = corpus.suite_data(
             self,
             users,
@@ -124,12 +136,15 @@ class PrefLamp:
                 data,
                 users,
                 pool,
+                held_out=held_out,
                 max_train=opts.max_train_pairs,
                 length_slack=None if opts.length_slack == "any" else opts.length_slack,
             )
         elif opts.negatives in writer.DESIGNS:
             writing = writer_options(opts)
-            briefs = writer.briefs(users, pool, max_train=opts.max_train_pairs, shots=writing.shots)
+            briefs = writer.briefs(
+                users, pool, held_out, max_train=opts.max_train_pairs, shots=writing.shots
+            )
             self._briefs[id(data)] = (writing, briefs)
         problems.report(data)
         return data
@@ -174,4 +189,5 @@ def writer_options(opts: PrefLampOptions) -> writer.Options:
         max_new_tokens=opts.title_tokens,
         batch_size=opts.batch_size,
         length_slack=opts.writer_slack,
+        pairing=opts.writer_pairs,
     )

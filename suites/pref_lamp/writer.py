@@ -35,15 +35,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prefalign_suites.pref_lamp import titles
 from prefalign_suites.pref_lamp.negatives import (
     Source,
     add_pairs,
     cached_outputs,
-    clean_title,
     design,
     paper_source,
     same_title,
@@ -79,6 +79,9 @@ class Options:
     batch_size: int = 16
     length_slack: int = 2  # tokens
     seed: int = 0
+    # the test pairs of a paper: nearest (the one pair of candidates nearest in length) or
+    # matched (every pair of an own and an other's candidate within length_slack)
+    pairing: str = "nearest"
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,17 @@ class Brief:
 
 
 def briefs(
-    users: dict[str, UserPapers], pool: Sequence[Paper], *, max_train: int, shots: int
+    users: dict[str, UserPapers],
+    pool: Sequence[Paper],
+    held_out: frozenset[str],
+    *,
+    max_train: int,
+    shots: int,
 ) -> tuple[list[Brief], list[Brief]]:
     """The training briefs (profile papers, the last ``max_train`` per user; 0 = all) and the
-    test briefs (test papers)."""
-    test_keys = {p.key for papers in users.values() for p in papers.tests}
-    shown = [p for p in pool if p.key not in test_keys]  # papers an example may come from
+    test briefs (test papers). ``held_out``: the test papers no example may be (every user's
+    the rules saw, not only this run's: an author's briefs do not depend on the run's limit)."""
+    shown = [p for p in pool if p.key not in held_out]  # papers an example may come from
     position = {p.key: i for i, p in enumerate(shown)}
     retriever = bm25.index([p.abstract for p in shown])
     written_by = _people(shown)
@@ -226,36 +234,44 @@ def write(
         temperature=options.temperature,
         max_new_tokens=options.max_new_tokens,
         seed=options.seed,
-        code=versions.code_version(candidates),
+        code=versions.code_version(titles),
     )
     path = cache_dir / f"written-{key.digest}.json"
     header = {"writer": writer.name, "writer_fingerprint": writer.fingerprint}
 
     def produce(batch: list[str]) -> list[list[str]]:
-        return candidates(writer, batch, options)
+        return titles.sampled(
+            writer,
+            batch,
+            samples=options.samples,
+            temperature=options.temperature,
+            max_new_tokens=options.max_new_tokens,
+            batch_size=options.batch_size,
+            seed=options.seed,
+        )
 
     found, generated_now = cached_outputs(path, prompts, produce, header)
     asked = storage.content_key(sorted(prompts))
     cache.note(cache.make_key("written_titles", **key.inputs, prompts=asked), hit=not generated_now)
     length = _token_counter(writer)
-    sides: dict[str, tuple[str, str] | None] = {}
-    unmatched = 0
-    for brief in briefs_of:
-        theirs = _answers(found[_key(brief.others)], brief)
-        if options.design == "written":
-            pick = _nearest([brief.source.title], theirs, length)
-        else:
-            pick = _nearest(_answers(found[_key(brief.own)], brief), theirs, length)
-        sides[brief.source.pair_id] = pick
-        if pick and abs(length(pick[0]) - length(pick[1])) > options.length_slack:
-            unmatched += 1
+    # split -> pair source -> its (chosen, rejected) sides, None where no pair could be made
+    made: dict[str, dict[Source, tuple[str, str] | None]] = {"train": {}, "test": {}}
+    for split, of_split in (("train", train), ("test", test)):
+        for brief in of_split:
+            made[split].update(_sides(brief, found, length, options, many=split == "test"))
+    picks = {src.pair_id: pick for split in made.values() for src, pick in split.items()}
+    unmatched = sum(
+        abs(length(pick[0]) - length(pick[1])) > options.length_slack
+        for pick in picks.values()
+        if pick
+    )
     add_pairs(
         suite,
         data,
-        [b.source for b in train],
-        [b.source for b in test],
-        {pid: pick[1] if pick else None for pid, pick in sides.items()},
-        chosen={pid: pick[0] for pid, pick in sides.items() if pick},
+        list(made["train"]),
+        list(made["test"]),
+        {pid: pick[1] if pick else None for pid, pick in picks.items()},
+        chosen={pid: pick[0] for pid, pick in picks.items() if pick},
     )
     data.provenance.update(
         {
@@ -274,6 +290,7 @@ def write(
                 "abstract_words": ABSTRACT_WORDS,
             },
             "length_slack_tokens": options.length_slack,
+            "pairing": options.pairing,
             "length_unmatched": unmatched,
             "written_cache": str(path),
         }
@@ -284,19 +301,29 @@ def _key(prompt_text: str) -> str:
     return hashlib.sha256(prompt_text.encode("utf-8")).hexdigest()[:20]
 
 
-def candidates(writer: Any, prompts: list[str], options: Options) -> list[list[str]]:
-    """Each prompt's ``samples`` sampled titles, cleaned (one pass: the samples of a prompt
-    share its prefill)."""
-    drawn = writer.generate(
-        prompts,
-        max_new_tokens=options.max_new_tokens,
-        batch_size=options.batch_size,
-        sample=True,
-        temperature=options.temperature,
-        num_samples=options.samples,
-        seed=options.seed,
-    )
-    return [[clean_title(t) for t in texts] for texts in drawn]
+def _sides(
+    brief: Brief, found: dict[str, list[str]], length: Any, options: Options, *, many: bool
+) -> dict[Source, tuple[str, str] | None]:
+    """The pairs of one brief, by their source: the candidates nearest in length (one pair), or
+    with ``many`` and the ``matched`` pairing every pair of an own and an other's candidate
+    within the length slack, each its own pair ``{pair_id}#{i}-{j}`` (the candidates'
+    positions); where none is within the slack, the nearest. None for the brief's source where
+    no pair can be made (no candidate, or every candidate the same title)."""
+    theirs = _answers(found[_key(brief.others)], brief)
+    if options.design == "written":
+        own = [brief.source.title]
+    else:
+        own = _answers(found[_key(brief.own)], brief)
+    if many and options.pairing == "matched":
+        within = {
+            replace(brief.source, pair_id=f"{brief.source.pair_id}#{i}-{j}"): (a, b)
+            for i, a in enumerate(own)
+            for j, b in enumerate(theirs)
+            if not same_title(a, b) and abs(length(a) - length(b)) <= options.length_slack
+        }
+        if within:
+            return within
+    return {brief.source: _nearest(own, theirs, length)}
 
 
 def _answers(texts: Sequence[str], brief: Brief) -> list[str]:
