@@ -250,3 +250,19 @@ def test_registers_the_suite():
     suite = registry.suite("polis")
     assert isinstance(suite, polis.Polis)
     assert (suite.name, suite.source) == ("polis", "polis") and "CC BY 4.0" in suite.licence
+
+
+def test_the_users_with_the_most_statements_of_their_own_come_first():
+    from prefalign_suites.polis.voters import Voter, choose
+    from pytest_prefalign.api import Item
+
+    def voter(conv: str, voter_id: int, statements: int) -> Voter:
+        user = f"{conv}:{voter_id}"
+        items = [Item(f"{user}/{n}", user, "t", "p", "s") for n in range(statements)]
+        return Voter(user, conv, [], items, [], [])
+
+    found = [voter("lake", 1, 1), voter("lake", 2, 0), voter("lake", 3, 3), voter("town", 4, 2)]
+    found += [voter("town", 5, 3), voter("town", 6, 1)]
+    assert [v.user for v in choose(found, 4)] == ["lake:3", "town:5", "lake:1", "town:4"]
+    # among equals, the order found (voter id)
+    assert [v.user for v in choose(found, None)] == [v.user for v in found]

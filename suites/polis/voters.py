@@ -156,12 +156,13 @@ def _draw(
 
 def choose(found: list[Voter], limit: int | None) -> list[Voter]:
     """``limit`` users spread over the conversations: round robin over the conversations (by
-    name), in each the users with generation items first, then by voter id."""
+    name), in each the users with the most generation items first (a user's ROUGE is a mean
+    over their items: one statement says little), then in the order found (by voter id)."""
     if limit is None:
         return found
     groups: dict[str, list[Voter]] = defaultdict(list)
     for voter in found:
         groups[voter.conversation].append(voter)
-    queues = [sorted(groups[name], key=lambda v: not v.items) for name in sorted(groups)]
+    queues = [sorted(groups[name], key=lambda v: -len(v.items)) for name in sorted(groups)]
     spread = [v for row in zip_longest(*queues) for v in row if v is not None]
     return spread[:limit]
