@@ -22,6 +22,7 @@ commands:
   list                                       reward methods, decoders, suites and sizes, by package
   data [--data DIR]                          each suite, its source, licence and availability
   data fetch [SUITE...] [--to DIR]           build the suites' data from their public sources
+  data build-pairs pref_lamp                 write the released pairs again (the writer's)
 
 options:
   -h, --help     show this help and exit

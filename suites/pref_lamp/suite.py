@@ -8,7 +8,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives, writer
+from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives, release, writer
 from prefalign_suites.raw_records import Problems, normalise_ws
 from pytest_prefalign import suite_options
 from pytest_prefalign.api import ProfileEntry, SuiteData
@@ -18,6 +18,7 @@ from pytest_prefalign.suite_options import Above, AtLeast, Count, OptionError, S
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
+    from prefalign_suites.pref_lamp.corpus import Paper, UserPapers
     from pytest_prefalign.runtime.lm import LM
 
 
@@ -59,6 +60,11 @@ class PrefLampOptions:
             raise OptionError("writer", "expected a model source, e.g. " + writer.WRITER)
 
 
+# what the writer is asked, its briefs (training, test), and the release holding some of them
+Briefs = tuple[list[writer.Brief], list[writer.Brief]]
+Planned = tuple[writer.Options, Briefs, "release.Release | None"]
+
+
 class PrefLamp:
     name = "pref_lamp"
     description = (
@@ -69,12 +75,14 @@ class PrefLamp:
     attribution = "ACL Anthology, https://aclanthology.org, CC BY 4.0"  # shown with every result
     source = "acl-anthology"
     fetcher = "prefalign_suites.pref_lamp.fetch"  # builds source/: prefalign data fetch pref_lamp
+    # writes the released pairs: prefalign data build-pairs pref_lamp
+    pairs_builder = "prefalign_suites.pref_lamp.build_pairs:build_main"
 
     options = PrefLampOptions
 
     def __init__(self) -> None:
         # what ``load`` planned for the writer, by the data it loaded, until ``build_pairs``
-        self._briefs: dict[int, tuple[writer.Options, tuple[list, list]]] = {}
+        self._briefs: dict[int, Planned] = {}
 
     @staticmethod
     def requires_data_dir(options: Mapping[str, str]) -> bool:
@@ -97,27 +105,19 @@ class PrefLamp:
         opts = suite_options.parse(PrefLampOptions, options)
         problems = Problems()
         if opts.source == "lamp5":
-            users, pool, where = lamp5.read(
+            read, pool, where = lamp5.read(
                 Path(opts.lamp5_dir).expanduser().resolve(),  # relative: from the current dir
                 split=opts.lamp5_split,
                 limit=limit,
                 problems=problems,
             )
+            users, _ = corpus.apply_rules(read, min_profile=opts.min_profile, problems=problems)
+            held_out = corpus.test_keys(users)
         else:
-            folder = suite_folder(data_dir, self.source, anthology.AUTHORS)
-            # every author of the file, so that the rules see them all (below)
-            users, pool = anthology.read(
-                folder, limit=None, share=opts.test_share, problems=problems
-            )
-            where = str(folder)
-        # the leak rule and the examples' pool take every user read: with the anthology, every
-        # author of the file, so that an author's profile and pairs are the same whatever
-        # ``limit`` a run has (and the released pairs are the pairs of any run)
-        read = users
-        users, _ = corpus.apply_rules(users, min_profile=opts.min_profile, problems=problems)
-        held_out = corpus.test_keys(users)
-        if opts.source == "anthology" and limit is not None:
-            users = dict(list(users.items())[:limit])
+            read, users, pool, held_out = read_authors(data_dir, opts, problems)
+            where = str(suite_folder(data_dir, self.source, anthology.AUTHORS))
+            if limit is not None:
+                users = dict(list(users.items())[:limit])
         leaked = sum(len(read[u].profile) - len(p.profile) for u, p in users.items())
         data = corpus.suite_data(
             self,
@@ -142,10 +142,15 @@ class PrefLamp:
             )
         elif opts.negatives in writer.DESIGNS:
             writing = writer_options(opts)
-            briefs = writer.briefs(
+            train, test = writer.briefs(
                 users, pool, held_out, max_train=opts.max_train_pairs, shots=writing.shots
             )
-            self._briefs[id(data)] = (writing, briefs)
+            known = release.matching(writing)
+            if known is not None and len(known.taken([*train, *test])) == len(train) + len(test):
+                # every brief is released: no writer to load, no title to write
+                writer.write(self, data, train, test, None, None, writing, known)
+            else:
+                self._briefs[id(data)] = (writing, (train, test), known)
         problems.report(data)
         return data
 
@@ -161,8 +166,8 @@ class PrefLamp:
         ``data``."""
         planned = self._briefs.pop(id(data), None)
         if planned:
-            writing, (train, test) = planned
-            writer.write(self, data, train, test, reference, cache_dir, writing)
+            writing, (train, test), known = planned
+            writer.write(self, data, train, test, reference, cache_dir, writing, known)
             return
         opts = suite_options.parse(PrefLampOptions, data.provenance.get("options", {}))
         if opts.negatives != "generated":
@@ -176,6 +181,20 @@ class PrefLamp:
             max_new_tokens=opts.title_tokens,
             batch_size=opts.batch_size,
         )
+
+
+def read_authors(
+    data_dir: Path | None, opts: PrefLampOptions, problems: Problems
+) -> tuple[dict[str, UserPapers], dict[str, UserPapers], list[Paper], frozenset[str]]:
+    """Every author of the anthology folder as read (file order), those the rules keep (their
+    profiles cleaned), every paper (the pool), and the keys of the kept authors' test papers.
+    The leak rule and the examples' pool see every author, not only a run's first ``limit``:
+    an author's profile and pairs are the same whatever the limit (and a release's pairs are
+    any run's)."""
+    folder = suite_folder(data_dir, PrefLamp.source, anthology.AUTHORS)
+    read, pool = anthology.read(folder, limit=None, share=opts.test_share, problems=problems)
+    users, _ = corpus.apply_rules(read, min_profile=opts.min_profile, problems=problems)
+    return read, users, pool, corpus.test_keys(users)
 
 
 def writer_options(opts: PrefLampOptions) -> writer.Options:

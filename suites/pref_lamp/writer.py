@@ -34,7 +34,7 @@ run resumes, and every model size sees the same pairs.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,19 +213,68 @@ def _head(text: str, words: int) -> str:
     return " ".join(split[:words]) + (" ..." if len(split) > words else "")
 
 
+@dataclass(frozen=True)
+class Made:
+    """One brief's pairs: each pair's source (``{pair_id}#{i}-{j}`` in the matched pairing),
+    sides and how many of the writer's tokens their lengths differ by; empty where no pair
+    could be made."""
+
+    pairs: tuple[tuple[Source, str, str, int], ...]
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the writer was (its name, source and fingerprint) and where its titles are cached
+    (None where every brief's pairs came from a release)."""
+
+    name: str
+    source: str
+    fingerprint: str
+    cache: str | None = None
+
+
 def write(
     suite: Suite,
     data: SuiteData,
     train: Sequence[Brief],
     test: Sequence[Brief],
     writer: Any,
+    cache_dir: Path | None,
+    options: Options,
+    release: Any = None,
+) -> None:
+    """Fill the pairs with the writer's titles (cached), paired by length; the briefs a
+    ``release`` (``release.Release``) holds take its pairs, and the writer writes the others
+    (``writer`` may be None where the release holds them all)."""
+    taken = release.taken((*train, *test)) if release is not None else {}
+    todo = [b for b in (*train, *test) if b.source.pair_id not in taken]
+    made = dict(taken)
+    who = release.writer if release is not None else _who(writer, options)
+    if todo:
+        found, who = sides(todo, writer, cache_dir, options, tests={b.source for b in test})
+        made.update(found)
+    note = release.summary(taken=len(taken), written=len(todo)) if release is not None else None
+    fill(suite, data, train, test, made, options, who, note)
+
+
+def _who(writer: Any, options: Options) -> Written:
+    return Written(writer.name, options.writer, writer.fingerprint)
+
+
+def sides(
+    briefs: Sequence[Brief],
+    writer: Any,
     cache_dir: Path,
     options: Options,
-) -> None:
-    """Fill the pairs with the writer's titles (cached), paired by length."""
-    briefs_of = (*train, *test)
+    *,
+    tests: set[Source],
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, Made], Written]:
+    """Each brief's pairs (by its source's pair id), from the writer's titles (cached in
+    ``cache_dir``); the briefs of ``tests`` pair by ``options.pairing``, the others by the
+    nearest lengths. ``progress(done, total)``: told the prompts written after each chunk."""
     # written needs no title from the author's own examples
-    texts = [(b.own, b.others) if options.design == "style" else (b.others,) for b in briefs_of]
+    texts = [(b.own, b.others) if options.design == "style" else (b.others,) for b in briefs]
     prompts = {_key(text): text for pair in texts for text in pair}
     key = cache.make_key(
         "written_titles",
@@ -239,7 +288,12 @@ def write(
     path = cache_dir / f"written-{key.digest}.json"
     header = {"writer": writer.name, "writer_fingerprint": writer.fingerprint}
 
+    written = [0]
+
     def produce(batch: list[str]) -> list[list[str]]:
+        if progress is not None:
+            progress(written[0], len(prompts))
+        written[0] += len(batch)
         return titles.sampled(
             writer,
             batch,
@@ -254,32 +308,56 @@ def write(
     asked = storage.content_key(sorted(prompts))
     cache.note(cache.make_key("written_titles", **key.inputs, prompts=asked), hit=not generated_now)
     length = _token_counter(writer)
-    # split -> pair source -> its (chosen, rejected) sides, None where no pair could be made
-    made: dict[str, dict[Source, tuple[str, str] | None]] = {"train": {}, "test": {}}
-    for split, of_split in (("train", train), ("test", test)):
-        for brief in of_split:
-            made[split].update(_sides(brief, found, length, options, many=split == "test"))
-    picks = {src.pair_id: pick for split in made.values() for src, pick in split.items()}
-    unmatched = sum(
-        abs(length(pick[0]) - length(pick[1])) > options.length_slack
-        for pick in picks.values()
-        if pick
-    )
-    add_pairs(
-        suite,
-        data,
-        list(made["train"]),
-        list(made["test"]),
-        {pid: pick[1] if pick else None for pid, pick in picks.items()},
-        chosen={pid: pick[0] for pid, pick in picks.items() if pick},
-    )
+    made = {}
+    for brief in briefs:
+        picks = _sides(brief, found, length, options, many=brief.source in tests)
+        made[brief.source.pair_id] = Made(
+            tuple(
+                (src, a, b, abs(length(a) - length(b)))
+                for src, pick in picks.items()
+                if pick
+                for a, b in [pick]
+            )
+        )
+    return made, Written(writer.name, options.writer, writer.fingerprint, str(path))
+
+
+def fill(
+    suite: Suite,
+    data: SuiteData,
+    train: Sequence[Brief],
+    test: Sequence[Brief],
+    made: dict[str, Made],
+    options: Options,
+    who: Written,
+    release: dict[str, Any] | None = None,
+) -> None:
+    """The data's pairs from each brief's ``made`` pairs (a brief without one is counted as
+    dropped, ``pair:no_negative``), and the provenance: the design, the writer, its options,
+    and ``release``, what the pairs' release says of itself (``Release.summary``)."""
+    negative: dict[str, str | None] = {}
+    chosen: dict[str, str] = {}
+    sources: dict[str, list[Source]] = {"train": [], "test": []}
+    gaps = []
+    for split, briefs in (("train", train), ("test", test)):
+        for brief in briefs:
+            pairs = made[brief.source.pair_id].pairs
+            if not pairs:  # counted as dropped by add_pairs
+                sources[split].append(brief.source)
+                negative[brief.source.pair_id] = None
+            for src, preferred, rejected, gap in pairs:
+                sources[split].append(src)
+                chosen[src.pair_id], negative[src.pair_id] = preferred, rejected
+                gaps.append(gap)
+    add_pairs(suite, data, sources["train"], sources["test"], negative, chosen=chosen)
+    unmatched = sum(gap > options.length_slack for gap in gaps)
     data.provenance.update(
         {
             "negatives": options.design,
-            "design": design(LABELS[options.design].format(writer=writer.name), writer.fingerprint),
-            "writer": writer.name,
-            "writer_source": options.writer,
-            "writer_fingerprint": writer.fingerprint,
+            "design": design(LABELS[options.design].format(writer=who.name), who.fingerprint),
+            "writer": who.name,
+            "writer_source": who.source,
+            "writer_fingerprint": who.fingerprint,
             "writer_options": {
                 "shots": options.shots,
                 "samples": options.samples,
@@ -292,9 +370,12 @@ def write(
             "length_slack_tokens": options.length_slack,
             "pairing": options.pairing,
             "length_unmatched": unmatched,
-            "written_cache": str(path),
         }
     )
+    if who.cache:
+        data.provenance["written_cache"] = who.cache
+    if release is not None:
+        data.provenance["pairs_release"] = release
 
 
 def _key(prompt_text: str) -> str:
