@@ -187,6 +187,32 @@ def test_same_ids_other_contents_are_refused_with_the_ids() -> None:
     ]
 
 
+def test_a_baseline_on_other_released_pairs_is_refused_naming_both_checksums() -> None:
+    run = make_run(flipped(20, 2), 4)
+
+    def released(sha: str):
+        def change(result) -> None:
+            note = {"version": "2026.12.02", "sha256": sha, "briefs_released": 8}
+            result.data["provenance"] = {"pairs_release": note}
+
+        return change
+
+    one, two = edited(run, released("aa11")), edited(run, released("bb22"))
+    differences = comparable.case_differences(one.results[0], two.results[0])
+    assert [(d.kind, d.text) for d in differences] == [
+        (
+            "data",
+            "other data: the baseline's released pairs 2026.12.02 (sha256 aa11), the current "
+            "run's released pairs 2026.12.02 (sha256 bb22)",
+        )
+    ]
+    with pytest.raises(RunMismatch, match="sha256 aa11.*sha256 bb22"):
+        compare_runs(one, two, GATE)
+    assert comparable.case_differences(one.results[0], one.results[0]) == []
+    written = comparable.case_differences(run.results[0], two.results[0])
+    assert "the baseline's pairs were written by the run, not released" in written[0].text
+
+
 def test_other_training_pairs_model_and_environment_are_named() -> None:
     run = make_run(flipped(20, 2), 4)
 

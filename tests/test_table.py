@@ -121,3 +121,10 @@ def test_fluency_and_not_answer_sit_beside_rouge() -> None:
         "item",
         "micro",
     )
+
+
+def test_the_data_line_names_the_released_pairs_version_and_checksum() -> None:
+    row = result(design("style", None), "fp1")
+    row.data["provenance"]["pairs_release"] = {"version": "2026.12.02", "sha256": "ab" * 32}
+    line = table.header("pref_lamp", "135m", [row])[1]
+    assert line.endswith("pairs: style (released 2026.12.02, sha256 abababababab)")

@@ -220,7 +220,7 @@ def _data(old: CaseResult, new: CaseResult) -> list[Difference]:
         side = "baseline" if not before else "current run"
         text = f"the {side} records no data fingerprint, so the data cannot be checked"
         return [Difference("data", text, unverified=True)]
-    found = []
+    found = _releases(old.data.get("provenance") or {}, new.data.get("provenance") or {})
     for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
         changed = _changed(getattr(old, section), getattr(new, section), id_field)
         if changed:
@@ -237,6 +237,23 @@ def _data(old: CaseResult, new: CaseResult) -> list[Difference]:
     if not found:
         return []
     return [Difference("data", "other data: " + ", ".join(found))]
+
+
+def _releases(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The released pairs each run read (a suite's ``pairs_release``), where they differ: both
+    checksums named, or which run's pairs were not released."""
+    before, after = old.get("pairs_release"), new.get("pairs_release")
+    if before is None and after is None:
+        return []
+
+    def named(note: Mapping[str, Any] | None, side: str) -> str:
+        if note is None:
+            return f"the {side}'s pairs were written by the run, not released"
+        return f"the {side}'s released pairs {note.get('version')} (sha256 {note.get('sha256')})"
+
+    if before is None or after is None or before.get("sha256") != after.get("sha256"):
+        return [f"{named(before, 'baseline')}, {named(after, 'current run')}"]
+    return []
 
 
 def _changed(

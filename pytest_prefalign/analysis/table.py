@@ -59,6 +59,9 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
         second += f" ({pairs / users:.1f} per user)"
     if design is not None:
         second += f" · pairs: {design['label']}"
+    release = (data.get("provenance") or {}).get("pairs_release")
+    if release:  # which released pairs, so that two runs' pairs can be told apart at a glance
+        second += f" (released {release.get('version')}, sha256 {str(release.get('sha256'))[:12]})"
     dropped = {k: v for k, v in (data.get("dropped") or {}).items() if v}
     if dropped:
         second += " · dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
