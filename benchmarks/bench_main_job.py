@@ -9,15 +9,17 @@ where the phase processes tokens, tokens per second; the last line is
     main job: cold <C> s, warm <W> s, users <U>, pairs <P>
 
 with the wall time of each pytest process (start-up and the summary included). The phases are
-the run file's per-test ``timings``: model (load, and convert once), data (the suite's data and
-its pairs), fit (reward training), guidance (the guidance strength chosen on validation items,
-the fitting left out), generate (per decoder), rouge, judge (win rates over base,
-the independent judge's training included), rm (reward scores of the test pairs) and policy
-(the guided policy's log-likelihoods of the test pairs); "other" is the rest of each process
-(start-up, collection, the analysis, the summary and the run file). A line on the model's
-body follows: the token positions the cold run ran through it (``forward_*`` in the timings)
-and the least time their weight FLOPs take at this machine's matmul rate, measured after the
-runs at the same thread count: how far the cold time is from what the work itself costs.
+the run file's per-test ``timings``: model (load, and convert once), data (the suite's data),
+pairs (the pairs' writer loaded and its titles written, where the suite's pairs need one), fit
+(reward training), guidance (the guidance strength chosen on validation items, the fitting left
+out), generate (per decoder), rouge, judge (win rates over base, the independent judge's
+training included), rm (reward scores of the test pairs) and policy (the guided policy's
+log-likelihoods of the test pairs); "other" is the rest of each process (start-up, collection,
+the analysis, the summary and the run file). A line on the model's
+body follows: the token positions the cold run ran through it (``forward_*`` in the timings,
+the writer's passes included, and named apart: ``pairs_tokens``, ``pairs_flops``) and the least
+time their weight FLOPs take at this machine's matmul rate, measured after the runs at the same
+thread count: how far the cold time is from what the work itself costs.
 
     python benchmarks/bench_main_job.py                 # the default user count
     python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
@@ -43,7 +45,7 @@ from typing import Any
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("model", "data", "fit", "guidance", "generate", "rouge", "judge", "rm", "policy")
+PHASES = ("model", "data", "pairs", "fit", "guidance", "generate", "rouge", "judge", "rm", "policy")
 
 
 def main() -> None:
@@ -115,6 +117,11 @@ def print_floor(cold: dict[str, Any], dtype: str) -> None:
         f"{dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s) take at least {floor:.0f} s, "
         f"{forward['flops'] / forward['s'] / rate:.0%} of that rate achieved"
     )
+    if forward["pairs_tokens"]:
+        print(
+            f"  of which the pairs' writer: {forward['pairs_tokens']:.0f} token positions, "
+            f"at least {forward['pairs_flops'] / rate:.0f} s at that rate"
+        )
 
 
 def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -141,6 +148,8 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         timings = row["timings"]
         for name in ("tokens", "flops", "s"):
             forward[name] += timings.get(f"forward_{name}", 0.0)
+        for name in ("tokens", "flops"):
+            forward[f"pairs_{name}"] += timings.get(f"pairs_{name}", 0.0)
         for phase in PHASES:
             phases[phase] += timings.get(f"{phase}_s", 0.0)
             tokens[phase] += timings.get(f"{phase}_tokens", 0.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -205,7 +206,9 @@ SUITE = Path(__file__).resolve().parents[1] / "suites" / "pref_lamp"
 @pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")
 def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester, monkeypatch):
     """A real run whose pairs the evaluated model wrote itself (the tiny model as both): the
-    leaderboard names the design and marks the rows; the run file names the writer."""
+    leaderboard names the design and marks the rows; the run file names the writer, and the
+    test that built the pairs carries the writer's time (``pairs_s``) and passes (in its
+    ``forward_*``, and apart as ``pairs_tokens``, ``pairs_flops``)."""
     pytester.makeini(f"[pytest]\nprefalign_models = 135m = tiny\nprefalign_data = {DATA}\n")
     (pytester.path / "suites" / "pref_lamp").mkdir(parents=True)
     (pytester.path / "suites" / "pref_lamp" / "suite.toml").write_text(
@@ -228,6 +231,24 @@ def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester
     provenance = row["data"]["provenance"]
     assert provenance["writer_source"] == "tiny" and provenance["negatives"] == "style"
     assert provenance["design"]["writer_fingerprint"] == row["model"]["fingerprint"]
+    # the writer's passes are metered: a phase of their own, and in the test's forward counts
+    timings = row["timings"]
+    assert timings["pairs_s"] > 0 and timings["pairs_tokens"] > 0
+    assert timings["pairs_flops"] > 0 and timings["forward_s"] > 0
+    # again with the written titles kept and everything else computed afresh: the writer makes
+    # no pass, and the test's forward counts fall by exactly the writer's
+    for kind in ("results", "generations"):
+        shutil.rmtree(pytester.path / "cache" / kind)
+    again = pytester.runpytest_subprocess(
+        *args, "--prefalign-methods", "base", "--prefalign-json", "again.json"
+    )
+    again.assert_outcomes(passed=1)
+    (later,) = json.loads((pytester.path / "again.json").read_text())["results"]
+    assert later["timings"].get("pairs_tokens", 0.0) == 0.0
+    assert later["timings"]["forward_tokens"] > 0
+    for name in ("tokens", "flops"):
+        without = later["timings"][f"forward_{name}"]
+        assert timings[f"forward_{name}"] == without + timings[f"pairs_{name}"]
 
 
 def test_the_default_pairs_wait_for_the_writer():
