@@ -6,18 +6,21 @@ method trained, every output generated, every pair scored) and *warm* (the same 
 test's results come from the cache). Prints, per phase, the seconds summed over the tests and,
 where the phase processes tokens, tokens per second; the last line is
 
-    main job: cold <C> s, warm <W> s, users <U>, pairs <P>
+    main job: cold <C> s, warm <W> s, users <U>, pairs <P>, peak memory cold <M> GB, warm <N> GB
 
-with the wall time of each pytest process (start-up and the summary included). The phases are
-the run file's per-test ``timings``: model (load, and convert once), data (the suite's data and
-its pairs), fit (reward training), guidance (the guidance strength chosen on validation items,
-the fitting left out), generate (per decoder), rouge, judge (win rates over base,
-the independent judge's training included), rm (reward scores of the test pairs) and policy
-(the guided policy's log-likelihoods of the test pairs); "other" is the rest of each process
+with the wall time of each pytest process (start-up and the summary included) and its peak
+resident memory (``peak_memory.py``: of one process, the largest xdist worker under ``-n``).
+The phases are the run file's per-test ``timings``: model (load, and convert once), data (the
+suite's data), pairs (the pairs' writer loaded and its titles written, where the suite's pairs
+need one), fit (reward training), guidance (the guidance strength chosen on validation items,
+the fitting left out), generate (per decoder), rouge, judge (win rates over base, the
+independent judge's training included), rm (reward scores of the test pairs) and policy (the
+guided policy's log-likelihoods of the test pairs); "other" is the rest of each process
 (start-up, collection, the analysis, the summary and the run file). A line on the model's
-body follows: the token positions the cold run ran through it (``forward_*`` in the timings)
-and the least time their weight FLOPs take at this machine's matmul rate, measured after the
-runs at the same thread count: how far the cold time is from what the work itself costs.
+body follows: the token positions the cold run ran through it (``forward_*`` in the timings,
+the writer's passes included, and named apart: ``pairs_tokens``, ``pairs_flops``) and the least
+time their weight FLOPs take at this machine's matmul rate, measured after the runs at the same
+thread count: how far the cold time is from what the work itself costs.
 
     python benchmarks/bench_main_job.py                 # the default user count
     python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
@@ -43,7 +46,7 @@ from typing import Any
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
-PHASES = ("model", "data", "fit", "guidance", "generate", "rouge", "judge", "rm", "policy")
+PHASES = ("model", "data", "pairs", "fit", "guidance", "generate", "rouge", "judge", "rm", "policy")
 
 
 def main() -> None:
@@ -70,7 +73,11 @@ def main() -> None:
     runs = {}
     for phase in ("cold", "warm"):
         runs[phase] = timed_run(args, folder / f"{phase}.json", env)
-        print(f"{phase}: {runs[phase]['wall']:.1f} s", flush=True)
+        print(
+            f"{phase}: {runs[phase]['wall']:.1f} s, peak resident memory "
+            f"{runs[phase]['peak_gb']:.2f} GB",
+            flush=True,
+        )
 
     print(f"\nload average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     cold, warm = runs["cold"], runs["warm"]
@@ -93,7 +100,8 @@ def main() -> None:
     print(f"\nwarm figures equal cold figures: {'yes' if same else 'NO'}")
     print(
         f"main job: cold {cold['wall']:.0f} s, warm {warm['wall']:.0f} s, "
-        f"users {cold['users']}, pairs {cold['pairs']}"
+        f"users {cold['users']}, pairs {cold['pairs']}, "
+        f"peak memory cold {cold['peak_gb']:.1f} GB, warm {warm['peak_gb']:.1f} GB"
     )
 
 
@@ -115,6 +123,11 @@ def print_floor(cold: dict[str, Any], dtype: str) -> None:
         f"{dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s) take at least {floor:.0f} s, "
         f"{forward['flops'] / forward['s'] / rate:.0%} of that rate achieved"
     )
+    if forward["pairs_tokens"]:
+        print(
+            f"  of which the pairs' writer: {forward['pairs_tokens']:.0f} token positions, "
+            f"at least {forward['pairs_flops'] / rate:.0f} s at that rate"
+        )
 
 
 def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -126,11 +139,19 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         command += ["--prefalign-methods", args.methods]
     if args.dtype:
         command += ["-o", f"prefalign_models=135m = embedded:smollm2-135m dtype={args.dtype}"]
+    from peak_memory import wait  # this folder is the script's own
+
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-4000:]}")
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, text=True
+        )
+        returncode, peak = wait(process)
+        wall = time.perf_counter() - started
+        output.seek(0)
+        text = output.read()
+    if returncode != 0:
+        sys.exit(f"{' '.join(command)} exited {returncode}:\n{text[-4000:]}")
     run_file = json.loads(out.read_text())
     phases: dict[str, float] = defaultdict(float)
     tokens: dict[str, float] = defaultdict(float)
@@ -141,6 +162,8 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         timings = row["timings"]
         for name in ("tokens", "flops", "s"):
             forward[name] += timings.get(f"forward_{name}", 0.0)
+        for name in ("tokens", "flops"):
+            forward[f"pairs_{name}"] += timings.get(f"pairs_{name}", 0.0)
         for phase in PHASES:
             phases[phase] += timings.get(f"{phase}_s", 0.0)
             tokens[phase] += timings.get(f"{phase}_tokens", 0.0)
@@ -151,6 +174,7 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     phases["other"] = wall - sum(phases[p] for p in PHASES)
     return {
         "wall": wall,
+        "peak_gb": peak,
         "phases": phases,
         "tokens": tokens,
         "decoders": decoders,

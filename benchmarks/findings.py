@@ -83,6 +83,7 @@ class Run:
     invocation: str = ""  # the findings.py command that made this run
     machine: str = ""  # where it ran: CPU, cores, threads torch was given
     cache: str = ""  # what the results cache held when it started, from the run's summary
+    peak_gb: float | None = None  # the pytest process's peak resident memory (peak_memory.py)
 
 
 def machine() -> str:
@@ -191,7 +192,7 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
     print(f"{suite} {size}: {shlex.join(argv(str(path)))}", file=sys.stderr, flush=True)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     start = time.perf_counter()
-    returncode, cache = pytest_in_subprocess(argv(str(path)))
+    returncode, cache, peak = pytest_in_subprocess(argv(str(path)))
     seconds = time.perf_counter() - start
     ok = path.is_file()
     return Run(
@@ -200,6 +201,7 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
         command=shlex.join(argv(path.name)),
         path=path.name if ok else None,
         cache=cache,
+        peak_gb=round(peak, 2),
         seconds=seconds,
         returncode=returncode,
         started=started,
@@ -224,9 +226,12 @@ def invocation(argv: list[str]) -> str:
     return shlex.join(["python", "benchmarks/findings.py", *portable.relative(words, roots)])
 
 
-def pytest_in_subprocess(args: list[str]) -> tuple[int, str]:
-    """Run pytest, its output passed through as it comes; its exit status and the summary's
-    line on what the results cache held ("1 of 39 values reused, 38 computed")."""
+def pytest_in_subprocess(args: list[str]) -> tuple[int, str, float]:
+    """Run pytest, its output passed through as it comes; its exit status, the summary's line
+    on what the results cache held ("1 of 39 values reused, 38 computed") and its peak resident
+    memory in GB."""
+    from peak_memory import wait  # this folder is the script's own
+
     cache = ""
     with subprocess.Popen(
         [sys.executable, "-m", *args],
@@ -242,7 +247,8 @@ def pytest_in_subprocess(args: list[str]) -> tuple[int, str]:
             sys.stdout.flush()
             if line.startswith("cache: "):
                 cache = line.removeprefix("cache: ").split(" (")[0].strip()
-    return process.returncode, cache
+        returncode, peak = wait(process)
+    return returncode, cache, peak
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,11 +282,13 @@ def render(
         f"The run files are kept in `{KEPT}` (see its README); `python benchmarks/findings.py",
         f"--runs {KEPT} --render-only` writes this page again from them. Commit: the checkout",
         "that ran (the run file's own record of `git rev-parse HEAD`). Time: the wall time",
-        "of the run on the machine that made it; cache: what the results cache already held",
-        "when it started (the run's own summary line).",
+        "of the run on the machine that made it; peak memory: the pytest process's peak resident",
+        "memory (- for a run made before it was read); cache: what the results cache already",
+        "held when it started (the run's own summary line).",
         "",
-        "| suite | size | command | commit | started | time | machine | cache | result |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| suite | size | command | commit | started | time | peak memory | machine | cache "
+        "| result |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     commits = {id(r): run.commit for r, run in everything}
     for r in runs:
@@ -289,10 +297,11 @@ def render(
             result += f" (killed by {signal.Signals(-r.returncode).name})"
         command = f"`{r.command}`" if r.command else "-"
         time_text = f"{r.seconds / 60:.0f} min" if r.command else "-"
+        peak = f"{r.peak_gb:.1f} GB" if r.peak_gb is not None else "-"
         lines.append(
             f"| {r.suite} | {r.size} | {command} | {commits.get(id(r)) or '-'} | "
-            f"{r.started or '-'} | {time_text} | {r.machine or '-'} | {r.cache or '-'} | "
-            f"{result} |"
+            f"{r.started or '-'} | {time_text} | {peak} | {r.machine or '-'} | "
+            f"{r.cache or '-'} | {result} |"
         )
     made_by = sorted({r.invocation for r in runs if r.invocation})
     if made_by:

@@ -138,6 +138,7 @@ def runs(findings: ModuleType, tmp_path: Path) -> list:
             invocation="python benchmarks/findings.py --limit 10",
             machine="a CPU, 2 cores",
             cache="0 of 39 values reused, 39 computed",
+            peak_gb=3.21,
         ),
         findings.Run("pref_lamp", "270m", note="skipped: SmolLM2-360M is not installed"),
         findings.Run("synthetic", "135m", command="pytest ...", path="synthetic-135m.json"),
@@ -188,11 +189,11 @@ def test_claim_three_and_the_baselines(rendered: str) -> None:
 def test_runs_commands_and_tables(rendered: str) -> None:
     assert "Made by `python benchmarks/findings.py --limit 10`." in rendered
     assert (
-        "| pref_lamp | 270m | - | - | - | - | - | - | skipped: SmolLM2-360M is not installed |"
+        "| pref_lamp | 270m | - | - | - | - | - | - | - | skipped: SmolLM2-360M is not installed |"
         in (rendered)
     )
     assert line_with(rendered, "| pref_lamp | 135m |").endswith(
-        "| abc1234 | - | 10 min | a CPU, 2 cores | 0 of 39 values reused, 39 computed "
+        "| abc1234 | - | 10 min | 3.2 GB | a CPU, 2 cores | 0 of 39 values reused, 39 computed "
         "| exit status 0 |"
     )
     # the tables as the run printed them, under the command that produced them

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -205,7 +206,9 @@ SUITE = Path(__file__).resolve().parents[1] / "suites" / "pref_lamp"
 @pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")
 def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester, monkeypatch):
     """A real run whose pairs the evaluated model wrote itself (the tiny model as both): the
-    leaderboard names the design and marks the rows; the run file names the writer."""
+    leaderboard names the design and marks the rows; the run file names the writer, and the
+    test that built the pairs carries the writer's time (``pairs_s``) and passes (in its
+    ``forward_*``, and apart as ``pairs_tokens``, ``pairs_flops``)."""
     pytester.makeini(f"[pytest]\nprefalign_models = 135m = tiny\nprefalign_data = {DATA}\n")
     (pytester.path / "suites" / "pref_lamp").mkdir(parents=True)
     (pytester.path / "suites" / "pref_lamp" / "suite.toml").write_text(
@@ -213,10 +216,9 @@ def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester
     )
     monkeypatch.setenv("PREFALIGN_CACHE", str(pytester.path / "cache"))
     args = ["--prefalign", "suites/pref_lamp", "-p", "no:cacheprovider", "--prefalign-limit", "2"]
-    result = pytester.runpytest_subprocess(
-        *args, "--prefalign-methods", "base", "--prefalign-json", "run.json"
-    )
-    result.assert_outcomes(passed=1)
+    methods = ["--prefalign-methods", "base,lead"]
+    result = pytester.runpytest_subprocess(*args, *methods, "--prefalign-json", "run.json")
+    result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
         [
             "*pairs: style: tiny*'s titles from the author's own examples over another person's*",
@@ -224,10 +226,30 @@ def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester
         ]
     )
     run = json.loads((pytester.path / "run.json").read_text())
-    (row,) = run["results"]
+    row = next(r for r in run["results"] if r["method"] == "base")
     provenance = row["data"]["provenance"]
     assert provenance["writer_source"] == "tiny" and provenance["negatives"] == "style"
     assert provenance["design"]["writer_fingerprint"] == row["model"]["fingerprint"]
+    # the writer's passes are metered: a phase of their own and in the forward counts of the
+    # one test that built the pairs (the other found them built, as it found the data loaded)
+    (built,) = [r["timings"] for r in run["results"] if "pairs_s" in r["timings"]]
+    assert built["pairs_s"] > 0 and built["pairs_tokens"] > 0 and built["pairs_flops"] > 0
+    assert built["forward_tokens"] >= built["pairs_tokens"] and built["forward_s"] > 0
+    # again with the written titles kept and everything else computed afresh: the writer makes
+    # no pass, and the run's forward counts fall by exactly the writer's
+    for kind in ("results", "generations"):
+        shutil.rmtree(pytester.path / "cache" / kind)
+    again = pytester.runpytest_subprocess(*args, *methods, "--prefalign-json", "again.json")
+    again.assert_outcomes(passed=2)
+    later = json.loads((pytester.path / "again.json").read_text())["results"]
+    assert all(r["timings"].get("pairs_tokens", 0.0) == 0.0 for r in later)
+
+    def total(results: list, name: str) -> float:
+        return sum(r["timings"].get(f"forward_{name}", 0.0) for r in results)
+
+    assert total(later, "tokens") > 0
+    for name in ("tokens", "flops"):
+        assert total(run["results"], name) == total(later, name) + built[f"pairs_{name}"]
 
 
 def test_the_default_pairs_wait_for_the_writer():

@@ -106,9 +106,15 @@ class Evaluator:
     def _prepare(self, case: Case, timings: dict[str, float]) -> Prepared:
         """The suite, the model, the reward method's plan and the decoder's context at its
         working point; the meter is read before the guidance, whose passes count as the
-        test's."""
+        test's. The test that loads the suite carries what building its pairs cost: its own
+        ``pairs_s`` phase, out of ``data_s``, and the writer's forward passes in its
+        ``forward_*`` (a test that finds the suite loaded carries neither)."""
+        loads = (case.suite, case.options) not in self.memory[SUITES]
         with _timed(timings, "data_s"):
             state = self.suite(case)
+        if loads and state.pairs_cost:
+            timings["data_s"] -= state.pairs_cost["pairs_s"]
+            _add(timings, state.pairs_cost)
         with _timed(timings, "model_s"):
             lm = prepare.load_model(self.context, case.size)
         named = faults.of_group(self.group(case), case.suite, case.size, state.data, lm)
@@ -151,7 +157,7 @@ class Evaluator:
             decoder: Decoder = prepared.factory()
             with events.step(f"scoring {len(ctx.data.test_pairs)} pairs"):
                 records = pairs.pair_records(ctx, decoder, case.method.decoder, key, timings)
-            timings.update(lm.meter.since(prepared.before, lm.meter.reading()))
+            _add(timings, lm.meter.since(prepared.before, lm.meter.reading()))
             standard = fitted.scale.to_json() if fitted is not None else None
             return {"items": items, "pairs": records, "judge": judge, "reward_scale": standard}
 
@@ -386,6 +392,13 @@ def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
         yield
     finally:
         timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
+
+
+def _add(timings: dict[str, float], more: dict[str, float]) -> None:
+    """Add each of ``more``'s figures to the one of ``timings`` by its name: the writer's
+    forward passes and the test's own model's go into the same ``forward_*``."""
+    for name, value in more.items():
+        timings[name] = timings.get(name, 0.0) + value
 
 
 def _kept(store: dict[Any, Any], key: Any, make: Any) -> Any:

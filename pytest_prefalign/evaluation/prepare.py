@@ -3,7 +3,8 @@ model, and each reward method fitted on the suite's training pairs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,14 +24,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class SuiteState:
-    """A suite loaded for this run, with the cached values its loading used (negatives) and
-    the fingerprint of its data (``data_fingerprint``)."""
+    """A suite loaded for this run, with the cached values its loading used (negatives), the
+    fingerprint of its data (``data_fingerprint``) and what building its pairs cost
+    (``pairs_cost``: empty where the data came with its pairs)."""
 
     suite: Suite
     data: SuiteData
     data_dir: Path | None
     uses: list[cache.Use]
     fingerprint: dict[str, str]
+    pairs_cost: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class FittedReward:
 def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteState:
     """The suite's data and pairs; a failure is a ``PrefalignError`` naming the suite (raised
     for every test of the suite, without loading again)."""
+    pairs_cost: dict[str, float] = {}
     with cache.recording() as uses, events.step(f"loading suite {name}"):
         suite = run.registry.suite(name)
         try:
@@ -64,11 +68,7 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             if not (data.items or data.test_pairs or data.profiles):
                 raise nothing_to_evaluate(name, data)  # nothing to build pairs from
             if not data.train_pairs and not data.test_pairs:
-                reference = pairs_model(run, suite, data)
-                folder, _ = run.disk.folder(cache.make_key("pairs", suite=name))
-                with events.step("building pairs"):
-                    suite.build_pairs(data, reference, folder)
-                uses[:0] = reference.cache_uses
+                pairs_cost = build_pairs(run, name, suite, data, uses)
             if not data.items and not data.test_pairs:
                 raise nothing_to_evaluate(name, data)
         except (DataNotFound, DataError) as exc:
@@ -83,7 +83,32 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
     attribution = getattr(suite, "attribution", None)  # optional: a suite's own terms
     if attribution:
         data.provenance.setdefault("attribution", attribution)
-    return SuiteState(suite, data, data_dir, uses, data_fingerprint(data))
+    return SuiteState(suite, data, data_dir, uses, data_fingerprint(data), pairs_cost)
+
+
+def build_pairs(
+    run: RunContext, name: str, suite: Suite, data: SuiteData, uses: list[cache.Use]
+) -> dict[str, float]:
+    """Build the suite's pairs with its writer (``pairs_model``), in place, and return what it
+    cost: ``pairs_s`` (the writer's loading and its writing), and the writer's forward passes
+    (``forward_tokens``, ``forward_flops``, ``forward_s``, from its meter) with ``pairs_tokens``
+    and ``pairs_flops``, the writer's share of them. The test that loaded the suite adds them
+    to its timings, so that the run's forward FLOPs count the writer's passes like any other
+    model's."""
+    started = time.perf_counter()
+    reference = pairs_model(run, suite, data)
+    meter = getattr(reference, "meter", None)  # a stand-in model of a test may have none
+    before = meter.reading() if meter is not None else None
+    folder, _ = run.disk.folder(cache.make_key("pairs", suite=name))
+    with events.step("building pairs"):
+        suite.build_pairs(data, reference, folder)
+    uses[:0] = reference.cache_uses
+    cost = {"pairs_s": time.perf_counter() - started}
+    if meter is not None and before is not None:
+        passes = meter.since(before, meter.reading())
+        cost.update(passes)
+        cost.update(pairs_tokens=passes["forward_tokens"], pairs_flops=passes["forward_flops"])
+    return cost
 
 
 def nothing_to_evaluate(name: str, data: SuiteData) -> SuiteUnavailable:

@@ -106,6 +106,7 @@ def addoption(parser: pytest.Parser) -> None:
         add_floor_options,
         add_evaluation_options,
         add_plugin_options,
+        add_memory_options,
         shards.add_options,
     ):
         add(parser)
@@ -231,6 +232,29 @@ def add_plugin_options(parser: pytest.Parser) -> None:
     )
 
 
+def memory_gb(text: str) -> float:
+    """``--prefalign-memory`` type: a number of GB above 0."""
+    from pytest_prefalign.runtime.memory import parse_gb
+
+    try:
+        return parse_gb(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_memory_options(parser: pytest.Parser) -> None:
+    """The memory the run may use (``runtime/memory.py``)."""
+    parser.getgroup(GROUP).addoption(
+        "--prefalign-memory",
+        type=memory_gb,
+        metavar="GB",
+        help="the memory the whole run may use, shared by its xdist workers; the prefill "
+        "stores' budgets are shares of it (default: the memory the machine has available; "
+        "ini: prefalign_memory).",
+    )
+    parser.addini("prefalign_memory", "the memory the whole run may use, in GB")
+
+
 @dataclass(frozen=True)
 class Settings:
     """The validated options of one run (command line over ini over defaults)."""
@@ -251,6 +275,7 @@ class Settings:
     assignments: list[method_options.Assignment]  # ini lines first, the command line after
     strict_plugins: bool  # a plugin that fails to load is a usage error
     shard: Shard | None = None  # --prefalign-shard K/N
+    memory: float | None = None  # GB the whole run may use (None: what the machine has)
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -297,6 +322,7 @@ def settings(config: pytest.Config) -> Settings:
             or config.getini("prefalign_strict_plugins")
         ),
         shard=config.getoption("prefalign_shard"),
+        memory=pick("prefalign_memory", "prefalign_memory", memory_gb, None),
     )
 
 

@@ -1,7 +1,8 @@
 """What a run's tests will need, checked once their suites are known and before any test runs:
-each suite's options, and its data. A suite option that its suite refuses, or a data folder that
-no place holds and that the run cannot get, is a usage error of the run (one message, exit
-status 4), not one failure per test.
+each suite's options, its data, and the memory its models need. A suite option that its suite
+refuses, or a data folder that no place holds and that the run cannot get, is a usage error of
+the run (one message, exit status 4), not one failure per test; a run likely to exceed its
+memory (``runtime/memory.py``) is a warning, before the first test.
 
 The options are checked as the suite declares them (its ``options`` dataclass,
 ``suite_options``), even when only listing the tests (``--collect-only``). For the data, two
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from pytest_prefalign.plumbing.options import Settings
     from pytest_prefalign.registry import Registry
+    from pytest_prefalign.runtime.pool import ModelPool
 
 # suite name -> (its suite.toml, as the test ids name it; its options, as written)
 Found = dict[str, tuple[str, dict[str, str]]]
@@ -89,6 +91,41 @@ def needing_data(registry: Registry, found: Found) -> Needed:
         if suite is not None and requires_data_dir(suite, options):
             needed[name] = (suite, options)
     return needed
+
+
+def run_models(registry: Registry, found: Found, pool: ModelPool, sizes: list[str]) -> list[Any]:
+    """The models the run's processes may load (``ModelSpec``): each size's, the suites'
+    reference generator, and the model source a suite's ``writer`` option names (its pairs'
+    writer)."""
+    from pytest_prefalign import suite_options
+    from pytest_prefalign.api import DataError
+    from pytest_prefalign.runtime.pool import REFERENCE_LABEL
+    from pytest_prefalign.runtime.sources import ModelSpec
+
+    labels = [*sizes, REFERENCE_LABEL] if found else list(sizes)
+    models = [pool.specs[label] for label in labels if label in pool.specs]
+    for name, (_, options) in sorted(found.items()):
+        suite = _registered(registry, name)
+        try:
+            typed = suite_options.for_suite(suite, options) if suite is not None else None
+        except DataError:
+            continue
+        writer = getattr(typed, "writer", None)
+        if isinstance(writer, str) and writer:
+            models.append(ModelSpec("writer", writer))
+    return models
+
+
+def memory_warning(
+    registry: Registry, found: Found, pool: ModelPool, sizes: list[str], processes: int
+) -> str | None:
+    """The warning of a run likely to exceed its memory (``memory.shortfall``): the run's
+    models loaded in each of its ``processes``, with their stores; None when it fits."""
+    from pytest_prefalign.runtime import memory
+
+    if not found:  # no evaluation test: no model will load
+        return None
+    return memory.shortfall(run_models(registry, found, pool, sizes), processes)
 
 
 def _registered(registry: Registry, name: str) -> Any:

@@ -6,6 +6,8 @@ only with ``--prefalign``; the evaluation (numpy, torch) is imported when the fi
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,12 +28,29 @@ from pytest_prefalign.plumbing import (
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, SuiteFile
 from pytest_prefalign.plumbing.dispatch import Dispatch
 from pytest_prefalign.plumbing.outcomes import Outcomes
-from pytest_prefalign.plumbing.workers import is_worker
+from pytest_prefalign.plumbing.workers import is_worker, process_count
 from pytest_prefalign.registry import MethodName, UnknownName
 from pytest_prefalign.runtime.pool import ModelPool
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.runs.records import CaseResult, RunFile
+
+
+def set_memory(config: pytest.Config, gb: float) -> None:
+    """``--prefalign-memory``: the run's total for this process and the workers it starts
+    (``memory.TOTAL_ENV``, read by the runtime's budgets), as it was once the run ends."""
+    from pytest_prefalign.runtime import memory
+
+    before = os.environ.get(memory.TOTAL_ENV)
+    os.environ[memory.TOTAL_ENV] = str(gb)
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop(memory.TOTAL_ENV, None)
+        else:
+            os.environ[memory.TOTAL_ENV] = before
+
+    config.add_cleanup(restore)
 
 
 class PrefalignSession:
@@ -40,6 +59,8 @@ class PrefalignSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.settings = options.settings(config)
+        if self.settings.memory is not None:
+            set_memory(config, self.settings.memory)
         self.registry = registry.load(config.pluginmanager)
         check_plugins(config, self.registry, strict=self.settings.strict_plugins)
         self.methods = self._resolve_methods()
@@ -145,14 +166,20 @@ class PrefalignSession:
 
     def _check_suites(self, found: preflight.Found) -> None:
         self.suites_checked = True
+        listing = bool(self.config.option.collectonly)
         preflight.check(
             self.registry,
             found,
             self.settings,
             self.data_dir,
             Path(self.config.rootpath),
-            listing=bool(self.config.option.collectonly),
+            listing=listing,
         )
+        if not listing:  # a run likely to exceed its memory is told before its first test
+            count = process_count(self.config)
+            warning = preflight.memory_warning(self.registry, found, self.models, self.sizes, count)
+            if warning:
+                warnings.warn_explicit(PrefalignWarning(warning), PrefalignWarning, "prefalign", 0)
 
     # -- results -------------------------------------------------------------------------------
 

@@ -14,6 +14,13 @@ def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def process_count(config: pytest.Config) -> int:
+    """The processes that run the tests: xdist's workers (``-n``, a number once xdist has read
+    ``auto``), else this one."""
+    count = getattr(config.option, "numprocesses", None)
+    return count if isinstance(count, int) and count > 0 else 1
+
+
 def prefer_loadgroup(config: pytest.Config) -> None:
     """``--dist loadgroup`` for a prefalign run under ``-n`` where ``--dist`` was not given
     (xdist would choose ``load``, which spreads a group's tests over every worker)."""

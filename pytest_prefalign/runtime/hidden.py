@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pytest_prefalign.cache import PROCESS, Lru, Slot
+from pytest_prefalign.runtime import memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.runtime.lm import LM
@@ -20,11 +21,12 @@ def tensor_bytes(tensor: torch.Tensor) -> int:
 
 
 # The most recently used predicting states, by (model fingerprint, prompt, response), within a
-# budget: an autoregressive RM's score (RM accuracy) and GenARM's policy score read the same
-# test pairs, so one forward pass serves both. (T_y, H) float32 per text: ~35 KB for a title.
+# budget (a share of the process's memory, at most 256 MiB: ``memory.hidden_budget``): an
+# autoregressive RM's score (RM accuracy) and GenARM's policy score read the same test pairs,
+# so one forward pass serves both. (T_y, H) float32 per text: ~35 KB for a title.
 HIDDEN = Slot(
     "predicting hidden states",
-    lambda: Lru[tuple[str, str, str], torch.Tensor](256 * 2**20, tensor_bytes),
+    lambda: Lru[tuple[str, str, str], torch.Tensor](memory.hidden_budget(), tensor_bytes),
 )
 
 

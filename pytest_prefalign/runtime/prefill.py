@@ -32,6 +32,7 @@ import torch
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from pytest_prefalign import events
+from pytest_prefalign.runtime import memory
 from pytest_prefalign.runtime.roomy import ROOM, RoomyLayer, roomy_cache
 from pytest_prefalign.runtime.window import fixed_passes, rows_for
 
@@ -41,8 +42,9 @@ MIN_SHARED = 32  # tokens: a shorter common prefix is not worth a pass of its ow
 # a pass of n rows of width w costs about (n + 0.5) * w token-times
 PASS_OVERHEAD_ROWS = 0.5
 MAX_DEPTH = 16  # levels of prefixes of prefixes; deeper nesting runs whole
-BUDGET_ENV = "PREFALIGN_PREFILL_MB"  # the store's memory budget in MiB (0 keeps nothing)
-DEFAULT_BUDGET_MB = 4096
+# the store's memory budget in MiB (0 keeps nothing); unset, a share of the memory available
+# (``memory.prefill_budget``)
+BUDGET_ENV = memory.PREFILL_ENV
 
 Key = tuple[int, ...]
 T = TypeVar("T")
@@ -101,7 +103,7 @@ class PrefillStore:
         self.reach = attention_reach(model.config)
         self.enabled = self.reach > 0
         if budget_bytes is None:
-            budget_bytes = budget_from_env()
+            budget_bytes = budget_from_env(device)
         self.budget, self.min_shared = budget_bytes, min_shared
         self.rows: OrderedDict[Key, Row] = OrderedDict()
         self.size = 0
@@ -381,13 +383,14 @@ def full_attention(config: Any) -> bool:
     return getattr(config, "sliding_window", None) is None
 
 
-def budget_from_env() -> int:
-    raw = os.environ.get(BUDGET_ENV, "")
-    try:
-        mb = float(raw) if raw.strip() else DEFAULT_BUDGET_MB
-    except ValueError:
-        raise ValueError(f"{BUDGET_ENV}={raw!r}: expected a number of MiB") from None
-    return max(0, int(mb * 2**20))
+def budget_from_env(device: torch.device | None = None) -> int:
+    """The store's budget in bytes: ``PREFALIGN_PREFILL_MB`` where set, else, on the CPU, its
+    share of the memory the process may use (``memory.prefill_budget``); on another device the
+    store is that device's memory, of which the machine's says nothing: the fixed
+    ``memory.PREFILL_MOST``."""
+    if device is not None and device.type != "cpu" and not os.environ.get(BUDGET_ENV, "").strip():
+        return memory.PREFILL_MOST
+    return memory.prefill_budget()
 
 
 def pad(

