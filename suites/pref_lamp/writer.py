@@ -76,7 +76,7 @@ class Options:
     samples: int = 3
     temperature: float = 0.7
     max_new_tokens: int = 32
-    batch_size: int = 16
+    batch_size: int = 48
     length_slack: int = 2  # tokens
     seed: int = 0
     # the test pairs of a paper: nearest (the one pair of candidates nearest in length) or
