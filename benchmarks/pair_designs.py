@@ -24,7 +24,11 @@ accuracy (the standard deviation over users of the per-user difference, over the
 the users), against the one-pair design's; with the writer's cost of each (its prompts and
 titles, and the seconds of the data phase where it wrote).
 
-    python benchmarks/pair_designs.py --comparisons [--users 8] [--offset 100]
+    python benchmarks/pair_designs.py --comparisons [--users 8] [--offset 100] [--scoring-only]
+
+``--scoring-only`` runs the guidance at its fixed constants and writes one token per output: RM
+and policy accuracy are teacher-forced on the pairs, so they are those of a full run at those
+constants, at a fraction of its cost (ROUGE and the win rates are not read).
 
 Real models (the embedded SmolLM2-135M-Instruct evaluates and trains the reward methods; the
 writer designs need Gemma-3-270M installed), real data; the figures go into docs/suites.md.
@@ -76,6 +80,12 @@ def main() -> None:
         nargs="*",
         choices=list(PAIRINGS),
         help="measure the pairings' standard errors instead (default: all of them)",
+    )
+    parser.add_argument(
+        "--scoring-only",
+        action="store_true",
+        help="with --comparisons: the guidance at its fixed constants and one new token per "
+        "output (the pairs' figures without the generations' cost)",
     )
     args = parser.parse_args()
     if args.comparisons is not None:

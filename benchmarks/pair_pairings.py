@@ -29,7 +29,9 @@ def measure_pairings(args: argparse.Namespace, pairings: dict[str, dict[str, str
     data_dir = rotated(Path(args.data), keep / "data", args.offset)
     runs = {}
     for label, options in pairings.items():
-        runs[label] = run(label, options, data_dir, keep, args.users)
+        runs[label] = run(
+            label, options, data_dir, keep, args.users, scoring_only=args.scoring_only
+        )
         print(f"{label}: {runs[label]['wall_s']:.0f} s", file=sys.stderr, flush=True)
     first = next(iter(runs))
     rows = [table_row(label, runs[label], runs[first]) for label in runs]
@@ -74,8 +76,21 @@ def rotated(data: Path, target: Path, offset: int) -> Path:
     return target
 
 
+# The pairs' figures without the generations: guidance at its fixed constants (no strength
+# chosen on generated validation outputs) and one new token per output. RM and policy accuracy
+# are teacher-forced on the pairs, so they are what a full run computes at those constants; ROUGE
+# and the win rates of such a run mean nothing and are not read.
+SCORING_ONLY = ["--prefalign-guidance", "fixed", "--prefalign-option", "max_new_tokens=1"]
+
+
 def run(
-    label: str, options: dict[str, str], data_dir: Path, keep: Path, users: int
+    label: str,
+    options: dict[str, str],
+    data_dir: Path,
+    keep: Path,
+    users: int,
+    *,
+    scoring_only: bool = False,
 ) -> dict[str, Any]:
     """One pairing through ``pytest --prefalign``: its per-user figures and costs."""
     slug = label.replace(", ", "-").replace(" ", "_")
@@ -91,6 +106,8 @@ def run(
     command = [sys.executable, "-m", "pytest", "--prefalign", str(suite), "-p", "no:cacheprovider"]
     command += ["-q", "--prefalign-data", str(data_dir), "--prefalign-json", str(out)]
     command += ["--prefalign-limit", str(users)]
+    if scoring_only:
+        command += SCORING_ONLY
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
