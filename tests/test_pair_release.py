@@ -158,5 +158,5 @@ def test_build_pairs_writes_the_release_of_the_chosen_authors(tmp_path, monkeypa
     assert made.version == "v9" and made.writer.name == "fake-writer"
     assert {pid.split("/")[0] for pid in made.sources} == {"acl:Bob"}  # author 2 only
     printed = capsys.readouterr()
-    assert f"sha256 {made.checksum}" in printed.out and "written 0/" in printed.err
+    assert f"sha256 {made.checksum}" in printed.out and "writing 8 prompts' titles" in printed.err
     assert build_pairs.positions("1-3,2,7") == [0, 1, 2, 6]

@@ -107,11 +107,14 @@ class Progress:
         self.started = time.perf_counter()
 
     def __call__(self, done: int, total: int) -> None:
-        spent = time.perf_counter() - self.started
-        left = spent / done * (total - done) if done else 0.0
-        print(
-            f"written {done}/{total} prompts, {spent / max(done, 1):.1f} s each, "
-            f"about {left / 60:.0f} min left",
-            file=sys.stderr,
-            flush=True,
-        )
+        if not done:
+            self.started = time.perf_counter()
+            line = f"writing {total} prompts' titles"
+        else:
+            spent = time.perf_counter() - self.started
+            left = spent / done * (total - done)
+            line = (
+                f"written {done}/{total} prompts, {spent / done:.1f} s each, "
+                f"about {left / 60:.0f} min left"
+            )
+        print(line, file=sys.stderr, flush=True)

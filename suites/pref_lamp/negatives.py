@@ -184,21 +184,30 @@ def cached_generations(
 
 
 def cached_outputs(
-    path: Path, prompts: dict[str, str], produce: Any, header: dict[str, Any]
+    path: Path,
+    prompts: dict[str, str],
+    produce: Any,
+    header: dict[str, Any],
+    progress: Any = None,
 ) -> tuple[dict[str, Any], int]:
     """``produce``'s output for every key of ``prompts`` (a list of prompts in, one output
     each out), and how many were produced now; produces only what the cache file lacks,
     ``CHUNK`` prompts at a time, rewriting the file after each, and holds its lock so that
     parallel workers do not produce the same outputs twice. ``header`` is written beside the
-    outputs (what made them)."""
+    outputs (what made them); ``progress(done, missing)`` is told before each chunk and at the
+    end."""
     with storage.locked(path):
         outputs = _read_outputs(path)
         missing = [key for key in prompts if key not in outputs]
         for start in range(0, len(missing), CHUNK):
+            if progress is not None:
+                progress(start, len(missing))
             chunk = missing[start : start + CHUNK]
             made = produce([prompts[k] for k in chunk])
             outputs.update(zip(chunk, made, strict=True))
             storage.atomic_write_json(path, {**header, "titles": outputs})
+        if progress is not None and missing:
+            progress(len(missing), len(missing))
     return {key: outputs[key] for key in prompts}, len(missing)
 
 

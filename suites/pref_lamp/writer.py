@@ -272,7 +272,8 @@ def sides(
 ) -> tuple[dict[str, Made], Written]:
     """Each brief's pairs (by its source's pair id), from the writer's titles (cached in
     ``cache_dir``); the briefs of ``tests`` pair by ``options.pairing``, the others by the
-    nearest lengths. ``progress(done, total)``: told the prompts written after each chunk."""
+    nearest lengths. ``progress(done, missing)``: told the prompts written (of those the cache
+    lacked) before each chunk and at the end."""
     # written needs no title from the author's own examples
     texts = [(b.own, b.others) if options.design == "style" else (b.others,) for b in briefs]
     prompts = {_key(text): text for pair in texts for text in pair}
@@ -288,12 +289,7 @@ def sides(
     path = cache_dir / f"written-{key.digest}.json"
     header = {"writer": writer.name, "writer_fingerprint": writer.fingerprint}
 
-    written = [0]
-
     def produce(batch: list[str]) -> list[list[str]]:
-        if progress is not None:
-            progress(written[0], len(prompts))
-        written[0] += len(batch)
         return titles.sampled(
             writer,
             batch,
@@ -304,7 +300,7 @@ def sides(
             seed=options.seed,
         )
 
-    found, generated_now = cached_outputs(path, prompts, produce, header)
+    found, generated_now = cached_outputs(path, prompts, produce, header, progress)
     asked = storage.content_key(sorted(prompts))
     cache.note(cache.make_key("written_titles", **key.inputs, prompts=asked), hit=not generated_now)
     length = _token_counter(writer)
