@@ -128,3 +128,15 @@ def test_the_data_line_names_the_released_pairs_version_and_checksum() -> None:
     row.data["provenance"]["pairs_release"] = {"version": "2026.12.02", "sha256": "ab" * 32}
     line = table.header("pref_lamp", "135m", [row])[1]
     assert line.endswith("pairs: style (released 2026.12.02, sha256 abababababab)")
+
+
+def test_released_pairs_written_by_the_evaluated_models_weights_are_noted() -> None:
+    """Released pairs carry the writer's fingerprint from the code that wrote them; the
+    weights' own fingerprint still tells that the evaluated model wrote them."""
+    released = design("style", "fp-of-old-code")
+    released["writer_weights"] = "w1"
+    row = result(released, "fp-now")
+    row.model["weights"] = "w1"
+    assert "this very model" in table.header("pref_lamp", "270m", [row])[2]
+    row.model["weights"] = "w2"
+    assert len(table.header("pref_lamp", "270m", [row])) == 2

@@ -94,7 +94,7 @@ def working_points(rows: Sequence[CaseResult]) -> list[str]:
 def pairs_design(data: dict[str, Any]) -> dict[str, Any] | None:
     """How the suite made its pairs, as it describes it in its provenance (``design``: a
     ``label``, a ``note``, the ``writer_fingerprint`` of the model that wrote a side, if one
-    did; docs/suites.md); None for data that does not say."""
+    did, and its ``writer_weights``; docs/suites.md); None for data that does not say."""
     design = (data.get("provenance") or {}).get("design")
     if not isinstance(design, dict):
         return None
@@ -102,17 +102,20 @@ def pairs_design(data: dict[str, Any]) -> dict[str, Any] | None:
         "label": str(design.get("label") or "?"),
         "note": str(design.get("note") or ""),
         "writer_fingerprint": design.get("writer_fingerprint"),
+        "writer_weights": design.get("writer_weights"),
     }
 
 
 def design_notes(design: dict[str, Any] | None, model: dict[str, Any]) -> list[str]:
     """The header's notes on the pairs: that the evaluated model wrote them (its fingerprint
-    is the design's writer's), and the design's own note."""
+    is the design's writer's, or its weights the writer's weights), and the design's own
+    note."""
     if design is None:
         return []
     notes = []
-    writer = design["writer_fingerprint"]
-    if writer is not None and writer == model.get("fingerprint"):
+    writer, weights = design["writer_fingerprint"], design.get("writer_weights")
+    same_weights = weights is not None and weights == model.get("weights")
+    if same_weights or (writer is not None and writer == model.get("fingerprint")):
         notes.append(
             f"  note: the pairs were written by this very model ({design['label']}): its "
             "policy accuracy measures distance from its own writing, not only the users' "

@@ -105,10 +105,18 @@ def _pairs(
             yield Pair(src.pair_id, src.user, prompt, preferred, rejected)
 
 
-def design(label: str, writer_fingerprint: str | None, note: str = "") -> dict[str, Any]:
+def design(
+    label: str, writer_fingerprint: str | None, note: str = "", *, weights: str | None = None
+) -> dict[str, Any]:
     """The pairs' design as the leaderboard reads it from the provenance (``design``): a
-    label, a note, and the fingerprint of the model that wrote a side (None: no model did)."""
-    return {"label": label, "note": note, "writer_fingerprint": writer_fingerprint}
+    label, a note, and the fingerprint of the model that wrote a side (None: no model did),
+    with its weights' own where known (``writer_weights``: released pairs were written by
+    another version of the code, so only the weights tell whether the evaluated model wrote
+    them)."""
+    found = {"label": label, "note": note, "writer_fingerprint": writer_fingerprint}
+    if weights is not None:
+        found["writer_weights"] = weights
+    return found
 
 
 def same_title(a: str, b: str) -> bool:

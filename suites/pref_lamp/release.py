@@ -169,7 +169,12 @@ def write(
         "format": FORMAT,
         "version": version,
         "sha256": checksum(sources),
-        "writer": {"name": writer.name, "source": writer.source, "fingerprint": writer.fingerprint},
+        "writer": {
+            "name": writer.name,
+            "source": writer.source,
+            "fingerprint": writer.fingerprint,
+            "weights": writer.weights,
+        },
         "options": decisive(options),
         "sources": sources,
     }

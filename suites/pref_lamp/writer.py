@@ -230,6 +230,7 @@ class Written:
     name: str
     source: str
     fingerprint: str
+    weights: str | None = None  # its weights' and tokenizer's alone (code and dtype left out)
     cache: str | None = None
 
 
@@ -257,8 +258,9 @@ def write(
     fill(suite, data, train, test, made, options, who, note)
 
 
-def _who(writer: Any, options: Options) -> Written:
-    return Written(writer.name, options.writer, writer.fingerprint)
+def _who(writer: Any, options: Options, cache: str | None = None) -> Written:
+    weights = getattr(writer, "weights_fingerprint", None)
+    return Written(writer.name, options.writer, writer.fingerprint, weights, cache)
 
 
 def sides(
@@ -315,7 +317,7 @@ def sides(
                 for a, b in [pick]
             )
         )
-    return made, Written(writer.name, options.writer, writer.fingerprint, str(path))
+    return made, _who(writer, options, str(path))
 
 
 def fill(
@@ -350,7 +352,9 @@ def fill(
     data.provenance.update(
         {
             "negatives": options.design,
-            "design": design(LABELS[options.design].format(writer=who.name), who.fingerprint),
+            "design": design(
+                LABELS[options.design].format(writer=who.name), who.fingerprint, weights=who.weights
+            ),
             "writer": who.name,
             "writer_source": who.source,
             "writer_fingerprint": who.fingerprint,
