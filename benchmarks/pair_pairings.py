@@ -125,10 +125,12 @@ def figures(run_file: dict[str, Any], wall: float) -> dict[str, Any]:
             if record[field] is not None:
                 by_user = outcomes.setdefault(record["method"], {})
                 by_user.setdefault(record["user"], []).append(record[field])
-        per_user[metric] = {
-            method: {user: float(np.mean(v)) for user, v in by_user.items()}
-            for method, by_user in outcomes.items()
-        }
+        found: dict[str, dict[str, float]] = {}
+        for method, by_user in outcomes.items():
+            values = {user: float(np.mean(v)) for user, v in by_user.items()}
+            if values not in found.values():  # one reward method's RM accuracy under two decoders
+                found[method] = values
+        per_user[metric] = found
     row = run_file["results"][0]
     provenance = row["data"].get("provenance", row["data"])
     pairs = {r["pair_id"] for r in run_file["pairs"]}
