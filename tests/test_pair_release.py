@@ -31,8 +31,8 @@ def released(root: Path, folder: Path, out: Path, **options: str) -> release.Rel
 def shipped(tmp_path, monkeypatch):
     """The authors' data and a release of their pairs in the packaged file's place."""
     root = authors(tmp_path / "data", STRANGERS)
-    out = tmp_path / "released" / "pairs.json.gz"
-    monkeypatch.setattr(release, "PACKAGED", out)
+    monkeypatch.setattr(release, "RELEASED", tmp_path / "released")
+    out = release.packaged("nearest")
     return root, released(root, tmp_path / "written", out)
 
 
@@ -110,14 +110,14 @@ def test_a_changed_paper_is_written_again(shipped, tmp_path):
 
 def test_a_damaged_release_fails_naming_the_file_and_both_checksums(shipped):
     root, made = shipped
-    doc = json.loads(gzip.decompress(release.PACKAGED.read_bytes()))
+    doc = json.loads(gzip.decompress(release.packaged("nearest").read_bytes()))
     first = next(iter(doc["sources"].values()))
     first["pairs"][0][2] = "A title nobody wrote"
-    release.PACKAGED.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    release.packaged("nearest").write_bytes(gzip.compress(json.dumps(doc).encode()))
     with pytest.raises(DataError) as failed:
         pref_lamp.PrefLamp().load(root, limit=None, options={"negatives": "style"})
     message = str(failed.value)
-    assert str(release.PACKAGED) in message and made.checksum in message
+    assert str(release.packaged("nearest")) in message and made.checksum in message
 
 
 def test_the_release_file_is_the_same_bytes_for_the_same_pairs(tmp_path, monkeypatch):
@@ -160,3 +160,13 @@ def test_build_pairs_writes_the_release_of_the_chosen_authors(tmp_path, monkeypa
     printed = capsys.readouterr()
     assert f"sha256 {made.checksum}" in printed.out and "writing 8 prompts' titles" in printed.err
     assert build_pairs.positions("1-3,2,7") == [0, 1, 2, 6]
+
+
+def test_each_pairing_reads_its_own_release(shipped, tmp_path):
+    root, nearest = shipped
+    matched = released(root, tmp_path / "w-m", release.packaged("matched"), writer_pairs="matched")
+    assert matched.checksum != nearest.checksum
+    suite = pref_lamp.PrefLamp()
+    data = suite.load(root, limit=None, options={"negatives": "style", "writer_pairs": "matched"})
+    assert data.provenance["pairs_release"]["sha256"] == matched.checksum
+    assert suite.writer(data) is None and data.provenance["pairing"] == "matched"

@@ -33,7 +33,9 @@ def build_main(argv: list[str]) -> int:
     )
     parser.add_argument("--authors", default=AUTHORS, help=f"positions (default: {AUTHORS})")
     parser.add_argument("--data", metavar="DIR", help="as --prefalign-data in a pytest run")
-    parser.add_argument("--out", type=Path, default=release.PACKAGED, help="the release file")
+    parser.add_argument(
+        "--out", type=Path, help="the release file (default: the package's, for the pairing)"
+    )
     parser.add_argument("--version", help="the release's version (default: today, UTC)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
@@ -57,10 +59,11 @@ def build_main(argv: list[str]) -> int:
         every, lm, folder, writing, tests={b.source for b in test}, progress=Progress()
     )
     version = args.version or datetime.now(UTC).strftime("%Y.%m.%d")
-    written = release.write(args.out, version, who, writing, every, made)
+    out = args.out or release.packaged(writing.pairing)
+    written = release.write(out, version, who, writing, every, made)
     pairs = sum(len(m.pairs) for m in made.values())
     print(
-        f"{args.out}: version {written.version}, {len(every)} briefs, {pairs} pairs, "
+        f"{out}: version {written.version}, {len(every)} briefs, {pairs} pairs, "
         f"sha256 {written.checksum}"
     )
     return 0

@@ -38,7 +38,8 @@ from prefalign_suites.raw_records import WHOLE
 from pytest_prefalign import storage
 from pytest_prefalign.api import DataError
 
-PACKAGED = Path(__file__).resolve().parent / "released" / "pairs.json.gz"
+# the releases in the package: one file per set of writer options released (pairs-*.json.gz)
+RELEASED = Path(__file__).resolve().parent / "released"
 FORMAT = 1
 
 
@@ -116,11 +117,14 @@ def _renamed(source: Source, pair_id: str) -> Source:
     return source if source.pair_id == pair_id else replace(source, pair_id=pair_id)
 
 
-def read(path: Path | None = None) -> Release | None:
-    """The release at ``path`` (default: the packaged one); None where there is none. A file
-    whose pairs do not match its checksum is an error (a damaged file must not become a
-    benchmark's pairs)."""
-    path = path or PACKAGED
+def packaged(pairing: str) -> Path:
+    """Where the package keeps the release of a pairing (``nearest``, ``matched``)."""
+    return RELEASED / f"pairs-{pairing}.json.gz"
+
+
+def read(path: Path) -> Release | None:
+    """The release at ``path``; None where there is none. A file whose pairs do not match its
+    checksum is an error (a damaged file must not become a benchmark's pairs)."""
     if not path.is_file():
         return None
     try:
@@ -142,9 +146,9 @@ def read(path: Path | None = None) -> Release | None:
     return Release(version, stated, writer, options, sources, path)
 
 
-def matching(options: Options, path: Path | None = None) -> Release | None:
-    """The release made with these writer options, else None."""
-    release = read(path)
+def matching(options: Options) -> Release | None:
+    """The packaged release made with these writer options, else None."""
+    release = read(packaged(options.pairing))
     return release if release is not None and release.options == decisive(options) else None
 
 
