@@ -170,3 +170,12 @@ def test_each_pairing_reads_its_own_release(shipped, tmp_path):
     data = suite.load(root, limit=None, options={"negatives": "style", "writer_pairs": "matched"})
     assert data.provenance["pairs_release"]["sha256"] == matched.checksum
     assert suite.writer(data) is None and data.provenance["pairing"] == "matched"
+
+
+def test_prefalign_data_build_pairs_names_the_suites_that_release_pairs(capsys):
+    from pytest_prefalign.datadir import data_main
+
+    assert data_main(["build-pairs"]) == 2
+    assert data_main(["build-pairs", "polis"]) == 2  # Polis' pairs are votes: nothing to write
+    err = capsys.readouterr().err
+    assert "suites with released pairs: pref_lamp" in err
