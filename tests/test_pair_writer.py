@@ -252,12 +252,19 @@ def test_a_run_names_the_writer_and_marks_its_own_rows(pytester: pytest.Pytester
         assert total(run["results"], name) == total(later, name) + built[f"pairs_{name}"]
 
 
-def test_the_default_pairs_wait_for_the_writer():
-    """By default the pairs are written (``style``): loading makes none, and names the writer
-    that ``build_pairs`` needs."""
+def test_the_default_pairs_wait_for_the_writer(monkeypatch, tmp_path):
+    """By default the pairs are written (``style``): where no release holds them, loading
+    makes none, and names the writer that ``build_pairs`` needs; the shipped authors' come
+    from the packaged release, with no writer to load."""
+    from prefalign_suites.pref_lamp import release
+
     if not (DATA / "acl-anthology").is_dir():
         pytest.skip(f"no data at {DATA}")
     suite = pref_lamp.PrefLamp()
+    data = suite.load(DATA, limit=1, options={})
+    assert data.provenance["negatives"] == "style" and data.test_pairs
+    assert suite.writer(data) is None and data.provenance["pairs_release"]["briefs_written"] == 0
+    monkeypatch.setattr(release, "RELEASED", tmp_path)  # no release
     data = suite.load(DATA, limit=1, options={})
     assert data.provenance["negatives"] == "style" and not data.test_pairs
     assert suite.writer(data) == writer.WRITER == "embedded:gemma3-270m"
