@@ -308,15 +308,9 @@ def sides(
     length = _token_counter(writer)
     made = {}
     for brief in briefs:
-        picks = _sides(brief, found, length, options, many=brief.source in tests)
-        made[brief.source.pair_id] = Made(
-            tuple(
-                (src, a, b, abs(length(a) - length(b)))
-                for src, pick in picks.items()
-                if pick
-                for a, b in [pick]
-            )
-        )
+        pairs = _sides(brief, found, length, options, many=brief.source in tests)
+        gaps = [(src, a, b, abs(length(a) - length(b))) for src, a, b in pairs]
+        made[brief.source.pair_id] = Made(tuple(gaps))
     return made, _who(writer, options, str(path))
 
 
@@ -384,27 +378,28 @@ def _key(prompt_text: str) -> str:
 
 def _sides(
     brief: Brief, found: dict[str, list[str]], length: Any, options: Options, *, many: bool
-) -> dict[Source, tuple[str, str] | None]:
-    """The pairs of one brief, by their source: the candidates nearest in length (one pair), or
-    with ``many`` and the ``matched`` pairing every pair of an own and an other's candidate
-    within the length slack, each its own pair ``{pair_id}#{i}-{j}`` (the candidates'
-    positions); where none is within the slack, the nearest. None for the brief's source where
-    no pair can be made (no candidate, or every candidate the same title)."""
+) -> list[tuple[Source, str, str]]:
+    """The pairs of one brief, each with its source: the candidates nearest in length (one
+    pair), or with ``many`` and the ``matched`` pairing every pair of an own and an other's
+    candidate within the length slack, each its own pair ``{pair_id}#{i}-{j}`` (the candidates'
+    positions); where none is within the slack, the nearest. Empty where no pair can be made
+    (no candidate, or every candidate the same title)."""
     theirs = _answers(found[_key(brief.others)], brief)
     if options.design == "written":
         own = [brief.source.title]
     else:
         own = _answers(found[_key(brief.own)], brief)
     if many and options.pairing == "matched":
-        within = {
-            replace(brief.source, pair_id=f"{brief.source.pair_id}#{i}-{j}"): (a, b)
+        within = [
+            (replace(brief.source, pair_id=f"{brief.source.pair_id}#{i}-{j}"), a, b)
             for i, a in enumerate(own)
             for j, b in enumerate(theirs)
             if not same_title(a, b) and abs(length(a) - length(b)) <= options.length_slack
-        }
+        ]
         if within:
             return within
-    return {brief.source: _nearest(own, theirs, length)}
+    pick = _nearest(own, theirs, length)
+    return [(brief.source, *pick)] if pick else []
 
 
 def _answers(texts: Sequence[str], brief: Brief) -> list[str]:
