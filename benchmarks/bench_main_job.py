@@ -16,11 +16,12 @@ need one), fit (reward training), guidance (the guidance strength chosen on vali
 the fitting left out), generate (per decoder), rouge, judge (win rates over base, the
 independent judge's training included), rm (reward scores of the test pairs) and policy (the
 guided policy's log-likelihoods of the test pairs); "other" is the rest of each process
-(start-up, collection, the analysis, the summary and the run file). A line on the model's
-body follows: the token positions the cold run ran through it (``forward_*`` in the timings,
+(start-up, collection, the analysis, the summary and the run file). A line on the model
+follows: the token positions the cold run ran through its body (``forward_*`` in the timings,
 the writer's passes included, and named apart: ``pairs_tokens``, ``pairs_flops``) and the least
-time their weight FLOPs take at this machine's matmul rate, measured after the runs at the same
-thread count: how far the cold time is from what the work itself costs.
+time their FLOPs (body weights, attention, output head: ``runtime/meter.py``) take at this
+machine's matmul rate, measured after the runs at the same thread count (the floor): how far
+the cold time is from what the work itself costs, and the share of it outside the passes.
 
     python benchmarks/bench_main_job.py                 # the default user count
     python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
@@ -106,9 +107,9 @@ def main() -> None:
 
 
 def print_floor(cold: dict[str, Any], dtype: str) -> None:
-    """The cold run's forward passes against this machine's matmul rate: their weight FLOPs
-    at that rate are the least time the same work can take (attention over the cache and the
-    output head not counted), whatever the code around them."""
+    """The cold run's forward passes against this machine's matmul rate: their FLOPs (body
+    weights, attention, output head) at that rate are the least time the same work can take,
+    whatever the code around them."""
     import torch
     from bench_scoring import matmul_rate  # this folder is the script's own
 
@@ -118,10 +119,15 @@ def print_floor(cold: dict[str, Any], dtype: str) -> None:
     rate = matmul_rate(2048, torch.get_num_threads(), getattr(torch, dtype))
     floor = forward["flops"] / rate
     print(
-        f"\nmodel body (cold): {forward['tokens']:.0f} token positions in {forward['s']:.1f} s "
-        f"({forward['tokens'] / forward['s']:.0f} tok/s); its weight FLOPs at this machine's "
-        f"{dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s) take at least {floor:.0f} s, "
-        f"{forward['flops'] / forward['s'] / rate:.0%} of that rate achieved"
+        f"\nmodel (cold): {forward['tokens']:.0f} token positions through the body in "
+        f"{forward['s']:.1f} s ({forward['tokens'] / forward['s']:.0f} tok/s); their FLOPs at "
+        f"this machine's {dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s) take at least "
+        f"{floor:.0f} s (the floor; body weights {forward['body_flops'] / rate:.0f} s, attention "
+        f"{forward['attention_flops'] / rate:.0f} s, output head "
+        f"{forward['head_flops'] / rate:.0f} s), {forward['flops'] / forward['s'] / rate:.0%} "
+        f"of that rate achieved inside the passes; cold wall time "
+        f"{cold['wall'] / floor:.2f}x the floor, {1 - forward['s'] / cold['wall']:.0%} of it "
+        f"outside the model's passes"
     )
     if forward["pairs_tokens"]:
         print(
@@ -160,7 +166,7 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     users = pairs = 0
     for row in run_file["results"]:
         timings = row["timings"]
-        for name in ("tokens", "flops", "s"):
+        for name in ("tokens", "flops", "body_flops", "attention_flops", "head_flops", "s"):
             forward[name] += timings.get(f"forward_{name}", 0.0)
         for name in ("tokens", "flops"):
             forward[f"pairs_{name}"] += timings.get(f"pairs_{name}", 0.0)

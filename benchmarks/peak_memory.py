@@ -8,13 +8,23 @@ largest over every child this script has had, so a second run would report the f
 A child is forked from this script before it runs pytest, and Linux counts the forked copy's
 resident set too: the reading is at least this script's own size at that moment (tens of MB
 for these scripts), against the GB a run holds.
+
+Under ``-n`` the workers' peaks need not coincide, and what a machine must hold is their sum at
+one moment: ``watch`` samples the resident memory of the whole process tree (``/proc``, Linux)
+while the child runs, and gives the largest sum seen, the largest single process and the least
+memory the machine had available. Run as a script it runs a command so:
+
+    python benchmarks/peak_memory.py -- pytest --prefalign suites/pref_lamp -n 2
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 
 GB = 10**9
 
@@ -26,3 +36,112 @@ def wait(process: subprocess.Popen) -> tuple[int, float]:
     process.returncode = os.waitstatus_to_exitcode(status)
     unit = 1 if sys.platform == "darwin" else 1024
     return process.returncode, usage.ru_maxrss * unit / GB
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What ``watch`` saw of a process tree while it ran (GB)."""
+
+    returncode: int
+    tree_peak_gb: float  # the largest sum of the tree's resident sets at one sample
+    process_peak_gb: float  # the largest resident set of one process of the tree
+    least_available_gb: float  # the least MemAvailable of the machine at a sample
+    samples: int
+    seconds: float
+
+
+def watch(process: subprocess.Popen, every: float = 1.0) -> Watched:
+    """Sample ``process``'s tree (it and its descendants) every ``every`` seconds until it
+    ends. A peak shorter than the interval can be missed: the sums are a lower bound of the
+    true peak; the largest single process also takes the child's ``wait4`` reading."""
+    started = time.perf_counter()
+    tree_peak = process_peak = 0
+    least_available = float("inf")
+    samples = 0
+    while True:
+        # wait4 without waiting: the child's own usage once it has ended (its peak and that of
+        # the processes it waited for, which no sample can miss), (0, 0, _) while it runs
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        sizes = [_resident(member) for member in _tree(process.pid)]
+        tree_peak = max(tree_peak, sum(sizes))
+        process_peak = max([process_peak, *sizes])
+        least_available = min(least_available, _available())
+        samples += 1
+        time.sleep(every)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    unit = 1 if sys.platform == "darwin" else 1024
+    ended = usage.ru_maxrss * unit
+    return Watched(
+        returncode=int(process.returncode),
+        tree_peak_gb=tree_peak / GB,
+        process_peak_gb=max(process_peak, ended) / GB,
+        least_available_gb=least_available / GB if samples else float("nan"),
+        samples=samples,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants, from each process's parent id in ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            parent = _parent(int(entry))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) is in parentheses and may hold spaces
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None  # ended meanwhile
+
+
+def _resident(pid: int) -> int:
+    """Resident bytes of a process (0 where it ended meanwhile)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="run a command; print its tree's peak memory")
+    parser.add_argument("--every", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    watched = watch(subprocess.Popen(command), args.every)
+    print(
+        f"peak resident memory: {watched.tree_peak_gb:.2f} GB summed over the process tree, "
+        f"{watched.process_peak_gb:.2f} GB the largest process; the machine's available "
+        f"memory at its lowest {watched.least_available_gb:.2f} GB; "
+        f"{watched.seconds:.0f} s, {watched.samples} samples, exit status {watched.returncode}"
+    )
+    sys.exit(watched.returncode)
+
+
+if __name__ == "__main__":
+    main()

@@ -244,10 +244,14 @@ def test_an_unchanged_rerun_hits_every_cached_value_with_the_same_figures(projec
     assert cold["args[global_bt]"]["fit_s"] > 0 and cold["genarm[arm]"]["fit_s"] > 0
     assert all(t["total_s"] >= t["generate_s"] + t["policy_s"] for t in cold.values())
     assert not any("generate_tokens" in t or "policy_tokens" in t for t in warm.values())
-    # the model's body: each cold test ran positions through it (weight FLOPs in proportion),
-    # a warm test none
+    # the model's body: each cold test ran positions through it (weight FLOPs in proportion;
+    # attention and the output head on top), a warm test none
     assert all(t["forward_tokens"] > 0 and t["forward_s"] > 0 for t in cold.values())
-    assert len({t["forward_flops"] / t["forward_tokens"] for t in cold.values()}) == 1
+    assert len({t["forward_body_flops"] / t["forward_tokens"] for t in cold.values()}) == 1
+    assert all(
+        t["forward_flops"] > t["forward_body_flops"] and t["forward_attention_flops"] > 0
+        for t in cold.values()
+    )
     assert not any("forward_tokens" in t for t in warm.values())
     assert all(t.get("fit_s", 0.0) == 0.0 for t in warm.values())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import string
+import types
 from typing import Any
 
 import numpy as np
@@ -436,7 +437,15 @@ def test_the_meter_counts_every_position_the_body_runs_and_its_weight_flops(
         tiny_lm.model.base_model(inputs_embeds=torch.zeros((2, 4, 32)))
     done = tiny_lm.meter.since(before, tiny_lm.meter.reading())
     assert done["forward_tokens"] == 3 * 5 + 2 * 4
-    assert done["forward_flops"] == 23 * tiny_lm.meter.per_token
+    assert done["forward_body_flops"] == 23 * tiny_lm.meter.per_token
+    # attention, causal with no mask: a row of 5 sees 1 + 2 + ... + 5 = 15 keys, of 4 ten;
+    # per (query, key) and layer 4 x 4 heads x head_dim 8, two layers
+    assert done["forward_attention_flops"] == (3 * 15 + 2 * 10) * 4 * 4 * 8 * 2
+    # the head (512 x 32, tied) on every position of the first pass, none of the second
+    assert done["forward_head_flops"] == 15 * 2 * 512 * 32
+    assert done["forward_flops"] == (
+        done["forward_body_flops"] + done["forward_attention_flops"] + done["forward_head_flops"]
+    )
     assert done["forward_s"] > 0
     # the wrapper's own passes go through the body too: the prompt's prefill, then a step
     # per new token after the first
@@ -446,3 +455,29 @@ def test_the_meter_counts_every_position_the_body_runs_and_its_weight_flops(
     steps = len(fresh.tokenizer(text, add_special_tokens=False)["input_ids"])
     assert prompt <= fresh.meter.tokens <= prompt + 3
     assert fresh.meter.tokens >= prompt + min(steps, 3) - 1
+
+
+def test_the_meter_counts_the_keys_each_real_query_attends_to():
+    from pytest_prefalign.runtime.meter import AttentionCount, keys_seen
+
+    # (B, past + T): row 0 has one padding column and two real ones before its block of two;
+    # row 1 three real ones, and its block's second position is padding
+    mask = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    assert keys_seen(torch.Size((2, 2)), mask).tolist() == [[3, 4], [4, 0]]
+    # (B, 1, T, K): ARGS's candidates, each seeing two cached columns and itself
+    sees = torch.tensor([[[[1, 1, 0, 1, 0], [1, 1, 0, 0, 1]]]], dtype=torch.bool)
+    assert keys_seen(torch.Size((1, 2)), sees).tolist() == [[3, 3]]
+    additive = torch.where(sees, 0.0, float("-inf"))
+    assert keys_seen(torch.Size((1, 2)), additive).tolist() == [[3, 3]]
+    assert keys_seen(torch.Size((2, 3)), None).tolist() == [[1, 2, 3], [1, 2, 3]]
+    # a sliding window of 3 on one layer of two: that layer counts at most 3 keys a query
+    config = types.SimpleNamespace(
+        num_attention_heads=2,
+        hidden_size=16,
+        head_dim=4,
+        num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"],
+        sliding_window=3,
+    )
+    count = AttentionCount(config)
+    assert count.flops(torch.Size((2, 2)), mask) == ((3 + 4 + 4) + (3 + 3 + 3)) * 4 * 2 * 4

@@ -34,3 +34,25 @@ def test_the_benchmarks_read_one_child_s_peak_memory():
         assert status == 0 and peak < size
     finally:
         del sys.modules["peak_memory"]
+
+
+def test_watch_sums_the_process_tree_while_it_runs():
+    """``peak_memory.watch``: a child holding 0.2 GB whose own child holds 0.3 GB at the same
+    time is seen at their sum (at least), and the largest process at the grandchild's size."""
+    peak_memory = benchmark_scripts.load("peak_memory")
+    grandchild = "b = b'x' * 300_000_000; import time; time.sleep(1.5)"
+    child = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
+        "b = b'y' * 200_000_000\n"
+        "time.sleep(1.5)\n"
+        "raise SystemExit(p.wait() + 4)\n"
+    )
+    try:
+        watched = peak_memory.watch(subprocess.Popen([sys.executable, "-c", child]), every=0.05)
+        assert watched.returncode == 4 and watched.samples > 5
+        assert watched.tree_peak_gb >= 0.5
+        assert 0.3 <= watched.process_peak_gb < watched.tree_peak_gb
+        assert 0 < watched.least_available_gb
+    finally:
+        del sys.modules["peak_memory"]

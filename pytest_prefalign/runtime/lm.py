@@ -80,7 +80,8 @@ class LM:
         self.batch_cap: int | None = None  # the batch size that fit after an out-of-memory
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
-        self.meter = ForwardMeter(self.model.base_model)  # positions run, seconds inside
+        # positions run, their FLOPs (body, attention, output head), seconds inside
+        self.meter = ForwardMeter(self.model.base_model, self.model.get_output_embeddings())
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
         # on the dtype, the device and this code with the libraries it runs on, and every cached
         # value computed with the model is keyed by all of it
