@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+from pytest_prefalign.runtime.memory import available_bytes  # no torch: light to import
 
 GB = 10**9
 
@@ -34,8 +37,12 @@ def wait(process: subprocess.Popen) -> tuple[int, float]:
     peak resident memory in GB (``ru_maxrss`` is in KiB on Linux, in bytes on macOS)."""
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
-    unit = 1 if sys.platform == "darwin" else 1024
-    return process.returncode, usage.ru_maxrss * unit / GB
+    return process.returncode, _peak_bytes(usage) / GB
+
+
+def _peak_bytes(usage: resource.struct_rusage) -> int:
+    """``ru_maxrss`` in bytes (it is in KiB on Linux, in bytes on macOS)."""
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ class Watched:
     returncode: int
     tree_peak_gb: float  # the largest sum of the tree's resident sets at one sample
     process_peak_gb: float  # the largest resident set of one process of the tree
-    least_available_gb: float  # the least MemAvailable of the machine at a sample
+    least_available_gb: float  # the least MemAvailable at a sample (inf: never read)
     samples: int
     seconds: float
 
@@ -67,17 +74,18 @@ def watch(process: subprocess.Popen, every: float = 1.0) -> Watched:
         sizes = [_resident(member) for member in _tree(process.pid)]
         tree_peak = max(tree_peak, sum(sizes))
         process_peak = max([process_peak, *sizes])
-        least_available = min(least_available, _available())
+        available = available_bytes()
+        if available is not None:  # None: the machine does not say
+            least_available = min(least_available, available)
         samples += 1
         time.sleep(every)
     process.returncode = os.waitstatus_to_exitcode(status)
-    unit = 1 if sys.platform == "darwin" else 1024
-    ended = usage.ru_maxrss * unit
+    ended = _peak_bytes(usage)
     return Watched(
         returncode=int(process.returncode),
         tree_peak_gb=tree_peak / GB,
         process_peak_gb=max(process_peak, ended) / GB,
-        least_available_gb=least_available / GB if samples else float("nan"),
+        least_available_gb=least_available / GB,  # inf: never read
         samples=samples,
         seconds=time.perf_counter() - started,
     )
@@ -115,14 +123,6 @@ def _resident(pid: int) -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, IndexError, ValueError):
         return 0
-
-
-def _available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def main() -> None:

@@ -42,6 +42,9 @@ class ForwardMeter:
         self.per_logit_position = 2 * int(weight.numel()) if weight is not None else 0
         self.tokens = 0
         self.attention_flops = 0
+        # each pass's (query, key) pairs, left on its mask's device until a reading: an int()
+        # per pass would wait for the device at every decoding step
+        self._attention_pending: list[torch.Tensor] = []
         self.head_positions = 0
         self.seconds = 0.0
         self._started: float | None = None
@@ -55,7 +58,10 @@ class ForwardMeter:
         if ids is None:
             ids = kwargs["inputs_embeds"][..., 0]
         self.tokens += int(ids.numel())
-        self.attention_flops += self.attention.flops(ids.shape, kwargs.get("attention_mask"))
+        if self.attention.per_pair:
+            self._attention_pending.append(
+                self.attention.pairs(ids.shape, kwargs.get("attention_mask"))
+            )
         self._started = time.perf_counter()
 
     def _leave(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
@@ -71,6 +77,8 @@ class ForwardMeter:
         """The totals so far, under the names the run file's timings use."""
         body = float(self.tokens * self.per_token)
         head = float(self.head_positions * self.per_logit_position)
+        pending, self._attention_pending = self._attention_pending, []
+        self.attention_flops += sum(int(n) for n in pending) * self.attention.per_pair
         attention = float(self.attention_flops)
         return {
             "forward_tokens": float(self.tokens),
@@ -107,13 +115,16 @@ class AttentionCount:
         """``shape``: the pass's ``(B, T)`` new positions; ``mask``: ``(B, past + T)`` real
         columns (the new block causal), ``(B, 1, T, K)`` the keys each query sees, or None (a
         causal block with nothing before it)."""
-        if not self.per_pair:
-            return 0
+        return int(self.pairs(shape, mask)) * self.per_pair
+
+    def pairs(self, shape: torch.Size, mask: torch.Tensor | None) -> torch.Tensor:
+        """The (query, key) pairs of a pass summed over its layers, a 0-dim tensor on the
+        mask's device (``flops`` for the arguments)."""
         seen = keys_seen(shape, mask)  # per query
-        pairs = self.full * int(seen.sum())
+        pairs = self.full * seen.sum()
         if self.sliding:
-            pairs += self.sliding * int(seen.clamp(max=self.window).sum())
-        return pairs * self.per_pair
+            pairs = pairs + self.sliding * seen.clamp(max=self.window).sum()
+        return pairs
 
 
 def keys_seen(shape: torch.Size, mask: torch.Tensor | None) -> torch.Tensor:
@@ -125,8 +136,8 @@ def keys_seen(shape: torch.Size, mask: torch.Tensor | None) -> torch.Tensor:
     with torch.no_grad():
         if mask.dim() == 4:  # (B, 1, T, K): True, or an additive 0, where a query sees a key
             sees = mask if mask.dtype == torch.bool else mask == 0
-            return sees.sum(-1).flatten(1).cpu()
+            return sees.sum(-1).flatten(1)
         real = mask.bool()
         past = real[:, : real.shape[1] - new].sum(-1, keepdim=True)
         block = real[:, real.shape[1] - new :]
-        return ((past + block.cumsum(-1)) * block).cpu()
+        return (past + block.cumsum(-1)) * block
