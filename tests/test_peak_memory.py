@@ -56,3 +56,19 @@ def test_watch_sums_the_process_tree_while_it_runs():
         assert 0 < watched.least_available_gb
     finally:
         del sys.modules["peak_memory"]
+
+
+def test_watch_does_not_count_the_process_it_was_started_from():
+    """A small child started from a process that holds more (a pytest worker with a model, as
+    in CI) is seen at its own size: the child's ``wait4`` reading, which counts the forked
+    copy of its parent, is not taken as the largest process."""
+    held = b"z" * 600_000_000  # resident in this process while the child is started
+    peak_memory = benchmark_scripts.load("peak_memory")
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+        watched = peak_memory.watch(child, every=0.05)
+        assert watched.returncode == 0 and watched.samples > 2
+        assert watched.process_peak_gb < 0.3 and watched.tree_peak_gb < 0.3
+    finally:
+        del sys.modules["peak_memory"]
+        del held
