@@ -11,8 +11,9 @@ for these scripts), against the GB a run holds.
 
 Under ``-n`` the workers' peaks need not coincide, and what a machine must hold is their sum at
 one moment: ``watch`` samples the resident memory of the whole process tree (``/proc``, Linux)
-while the child runs, and gives the largest sum seen, the largest single process and the least
-memory the machine had available. Run as a script it runs a command so:
+while the child runs, and gives the largest sum seen (of resident sets, and of proportional
+sets, which count a page the forked workers share once), the largest single process and the
+least memory the machine had available. Run as a script it runs a command so:
 
     python benchmarks/peak_memory.py -- pytest --prefalign suites/pref_lamp -n 2
 """
@@ -20,6 +21,7 @@ memory the machine had available. Run as a script it runs a command so:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import subprocess
@@ -51,6 +53,9 @@ class Watched:
 
     returncode: int
     tree_peak_gb: float  # the largest sum of the tree's resident sets at one sample
+    # the largest sum of their proportional sets (a page shared by n processes counts 1/n:
+    # what the tree holds, the pages xdist's forked workers share counted once); nan: unread
+    tree_proportional_peak_gb: float
     process_peak_gb: float  # the largest resident set of one process of the tree
     least_available_gb: float  # the least MemAvailable at a sample (inf: never read)
     samples: int
@@ -64,6 +69,7 @@ def watch(process: subprocess.Popen, every: float = 1.0) -> Watched:
     the process it was forked from (a pytest worker holding a model, say), not only the tree's."""
     started = time.perf_counter()
     tree_peak = process_peak = 0
+    proportional_peak: float = 0
     least_available = float("inf")
     samples = 0
     while True:
@@ -71,8 +77,11 @@ def watch(process: subprocess.Popen, every: float = 1.0) -> Watched:
         pid, status, _ = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
-        sizes = [_resident(member) for member in _tree(process.pid)]
+        members = _tree(process.pid)
+        sizes = [_resident(member) for member in members]
         tree_peak = max(tree_peak, sum(sizes))
+        shares = [_proportional(member) for member in members]
+        proportional_peak = max(proportional_peak, sum(shares))  # nan once unreadable
         process_peak = max([process_peak, *sizes])
         available = available_bytes()
         if available is not None:  # None: the machine does not say
@@ -83,6 +92,7 @@ def watch(process: subprocess.Popen, every: float = 1.0) -> Watched:
     return Watched(
         returncode=int(process.returncode),
         tree_peak_gb=tree_peak / GB,
+        tree_proportional_peak_gb=proportional_peak / GB if samples else math.nan,
         process_peak_gb=process_peak / GB,
         least_available_gb=least_available / GB,  # inf: never read
         samples=samples,
@@ -124,6 +134,21 @@ def _resident(pid: int) -> int:
         return 0
 
 
+def _proportional(pid: int) -> float:
+    """Proportional set size of a process in bytes (``/proc/<pid>/smaps_rollup``, Linux 4.14
+    on); 0 where it ended meanwhile, nan where the machine does not say."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except FileNotFoundError:
+        return 0 if os.path.exists("/proc/self/smaps_rollup") else math.nan
+    except (OSError, IndexError, ValueError):
+        return 0
+    return math.nan
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="run a command; print its tree's peak memory")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between samples")
@@ -134,8 +159,10 @@ def main() -> None:
         parser.error("no command given")
     watched = watch(subprocess.Popen(command), args.every)
     print(
-        f"peak resident memory: {watched.tree_peak_gb:.2f} GB summed over the process tree, "
-        f"{watched.process_peak_gb:.2f} GB the largest process; the machine's available "
+        f"peak resident memory: {watched.tree_peak_gb:.2f} GB summed over the process tree "
+        f"({watched.tree_proportional_peak_gb:.2f} GB its proportional sets: shared pages "
+        f"counted once), {watched.process_peak_gb:.2f} GB the largest process; the machine's "
+        "available "
         f"memory at its lowest {watched.least_available_gb:.2f} GB; "
         f"{watched.seconds:.0f} s, {watched.samples} samples, exit status {watched.returncode}"
     )

@@ -72,3 +72,26 @@ def test_watch_does_not_count_the_process_it_was_started_from():
     finally:
         del sys.modules["peak_memory"]
         del held
+
+
+def test_watch_counts_pages_forked_workers_share_once_in_the_proportional_sum():
+    """A child holding 0.3 GB forks a copy of itself (as pytest-xdist's workers share what was
+    loaded before): their resident sets sum to about 0.6 GB, their proportional sets to 0.3."""
+    child = (
+        "import os, time\n"
+        "b = b'x' * 300_000_000\n"
+        "pid = os.fork()\n"
+        "time.sleep(1.0)\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "raise SystemExit(5)\n"
+    )
+    peak_memory = benchmark_scripts.load("peak_memory")
+    try:
+        watched = peak_memory.watch(subprocess.Popen([sys.executable, "-c", child]), every=0.05)
+        assert watched.returncode == 5
+        assert watched.tree_peak_gb >= 0.58
+        assert 0.28 <= watched.tree_proportional_peak_gb < 0.45
+    finally:
+        del sys.modules["peak_memory"]
