@@ -60,6 +60,8 @@ PAIRINGS = {  # label -> suite options (the style design)
     "nearest": {"writer_pairs": "nearest"},
     "matched": {"writer_pairs": "matched"},
     "matched, 6 samples": {"writer_pairs": "matched", "writer_samples": "6"},
+    # every paper a test item once: a run per fold, the folds' pairs pooled per user
+    "nearest, 2 folds": {"writer_pairs": "nearest", "folds": "2"},
 }
 PERSONAL = ("per_user_bt", "lore", "vpl", "pal")
 METHODS = ("global_bt", *PERSONAL)

@@ -92,7 +92,40 @@ def run(
     *,
     scoring_only: bool = False,
 ) -> dict[str, Any]:
-    """One pairing through ``pytest --prefalign``: its per-user figures and costs."""
+    """One pairing through ``pytest --prefalign``: its per-user figures and costs. A
+    cross-fitting pairing (``folds`` > 1) runs once per fold, and its figures pool the folds'
+    pairs per user (every paper a test item once)."""
+    folds = int(options.get("folds", 1))
+    started = time.perf_counter()
+    files = [
+        one_run(
+            f"{label}, fold {k}" if folds > 1 else label,
+            options | fold,
+            data_dir,
+            keep,
+            users,
+            scoring_only=scoring_only,
+        )
+        for k in range(folds)
+        for fold in [{"fold": str(k)} if folds > 1 else {}]
+    ]
+    pooled = {
+        "pairs": [record for f in files for record in f["pairs"]],
+        "results": [row for f in files for row in f["results"]],
+    }
+    return figures(pooled, time.perf_counter() - started)
+
+
+def one_run(
+    label: str,
+    options: dict[str, str],
+    data_dir: Path,
+    keep: Path,
+    users: int,
+    *,
+    scoring_only: bool,
+) -> dict[str, Any]:
+    """The run file of one ``pytest --prefalign`` run of the suite with ``options``."""
     slug = label.replace(", ", "-").replace(" ", "_")
     suite = keep / "suites" / slug
     suite.mkdir(parents=True, exist_ok=True)
@@ -108,12 +141,10 @@ def run(
     command += ["--prefalign-limit", str(users)]
     if scoring_only:
         command += SCORING_ONLY
-    started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-4000:]}")
-    return figures(json.loads(out.read_text()), wall)
+    return json.loads(out.read_text())
 
 
 def figures(run_file: dict[str, Any], wall: float) -> dict[str, Any]:

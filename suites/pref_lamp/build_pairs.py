@@ -59,7 +59,7 @@ def build_main(argv: list[str]) -> int:
         every, lm, folder, writing, tests={b.source for b in test}, progress=Progress()
     )
     version = args.version or datetime.now(UTC).strftime("%Y.%m.%d")
-    out = args.out or release.packaged(writing.pairing)
+    out = args.out or release.packaged(writing.pairing, writing.folds)
     written = release.write(out, version, who, writing, every, made)
     pairs = sum(len(m.pairs) for m in made.values())
     print(
@@ -92,6 +92,10 @@ def briefs(
     order = list(read)
     wanted = {order[n] for n in chosen if n < len(order)}
     kept = {user: papers for user, papers in users.items() if user in wanted}
+    if options.folds > 1:  # every paper's brief, its examples from its fold (writer.briefs)
+        return writer.briefs(
+            kept, pool, frozenset(), max_train=0, shots=options.writer_shots, folds=options.folds
+        )
     return writer.briefs(
         kept, pool, held_out, max_train=options.max_train_pairs, shots=options.writer_shots
     )

@@ -3,6 +3,7 @@ them into a suite's records: the leak rule and the minimum profile size."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,27 @@ def apply_rules(
 def test_keys(users: dict[str, UserPapers]) -> frozenset[str]:
     """The keys of every user's test papers."""
     return frozenset(paper.key for papers in users.values() for paper in papers.tests)
+
+
+def fold_of(paper: Paper, folds: int) -> int:
+    """The cross-fitting fold of a paper: a hash of its key, so co-authors holding the paper
+    put it in the same fold, on every machine, whatever the run's users."""
+    return int(hashlib.sha256(paper.key.encode("utf-8")).hexdigest(), 16) % folds
+
+
+def cross_fit(users: dict[str, UserPapers], folds: int, fold: int) -> dict[str, UserPapers]:
+    """Every user's papers (profile and test items, oldest first) split by ``fold_of``: the
+    papers of fold ``fold`` are the test items, the others the profile. Over the folds every
+    paper is a test item once. A user with no paper in the fold, or none outside it, is left
+    out of this fold."""
+    found = {}
+    for user, papers in users.items():
+        history = [*papers.profile, *papers.tests]
+        tests = [p for p in history if fold_of(p, folds) == fold]
+        profile = [p for p in history if fold_of(p, folds) != fold]
+        if tests and profile:
+            found[user] = UserPapers(profile, tests)
+    return found
 
 
 def _without_tests(users: dict[str, UserPapers]) -> dict[str, UserPapers]:

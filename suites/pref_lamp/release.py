@@ -57,6 +57,9 @@ def decisive(options: Options) -> dict[str, Any]:
         "pairing": options.pairing,
         "example_words": EXAMPLE_WORDS,
         "abstract_words": ABSTRACT_WORDS,
+        # the cross-fitting design's briefs differ (its releases only: the others' options
+        # stay as they were released)
+        **({"folds": options.folds} if options.folds > 1 else {}),
     }
 
 
@@ -117,9 +120,11 @@ def _renamed(source: Source, pair_id: str) -> Source:
     return source if source.pair_id == pair_id else replace(source, pair_id=pair_id)
 
 
-def packaged(pairing: str) -> Path:
-    """Where the package keeps the release of a pairing (``nearest``, ``matched``)."""
-    return RELEASED / f"pairs-{pairing}.json.gz"
+def packaged(pairing: str, folds: int = 1) -> Path:
+    """Where the package keeps the release of a pairing (``nearest``, ``matched``) and a
+    cross-fitting design (``folds`` > 1: ``pairs-nearest-folds2.json.gz``)."""
+    design = pairing if folds == 1 else f"{pairing}-folds{folds}"
+    return RELEASED / f"pairs-{design}.json.gz"
 
 
 def read(path: Path) -> Release | None:
@@ -148,7 +153,7 @@ def read(path: Path) -> Release | None:
 
 def matching(options: Options) -> Release | None:
     """The packaged release made with these writer options, else None."""
-    release = read(packaged(options.pairing))
+    release = read(packaged(options.pairing, options.folds))
     return release if release is not None and release.options == decisive(options) else None
 
 

@@ -54,12 +54,24 @@ class PrefLampOptions:
     # sequences per batch of the writer or the LM: 48 writes 16 prompts of 3 samples at once, half
     # the time a prompt of 16 took on this 2-core machine (the samples do not depend on it)
     batch_size: Annotated[int, AtLeast(1)] = 48
+    # cross-fitting (style, written; docs/suites.md): with folds > 1 every paper of an author is
+    # split by a hash of its key into folds; fold `fold` holds the test items, the others the
+    # profile; a run per fold makes every paper a test item once
+    folds: Annotated[int, AtLeast(1)] = 1
+    fold: Count = 0
 
     def __post_init__(self) -> None:
         if self.source == "lamp5" and not self.lamp5_dir:
             raise OptionError("lamp5_dir", "needed with source = lamp5")
         if self.negatives in writer.DESIGNS and not self.writer:
             raise OptionError("writer", "expected a model source, e.g. " + writer.WRITER)
+        if self.fold >= self.folds:
+            raise OptionError("fold", f"expected 0 to {self.folds - 1} (folds = {self.folds})")
+        if self.folds > 1 and self.negatives not in writer.DESIGNS:
+            raise OptionError("folds", "cross-fitting needs negatives = style or written")
+        if self.folds > 1 and self.writer_pairs != "nearest":
+            # a release pairs a training paper by the nearest lengths only
+            raise OptionError("folds", "cross-fitting needs writer_pairs = nearest")
 
 
 # what the writer is asked, its briefs (training, test), and the release holding some of them
@@ -115,15 +127,19 @@ class PrefLamp:
             )
             users, _ = corpus.apply_rules(read, min_profile=opts.min_profile, problems=problems)
             held_out = corpus.test_keys(users)
+            tested = fold_keys(users, opts)
         else:
             read, users, pool, held_out = read_authors(data_dir, opts, problems)
             where = str(suite_folder(data_dir, self.source, anthology.AUTHORS))
+            tested = fold_keys(users, opts)  # every kept author's: the same whatever the limit
             if limit is not None:
                 users = dict(list(users.items())[:limit])
         leaked = sum(len(read[u].profile) - len(p.profile) for u, p in users.items())
+        split = users if opts.folds == 1 else corpus.cross_fit(users, opts.folds, opts.fold)
+        problems.drop("user:no_paper_in_fold", len(users) - len(split))
         data = corpus.suite_data(
             self,
-            users,
+            split,
             source=where,
             provenance={
                 "format": opts.source,
@@ -145,8 +161,15 @@ class PrefLamp:
         elif opts.negatives in writer.DESIGNS:
             writing = writer_options(opts)
             train, test = writer.briefs(
-                users, pool, held_out, max_train=opts.max_train_pairs, shots=writing.shots
+                users,
+                pool,
+                held_out if opts.folds == 1 else frozenset(),
+                max_train=opts.max_train_pairs if opts.folds == 1 else 0,
+                shots=writing.shots,
+                folds=opts.folds,
             )
+            if opts.folds > 1:
+                train, test = fold_briefs(data, [*train, *test], tested, opts)
             known = release.matching(writing)
             if known is not None and len(known.taken([*train, *test])) == len(train) + len(test):
                 # every brief is released: no writer to load, no title to write
@@ -199,6 +222,39 @@ def read_authors(
     return read, users, pool, corpus.test_keys(users)
 
 
+def fold_keys(users: dict[str, UserPapers], opts: PrefLampOptions) -> frozenset[str]:
+    """Cross-fitting: the keys of the papers of the run's fold, every kept author's (empty
+    without cross-fitting)."""
+    if opts.folds == 1:
+        return frozenset()
+    return frozenset(
+        paper.key
+        for papers in users.values()
+        for paper in (*papers.profile, *papers.tests)
+        if corpus.fold_of(paper, opts.folds) == opts.fold
+    )
+
+
+def fold_briefs(
+    data: SuiteData, briefs: list[writer.Brief], tested: frozenset[str], opts: PrefLampOptions
+) -> tuple[list[writer.Brief], list[writer.Brief]]:
+    """The fold's training and test briefs (``writer.fold_briefs``) of the users the fold
+    kept; the provenance counts the training briefs left out for showing a test paper."""
+    kept = [b for b in briefs if b.source.user in data.profiles]
+    train, test = writer.fold_briefs(kept, tested, max_train=opts.max_train_pairs)
+    data.provenance["cross_fit"] = {
+        "folds": opts.folds,
+        "fold": opts.fold,
+        "test_briefs": len(test),
+        "training_briefs": len(train),
+        "training_briefs_showing_a_test_paper": sum(
+            b.key not in tested and not tested.isdisjoint(b.examples) for b in kept
+        ),
+        "training_briefs_possible": sum(b.key not in tested for b in kept),
+    }
+    return train, test
+
+
 def writer_options(opts: PrefLampOptions) -> writer.Options:
     """What the writer of the ``style`` and ``written`` designs is asked, from the options."""
     return writer.Options(
@@ -211,4 +267,5 @@ def writer_options(opts: PrefLampOptions) -> writer.Options:
         batch_size=opts.batch_size,
         length_slack=opts.writer_slack,
         pairing=opts.writer_pairs,
+        folds=opts.folds,
     )

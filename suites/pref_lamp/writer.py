@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefalign_suites.pref_lamp import titles
+from prefalign_suites.pref_lamp.corpus import fold_of
 from prefalign_suites.pref_lamp.negatives import (
     Source,
     add_pairs,
@@ -82,6 +83,7 @@ class Options:
     # the test pairs of a paper: nearest (the one pair of candidates nearest in length) or
     # matched (every pair of an own and an other's candidate within length_slack)
     pairing: str = "nearest"
+    folds: int = 1  # cross-fitting: the examples of a brief are papers of its paper's fold
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class Brief:
     own: str
     others: str
     shown: tuple[str, ...]  # the example titles shown in either prompt (a copy is no answer)
+    # the keys of the paper and of the example papers (cross-fitting: ``fold_briefs``)
+    key: str = ""
+    examples: tuple[str, ...] = ()
 
 
 def briefs(
@@ -101,12 +106,21 @@ def briefs(
     *,
     max_train: int,
     shots: int,
+    folds: int = 1,
 ) -> tuple[list[Brief], list[Brief]]:
     """The training briefs (profile papers, the last ``max_train`` per user; 0 = all) and the
     test briefs (test papers). ``held_out``: the test papers no example may be (every user's
-    the rules saw, not only this run's: an author's briefs do not depend on the run's limit)."""
+    the rules saw, not only this run's: an author's briefs do not depend on the run's limit).
+
+    Cross-fitting (``folds`` > 1, ``held_out`` empty): a brief's examples, the author's own and
+    the other person's, are papers of its own paper's fold (``corpus.fold_of``), the author's
+    own from all their papers. A brief is a training brief in every other fold, so no fold's
+    training pairs were written after a title of that fold's test papers."""
+    import numpy as np
+
     shown = [p for p in pool if p.key not in held_out]  # papers an example may come from
     position = {p.key: i for i, p in enumerate(shown)}
+    fold_at = np.array([fold_of(p, folds) for p in shown], dtype=np.int64)
     retriever = bm25.index([p.abstract for p in shown])
     written_by = _people(shown)
     people = {name: at for name, at in written_by.items() if len(at) >= shots}
@@ -114,11 +128,14 @@ def briefs(
     test: list[Brief] = []
     for user, papers in users.items():
         chosen = papers.profile[-max_train:] if max_train else papers.profile
+        history = papers.profile if folds == 1 else [*papers.profile, *papers.tests]
         for paper, into in [*((p, train) for p in chosen), *((p, test) for p in papers.tests)]:
             scores = bm25.scores(retriever, paper.abstract)
-            own = [position[p.key] for p in papers.profile if p.key != paper.key]
-            mine = _best(scores, [i for i in own if _may_show(shown[i], paper, True)], shots)
-            allowed = _others_allowed(shown, written_by, paper)
+            same_fold = fold_at == fold_of(paper, folds)
+            own = [position[p.key] for p in history if p.key != paper.key]
+            own = [i for i in own if same_fold[i] and _may_show(shown[i], paper, True)]
+            mine = _best(scores, own, shots)
+            allowed = _others_allowed(shown, written_by, paper) & same_fold
             theirs = _matched(scores, people, allowed, mine)
             into.append(_brief(user, paper, [shown[i] for i in mine], [shown[i] for i in theirs]))
     return train, test
@@ -197,7 +214,28 @@ def _brief(user: str, paper: Paper, mine: list[Paper], theirs: list[Paper]) -> B
         prompt(mine, paper.abstract),
         prompt(theirs, paper.abstract),
         tuple(p.title for p in (*mine, *theirs)),
+        key=paper.key,
+        examples=tuple(p.key for p in (*mine, *theirs)),
     )
+
+
+def fold_briefs(
+    briefs: Sequence[Brief], tested: frozenset[str], *, max_train: int
+) -> tuple[list[Brief], list[Brief]]:
+    """Cross-fitting: the training and test briefs of one fold, from the briefs of every
+    paper of the fold's users (oldest first per user). ``tested``: the keys of the fold's
+    test papers, every kept author's (not only the run's). A brief of a tested paper is a
+    test brief; a training brief is one whose prompts showed none of them (its sides were
+    written after no test paper's title), the last ``max_train`` per user (0 = all)."""
+    test = [b for b in briefs if b.key in tested]
+    train = [b for b in briefs if b.key not in tested and tested.isdisjoint(b.examples)]
+    if max_train:
+        per_user: dict[str, list[Brief]] = {}
+        for brief in train:
+            per_user.setdefault(brief.source.user, []).append(brief)
+        kept = {id(b) for found in per_user.values() for b in found[-max_train:]}
+        train = [b for b in train if id(b) in kept]
+    return train, test
 
 
 def prompt(examples: Sequence[Paper], abstract: str) -> str:
