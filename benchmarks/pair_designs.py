@@ -17,7 +17,8 @@ the main job and the findings never read, a stand-in for data the designs were n
 
 ``--comparisons`` measures instead how much a user tells: the style design's pairings of the
 writer's titles (one pair per test paper, or every length-matched pair of its candidates, at
-3 or 6 samples per prompt), each run through the real plugin (``pytest --prefalign``, every
+3 or 6 samples per prompt, or every paper a test item once by cross-fitting over 2 folds, a run
+per fold, pooled per user), each run through the real plugin (``pytest --prefalign``, every
 default method at its working point, one cache shared by the pairings), and for every pair of
 methods the per-user standard error of their paired difference in RM accuracy and in policy
 accuracy (the standard deviation over users of the per-user difference, over the square root of
