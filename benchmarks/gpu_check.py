@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 sys.modules.setdefault("prefalign_methods", importlib.import_module("methods"))
 
 from prefalign_methods.decoders.args_decode import HiddenRule  # noqa: E402
+from prefalign_methods.decoders.bon import BoNOptions  # noqa: E402
 from prefalign_methods.decoders.genarm_guided import GuidedRule  # noqa: E402
 from pytest_prefalign.api import RewardMethod  # noqa: E402
 from pytest_prefalign.runtime.decoding import KV, decode  # noqa: E402
@@ -209,7 +210,11 @@ def benchmarks(lm: LM, work: Work, peak: float) -> list[Row]:
         # from a teacher-forced pass over it on its prompt's cache
         seeds = [[n * 1000 + j for j in range(work.samples)] for n in range(len(prompts))]
         rows = len(prompts) * work.samples
-        out = lm._generate_batch(prompts, work.samples, work.new_tokens, 1.0, seeds)
+        # best-of-N's sampling at its defaults (temperature 0.7, nucleus 0.9)
+        bon = BoNOptions()
+        out = lm._generate_batch(
+            prompts, work.samples, work.new_tokens, bon.temperature, bon.top_p, seeds
+        )
         samples = [s[: work.new_tokens] for per_prompt in out for s in per_prompt]
         kv = KV.start(lm, prompts)
         kv.select(torch.arange(len(prompts)).repeat_interleave(work.samples))
