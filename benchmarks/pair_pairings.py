@@ -112,6 +112,7 @@ def run(
     pooled = {
         "pairs": [record for f in files for record in f["pairs"]],
         "results": [row for f in files for row in f["results"]],
+        "length_unmatched": sum(unmatched(f["results"][0]) for f in files),  # every fold's
     }
     return figures(pooled, time.perf_counter() - started)
 
@@ -177,9 +178,15 @@ def figures(run_file: dict[str, Any], wall: float) -> dict[str, Any]:
             r["timings"].get("pairs_s", r["timings"].get("data_s", 0.0))
             for r in run_file["results"]
         ),
-        "length_unmatched": provenance.get("length_unmatched"),
+        "length_unmatched": run_file.get("length_unmatched", unmatched(row)),
         "wall_s": wall,
     }
+
+
+def unmatched(row: dict[str, Any]) -> int:
+    """The pairs of a run whose sides' lengths differ beyond the slack (its provenance)."""
+    data = row["data"]
+    return int(data.get("provenance", data).get("length_unmatched") or 0)
 
 
 def standard_errors(per_user: dict[str, dict[str, float]]) -> dict[str, float]:

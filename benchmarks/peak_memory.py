@@ -81,7 +81,8 @@ def watch(process: subprocess.Popen, every: float = 1.0) -> Watched:
         sizes = [_resident(member) for member in members]
         tree_peak = max(tree_peak, sum(sizes))
         shares = [_proportional(member) for member in members]
-        proportional_peak = max(proportional_peak, sum(shares))  # nan once unreadable
+        held = sum(shares)  # nan where the machine does not say: kept nan (max skips a nan)
+        proportional_peak = held if math.isnan(held) else max(proportional_peak, held)
         process_peak = max([process_peak, *sizes])
         available = available_bytes()
         if available is not None:  # None: the machine does not say

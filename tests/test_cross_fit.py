@@ -12,7 +12,7 @@ import pytest
 
 from prefalign_suites import pref_lamp
 from prefalign_suites.pref_lamp import release, writer
-from prefalign_suites.pref_lamp.corpus import fold_of
+from prefalign_suites.pref_lamp.corpus import Paper, fold_of
 from pytest_prefalign.api import DataError
 from tests.test_pair_writer import STRANGERS, FakeWriter
 from tests.test_suite_pref_lamp import corpus, own, real_data
@@ -21,11 +21,27 @@ TITLE = re.compile(r"Title:\n(.+)\n")
 FOLDS = 2
 
 
+def ids(prefix: str) -> list[str]:
+    """Seven paper ids, in order, with at least three in each fold (so each of an author's
+    papers has another of its fold to show the writer)."""
+    found: list[str] = []
+    for i in range(1, 100):
+        candidate = f"{prefix}{i}"
+        fold = fold_of(Paper(candidate, "", "", candidate, frozenset()), FOLDS)
+        if sum(fold_of(Paper(f, "", "", f, frozenset()), FOLDS) == fold for f in found) < 4:
+            found.append(candidate)
+        if len(found) == 7:
+            return found
+    raise AssertionError("no seven ids")
+
+
+ANN, BOB = ids("a"), ids("b")
+
+
 def authors(root: Path) -> Path:
     """Two authors with eight papers each, one written together, and a stranger's papers."""
     shared = ("ab", "abstract ab about Ann and Bob topics", ["Ann", "Bob"])
-    ann = own("Ann", *(f"a{i}" for i in range(1, 8)))
-    bob = own("Bob", *(f"b{i}" for i in range(1, 8)))
+    ann, bob = own("Ann", *ANN), own("Bob", *BOB)
     # in the middle of both histories: the time split tests neither's
     return corpus(root, {"Ann": [*ann[:3], shared, *ann[3:]], "Bob": [*bob[:3], shared, *bob[3:]]},
                   STRANGERS)  # fmt: skip
@@ -33,7 +49,8 @@ def authors(root: Path) -> Path:
 
 def load(root: Path, fold: int, **options: str):
     suite = pref_lamp.PrefLamp()
-    every = {"negatives": "style", "folds": str(FOLDS), "fold": str(fold), **options}
+    every = {"negatives": "style", "folds": str(FOLDS), "fold": str(fold), "min_profile": "1",
+             **options}  # fmt: skip
     return suite, suite.load(root, limit=None, options=every)
 
 
@@ -46,10 +63,7 @@ def built(root: Path, folder: Path, fold: int):
 
 def test_every_paper_is_a_test_item_in_exactly_one_fold(tmp_path):
     root = authors(tmp_path / "data")
-    papers = {
-        "acl:Ann": {*(f"a{i}" for i in range(1, 8)), "ab"},
-        "acl:Bob": {*(f"b{i}" for i in range(1, 8)), "ab"},
-    }
+    papers = {"acl:Ann": {*ANN, "ab"}, "acl:Bob": {*BOB, "ab"}}
     tested: dict[str, list[str]] = {user: [] for user in papers}
     for fold in range(FOLDS):
         data, _ = built(root, tmp_path / "cache", fold)
@@ -107,6 +121,7 @@ def fold_of_title(title: str) -> int:
         ({"folds": "0"}, "folds", "at least 1"),
         ({"folds": "2", "writer_pairs": "matched"}, "folds", "writer_pairs = nearest"),
         ({"folds": "2", "negatives": "other_author"}, "folds", "style or written"),
+        ({"folds": "2", "source": "lamp5", "lamp5_dir": "x"}, "folds", "source = anthology"),
     ],
 )
 def test_bad_fold_options_name_the_option(tmp_path, options, field, problem):
@@ -156,3 +171,39 @@ def fold_of_key(key: str) -> int:
     from prefalign_suites.pref_lamp.corpus import Paper
 
     return fold_of(Paper(key, "", "", key, frozenset()), FOLDS)
+
+
+def test_a_user_short_of_profile_papers_in_a_fold_sits_it_out():
+    """``min_profile`` holds in each fold: a user with fewer papers outside the fold, or none
+    in it, is left out of it."""
+    from prefalign_suites.pref_lamp.corpus import Paper, UserPapers, cross_fit
+
+    def papers(prefix: str, n: int) -> list[Paper]:
+        return [Paper(f"{prefix}{i}", "t", "a", f"{prefix}{i}", frozenset()) for i in range(n)]
+
+    users = {"many": UserPapers(papers("m", 30), []), "few": UserPapers(papers("f", 4), [])}
+    for fold in range(FOLDS):
+        outside = {
+            user: sum(fold_of(p, FOLDS) != fold for p in found.profile)
+            for user, found in users.items()
+        }
+        inside = {
+            user: sum(fold_of(p, FOLDS) == fold for p in found.profile)
+            for user, found in users.items()
+        }
+        for least in (1, 3):
+            kept = cross_fit(users, FOLDS, fold, min_profile=least)
+            assert set(kept) == {u for u in users if outside[u] >= least and inside[u]}
+            for user, split in kept.items():
+                assert len(split.tests) == inside[user] and len(split.profile) == outside[user]
+
+
+def test_on_real_data_no_brief_is_without_examples():
+    """A paper alone in its fold among its author's has nothing to show the writer (the two
+    prompts would be the same): it makes no pair, and is counted."""
+    suite = pref_lamp.PrefLamp()
+    data = suite.load(real_data(), limit=None, options={"folds": "2", "fold": "0"})
+    _, (train, test), _ = suite._briefs[id(data)]
+    assert train and test and all(b.examples for b in [*train, *test])
+    crossed = data.provenance["cross_fit"]
+    assert crossed["test_briefs"] + crossed["training_briefs"] == len(train) + len(test)

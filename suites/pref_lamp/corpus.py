@@ -75,17 +75,19 @@ def fold_of(paper: Paper, folds: int) -> int:
     return int(hashlib.sha256(paper.key.encode("utf-8")).hexdigest(), 16) % folds
 
 
-def cross_fit(users: dict[str, UserPapers], folds: int, fold: int) -> dict[str, UserPapers]:
+def cross_fit(
+    users: dict[str, UserPapers], folds: int, fold: int, *, min_profile: int
+) -> dict[str, UserPapers]:
     """Every user's papers (profile and test items, oldest first) split by ``fold_of``: the
     papers of fold ``fold`` are the test items, the others the profile. Over the folds every
-    paper is a test item once. A user with no paper in the fold, or none outside it, is left
-    out of this fold."""
+    paper is a test item once. A user with no paper in the fold, or fewer than ``min_profile``
+    outside it, is left out of this fold."""
     found = {}
     for user, papers in users.items():
         history = [*papers.profile, *papers.tests]
         tests = [p for p in history if fold_of(p, folds) == fold]
         profile = [p for p in history if fold_of(p, folds) != fold]
-        if tests and profile:
+        if tests and len(profile) >= max(min_profile, 1):
             found[user] = UserPapers(profile, tests)
     return found
 

@@ -67,6 +67,9 @@ class PrefLampOptions:
             raise OptionError("writer", "expected a model source, e.g. " + writer.WRITER)
         if self.fold >= self.folds:
             raise OptionError("fold", f"expected 0 to {self.folds - 1} (folds = {self.folds})")
+        if self.folds > 1 and self.source != "anthology":
+            # LaMP-5's pool holds the profiles only: a test paper could be no example
+            raise OptionError("folds", "cross-fitting needs source = anthology")
         if self.folds > 1 and self.negatives not in writer.DESIGNS:
             raise OptionError("folds", "cross-fitting needs negatives = style or written")
         if self.folds > 1 and self.writer_pairs != "nearest":
@@ -135,8 +138,10 @@ class PrefLamp:
             if limit is not None:
                 users = dict(list(users.items())[:limit])
         leaked = sum(len(read[u].profile) - len(p.profile) for u, p in users.items())
-        split = users if opts.folds == 1 else corpus.cross_fit(users, opts.folds, opts.fold)
-        problems.drop("user:no_paper_in_fold", len(users) - len(split))
+        split = users
+        if opts.folds > 1:
+            split = corpus.cross_fit(users, opts.folds, opts.fold, min_profile=opts.min_profile)
+        problems.drop("user:too_few_papers_in_fold", len(users) - len(split))
         data = corpus.suite_data(
             self,
             split,
@@ -240,7 +245,10 @@ def fold_briefs(
 ) -> tuple[list[writer.Brief], list[writer.Brief]]:
     """The fold's training and test briefs (``writer.fold_briefs``) of the users the fold
     kept; the provenance counts the training briefs left out for showing a test paper."""
-    kept = [b for b in briefs if b.source.user in data.profiles]
+    users = [b for b in briefs if b.source.user in data.profiles]
+    # a paper alone in its fold among its author's has no example: both prompts would be the
+    # same and so would the sides' writer; it is left out
+    kept = [b for b in users if b.examples]
     train, test = writer.fold_briefs(kept, tested, max_train=opts.max_train_pairs)
     data.provenance["cross_fit"] = {
         "folds": opts.folds,
@@ -251,6 +259,7 @@ def fold_briefs(
             b.key not in tested and not tested.isdisjoint(b.examples) for b in kept
         ),
         "training_briefs_possible": sum(b.key not in tested for b in kept),
+        "briefs_without_examples": len(users) - len(kept),
     }
     return train, test
 
