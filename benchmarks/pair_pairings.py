@@ -97,18 +97,12 @@ def run(
     pairs per user (every paper a test item once)."""
     folds = int(options.get("folds", 1))
     started = time.perf_counter()
-    files = [
-        one_run(
-            f"{label}, fold {k}" if folds > 1 else label,
-            options | fold,
-            data_dir,
-            keep,
-            users,
-            scoring_only=scoring_only,
-        )
-        for k in range(folds)
-        for fold in [{"fold": str(k)} if folds > 1 else {}]
-    ]
+    files = []
+    for k in range(folds):
+        name, chosen = label, options
+        if folds > 1:
+            name, chosen = f"{label}, fold {k}", options | {"fold": str(k)}
+        files.append(one_run(name, chosen, data_dir, keep, users, scoring_only=scoring_only))
     pooled = {
         "pairs": [record for f in files for record in f["pairs"]],
         "results": [row for f in files for row in f["results"]],

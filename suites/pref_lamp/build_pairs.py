@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from prefalign_suites.pref_lamp import release, writer
-from prefalign_suites.pref_lamp.suite import PrefLamp, PrefLampOptions, read_authors, writer_options
+from prefalign_suites.pref_lamp.suite import (
+    PrefLamp,
+    PrefLampOptions,
+    read_authors,
+    writer_briefs,
+    writer_options,
+)
 from prefalign_suites.raw_records import Problems
 from pytest_prefalign import cache, suite_options
 
@@ -92,13 +98,7 @@ def briefs(
     order = list(read)
     wanted = {order[n] for n in chosen if n < len(order)}
     kept = {user: papers for user, papers in users.items() if user in wanted}
-    if options.folds > 1:  # every paper's brief, its examples from its fold (writer.briefs)
-        return writer.briefs(
-            kept, pool, frozenset(), max_train=0, shots=options.writer_shots, folds=options.folds
-        )
-    return writer.briefs(
-        kept, pool, held_out, max_train=options.max_train_pairs, shots=options.writer_shots
-    )
+    return writer_briefs(kept, pool, held_out, options)
 
 
 def load_writer(source: str) -> Any:

@@ -71,8 +71,21 @@ def test_keys(users: dict[str, UserPapers]) -> frozenset[str]:
 
 def fold_of(paper: Paper, folds: int) -> int:
     """The cross-fitting fold of a paper: a hash of its key, so co-authors holding the paper
-    put it in the same fold, on every machine, whatever the run's users."""
+    put it in the same fold, on every machine, whatever the run's users. One fold: 0, no
+    hash (the time split reads every paper of the pool through here)."""
+    if folds == 1:
+        return 0
     return int(hashlib.sha256(paper.key.encode("utf-8")).hexdigest(), 16) % folds
+
+
+def fold_test_keys(users: dict[str, UserPapers], folds: int, fold: int) -> frozenset[str]:
+    """The keys of every user's papers in fold ``fold`` (``cross_fit``'s test items)."""
+    return frozenset(
+        paper.key
+        for papers in users.values()
+        for paper in (*papers.profile, *papers.tests)
+        if fold_of(paper, folds) == fold
+    )
 
 
 def cross_fit(

@@ -165,14 +165,7 @@ class PrefLamp:
             )
         elif opts.negatives in writer.DESIGNS:
             writing = writer_options(opts)
-            train, test = writer.briefs(
-                users,
-                pool,
-                held_out if opts.folds == 1 else frozenset(),
-                max_train=opts.max_train_pairs if opts.folds == 1 else 0,
-                shots=writing.shots,
-                folds=opts.folds,
-            )
+            train, test = writer_briefs(users, pool, held_out, opts)
             if opts.folds > 1:
                 train, test = fold_briefs(data, [*train, *test], tested, opts)
             known = release.matching(writing)
@@ -232,11 +225,26 @@ def fold_keys(users: dict[str, UserPapers], opts: PrefLampOptions) -> frozenset[
     without cross-fitting)."""
     if opts.folds == 1:
         return frozenset()
-    return frozenset(
-        paper.key
-        for papers in users.values()
-        for paper in (*papers.profile, *papers.tests)
-        if corpus.fold_of(paper, opts.folds) == opts.fold
+    return corpus.fold_test_keys(users, opts.folds, opts.fold)
+
+
+def writer_briefs(
+    users: dict[str, UserPapers],
+    pool: list[Paper],
+    held_out: frozenset[str],
+    opts: PrefLampOptions,
+) -> tuple[list[writer.Brief], list[writer.Brief]]:
+    """The writer's briefs of ``users`` (``writer.briefs``): the time split's, or with
+    cross-fitting every paper's, its examples from its fold (no paper held out, no training
+    pairs cut: ``fold_briefs`` takes a fold's)."""
+    crossed = opts.folds > 1
+    return writer.briefs(
+        users,
+        pool,
+        frozenset() if crossed else held_out,
+        max_train=0 if crossed else opts.max_train_pairs,
+        shots=opts.writer_shots,
+        folds=opts.folds,
     )
 
 
