@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import torch
 
 from pytest_prefalign.runtime.prefill import chunks, length_batches
-from pytest_prefalign.runtime.window import read_rows
+from pytest_prefalign.runtime.window import DEFAULT_BOUNDS, Bounds, read_rows
 
 
 def by_length(seqs: list[list[int]]) -> list[int]:
@@ -41,16 +41,19 @@ def read_batches(
     device: torch.device,
     *,
     kept: bool,
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> list[list[int]]:
     """Batches of responses (indices into ``answers``; response ``n`` follows prompt
     ``encoded[prompt_of[n]]``) for teacher forcing. With every prompt ``kept`` in the prefill
     store: by response length, cut where padding costs more than a pass (``length_batches``).
     Otherwise a prompt's responses share a batch, so that it is prefilled once (``plan``).
     At most ``size`` responses a batch, fewer where the longest prompt and response would make
-    a pass longer than the window's bound (``window.read_rows``)."""
-    size = read_rows(max(map(len, encoded), default=1), max(map(len, answers), default=1), size)
+    a pass longer than the model's ``bounds`` (``window.read_rows``)."""
+    size = read_rows(
+        max(map(len, encoded), default=1), max(map(len, answers), default=1), size, bounds
+    )
     if kept:
-        return length_batches([len(a) for a in answers], size, device)
+        return length_batches([len(a) for a in answers], size, device, bounds)
     groups: list[list[int]] = [[] for _ in encoded]
     for n, i in enumerate(prompt_of):
         groups[i].append(n)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pytest_prefalign import events
-from pytest_prefalign.runtime import chat
+from pytest_prefalign.runtime import chat, memory
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
 from pytest_prefalign.runtime.batching import by_length, check_positive, read_batches
 from pytest_prefalign.runtime.chat import Prompt
@@ -105,8 +105,12 @@ class LM:
         # every attention layer sees the whole sequence (no sliding window); where some slide,
         # kept prefills and ARGS's candidate queries apply within the window (attends_whole)
         self.full_attention = full_attention(self.model.config)
+        # how much one pass may run, sized from the memory the process may use on the CPU
+        self.bounds = memory.pass_bounds(
+            self.model.config, next(self.model.parameters()).element_size(), self.device.type
+        )
         # prompts' prefills, kept within a memory budget (see runtime/prefill.py)
-        self.prefills = PrefillStore(self.model, self.pad_id, self.device)
+        self.prefills = PrefillStore(self.model, self.pad_id, self.device, bounds=self.bounds)
         if spread(self.model):  # kept rows live on one device; a spread model's layers on many
             self.prefills.enabled = False
 
@@ -207,7 +211,7 @@ class LM:
         runs = num_samples if sample else 1  # greedy samples are all the same text
         texts: dict[Prompt, list[str]] = {}
         # rows of a pass: prompts times samples, each up to its prompt and new tokens
-        rows = rows_for(max(map(len, encoded), default=1) + max_new_tokens, batch_size)
+        rows = rows_for(max(map(len, encoded), default=1) + max_new_tokens, batch_size, self.bounds)
         with events.step("generate", total=len(unique), unit="prompts") as progress:
             for batch in chunks(by_length(encoded), max(1, rows // runs)):
                 seeds = [[_sample_seed(seed, unique[i], j) for j in range(runs)] for i in batch]
@@ -359,6 +363,7 @@ class LM:
                 batch_size,
                 self.device,
                 kept=self.prefills.holds([encoded[where[prompts[n]]] for n in group]),
+                bounds=self.bounds,
             )
         ]
         with events.step("read", total=len(prompts), unit="responses") as progress:

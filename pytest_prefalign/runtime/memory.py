@@ -1,8 +1,8 @@
 """The memory a process may use: the run's total (``--prefalign-memory``, else the memory the
 machine has available) shared among the xdist workers, the byte budgets of the runtime's stores
-sized as shares of it, and what a run's models and stores are likely to hold, so that a run can
-be warned before it starts when they would not fit. No torch: the plugin reads it before any
-model loads.
+and the size of each model's passes sized as shares of it, and what a run's models and stores
+are likely to hold, so that a run can be warned before it starts when they would not fit. No
+torch: the plugin reads it before any model loads.
 
 A fixed budget (the prefill store kept 4 GiB per model and process) let a 40-user Pref-LaMP run
 reach 10.3 GB resident alone, and two xdist workers twice that, whatever the machine had; a
@@ -14,8 +14,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_prefalign.runtime.sources import EMBEDDED, ModelSpec
+from pytest_prefalign.runtime.window import (
+    CPU_COMPUTED,
+    DEFAULT_BOUNDS,
+    LOGIT_POSITIONS,
+    PASS_TOKENS,
+    Bounds,
+)
 
 # the run's total in GB, which ``--prefalign-memory`` (ini ``prefalign_memory``) sets for the
 # run's processes; unset: the memory the machine has available
@@ -32,6 +40,13 @@ PREFILL_MOST = 4096 * 2**20  # and never more than the fixed budget it replaces
 # the predicting hidden states (``hidden.py``): 1/64 of the share, at most its former 256 MiB
 HIDDEN_SHARE = 1 / 64
 HIDDEN_MOST = 256 * 2**20
+# one pass of a model (its activations and the cache it keeps, ``window.Bounds.positions``):
+# a quarter of the share; the logits of a teacher-forced pass and their log-probabilities
+# (``Bounds.logits``): an eighth. Measured on SmolLM2-135M in float32 (this project's CPU
+# machine): a pass that keeps its cache held 108 KB per position at its peak, 39 KB without
+# the cache; ``Shape.position_bytes`` estimates 107 KB and 38 KB from the config.
+PASS_SHARE = 1 / 4
+LOGIT_SHARE = 1 / 8
 # a process before any model: Python, pytest, torch and transformers imported (0.23 GiB
 # resident measured on this project's CPU machine), rounded up for the passes' activations
 PROCESS_BYTES = 2**30
@@ -118,6 +133,72 @@ def hidden_budget(share: int | None = None) -> int:
     return HIDDEN_MOST if share is None else min(HIDDEN_MOST, int(share * HIDDEN_SHARE))
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What one token position of a model holds during a pass, from its config: ``width``
+    bytes a value (the weights' dtype)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    kv_width: int  # key (or value) values per position and layer: kv heads x head size
+    vocab: int
+    width: int
+
+    @classmethod
+    def of(cls, config: Any, width: int) -> Shape:
+        """The shape of a model's (text) config, read as transformers names its fields."""
+        if hasattr(config, "get_text_config"):
+            config = config.get_text_config(decoder=True)
+        hidden = int(config.hidden_size)
+        heads = int(config.num_attention_heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+        vocab = int(getattr(config, "vocab_size", 0) or 0)
+        return cls(
+            hidden, intermediate, int(config.num_hidden_layers), kv_heads * head_dim, vocab, width
+        )
+
+    @property
+    def kv_bytes(self) -> int:
+        """One position's keys and values over all layers."""
+        return self.layers * 2 * self.kv_width * self.width
+
+    @property
+    def position_bytes(self) -> int:
+        """One position of a pass at its peak: a layer's activations (the residual stream,
+        the attention's inputs and outputs, the MLP's hidden units) and the cache the pass
+        keeps, with a copy of it while it grows."""
+        activations = (6 * self.hidden + 4 * self.intermediate) * self.width
+        return activations + self.kv_bytes * 3 // 2
+
+    @property
+    def logit_bytes(self) -> int:
+        """One response position's next-token logits and log-probabilities (float32)."""
+        return 2 * self.vocab * 4
+
+
+def pass_bounds(config: Any, width: int, device_type: str, share: int | None = None) -> Bounds:
+    """How much one pass of a model may run (``window.Bounds``). On the CPU: the positions
+    whose activations and cache fill ``PASS_SHARE`` of a process's ``share`` and the logit
+    positions that fill ``LOGIT_SHARE`` of it (``process_share()`` when not given), at most
+    ``window.PASS_TOKENS`` and ``window.LOGIT_POSITIONS`` (those where the memory is not
+    known), and at most ``window.CPU_COMPUTED`` positions run at once. On another device the
+    fixed bounds: a GPU's memory is its own, and ``devices.halving`` halves a batch that does
+    not fit."""
+    if device_type != "cpu":
+        return DEFAULT_BOUNDS
+    share = process_share() if share is None else share
+    positions, logits = PASS_TOKENS, LOGIT_POSITIONS
+    if share is not None:
+        shape = Shape.of(config, width)
+        positions = min(positions, int(share * PASS_SHARE) // max(1, shape.position_bytes))
+        logits = min(logits, int(share * LOGIT_SHARE) // max(1, shape.logit_bytes))
+    positions, logits = max(1, positions), max(1, logits)
+    return Bounds(positions=positions, logits=logits, computed=min(positions, CPU_COMPUTED))
+
+
 def weights_bytes(spec: ModelSpec) -> int | None:
     """What a model's weights hold once loaded: its parameters at the dtype it loads in (four
     bytes each, two in ``bfloat16`` or ``float16``), read from the embedded model's count or a
@@ -140,18 +221,19 @@ def weights_bytes(spec: ModelSpec) -> int | None:
 @dataclass(frozen=True)
 class Need:
     """What a run is likely to hold at its peak: per process, the process itself, the weights
-    of the models it loads and a full prefill store for each; and the run's total to hold it
-    in."""
+    of the models it loads, a full prefill store for each and one pass at its bound; and the
+    run's total to hold it in."""
 
     processes: int
     weights: int  # bytes, per process
     stores: int  # bytes, per process
+    passes: int  # bytes, per process: one pass at a time, its logits after its body
     total: int | None  # the run's total, or None where unknown
     unknown: tuple[str, ...]  # the models whose weights are not known before loading
 
     @property
     def per_process(self) -> int:
-        return PROCESS_BYTES + self.weights + self.stores
+        return PROCESS_BYTES + self.weights + self.stores + self.passes
 
     @property
     def bytes(self) -> int:
@@ -168,7 +250,8 @@ def need(models: list[ModelSpec], processes: int) -> Need:
     total = run_total()
     share = None if total is None else total // processes
     stores = len(sources) * prefill_budget(share) + hidden_budget(share)
-    return Need(processes, known, stores, total, unknown)
+    passes = 0 if share is None else int(share * max(PASS_SHARE, LOGIT_SHARE))
+    return Need(processes, known, stores, passes, total, unknown)
 
 
 def shortfall(models: list[ModelSpec], processes: int) -> str | None:
@@ -182,7 +265,8 @@ def shortfall(models: list[ModelSpec], processes: int) -> str | None:
         lines.append(
             f"{processes} process(es) of about {needed.per_process / GB:.1f} GB each (the "
             f"models' weights {needed.weights / GB:.1f} GB, their stores "
-            f"{needed.stores / GB:.1f} GB, the process {PROCESS_BYTES / GB:.1f} GB) need about "
+            f"{needed.stores / GB:.1f} GB, a pass {needed.passes / GB:.1f} GB, the process "
+            f"{PROCESS_BYTES / GB:.1f} GB) need about "
             f"{needed.bytes / GB:.1f} GB, more than the run's {needed.total / GB:.1f} GB"
         )
     if os.environ.get(TOTAL_ENV) and available is not None and needed.total is not None:

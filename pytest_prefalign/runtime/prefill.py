@@ -34,7 +34,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from pytest_prefalign import events
 from pytest_prefalign.runtime import memory
 from pytest_prefalign.runtime.roomy import ROOM, RoomyLayer, roomy_cache
-from pytest_prefalign.runtime.window import fixed_passes, rows_for
+from pytest_prefalign.runtime.window import DEFAULT_BOUNDS, Bounds, fixed_passes, run_rows
 
 MIN_SHARED = 32  # tokens: a shorter common prefix is not worth a pass of its own
 # what a pass costs beyond its rows on the CPU, in rows of its width: SmolLM2-135M prefilled
@@ -97,8 +97,10 @@ class PrefillStore:
         *,
         budget_bytes: int | None = None,
         min_shared: int = MIN_SHARED,
+        bounds: Bounds = DEFAULT_BOUNDS,
     ) -> None:
         self.model, self.pad_id, self.device = model, pad_id, device
+        self.bounds = bounds  # how much one of its passes may run (``window.Bounds``)
         # columns within which every layer sees the whole sequence (inf: full attention)
         self.reach = attention_reach(model.config)
         self.enabled = self.reach > 0
@@ -153,16 +155,8 @@ class PrefillStore:
     @property
     def bytes_per_token(self) -> int:
         """Bytes of one token's keys and values over all layers (46 KB for SmolLM2-135M)."""
-        config = self.model.config
-        config = (
-            config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        )
-        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or (
-            config.hidden_size // config.num_attention_heads
-        )
         size = next(self.model.parameters()).element_size()
-        return int(config.num_hidden_layers) * 2 * int(heads) * int(head_dim) * size
+        return memory.Shape.of(self.model.config, size).kv_bytes
 
     def clear(self) -> None:
         self.rows.clear()
@@ -205,7 +199,7 @@ class PrefillStore:
         tails = [len(order[i]) - shared[i] for i in todo]
         counted = events.step("prefill", total=len(todo), unit="prompts")
         with counted if depth == 0 else events.unseen() as progress:
-            for batch in length_batches(tails, batch_size, self.device):
+            for batch in length_batches(tails, batch_size, self.device, self.bounds):
                 chunk = [todo[j] for j in batch]
                 rows = self._extend(
                     [heads.get(order[i][: shared[i]]) if shared[i] else None for i in chunk],
@@ -407,26 +401,32 @@ def pad(
     return ids.to(device), mask.to(device)
 
 
-def length_batches(lengths: Sequence[int], most: int, device: torch.device) -> list[list[int]]:
+def length_batches(
+    lengths: Sequence[int], most: int, device: torch.device, bounds: Bounds = DEFAULT_BOUNDS
+) -> list[list[int]]:
     """Indices of ``lengths`` in batches for the passes that run them: longest first (equal
     lengths keep their order), cut by ``passes``."""
     order = sorted(range(len(lengths)), key=lambda n: -lengths[n])
-    return [order[a:b] for a, b in passes([lengths[n] for n in order], most, device)]
+    return [order[a:b] for a, b in passes([lengths[n] for n in order], most, device, bounds)]
 
 
-def passes(lengths: list[int], most: int, device: torch.device) -> list[tuple[int, int]]:
+def passes(
+    lengths: list[int], most: int, device: torch.device, bounds: Bounds = DEFAULT_BOUNDS
+) -> list[tuple[int, int]]:
     """Sequences of ``lengths`` (longest first) cut into passes ``[a, b)`` of at most ``most``,
-    and of at most the window's bound of positions (``window.rows_for``): on the CPU, where a
+    and of at most the bounds' positions (``window.run_rows``): on the CPU, where a
     padding token costs as much as a real one, where the padding saved pays for another pass
     (``snug``); elsewhere in fixed chunks."""
     if device.type != "cpu":
-        return fixed_passes(lengths, most)
-    return snug(lengths, most, PASS_OVERHEAD_ROWS)
+        return fixed_passes(lengths, most, bounds)
+    return snug(lengths, most, PASS_OVERHEAD_ROWS, bounds)
 
 
-def snug(lengths: list[int], most: int, overhead: float) -> list[tuple[int, int]]:
+def snug(
+    lengths: list[int], most: int, overhead: float, bounds: Bounds = DEFAULT_BOUNDS
+) -> list[tuple[int, int]]:
     """Cut ``lengths`` (longest first) into consecutive batches ``[a, b)`` of at most ``most``
-    rows and at most ``window.rows_for`` its longest length, that minimise the padded work: a
+    rows and at most ``window.run_rows`` its longest length, that minimise the padded work: a
     batch costs ``(rows + overhead) * its longest length``. Exact, by dynamic programming over
     where the last batch starts."""
     if most < 1:
@@ -435,7 +435,7 @@ def snug(lengths: list[int], most: int, overhead: float) -> list[tuple[int, int]
     start = [0] * (len(lengths) + 1)
     for b in range(1, len(lengths) + 1):
         for a in range(max(0, b - most), b):
-            if b - a > rows_for(lengths[a], most):
+            if b - a > run_rows(lengths[a], most, bounds):
                 continue
             total = cost[a] + (b - a + overhead) * lengths[a]
             if total < cost[b]:

@@ -14,9 +14,11 @@ and where it plans its passes.
   follows) survive.
 - A text more than ``CHARS_PER_TOKEN`` times its limit in characters is cut the same way
   before it is tokenized, so that a tokenizer never reads a megabyte.
-- A pass runs at most ``PASS_TOKENS`` positions (rows times its longest row, prompt and
-  response) and computes next-token logits at most at ``LOGIT_POSITIONS`` response positions;
-  a single row always runs (it is at most ``context`` positions).
+- A pass runs at most ``Bounds.positions`` positions (rows times its longest row, prompt and
+  response) and computes next-token logits at most at ``Bounds.logits`` response positions;
+  a single row always runs (it is at most ``context`` positions). The bounds are at most
+  ``PASS_TOKENS`` and ``LOGIT_POSITIONS``; on the CPU each model's are sized from the memory
+  its process may use (``memory.pass_bounds``).
 
 So a prompt plus its response never exceeds the context, and no pass exceeds the bound whatever
 the data. Light (no torch): the evaluation reads the limits to name the items they cut.
@@ -34,6 +36,11 @@ RESPONSE_MOST = 1024  # tokens a response may keep, at most (a quarter of a smal
 CHARS_PER_TOKEN = 32  # a text longer than its limit times this is cut before tokenizing
 PASS_TOKENS = 65_536  # positions one pass may run (rows x its longest row)
 LOGIT_POSITIONS = 8_192  # response positions one teacher-forced pass computes logits at
+# positions one pass runs through the body on the CPU: SmolLM2-135M's body ran 600-630 tokens/s
+# at 2,048-8,192 positions a pass (rows of 256 and of 1,024 tokens), 410 tokens/s at 16,384 in
+# rows of 1,024 (its attention masks and MLP activations past the caches; this project's
+# 2-core AMD EPYC, 2 threads); more rows a pass gain nothing there
+CPU_COMPUTED = 8_192
 UNSET = 10**9  # a tokenizer's model_max_length at or above this means "not set"
 
 
@@ -128,25 +135,56 @@ class Cuts:
         return kept
 
 
-def rows_for(width: int, most: int) -> int:
+@dataclass(frozen=True)
+class Bounds:
+    """How much one pass of a model may run: ``positions`` it holds (rows times its widest row:
+    prompt, cache and new positions; what its memory is sized by), ``computed`` positions it
+    runs through the body (rows times its longest run of new positions; what its speed is
+    sized by) and next-token logits at ``logits`` response positions."""
+
+    positions: int = PASS_TOKENS
+    logits: int = LOGIT_POSITIONS
+    computed: int = PASS_TOKENS
+
+    def __post_init__(self) -> None:
+        if min(self.positions, self.logits, self.computed) < 1:
+            raise ValueError(f"bounds must be >= 1, got {self}")
+
+
+DEFAULT_BOUNDS = Bounds()
+
+
+def rows_for(width: int, most: int, bounds: Bounds = DEFAULT_BOUNDS) -> int:
     """How many rows of ``width`` positions one pass may run: at most ``most``, at most
-    ``PASS_TOKENS`` positions, at least one."""
-    return max(1, min(most, PASS_TOKENS // max(1, width)))
+    ``bounds.positions`` positions, at least one."""
+    return max(1, min(most, bounds.positions // max(1, width)))
 
 
-def fixed_passes(lengths: Sequence[int], most: int) -> list[tuple[int, int]]:
-    """``lengths`` (longest first) in consecutive passes ``[a, b)`` of ``rows_for`` the
-    longest of each."""
+def run_rows(width: int, most: int, bounds: Bounds = DEFAULT_BOUNDS) -> int:
+    """How many rows of ``width`` new positions one pass may run through the body: ``rows_for``
+    them, and at most ``bounds.computed`` positions."""
+    return max(1, min(rows_for(width, most, bounds), bounds.computed // max(1, width)))
+
+
+def fixed_passes(
+    lengths: Sequence[int], most: int, bounds: Bounds = DEFAULT_BOUNDS
+) -> list[tuple[int, int]]:
+    """``lengths`` (longest first, the new positions of each) in consecutive passes ``[a, b)``
+    of ``run_rows`` the longest of each."""
     cuts, a = [], 0
     while a < len(lengths):
-        b = min(a + rows_for(lengths[a], most), len(lengths))
+        b = min(a + run_rows(lengths[a], most, bounds), len(lengths))
         cuts.append((a, b))
         a = b
     return cuts
 
 
-def read_rows(prompt_width: int, response_width: int, most: int) -> int:
-    """Rows of one teacher-forced pass: ``rows_for`` the prompt and response together, and at
-    most ``LOGIT_POSITIONS`` response positions."""
-    rows = rows_for(prompt_width + response_width, most)
-    return max(1, min(rows, LOGIT_POSITIONS // max(1, response_width)))
+def read_rows(
+    prompt_width: int, response_width: int, most: int, bounds: Bounds = DEFAULT_BOUNDS
+) -> int:
+    """Rows of one teacher-forced pass: ``rows_for`` the prompt and response together, at most
+    ``bounds.computed`` response positions run and ``bounds.logits`` response positions'
+    logits (the prompts come from their prefills)."""
+    rows = rows_for(prompt_width + response_width, most, bounds)
+    most_run = min(bounds.computed, bounds.logits)
+    return max(1, min(rows, most_run // max(1, response_width)))
