@@ -130,3 +130,46 @@ def test_an_lm_s_passes_stay_within_its_bounds_with_the_same_numbers(unset, monk
     assert texts == wide_texts
     for got, want in zip(scores, wide_scores, strict=True):
         torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), atol=1e-5, rtol=0)
+
+
+def test_prompts_sharing_a_long_prefix_are_run_within_the_positions_held(monkeypatch):
+    """Sixteen prompts sharing a long opening: the store runs the opening once, then the
+    tails on it, each pass within the positions it holds (opening and tail), not only within
+    the tails' count; the rows are those of the fixed bounds."""
+    lm = build_tiny_lm(0)
+    opening = lm.prompt_ids("examples: " + "we propose a method for translation " * 12)[:-4]
+    prompts = [opening + [5 + n, 6 + n, 7, 8 + n % 3] for n in range(16)]
+    wide = lm.prefills.prefill(prompts, batch_size=16)
+    narrow = Bounds(positions=3 * len(prompts[0]), logits=64, computed=64)
+    lm.prefills.clear()
+    monkeypatch.setattr(lm.prefills, "bounds", narrow)
+    seen, handle = passes_seen(lm)
+    try:
+        got = lm.prefills.prefill(prompts, batch_size=16)
+    finally:
+        handle.remove()
+    assert len(seen) > 2  # the opening, then the tails in passes of three rows at most
+    assert all(rows * columns <= narrow.positions or rows == 1 for rows, columns in seen)
+    assert max(rows for rows, _ in seen) == 3
+    torch.testing.assert_close(got.last, wide.last, atol=1e-5, rtol=0)
+
+
+def test_args_decodes_within_the_bounds_with_the_same_tokens(monkeypatch):
+    from test_args import PROMPTS, USERS, HeadReward
+
+    from prefalign_methods.decoders.args_decode import args_generate
+
+    lm = build_tiny_lm(0)
+    head = HeadReward(lm.model.config.hidden_size)
+    kwargs = {"k": 5, "w": 1.0, "max_new_tokens": 6, "batch_size": 8}
+    wide = args_generate(lm, head, USERS, PROMPTS, **kwargs)
+    width = max(len(lm.prompt_ids(p)) for p in PROMPTS) + 6 + 5
+    narrow = Bounds(positions=width, logits=64, computed=64)  # one row a pass
+    monkeypatch.setattr(lm, "bounds", narrow)
+    monkeypatch.setattr(lm.prefills, "bounds", narrow)
+    seen, handle = passes_seen(lm)
+    try:
+        assert args_generate(lm, head, USERS, PROMPTS, **kwargs) == wide
+    finally:
+        handle.remove()
+    assert seen and max(rows for rows, _ in seen) == 1

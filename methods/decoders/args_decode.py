@@ -55,7 +55,7 @@ def args_generate(
     width = max((len(e) for e in encoded), default=1) + max_new_tokens + k
     fast = uses_hidden(lm, reward, width)
     with events.step("ARGS", total=len(unique), unit="prompts") as progress:
-        for batch in chunks(order, rows_for(width, batch_size)):
+        for batch in chunks(order, rows_for(width, batch_size, lm.bounds)):
             batch_users = [unique[i][0] for i in batch]
             rule = (
                 HiddenRule(lm, reward, batch_users, k, w)

@@ -32,6 +32,7 @@ from pytest_prefalign.api import Batch, RewardMethod, capable
 from pytest_prefalign.cache import Lru, Slot
 from pytest_prefalign.runtime.decoding import KV
 from pytest_prefalign.runtime.lm import LM, chunks, length_batches, pad
+from pytest_prefalign.runtime.window import read_rows
 
 QUERY_BLOCK = 512  # most candidate query tokens per row in one teacher-forced pass
 
@@ -180,8 +181,11 @@ def forced_tokens(
     # come from the LM's store, so a prompt in two batches is not run twice)
     missing = sorted({key for key in keys if key not in found})  # ties: by prompt, response
     lengths = [len(lm.response_ids(r)) for _, r, _ in missing]
+    # within the model's bounds: each row holds its prompt and response, and its logits
+    widest = max((len(lm.prompt_ids(p)) for p, _, _ in missing), default=1)
+    most = read_rows(widest, max(lengths, default=1), batch_size, lm.bounds)
     with events.step("ARGS passes", total=len(missing), unit="responses") as progress:
-        for indices in length_batches(lengths, batch_size, lm.device):
+        for indices in length_batches(lengths, most, lm.device, lm.bounds):
             batch = [missing[i] for i in indices]
             with torch.inference_mode():
                 longest = max(lengths[i] for i in indices)

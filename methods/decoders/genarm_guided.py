@@ -66,7 +66,7 @@ def generate(
     order = sorted(range(len(unique)), key=lambda i: -len(encoded[i]))
     texts: dict[tuple[str, str], str] = {}
     longest = max((len(e) for e in encoded), default=1) + ctx.options.max_new_tokens
-    batch_size = rows_for(longest, ctx.options.batch_size)  # within the pass bound
+    batch_size = rows_for(longest, ctx.options.batch_size, ctx.lm.bounds)  # the pass bound
     with events.step("GenARM", total=len(order), unit="prompts") as progress:
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]

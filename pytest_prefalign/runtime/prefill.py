@@ -34,7 +34,13 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from pytest_prefalign import events
 from pytest_prefalign.runtime import memory
 from pytest_prefalign.runtime.roomy import ROOM, RoomyLayer, roomy_cache
-from pytest_prefalign.runtime.window import DEFAULT_BOUNDS, Bounds, fixed_passes, run_rows
+from pytest_prefalign.runtime.window import (
+    DEFAULT_BOUNDS,
+    Bounds,
+    fixed_passes,
+    rows_for,
+    run_rows,
+)
 
 MIN_SHARED = 32  # tokens: a shorter common prefix is not worth a pass of its own
 # what a pass costs beyond its rows on the CPU, in rows of its width: SmolLM2-135M prefilled
@@ -199,7 +205,7 @@ class PrefillStore:
         tails = [len(order[i]) - shared[i] for i in todo]
         counted = events.step("prefill", total=len(todo), unit="prompts")
         with counted if depth == 0 else events.unseen() as progress:
-            for batch in length_batches(tails, batch_size, self.device, self.bounds):
+            for batch in self._batches(tails, [len(order[i]) for i in todo], batch_size):
                 chunk = [todo[j] for j in batch]
                 rows = self._extend(
                     [heads.get(order[i][: shared[i]]) if shared[i] else None for i in chunk],
@@ -211,6 +217,16 @@ class PrefillStore:
                 progress.advance(len(chunk))
         self.stats["computed"] += len(keys)
         return out
+
+    def _batches(self, tails: list[int], widths: list[int], most: int) -> list[list[int]]:
+        """Indices of the prompts to run in passes: by the ``tails`` each runs
+        (``length_batches``, within ``bounds.computed``), each pass then cut within
+        ``bounds.positions`` of its rows' ``widths`` (a tail and the head it is run on)."""
+        cut = []
+        for batch in length_batches(tails, most, self.device, self.bounds):
+            held = rows_for(max(widths[j] for j in batch), len(batch), self.bounds)
+            cut += list(chunks(batch, held))
+        return cut
 
     def _kept_prefix(self, key: Key) -> int:
         """The length of the longest kept row that is a proper prefix of ``key`` (a prefix run
