@@ -62,10 +62,11 @@ def test_another_device_keeps_the_fixed_bounds_and_unknown_memory_the_fixed_size
     unset, monkeypatch
 ):
     assert memory.pass_bounds(SMOLLM2, 4, "cuda", share=10 * GB) == window.DEFAULT_BOUNDS
+    fixed = Bounds(window.PASS_TOKENS, window.LOGIT_POSITIONS, window.CPU_COMPUTED)
+    # a config that does not name its shape as transformers does: the fixed sizes, no error
+    assert memory.pass_bounds(object(), 4, "cpu", share=10 * GB) == fixed
     monkeypatch.setattr(memory, "available_bytes", lambda: None)
-    assert memory.pass_bounds(SMOLLM2, 4, "cpu") == Bounds(
-        window.PASS_TOKENS, window.LOGIT_POSITIONS, window.CPU_COMPUTED
-    )
+    assert memory.pass_bounds(SMOLLM2, 4, "cpu") == fixed
 
 
 def test_the_positions_run_at_once_cut_prefills_and_reads_by_hand():

@@ -183,16 +183,19 @@ def pass_bounds(config: Any, width: int, device_type: str, share: int | None = N
     """How much one pass of a model may run (``window.Bounds``). On the CPU: the positions
     whose activations and cache fill ``PASS_SHARE`` of a process's ``share`` and the logit
     positions that fill ``LOGIT_SHARE`` of it (``process_share()`` when not given), at most
-    ``window.PASS_TOKENS`` and ``window.LOGIT_POSITIONS`` (those where the memory is not
-    known), and at most ``window.CPU_COMPUTED`` positions run at once. On another device the
-    fixed bounds: a GPU's memory is its own, and ``devices.halving`` halves a batch that does
-    not fit."""
+    ``window.PASS_TOKENS`` and ``window.LOGIT_POSITIONS`` (those where the memory or the
+    config's shape is not known), and at most ``window.CPU_COMPUTED`` positions run at once.
+    On another device the fixed bounds: a GPU's memory is its own, and ``devices.halving``
+    halves a batch that does not fit."""
     if device_type != "cpu":
         return DEFAULT_BOUNDS
     share = process_share() if share is None else share
     positions, logits = PASS_TOKENS, LOGIT_POSITIONS
-    if share is not None:
-        shape = Shape.of(config, width)
+    try:
+        shape: Shape | None = Shape.of(config, width)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        shape = None  # a config that does not name its shape as transformers does
+    if share is not None and shape is not None:
         positions = min(positions, int(share * PASS_SHARE) // max(1, shape.position_bytes))
         logits = min(logits, int(share * LOGIT_SHARE) // max(1, shape.logit_bytes))
     positions, logits = max(1, positions), max(1, logits)
