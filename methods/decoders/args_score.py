@@ -182,14 +182,16 @@ def forced_tokens(
     missing = sorted({key for key in keys if key not in found})  # ties: by prompt, response
     lengths = [len(lm.response_ids(r)) for _, r, _ in missing]
     # within the model's bounds: each row holds its prompt and response, and its logits
-    widest = max((len(lm.prompt_ids(p)) for p, _, _ in missing), default=1)
-    most = read_rows(widest, max(lengths, default=1), batch_size, lm.bounds)
+    prompt_len = {p: len(lm.prompt_ids(p)) for p in dict.fromkeys(p for p, _, _ in missing)}
+    most = read_rows(
+        max(prompt_len.values(), default=1), max(lengths, default=1), batch_size, lm.bounds
+    )
     with events.step("ARGS passes", total=len(missing), unit="responses") as progress:
         for indices in length_batches(lengths, most, lm.device, lm.bounds):
             batch = [missing[i] for i in indices]
             with torch.inference_mode():
                 longest = max(lengths[i] for i in indices)
-                prompt = max(len(lm.prompt_ids(p)) for p, _, _ in batch)
+                prompt = max(prompt_len[p] for p, _, _ in batch)
                 per_pass = steps_per_pass(lm, prompt + longest, k)
                 forced = teacher_force(
                     lm,
