@@ -127,6 +127,20 @@ def test_seeded_sampling_is_reproducible_and_independent_of_batching(tiny_lm: LM
     assert tiny_lm.generate(PROMPTS, batch_size=5, seed=4, **kwargs) != batched
 
 
+def test_samples_start_from_the_kept_prefills_with_the_texts_of_a_repeated_batch() -> None:
+    # with the prompts kept, each sample's row is copied from its prompt's kept prefill; without
+    # the store, the batch of prompts is prefilled and each row repeated: the same texts
+    kwargs: dict[str, Any] = dict(max_new_tokens=8, sample=True, num_samples=3, seed=5)
+    kept = build_tiny_lm(0)
+    asked = kept.prefills.stats["asked"]
+    held = kept.generate(PROMPTS, batch_size=6, **kwargs)
+    # warmed once per prompt, then asked once per sample row
+    assert kept.prefills.stats["asked"] - asked == len(PROMPTS) + 3 * len(PROMPTS)
+    plain = build_tiny_lm(0)
+    plain.prefills.enabled = False
+    assert plain.generate(PROMPTS, batch_size=6, **kwargs) == held
+
+
 def test_gumbel_choice_draws_from_the_tempered_softmax() -> None:
     logits = torch.log(torch.tensor([1.0, 2.0, 3.0, 4.0]))
     n = 4000
@@ -455,6 +469,17 @@ def test_the_meter_counts_every_position_the_body_runs_and_its_weight_flops(
     steps = len(fresh.tokenizer(text, add_special_tokens=False)["input_ids"])
     assert prompt <= fresh.meter.tokens <= prompt + 3
     assert fresh.meter.tokens >= prompt + min(steps, 3) - 1
+
+
+def test_the_meter_times_the_output_head_where_a_caller_makes_the_logits(tiny_lm: LM) -> None:
+    # a decoding step's logits come from the head alone (logits_from_hidden), outside the
+    # body: its FLOPs are in the floor, so its seconds are the pass's too
+    before = tiny_lm.meter.reading()
+    with torch.no_grad():
+        tiny_lm.logits_from_hidden(torch.zeros((4, 32)))
+    done = tiny_lm.meter.since(before, tiny_lm.meter.reading())
+    assert done["forward_tokens"] == 0 and done["forward_head_flops"] == 4 * 2 * 512 * 32
+    assert done["forward_s"] > 0
 
 
 def test_the_meter_counts_the_keys_each_real_query_attends_to():

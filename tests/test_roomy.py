@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from transformers.cache_utils import DynamicLayer  # noqa: E402
 
+from pytest_prefalign.runtime.decoding import KV, Plain, compacted, decode  # noqa: E402
 from pytest_prefalign.runtime.roomy import (  # noqa: E402
     ROOM,
     RoomyLayer,
@@ -121,7 +122,9 @@ def test_rows_leaving_a_batch_move_up_in_place_and_keep_the_room():
 
 @pytest.mark.parametrize(
     "order",
-    [[2, 0], [1, 1, 3], [0, 5]],  # out of order, a repeat, a row beyond the buffer
+    # out of order, a repeat of an earlier row, a row beyond the buffer: a slot would read a
+    # row an earlier slot has overwritten, or none
+    [[2, 0], [0, 0, 3], [0, 5]],
     ids=["unordered", "repeated", "beyond"],
 )
 def test_other_selections_copy(order):
@@ -135,6 +138,37 @@ def test_other_selections_copy(order):
         out = select_rows(buffer, torch.tensor(order), 6)
         assert torch.equal(out, kept[order]) and out.data_ptr() != buffer.data_ptr()
     assert torch.equal(buffer, kept)  # the source untouched
+
+
+@pytest.mark.parametrize("keep", [[0, 2, 4, 5, 6, 7], [1, 2, 3], [5, 6, 7], [0, 1, 2], [7]])
+def test_rows_leaving_move_the_fewest_rows_in_place(keep):
+    # compacted: a kept row stays in its slot; each slot freed among the first len(keep) takes
+    # a kept row from beyond them, so as many rows move as leave from those slots
+    order = compacted(keep)
+    assert sorted(order) == keep and all(i >= j for j, i in enumerate(order))
+    assert [j for j, i in enumerate(order) if i == j] == [j for j in keep if j < len(keep)]
+    g = torch.Generator().manual_seed(4)
+    buffer = torch.randn(8, 2, 8, 4, generator=g)
+    kept = buffer.clone()
+    out = select_rows(buffer, torch.tensor(order), 6)
+    assert out.data_ptr() == buffer.data_ptr()  # in place
+    assert torch.equal(out[:, :, :6], kept[order][:, :, :6])
+
+
+def test_a_decoding_batch_whose_rows_leave_gives_each_row_its_own_tokens(tiny_lm):
+    # rows leave at different steps (a row's length is set by its first token) and later rows
+    # move into the slots they free: every row's tokens are those it gives alone, greedy
+    prompts = [[5, 9, 11], [7, 12], [3, 3, 4, 8], [8, 20], [6, 2, 9, 9, 14], [10, 4]]
+
+    def finished(tokens):
+        return len(tokens) >= 1 + tokens[0] % 5
+
+    def run(seqs):
+        return decode(KV.start(tiny_lm, seqs, then=6), Plain(tiny_lm, None, None), 6, finished)
+
+    batch = run(prompts)
+    assert len({len(t) for t in batch}) >= 3  # rows leave at three steps or more
+    assert batch == [run([p])[0] for p in prompts]
 
 
 def test_an_inference_buffer_outside_inference_mode_is_copied_not_written():

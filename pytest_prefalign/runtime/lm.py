@@ -238,8 +238,15 @@ class LM:
         seeds: list[list[int]],
     ) -> list[list[list[int]]]:
         """Token ids generated for each prompt and sample; finished rows leave the batch."""
-        kv = KV.start(self, prompt_seqs, then=max_new_tokens)
-        kv.select(torch.arange(len(prompt_seqs)).repeat_interleave(num_samples))
+        if num_samples > 1 and self.prefills.holds(prompt_seqs, max_new_tokens):
+            # each sample's row copied from the kept prefill: one copy of the prompt's cache
+            # per sample, not a batch of the prompts then its rows repeated
+            kv = KV.start(
+                self, [s for s in prompt_seqs for _ in range(num_samples)], then=max_new_tokens
+            )
+        else:
+            kv = KV.start(self, prompt_seqs, then=max_new_tokens)
+            kv.select(torch.arange(len(prompt_seqs)).repeat_interleave(num_samples))
         gens = None if temperature is None else [generator(s) for row in seeds for s in row]
         rule = Plain(self, temperature, gens, top_p=top_p)
         tokens = decode(kv, rule, max_new_tokens, self.finished)

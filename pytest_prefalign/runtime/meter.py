@@ -1,5 +1,5 @@
 """What the model computed: the token positions its body ran, their FLOPs and the seconds spent
-inside it.
+inside the body and the output head.
 
 Every forward pass of ``LM`` goes through ``model.base_model`` (prefills, decoding steps, ARGS's
 candidate queries, teacher forcing), so two hooks there count all of them, and a third on the
@@ -48,9 +48,13 @@ class ForwardMeter:
         self.head_positions = 0
         self.seconds = 0.0
         self._started: float | None = None
+        self._head_started: float | None = None
         body.register_forward_pre_hook(self._enter, with_kwargs=True)
         body.register_forward_hook(self._leave)
         if head is not None:
+            # the head's time is the pass's too: its FLOPs are in the floor (the logits of a
+            # decoding step or a response are made by the caller, outside the body)
+            head.register_forward_pre_hook(self._enter_head)
             head.register_forward_hook(self._logits)
 
     def _enter(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -69,9 +73,15 @@ class ForwardMeter:
             self.seconds += time.perf_counter() - self._started
             self._started = None
 
+    def _enter_head(self, module: Any, args: tuple[Any, ...]) -> None:
+        self._head_started = time.perf_counter()
+
     def _logits(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         hidden = args[0]
         self.head_positions += int(hidden.numel() // hidden.shape[-1])
+        if self._head_started is not None:
+            self.seconds += time.perf_counter() - self._head_started
+            self._head_started = None
 
     def reading(self) -> dict[str, float]:
         """The totals so far, under the names the run file's timings use."""

@@ -12,7 +12,6 @@ step). The numbers are the same as ``DynamicLayer``'s: the same values, read thr
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
@@ -128,21 +127,21 @@ def writable(buffer: torch.Tensor) -> bool:
 
 def select_rows(buffer: torch.Tensor, indices: torch.Tensor, length: int) -> torch.Tensor:
     """Rows ``indices`` of a ``(B, heads, C, head_dim)`` buffer whose first ``length`` columns
-    are in use. When rows leave a decoding batch (increasing indices, on the CPU) the kept rows
-    move up in place, in the columns in use only, and the result is a view of the first rows
-    with the same room: no new buffer to allocate and fill (for ICL prompts of a thousand
-    tokens, selecting into a new buffer cost a tenth of a generation). Otherwise a copy."""
+    are in use. When rows leave a decoding batch (on the CPU, slot ``j`` taking a row at or
+    beyond ``j``: the kept rows in order, or ``compacted``'s order) they are written in place,
+    in the columns in use only, and the result is a view of the first rows with the same room:
+    no new buffer to allocate and fill (for ICL prompts of a thousand tokens, selecting into a
+    new buffer cost a tenth of a generation). Otherwise a copy."""
     order = indices.tolist() if indices.device.type == "cpu" else None
     if (
         order is None
         or buffer.device.type != "cpu"
         or not writable(buffer)
-        or any(b <= a for a, b in itertools.pairwise(order))
-        or (order and not 0 <= order[0] <= order[-1] < buffer.shape[0])
+        or any(i < j or i >= buffer.shape[0] for j, i in enumerate(order))
     ):
         return buffer[indices]
-    # slot j takes row order[j] >= j; a later slot reads a row beyond order[j], never one
-    # already overwritten
+    # slot j takes row order[j] >= j: the slots written before it are below j, so the row it
+    # reads is never one already overwritten
     for j, i in enumerate(order):
         if i != j:
             buffer[j, :, :length].copy_(buffer[i, :, :length])
