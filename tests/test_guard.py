@@ -6,14 +6,16 @@ named, instead of arrays silently cut, broadcast or summed into a figure."""
 from __future__ import annotations
 
 import re
+import types
 
 import numpy as np
 import pytest
 import torch
 
-from pytest_prefalign.api import Batch, Pair, SuiteData
+from pytest_prefalign.api import Batch, Decoder, Pair, SuiteData
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.guard import GuardedReward, old_style
+from pytest_prefalign.evaluation.pairs import policy_fields
 
 VOCAB = 7
 PAIR = Pair("ann/t0", "ann", "Title for: cats", "Cats Nap", "Dogs Run")
@@ -138,3 +140,34 @@ def test_old_style_is_told_by_the_positional_parameters():
     assert not old_style(Answers(None).prefix_rewards)  # (lm, batch)
     assert not old_style(lambda *args: args)  # passes everything through: the current way
     assert not old_style(len)  # a builtin: no signature to read
+
+
+class _Scores(Decoder):
+    """A decoder whose policy scores are given: one per distinct side, chosen sides first."""
+
+    name = "given"
+
+    def __init__(self, scores: list[float]) -> None:
+        self.scores = scores
+
+    def logliks(self, ctx, batch):
+        return {how: np.asarray(self.scores[: len(batch)]) for how in ("sum", "mean")}
+
+
+@pytest.mark.parametrize(
+    ("scores", "message"),
+    [
+        (
+            [0.0, 1.0, float("nan"), 3.0],
+            "decoder 'given' loglik (rejected) returned nan for pair 'b/1'",
+        ),
+        ([0.0, 1.0, 2.0], "decoder 'given' loglik returned 3 values, expected 4"),
+        (["x"] * 4, "decoder 'given' loglik returned ndarray, not numbers"),
+    ],
+    ids=["nan", "short", "text"],
+)
+def test_a_decoders_bad_policy_score_is_refused_naming_the_pair(scores, message):
+    pairs = [Pair("a/0", "a", "p", "yes", "no"), Pair("b/1", "b", "q", "sure", "nope")]
+    ctx = types.SimpleNamespace(reduce="sum")
+    with pytest.raises(PrefalignError, match=re.escape(message)):
+        policy_fields(ctx, _Scores(scores), "given", pairs)

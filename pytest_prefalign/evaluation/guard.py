@@ -192,15 +192,22 @@ def locate(data: SuiteData | None, user: str, prompt: str, response: str, index:
     return f"at index {index}, user {user!r}"
 
 
-def finite_array(values: Any, n: int | None, what: str, where: Where) -> np.ndarray:
-    """``values`` as a 1-D float array of length ``n`` (any length if None), all finite; the
-    first bad value is named by ``where``."""
+def numbers(values: Any, n: int | None, what: str) -> np.ndarray:
+    """``values`` as a 1-D float array of length ``n`` (any length if None), or a failure
+    saying what came."""
     try:
         arr = np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise PrefalignError(f"{what} returned {type(values).__name__}, not numbers") from None
     if n is not None and arr.shape[0] != n:
         raise PrefalignError(f"{what} returned {arr.shape[0]} values, expected {n}")
+    return arr
+
+
+def finite_array(values: Any, n: int | None, what: str, where: Where) -> np.ndarray:
+    """``values`` as a 1-D float array of length ``n`` (any length if None), all finite; the
+    first bad value is named by ``where``."""
+    arr = numbers(values, n, what)
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         i = int(bad[0])

@@ -12,6 +12,7 @@ from pytest_prefalign import cache
 from pytest_prefalign.analysis import metrics
 from pytest_prefalign.api import REDUCTIONS, Batch, policy_scores
 from pytest_prefalign.errors import PrefalignError
+from pytest_prefalign.evaluation import guard
 from pytest_prefalign.evaluation.generation import number
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,9 +87,10 @@ def policy_fields(
     sides: dict[str, dict[str, np.ndarray]] = {"chosen": {}, "rejected": {}}
     for how in REDUCTIONS:
         got = reduced(scores, how, name)
-        values = as_numbers(got, len(distinct), f"decoder {name!r} loglik")[where]
+        values = guard.numbers(got, len(distinct), f"decoder {name!r} loglik")[where]
         for side, part in (("chosen", slice(0, n)), ("rejected", slice(n, 2 * n))):
-            sides[side][how] = checked(values[part], n, f"decoder {name!r} loglik ({side})", pairs)
+            what = f"decoder {name!r} loglik ({side})"
+            sides[side][how] = guard.finite_array(values[part], n, what, for_pair(pairs))
     outcomes = {
         how: metrics.pair_outcomes(sides["chosen"][how], sides["rejected"][how])
         for how in REDUCTIONS
@@ -125,24 +127,6 @@ def reward_scores(ctx: CaseContext, pairs: list[Pair]) -> tuple[np.ndarray, np.n
     return scores[:n], scores[n:]
 
 
-def as_numbers(values: Any, n: int, what: str) -> np.ndarray:
-    """Scores from any method as ``n`` numbers, or a failure saying what came."""
-    try:
-        arr = np.asarray(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise PrefalignError(f"{what} returned {type(values).__name__}, not numbers") from None
-    if arr.shape[0] != n:
-        raise PrefalignError(f"{what} returned {arr.shape[0]} scores, expected {n}")
-    return arr
-
-
-def checked(values: Any, n: int, what: str, pairs: list[Pair]) -> np.ndarray:
-    """Scores from any method: one finite number per pair, or a failure saying what came."""
-    arr = as_numbers(values, n, what)
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        i = int(bad[0])
-        raise PrefalignError(
-            f"{what} returned {arr[i]} for pair {pairs[i].pair_id!r} ({bad.size} non-finite of {n})"
-        )
-    return arr
+def for_pair(pairs: list[Pair]) -> guard.Where:
+    """Names the pair a position of the scores is for."""
+    return lambda i: f"for pair {pairs[i].pair_id!r}"
