@@ -158,7 +158,7 @@ class _Scores(Decoder):
     ("scores", "message"),
     [
         (
-            [0.0, 1.0, float("nan"), 3.0],
+            [0.0, 1.0, 2.0, float("nan")],
             "decoder 'given' loglik (rejected) returned nan for pair 'b/1'",
         ),
         ([0.0, 1.0, 2.0], "decoder 'given' loglik returned 3 values, expected 4"),
