@@ -169,9 +169,10 @@ class PrefLamp:
             if opts.folds > 1:
                 train, test = fold_briefs(data, [*train, *test], tested, opts)
             known = release.matching(writing)
-            if known is not None and len(known.taken([*train, *test])) == len(train) + len(test):
+            taken = known.taken([*train, *test]) if known is not None else {}
+            if known is not None and len(taken) == len(train) + len(test):
                 # every brief is released: no writer to load, no title to write
-                writer.write(self, data, train, test, None, None, writing, known)
+                writer.write(self, data, train, test, None, None, writing, known, taken)
             else:
                 self._briefs[id(data)] = (writing, (train, test), known)
         problems.report(data)

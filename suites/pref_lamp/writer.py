@@ -281,11 +281,14 @@ def write(
     cache_dir: Path | None,
     options: Options,
     release: Any = None,
+    taken: dict[str, Made] | None = None,
 ) -> None:
     """Fill the pairs with the writer's titles (cached), paired by length; the briefs a
     ``release`` (``release.Release``) holds take its pairs, and the writer writes the others
-    (``writer`` may be None where the release holds them all)."""
-    taken = release.taken((*train, *test)) if release is not None else {}
+    (``writer`` may be None where the release holds them all). ``taken``: what
+    ``release.taken`` gave for these briefs, where the caller has it already."""
+    if taken is None:
+        taken = release.taken((*train, *test)) if release is not None else {}
     todo = [b for b in (*train, *test) if b.source.pair_id not in taken]
     made = dict(taken)
     who = release.writer if release is not None else _who(writer, options)
