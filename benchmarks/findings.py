@@ -39,17 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 import filelock
 
+from pytest_prefalign.analysis import claims
 from pytest_prefalign.analysis.claims import ALPHA, MIN_GAP, NEAR, PAPER_TAU
 
 if TYPE_CHECKING:
     from pytest_prefalign.runs.entries import IclEntry, TauEntry
 
 ROOT = Path(__file__).resolve().parents[1]
-CLAIMS = {  # the page's claims, as its headings name them
-    "tau": "1. RM accuracy is a weak predictor of policy accuracy",
-    "spread": "2. Large RM-accuracy differences, nearly the same ROUGE-1",
-}
-SHORT = {"tau": "1. tau weak", "spread": "2. spread", "icl": "3. ICL ahead"}  # in the power table
 NEEDED = (  # what the "users needed" column of each claim means
     "Users needed (where there is not enough evidence): the fewest users at which runs "
     "simulated from this run's own users reach the claim 8 times in 10 with the paper's "
@@ -380,7 +376,7 @@ def claims_power(runs: list[Run], runs_dir: Path, sims: int | None = None) -> di
     runs no longer in the index are dropped."""
     import hashlib
 
-    from pytest_prefalign.analysis import claims, power
+    from pytest_prefalign.analysis import power
     from pytest_prefalign.storage import atomic_write_text
 
     sims = sims or power.SIMS
@@ -479,7 +475,7 @@ def power_table(power: dict[str, Any] | None) -> list[str]:
         cells = ", ".join(f"{n}: {p:.2f} ± {e:.2f}" for n, p, e in points)
         needed = c["needed"] if c["needed"] is not None else f"more than {c['grid'][-1]}"
         lines.append(
-            f"| {suite} · {size} | {decoder} | {SHORT[claim]} | {c['effect']} | {cells} | "
+            f"| {suite} · {size} | {decoder} | {claims.SHORT[claim]} | {c['effect']} | {cells} | "
             f"{needed} |"
         )
     return lines + [""]
@@ -517,7 +513,7 @@ def error_table(errors: dict[str, Any] | None) -> list[str]:
                 above = f" **above {ALPHA}**" if not true and rate - 1.96 * se > ALPHA else ""
                 cells.append(f"{n}: {rate:.3f} ± {se:.3f}{above}")
             lines.append(
-                f"| {CLAIMS[world['claim']]} | {world['world']} | {world['verdict']} | "
+                f"| {claims.TITLES[world['claim']]} | {world['world']} | {world['verdict']} | "
                 f"{'true' if true else 'false'} | {shape} | {', '.join(cells)} |"
             )
     return lines + [""]
@@ -577,7 +573,6 @@ def _users(entry: TauEntry) -> str:
 def tau_verdict(entry: TauEntry) -> str:
     """Claim 1 on one tau entry (``claims.tau_entry_claim``): read from tau's one-sided 95%
     bounds over these methods with users resampled, so that it can be decided either way."""
-    from pytest_prefalign.analysis import claims
 
     return claims.tau_entry_claim(entry)
 
@@ -586,7 +581,7 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
     from pytest_prefalign.analysis import catalogue
 
     lines = [
-        "## " + CLAIMS["tau"],
+        "## " + claims.TITLES["tau"],
         "",
         f"The paper: Kendall's tau {PAPER_TAU[0]} to {PAPER_TAU[1]}. Per suite, size and decoder,",
         "tau across its reward methods (exact permutation p; p_holm adjusted with the run's",
@@ -624,7 +619,6 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
 def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
     """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder
     (``claims.spread_verdict``)."""
-    from pytest_prefalign.analysis import claims
 
     return claims.spread_verdict(rm, rouge)
 
@@ -634,7 +628,7 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
 
     x = catalogue.x_metric()  # RM accuracy
     lines = [
-        "## " + CLAIMS["spread"],
+        "## " + claims.TITLES["spread"],
         "",
         "Per suite, size and decoder: the reward method with the highest RM accuracy against the",
         "one with the lowest, paired over users (exact sign-flip p, 95% interval). The two are",
@@ -670,21 +664,19 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
 def spread_entries(results: list) -> list[dict[str, Any]]:
     """Claim 2 per (suite, size, decoder) with two reward methods or more
     (``claims.spread_entries``)."""
-    from pytest_prefalign.analysis import claims
 
     return claims.spread_entries(results)
 
 
 def icl_verdict(entry: IclEntry) -> str:
     """Claim 3 on one ICL comparison (``claims.icl_claim``)."""
-    from pytest_prefalign.analysis import claims
 
     return claims.icl_claim(entry.icl, entry.rgd, entry.verdict)
 
 
 def claim_icl(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
     lines = [
-        "## 3. In-context learning against the best reward-guided method",
+        "## " + claims.TITLES["icl"],
         "",
         "The paper: ICL beats every reward-guided method from 3B parameters on. Here, at small",
         "sizes, only the direction is checked: each ICL row minus the best reward-guided row by",

@@ -492,7 +492,10 @@ def test_the_claims_section_says_the_users_each_claim_needs(tmp_path: Path) -> N
     # what is checked here; tests/test_power.py checks the figures)
     text = report.write_report(analysed(RUN), tmp_path, power_sims=3).read_text()
     section = text.split("how many users each needs</h2>")[1].split("<h2>")[0]
-    assert "pref_lamp · 135m" in section and "2. large RM-accuracy gap" in section
+    assert (
+        "pref_lamp · 135m" in section
+        and "2. Large RM-accuracy differences, nearly the same ROUGE-1" in section
+    )
     assert "RM accuracy 0.20 apart, ROUGE-1 the same" in section
     assert "3 simulated runs per number of users" in section
     # not simulated unless asked: the section says how

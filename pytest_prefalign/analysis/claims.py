@@ -22,6 +22,15 @@ from pytest_prefalign.analysis import catalogue, crisis, selection
 from pytest_prefalign.runs.entries import TauEntry
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
+# each claim's title (the findings page's headings, prefalign report's claims table) and short
+# name (the power table's rows)
+TITLES = {
+    "tau": "1. RM accuracy is a weak predictor of policy accuracy",
+    "spread": "2. Large RM-accuracy differences, nearly the same ROUGE-1",
+    "icl": "3. In-context learning against the best reward-guided method",
+}
+SHORT = {"tau": "1. tau weak", "spread": "2. spread", "icl": "3. ICL ahead"}
+
 PAPER_TAU = (0.08, 0.31)  # the paper's range of tau across its three datasets
 PAPER_TAU_MIDDLE = 0.2  # the effect claim 1's power is simulated at: the middle of that range
 NEAR = 0.02  # ROUGE-1 differences within this (2 points) count as nearly the same

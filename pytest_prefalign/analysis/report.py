@@ -367,13 +367,6 @@ def _family_note(found: Family | None) -> str:
     return f'<p class="note">{html.escape(text)}</p>' if text else ""
 
 
-CLAIM_NAMES = {
-    "tau": "1. RM accuracy a weak predictor of policy accuracy",
-    "spread": "2. large RM-accuracy gap, nearly the same ROUGE-1",
-    "icl": "3. ICL ahead of reward-guided decoding",
-}
-
-
 def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Curve] | None) -> str:
     """Each claim's verdict on this run (the rules of docs/findings.md) and, where there is not
     enough evidence, the users it needs: the power of runs simulated from this run's own users
@@ -396,7 +389,7 @@ def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Cu
         cells = ", ".join(f"{n}: {p:.2f}" for n, p in points)
         where_text = f"{where[0]} · {where[1]}"
         rows.append(
-            [where_text, where[2], CLAIM_NAMES[claim], verdict, curve.effect, cells, needed]
+            [where_text, where[2], claims.TITLES[claim], verdict, curve.effect, cells, needed]
         )
     headers = ["suite · size", "decoder", "claim", "verdict", "effect imposed", "power by users",
                "users needed"]  # fmt: skip
