@@ -86,10 +86,10 @@ def verdict_row(e: DegenerateEntry) -> list[Any]:
 
 def verdicts(path: Path, rows: list[dict[str, Any]]) -> tuple[DegenerateEntry, ...]:
     """The run's analysis computed again with each row's fluency and not-an-answer share
-    pooled as the evaluation pools them (``case.figures``): the ``degenerate`` entries, with
+    pooled as the evaluation pools them (``analysis/figures.py``): the ``degenerate`` entries, with
     their p-values adjusted in the run's whole family."""
     from pytest_prefalign.analysis import crisis
-    from pytest_prefalign.evaluation.case import figures
+    from pytest_prefalign.analysis.figures import figures
     from pytest_prefalign.runs.records import RunFile
 
     run = RunFile.from_json(read_run(path))

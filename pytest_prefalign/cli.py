@@ -19,6 +19,7 @@ commands:
                                              exit 1 on a significant regression
   compare RUN.json --rows A,B                two rows of one run, paired over users
   merge SHARD.json... --out RUN.json         join the run files of --prefalign-shard runs
+  pool FOLD.json... --out RUN.json           pool the run files of a cross-fitted suite's folds
   list                                       reward methods, decoders, suites and sizes, by package
   data [--data DIR]                          each suite, its source, licence and availability
   data fetch [SUITE...] [--to DIR]           build the suites' data from their public sources
@@ -35,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {  # name -> (module, function), imported
     "report": ("pytest_prefalign.analysis.report", "report_main"),
     "compare": ("pytest_prefalign.cli", "compare_main"),
     "merge": ("pytest_prefalign.cli", "merge_main"),
+    "pool": ("pytest_prefalign.cli", "pool_main"),
     "list": ("pytest_prefalign.cli", "list_main"),
     "data": ("pytest_prefalign.datadir", "data_main"),
 }
@@ -259,6 +261,51 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     for line in summary.summary_lines(run, width):
         print(line)
     print(f"merged {len(shards)} shards, {len(run.results)} results: {args.out}")
+    return 0
+
+
+def pool_main(argv: Sequence[str] | None = None) -> int:
+    """``prefalign pool RUN... --out RUN`` (argv without ``pool``): the run files of a
+    cross-fitted suite's folds (``folds = K``, one run per ``fold``) pooled into one, each row's
+    figures and the run's analysis computed again over every fold's test items. Returns 2 when
+    they cannot be pooled (the message says why), else 0."""
+    from pytest_prefalign import portable
+    from pytest_prefalign.analysis import folds, summary, table, wrap
+    from pytest_prefalign.datadir import project_root
+    from pytest_prefalign.runs import records
+
+    parser = argparse.ArgumentParser(
+        prog="prefalign pool",
+        description="Pool the run files of a cross-fitted suite's folds (folds = K, one run per "
+        "fold) into one run file: every row's records over all the folds, its figures, tau and "
+        "verdicts computed again over every user's test papers.",
+    )
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="a fold's run file")
+    parser.add_argument("--out", required=True, type=Path, help="the pooled run file to write")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        runs = [(path, records.read(path)) for path in args.runs]
+        run, left_out = folds.pool(runs)
+        roots = portable.machine_roots(rootdir=project_root(Path.cwd()))
+        run = dataclasses.replace(run, config=portable.relative(run.config, roots))
+        records.write(run, args.out)
+    except (ValueError, OSError) as exc:
+        print(f"prefalign pool: error: {exc}", file=sys.stderr)
+        return 2
+    width = wrap.terminal_width(sys.stdout.isatty())
+    for line in table.leaderboards(run.results, width):
+        print(line)
+    for line in summary.summary_lines(run, width):
+        print(line)
+    if left_out:
+        print(
+            "left out (a plugin's metrics, not installed here): " + ", ".join(left_out),
+            file=sys.stderr,
+        )
+    print(f"pooled {len(runs)} folds, {len(run.results)} results: {args.out}")
     return 0
 
 

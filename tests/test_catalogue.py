@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pytest_prefalign.analysis import catalogue, crisis, regret, table
+from pytest_prefalign.analysis.figures import figures
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation import case
 from pytest_prefalign.runs.records import CaseResult
@@ -165,7 +166,7 @@ def test_a_computed_metric_is_observed_in_each_record_and_pooled() -> None:
     ]
     case.observe({"pair": pairs, "item": []})
     assert [p["shorter_chosen"] for p in pairs] == [1.0, 0.0, 1.0]
-    values, ci, per_user = case.figures({"pair": pairs, "item": []})
+    values, ci, per_user = figures({"pair": pairs, "item": []})
     assert values["shorter_chosen"] == pytest.approx(2 / 3)
     assert per_user["shorter_chosen"] == {"a": 0.5, "b": 1.0} and "shorter_chosen" in ci
 

@@ -524,7 +524,7 @@ def test_figures_over_other_users_get_an_interval_over_the_users_both_have() -> 
 
 
 def test_the_figures_of_a_case_round_away_the_order_of_summation() -> None:
-    from pytest_prefalign.evaluation.case import figures
+    from pytest_prefalign.analysis.figures import figures
 
     def records(rights: list[int]) -> list[dict[str, Any]]:
         """Ten pairs per user, ``rights[u]`` of them right."""

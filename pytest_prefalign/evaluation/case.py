@@ -18,10 +18,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from pytest_prefalign import cache, events, portable, versions
-from pytest_prefalign.analysis import catalogue, metrics
+from pytest_prefalign.analysis import catalogue
+from pytest_prefalign.analysis.figures import figures
 from pytest_prefalign.api import CaseContext
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation import faults, generation, guidance, pairs, prepare, scale, wins
@@ -446,37 +445,6 @@ def _observation(metric: catalogue.Metric, record: dict[str, Any]) -> float | No
             f"{record.get('user')!r}; expected a finite number or None"
         )
     return float(value)
-
-
-def figures(
-    records: dict[str, Sequence[dict[str, Any]]],
-) -> tuple[dict[str, float], dict[str, list[float]], dict[str, dict[str, float]]]:
-    """``(metrics, ci, per_user)``: each catalogue metric whose record field has observations,
-    pooled over users (macro) or over observations (micro), with a 95% bootstrap interval over
-    users and each user's mean where the catalogue asks for them."""
-    values, ci, per_user = {}, {}, {}
-    for metric in catalogue.metrics():
-        observed = [
-            (r[metric.field], r["user"])
-            for r in records.get(metric.level, ())
-            if r.get(metric.field) is not None
-        ]
-        if not observed:
-            continue
-        outcomes = np.asarray([v for v, _ in observed], dtype=np.float64)
-        users = [u for _, u in observed]
-        means = metrics.per_user_mean(outcomes, users)
-        # rounded: the same accuracy summed over users in another order must tie exactly in
-        # tau, inversions and regret
-        values[metric.name] = round(
-            float(np.mean(list(means.values())) if metric.pooling == "macro" else outcomes.mean()),
-            metrics.FIGURE_DIGITS,
-        )
-        if metric.interval:
-            low, high = metrics.bootstrap_ci(outcomes, users, statistic=metric.pooling, seed=0)
-            ci[metric.name] = [float(low), float(high)]
-            per_user[metric.name] = {u: float(v) for u, v in means.items()}
-    return values, ci, per_user
 
 
 def check(result: CaseResult, floors: Sequence[tuple[str, float]]) -> list[str]:

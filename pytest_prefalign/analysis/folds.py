@@ -1,0 +1,293 @@
+"""``prefalign pool``: the run files of a cross-fitted suite's folds pooled into one run file,
+as one run over every fold's test items.
+
+With ``folds = K`` (Pref-LaMP, docs/suites.md "Cross-fitting") each of K runs tests the papers
+of one fold and trains on the others, so that over the K runs every paper is a test item once.
+Each run is a run of its own, with its own verdicts over a part of each user's papers. Pooled,
+each (method, suite, size)'s pair and item records are those of all the folds together: a
+user's RM and policy accuracy are over all their test papers (each scored by the reward method
+fitted without it), its figures, intervals and per-user values are computed again from the
+pooled records (``analysis/figures.py``), and the run's analysis (tau, inversions, regret, the
+ICL comparison: one family of verdicts) is computed once on the pooled results.
+
+Fold runs that could not have been one cross-fitted design are refused with what differs: a
+result that is not of a fold, folds missing or given twice, other fold counts, a test in one
+fold only, other options, commit, code, model or environment. Each fold's working point
+(guidance strength chosen on its own validation items), timings and cache uses are kept per
+fold. Metrics a plugin declares are pooled only where that plugin is installed (they are in the
+catalogue then); the others are left out and named.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_prefalign.analysis import catalogue, comparable, crisis
+from pytest_prefalign.analysis.figures import figures
+from pytest_prefalign.analysis.merge import SHARED_CONFIG, result_order
+from pytest_prefalign.runs.records import CaseResult, Key, RunFile
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "deselected", "not_run")
+
+
+class PoolError(ValueError):
+    """Fold runs that cannot be pooled; the message names the files and what differs."""
+
+
+def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
+    """One run file from the run files ``(path, run)`` of a design's folds, and the metrics
+    left out (``"name (method)"``: a plugin's, not in this process's catalogue)."""
+    if not runs:
+        raise PoolError("give the run files of the folds")
+    folds = _check_folds(runs)
+    _check_config(runs)
+    _check_like_for_like(runs)
+    by_key: dict[Key, list[tuple[int, CaseResult]]] = defaultdict(list)
+    for (_, run), fold in zip(runs, folds, strict=True):
+        for result in run.results:
+            by_key[result.key].append((fold, result))
+    _check_same_tests(folds, by_key)
+    pooled, dropped = [], []
+    for parts in by_key.values():
+        result, left_out = pooled_result([r for _, r in sorted(parts, key=lambda p: p[0])])
+        pooled.append(result)
+        dropped += [f"{name} ({result.method})" for name in left_out]
+    first = runs[0][1]
+    pooled.sort(key=result_order(first.config))
+    tau, found = crisis.analyse(pooled)
+    models: dict[str, Any] = {}
+    for _, run in runs:
+        models.update(run.models)
+    run_file = RunFile(
+        results=pooled,
+        created=max(run.created for _, run in runs),
+        commit=first.commit,
+        config={
+            **{k: v for k, v in first.config.items() if k != "args"},
+            "pooled_folds": [
+                {"file": str(path), "fold": fold, "args": run.config.get("args")}
+                for (path, run), fold in zip(runs, folds, strict=True)
+            ],
+        },
+        models=models,
+        tau=tau,
+        crisis=found,
+        version=first.version,
+        complete=all(run.complete for _, run in runs),
+        outcomes=_outcomes(runs),
+    )
+    return run_file, sorted(set(dropped))
+
+
+def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
+    """One test's result over its folds (in fold order): records concatenated, figures made
+    again from them; and the metrics of the folds that the catalogue cannot make again."""
+    first = parts[0]
+    pairs = [record for part in parts for record in part.pairs]
+    items = [record for part in parts for record in part.items]
+    values, ci, per_user = figures({"pair": pairs, "item": items})
+    known = {m.name for m in catalogue.metrics()}
+    left_out = sorted({name for part in parts for name in part.metrics if name not in known})
+    timings: dict[str, float] = defaultdict(float)
+    for part in parts:
+        for name, seconds in part.timings.items():
+            timings[name] += seconds
+    cross_fit = [part.data.get("provenance", {}).get("cross_fit") for part in parts]
+    provenance = {**first.data.get("provenance", {}), "cross_fit": {"pooled": cross_fit}}
+    return (
+        CaseResult(
+            suite=first.suite,
+            method=first.method,
+            size=first.size,
+            decoder=first.decoder,
+            reward=first.reward,
+            n_users=len({r["user"] for r in (*pairs, *items)}),
+            n_items=len(items),
+            n_pairs=len(pairs),
+            metrics=values,
+            ci=ci,
+            per_user=per_user,
+            judge=pooled_judge(parts),
+            timings={k: round(v, 3) for k, v in timings.items()},
+            model=first.model,
+            data={
+                **first.data,
+                "provenance": provenance,
+                "folds": [part.data for part in parts],
+            },
+            environment=first.environment,
+            reward_fingerprint=first.reward_fingerprint,
+            reward_package=first.reward_package,
+            reward_version=first.reward_version,
+            options=first.options,
+            guidance={"folds": [part.guidance for part in parts]} if first.guidance else {},
+            settings=first.settings,
+            cache=[use for part in parts for use in part.cache],
+            pairs=pairs,
+            items=items,
+        ),
+        left_out,
+    )
+
+
+def pooled_judge(parts: Sequence[CaseResult]) -> dict[str, Any]:
+    """The win rates' judge over the folds: its counts summed, each fold's kept."""
+    if not parts[0].judge:
+        return {}
+    counts: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for name, count in (part.judge.get("counts") or {}).items():
+            total = counts.setdefault(name, {})
+            for outcome, n in count.items():
+                total[outcome] = total.get(outcome, 0) + int(n)
+    return {
+        **parts[0].judge,
+        "n": sum(int(part.judge.get("n") or 0) for part in parts),
+        "counts": counts,
+        "folds": [part.judge for part in parts],
+    }
+
+
+def fold_of(result: CaseResult) -> tuple[int, int] | None:
+    """``(fold, folds)`` of a cross-fitted suite's result (its data's provenance), else None."""
+    cross_fit = (result.data.get("provenance") or {}).get("cross_fit")
+    if not isinstance(cross_fit, dict) or "fold" not in cross_fit:
+        return None
+    return int(cross_fit["fold"]), int(cross_fit["folds"])
+
+
+# -------------------------------------------------------------------------------------------
+# Checks
+# -------------------------------------------------------------------------------------------
+
+
+def _check_folds(runs: Sequence[tuple[Path, RunFile]]) -> list[int]:
+    """Each run file's fold: one per file, every fold of one count once."""
+    folds: list[tuple[Path, int, int]] = []
+    for path, run in runs:
+        if not run.results:
+            raise PoolError(f"{path}: no results to pool")
+        seen = set()
+        for result in run.results:
+            found = fold_of(result)
+            if found is None:
+                raise PoolError(
+                    f"{path}: {comparable.key_text(result.key)} is not of a fold (its suite "
+                    "was not run with folds > 1)"
+                )
+            seen.add(found)
+        if len(seen) > 1:
+            raise PoolError(f"{path}: results of several folds ({_folds_text(seen)})")
+        ((fold, count),) = seen
+        folds.append((path, fold, count))
+    counts = {count for _, _, count in folds}
+    if len(counts) > 1:
+        raise PoolError(
+            "the runs split the papers differently: "
+            + ", ".join(f"{p} is fold {k} of {n}" for p, k, n in folds)
+        )
+    given: dict[int, Path] = {}
+    for path, fold, count in folds:
+        if fold in given:
+            raise PoolError(f"{path}: fold {fold} of {count} is given twice (also {given[fold]})")
+        given[fold] = path
+    (count,) = counts
+    missing = [k for k in range(count) if k not in given]
+    if missing:
+        raise PoolError(
+            f"fold(s) {', '.join(map(str, missing))} of {count} missing: give the run files of "
+            f"all {count} folds"
+        )
+    return [fold for _, fold, _ in folds]
+
+
+def _folds_text(seen: set[tuple[int, int]]) -> str:
+    return ", ".join(f"fold {k} of {n}" for k, n in sorted(seen))
+
+
+def _check_config(runs: Sequence[tuple[Path, RunFile]]) -> None:
+    (path0, run0), rest = runs[0], runs[1:]
+    for path, run in rest:
+        for name in (*SHARED_CONFIG, "shard"):
+            if run.config.get(name) != run0.config.get(name):
+                raise PoolError(
+                    f"the folds were run with other options: {name} is "
+                    f"{run0.config.get(name)!r} in {path0} but {run.config.get(name)!r} in {path}"
+                )
+        if run.commit != run0.commit:
+            raise PoolError(
+                f"the folds ran other code: commit {run0.commit} in {path0}, {run.commit} in {path}"
+            )
+
+
+def _check_same_tests(folds: list[int], by_key: dict[Key, list[tuple[int, CaseResult]]]) -> None:
+    """Every test in every fold: a row pooled over some folds would hold some users' papers
+    only."""
+    for key, parts in by_key.items():
+        missing = sorted(set(folds) - {fold for fold, _ in parts})
+        if missing:
+            raise PoolError(
+                f"{comparable.key_text(key)} has no result in fold(s) "
+                f"{', '.join(map(str, missing))}: give runs of the same tests"
+            )
+
+
+def _check_like_for_like(runs: Sequence[tuple[Path, RunFile]]) -> None:
+    """One model per size and one environment: the data differ between folds by design, so
+    only their suite's options are compared (apart from ``fold``)."""
+    seen: list[tuple[Path, CaseResult]] = []
+    for path, run in runs:
+        for result in run.results:
+            for other_path, other in seen:
+                if other_path == path or other.size != result.size:
+                    continue
+                for difference in comparable.case_differences(other, result):
+                    if difference.kind in ("model", "environment") and not difference.unverified:
+                        raise PoolError(
+                            f"{path} and {other_path} are not folds of one design: "
+                            f"{difference.text} ({comparable.key_text(other.key)} against "
+                            f"{comparable.key_text(result.key)})"
+                        )
+            seen.append((path, result))
+    _check_suite_options(runs)
+
+
+def _check_suite_options(runs: Sequence[tuple[Path, RunFile]]) -> None:
+    first: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path, run in runs:
+        for result in run.results:
+            options = dict((result.data.get("provenance") or {}).get("options") or {})
+            options.pop("fold", None)
+            if result.suite not in first:
+                first[result.suite] = (path, options)
+                continue
+            path0, options0 = first[result.suite]
+            odd = sorted(k for k in {*options, *options0} if options.get(k) != options0.get(k))
+            if odd:
+                name = odd[0]
+                raise PoolError(
+                    f"the folds' {result.suite} was run with other options: {name} is "
+                    f"{options0.get(name)!r} in {path0} but {options.get(name)!r} in {path}"
+                )
+
+
+def _outcomes(runs: Sequence[tuple[Path, RunFile]]) -> dict[str, Any]:
+    """The folds' outcomes together: a test passed where it passed in every fold."""
+    out: dict[str, Any] = {"selected": 0, "interrupted": None, "incomplete": []}
+    tests: dict[str, set[str]] = {name: set() for name in OUTCOMES}
+    for path, run in runs:
+        parts = run.outcomes
+        out["selected"] = max(out["selected"], int(parts.get("selected") or 0))
+        for name in OUTCOMES:
+            tests[name] |= set(parts.get(name) or [])
+        out["without_result"] = sorted(
+            {*out.get("without_result", []), *(parts.get("without_result") or [])}
+        )
+        out["interrupted"] = out["interrupted"] or parts.get("interrupted")
+        out["incomplete"] += [f"{path}: {reason}" for reason in parts.get("incomplete") or []]
+    tests["passed"] -= set().union(*(tests[n] for n in OUTCOMES if n != "passed"))
+    out.update({name: sorted(found) for name, found in tests.items()})
+    return out
