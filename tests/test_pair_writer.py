@@ -96,6 +96,14 @@ def test_style_pairs_answer_the_same_abstract_from_own_and_others_examples(tmp_p
     assert len(data.test_pairs) == 2 and len(data.train_pairs) == 6
 
 
+def test_briefs_outside_the_release_without_a_writer_are_refused_naming_them(tmp_path):
+    suite = pref_lamp.PrefLamp()
+    data = suite.load(authors(tmp_path / "data", STRANGERS), limit=None,
+                      options={"negatives": "style"})  # fmt: skip
+    with pytest.raises(ValueError, match=r"8 of the pairs' briefs are not in the release"):
+        suite.build_pairs(data, None, tmp_path / "pairs")
+
+
 def test_written_pairs_keep_the_real_title_as_the_chosen_side(tmp_path):
     root = authors(tmp_path / "data", STRANGERS)
     data, _ = build(root, tmp_path / "pairs", FakeWriter(), negatives="written")

@@ -224,6 +224,8 @@ class LatentHead(Heads):
     """``vpl``'s head conditioned on the user latent, ``r_u = (w + U z_u) . h`` (unknown users:
     ``z = 0``); ``config``: its ``VPLConfig``."""
 
+    context: torch.Tensor  # a buffer (register_buffer), typed for the readers below
+
     def __init__(self, n_users: int, dim: int, config: Any, generator: torch.Generator) -> None:
         super().__init__()
         self.config = config

@@ -151,6 +151,7 @@ def two_sided(upper: float, lower: float) -> float:
 
 def intersection_union(*p_values: float | None) -> float | None:
     """The p-value of "all of these at once": the largest of theirs (None if any is None)."""
-    if any(p is None or not math.isfinite(p) for p in p_values):
+    known = [p for p in p_values if p is not None and math.isfinite(p)]
+    if len(known) < len(p_values):
         return None
-    return float(max(p_values))  # type: ignore[type-var]
+    return float(max(known))

@@ -293,6 +293,11 @@ def write(
     made = dict(taken)
     who = release.writer if release is not None else _who(writer, options)
     if todo:
+        if writer is None or cache_dir is None:
+            raise ValueError(
+                f"{len(todo)} of the pairs' briefs are not in the release: they need the writer "
+                "and a cache folder"
+            )
         found, who = sides(todo, writer, cache_dir, options, tests={b.source for b in test})
         made.update(found)
     note = release.summary(taken=len(taken), written=len(todo)) if release is not None else None
