@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pytest_prefalign import cli
+from pytest_prefalign.analysis import comparable, table
 from pytest_prefalign.analysis.folds import PoolError, pool
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.records import CaseResult, RunFile
@@ -36,7 +37,14 @@ def result(
                 "cross_fit": {"folds": 2, "fold": fold, "test_briefs": len(pairs)},
             }
         },
-        guidance={"strength": 0.5 + fold},
+        guidance={"strength": {"option": "w", "value": 0.5 + fold, "how": "chosen"}},
+        options={"w": 0.5 + fold, "k": 10},
+        judge={
+            "n": len(pairs),
+            "independent": "minilm",
+            "counts": {"win_self": {"wins": 1, "ties": 0, "losses": fold}, "win_independent": None},
+        },
+        cache=[{"artifact": "results", "inputs": {"evaluation": "e1", "decoder": "d1"}}],
         timings={"generate_s": 1.0 + fold},
         pairs=[
             {"pair_id": p, "user": u, "policy_correct": pc, "rm_correct": rm}
@@ -74,8 +82,18 @@ def test_each_row_is_pooled_over_every_fold_s_records_as_worked_out_by_hand():
     assert row.metrics["rm_acc"] == pytest.approx((2 / 3 + 1 / 3 + 1.0) / 3, abs=1e-4)
     low, high = row.ci["policy_acc"]
     assert low <= row.metrics["policy_acc"] <= high
-    # each fold's working point and provenance kept, in fold order; the times summed
-    assert row.guidance == {"folds": [{"strength": 0.5}, {"strength": 1.5}]}
+    # each fold's working point and provenance kept, in fold order; the times summed; the
+    # strength each fold chose named in the options and the working-points line
+    assert [g["strength"]["value"] for g in row.guidance["folds"]] == [0.5, 1.5]
+    assert row.guidance["strength"] == {"option": "w", "how": "chosen per fold",
+                                        "values": [0.5, 1.5]}  # fmt: skip
+    assert row.options == {"w": [0.5, 1.5], "k": 10}
+    assert table.working_points([row]) == [
+        "  working points: bon[global_bt] w=0.5/1.5 (chosen per fold)"
+    ]
+    # the judge's counts summed; one it could not ask in any fold stays None
+    assert row.judge["n"] == 7 and row.judge["counts"]["win_independent"] is None
+    assert row.judge["counts"]["win_self"] == {"wins": 2, "ties": 0, "losses": 1}
     assert [f["fold"] for f in row.data["provenance"]["cross_fit"]["pooled"]] == [0, 1]
     assert row.timings["generate_s"] == 3.0
     assert [f["fold"] for f in run.config["pooled_folds"]] == [1, 0]
@@ -114,6 +132,12 @@ def mismatched(kind: str) -> list[RunFile]:
         one.commit = "c2"
     elif kind == "model":
         one.results[0].model = {"name": "m", "fingerprint": "f", "weights": "w2"}
+    elif kind == "code":
+        one.results[0].cache = [{"artifact": "results", "inputs": {"evaluation": "e2"}}]
+    elif kind == "reward":
+        one.results[1].reward_version = "2.0"
+    elif kind == "judge":
+        one.results[0].judge = {**one.results[0].judge, "independent": None}
     return [zero, one]
 
 
@@ -129,6 +153,9 @@ def mismatched(kind: str) -> list[RunFile]:
         ("suite option", "pref_lamp was run with other options: writer is None in f0.json"),
         ("commit", "commit c1 in f0.json, c2 in f1.json"),
         ("model", "are not folds of one design"),
+        ("code", "the folds ran other code: the evaluation code is e1 in f0.json but e2"),
+        ("reward", "the reward method's version is None in fold 0 but '2.0' in fold 1"),
+        ("judge", "the independent judge is 'minilm' in fold 0 but None in fold 1"),
     ],
 )
 def test_runs_that_are_not_the_folds_of_one_design_are_refused(kind, message):
@@ -136,6 +163,20 @@ def test_runs_that_are_not_the_folds_of_one_design_are_refused(kind, message):
     with pytest.raises(PoolError) as failure:
         pool(runs)
     assert message in str(failure.value)
+
+
+def test_two_pooled_runs_whose_training_pairs_differ_in_one_fold_are_told_apart():
+    def pooled(train_fingerprint: str) -> CaseResult:
+        zero, one = fold_run(0, FOLD0), fold_run(1, FOLD1)
+        for run, train in ((zero, "t0"), (one, train_fingerprint)):
+            for row in run.results:
+                row.data["fingerprint"] = {"all": "a" + train, "train_pairs": train}
+        return pool([(Path("f0.json"), zero), (Path("f1.json"), one)])[0].results[0]
+
+    same = comparable.case_differences(pooled("t1"), pooled("t1"))
+    assert not [d for d in same if d.kind == "data"]
+    other = comparable.case_differences(pooled("t1"), pooled("t9"))
+    assert any("the training pairs differ" in d.text for d in other if d.kind == "data")
 
 
 def test_the_outcomes_of_the_folds_say_a_test_passed_only_where_every_fold_passed_it():

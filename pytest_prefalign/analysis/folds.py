@@ -12,20 +12,23 @@ ICL comparison: one family of verdicts) is computed once on the pooled results.
 
 Fold runs that could not have been one cross-fitted design are refused with what differs: a
 result that is not of a fold, folds missing or given twice, other fold counts, a test in one
-fold only, other options, commit, code, model or environment. Each fold's working point
-(guidance strength chosen on its own validation items), timings and cache uses are kept per
-fold. Metrics a plugin declares are pooled only where that plugin is installed (they are in the
-catalogue then); the others are left out and named.
+fold only, other options, commit, code, reward method, model, environment or judge. Each fold's
+working point (guidance strength chosen on its own validation items; the row's options and its
+working-point line give one value per fold where they differ), timings and cache uses are kept
+per fold; the data's fingerprint is one over the folds' (so that a comparison with another
+pooled run sees a change in any fold). Metrics a plugin declares (``pytest_prefalign_metrics``)
+are known to a pytest run only: the pool leaves them out and names them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_prefalign.analysis import catalogue, comparable, crisis
+from pytest_prefalign.analysis import catalogue, comparable, crisis, merge
 from pytest_prefalign.analysis.figures import figures
 from pytest_prefalign.analysis.merge import SHARED_CONFIG, result_order
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
@@ -44,12 +47,17 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
         raise PoolError("give the run files of the folds")
     folds = _check_folds(runs)
     _check_config(runs)
+    try:
+        merge.check_code(runs, "folds")
+    except merge.MergeError as exc:
+        raise PoolError(str(exc)) from None
     _check_like_for_like(runs)
     by_key: dict[Key, list[tuple[int, CaseResult]]] = defaultdict(list)
     for (_, run), fold in zip(runs, folds, strict=True):
         for result in run.results:
             by_key[result.key].append((fold, result))
     _check_same_tests(folds, by_key)
+    _check_same_methods(runs, by_key)
     pooled, dropped = [], []
     for parts in by_key.values():
         result, left_out = pooled_result([r for _, r in sorted(parts, key=lambda p: p[0])])
@@ -113,17 +121,13 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
             judge=pooled_judge(parts),
             timings={k: round(v, 3) for k, v in timings.items()},
             model=first.model,
-            data={
-                **first.data,
-                "provenance": provenance,
-                "folds": [part.data for part in parts],
-            },
+            data=pooled_data(parts, provenance),
             environment=first.environment,
             reward_fingerprint=first.reward_fingerprint,
             reward_package=first.reward_package,
             reward_version=first.reward_version,
-            options=first.options,
-            guidance={"folds": [part.guidance for part in parts]} if first.guidance else {},
+            options=per_fold([part.options for part in parts]),
+            guidance=pooled_guidance(parts),
             settings=first.settings,
             cache=[use for part in parts for use in part.cache],
             pairs=pairs,
@@ -134,20 +138,82 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
 
 
 def pooled_judge(parts: Sequence[CaseResult]) -> dict[str, Any]:
-    """The win rates' judge over the folds: its counts summed, each fold's kept."""
+    """The win rates' judge over the folds: its counts summed (None where no fold had the
+    judge), each fold's kept. The folds' judges are the same (``_check_same_methods``)."""
     if not parts[0].judge:
         return {}
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[str, dict[str, int] | None] = {}
     for part in parts:
         for name, count in (part.judge.get("counts") or {}).items():
-            total = counts.setdefault(name, {})
+            if count is None:  # that judge was unavailable (JudgeUnavailable)
+                counts.setdefault(name, None)
+                continue
+            total = counts.get(name) or {}
             for outcome, n in count.items():
                 total[outcome] = total.get(outcome, 0) + int(n)
+            counts[name] = total
     return {
         **parts[0].judge,
         "n": sum(int(part.judge.get("n") or 0) for part in parts),
         "counts": counts,
         "folds": [part.judge for part in parts],
+    }
+
+
+def pooled_guidance(parts: Sequence[CaseResult]) -> dict[str, Any]:
+    """Each fold's guidance kept (``folds``); ``strength`` the folds' one where they chose the
+    same value, else the value each chose (``values``, ``how``: "chosen per fold")."""
+    if not parts[0].guidance:
+        return {}
+    folds = [part.guidance for part in parts]
+    pooled = {**folds[0], "folds": folds}
+    strengths = [g["strength"] for g in folds if isinstance(g.get("strength"), dict)]
+    if len(strengths) < len(folds):
+        return pooled
+    chosen = [(s.get("value"), s.get("how")) for s in strengths]
+    if any(c != chosen[0] for c in chosen):
+        pooled["strength"] = {
+            "option": strengths[0].get("option"),
+            "how": "chosen per fold",
+            "values": [value for value, _ in chosen],
+        }
+    return pooled
+
+
+def per_fold(options: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The folds' options: a value where every fold has it, else the list of each fold's (the
+    guidance strength each fold chose)."""
+    names = dict.fromkeys(name for found in options for name in found)
+    pooled = {}
+    for name in names:
+        values = [found.get(name) for found in options]
+        pooled[name] = values[0] if all(v == values[0] for v in values) else values
+    return pooled
+
+
+def pooled_data(parts: Sequence[CaseResult], provenance: dict[str, Any]) -> dict[str, Any]:
+    """The row's data: fold 0's source, every fold's faults and drops, a fingerprint over the
+    folds' (each part hashed over the folds, so that another pooled run with other training
+    pairs in any fold differs), the pooled provenance, and each fold's data as it was."""
+    prints = [part.data.get("fingerprint") or {} for part in parts]
+    fingerprint = {
+        name: hashlib.sha256("|".join(str(p.get(name)) for p in prints).encode()).hexdigest()[:16]
+        for name in dict.fromkeys(name for p in prints for name in p)
+    }
+    dropped: dict[str, Any] = {}
+    for part in parts:
+        for reason, n in (part.data.get("dropped") or {}).items():
+            if isinstance(n, int) and isinstance(dropped.get(reason, 0), int):
+                dropped[reason] = dropped.get(reason, 0) + n
+            else:
+                dropped[reason] = n
+    return {
+        **parts[0].data,
+        "dropped": dropped,
+        "faults": [fault for part in parts for fault in part.data.get("faults") or []],
+        "fingerprint": fingerprint if any(prints) else None,
+        "provenance": provenance,
+        "folds": [part.data for part in parts],
     }
 
 
@@ -235,6 +301,30 @@ def _check_same_tests(folds: list[int], by_key: dict[Key, list[tuple[int, CaseRe
             )
 
 
+def _check_same_methods(
+    runs: Sequence[tuple[Path, RunFile]], by_key: dict[Key, list[tuple[int, CaseResult]]]
+) -> None:
+    """One reward method and one independent judge per test across the folds: a plugin
+    upgraded, or the judge unavailable, between two folds' runs would pool other things."""
+    fields = ("reward_fingerprint", "reward_package", "reward_version")
+    for key, parts in by_key.items():
+        fold0, first = parts[0]
+        for fold, part in parts[1:]:
+            for name in fields:
+                if getattr(part, name) != getattr(first, name):
+                    raise PoolError(
+                        f"{comparable.key_text(key)}: the reward method's {name.split('_')[1]} "
+                        f"is {getattr(first, name)!r} in fold {fold0} but "
+                        f"{getattr(part, name)!r} in fold {fold}"
+                    )
+            judges = [(p.judge or {}).get("independent") for p in (first, part)]
+            if judges[0] != judges[1]:
+                raise PoolError(
+                    f"{comparable.key_text(key)}: the independent judge is {judges[0]!r} in fold "
+                    f"{fold0} but {judges[1]!r} in fold {fold} (unavailable in one?)"
+                )
+
+
 def _check_like_for_like(runs: Sequence[tuple[Path, RunFile]]) -> None:
     """One model per size and one environment: the data differ between folds by design, so
     only their suite's options are compared (apart from ``fold``)."""
@@ -242,10 +332,13 @@ def _check_like_for_like(runs: Sequence[tuple[Path, RunFile]]) -> None:
     for path, run in runs:
         for result in run.results:
             for other_path, other in seen:
-                if other_path == path or other.size != result.size:
+                if other_path == path:
                     continue
+                relevant = (
+                    {"environment", "model"} if other.size == result.size else {"environment"}
+                )
                 for difference in comparable.case_differences(other, result):
-                    if difference.kind in ("model", "environment") and not difference.unverified:
+                    if difference.kind in relevant and not difference.unverified:
                         raise PoolError(
                             f"{path} and {other_path} are not folds of one design: "
                             f"{difference.text} ({comparable.key_text(other.key)} against "

@@ -32,7 +32,7 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
     _check_shards(runs)
     _check_config(runs)
     _check_collected(runs)
-    _check_code(runs)
+    check_code(runs)
     results = _joined(runs)
     _check_like_for_like(runs)
     first = runs[0][1]
@@ -119,10 +119,10 @@ def _check_collected(runs: Sequence[tuple[Path, RunFile]]) -> None:
             )
 
 
-def _check_code(runs: Sequence[tuple[Path, RunFile]]) -> None:
-    """The same code in every shard, by the code versions each result was keyed by (the
-    evaluation's, each suite's, each decoder's): one commit with an edit between two shards
-    would otherwise merge."""
+def check_code(runs: Sequence[tuple[Path, RunFile]], what: str = "shards") -> None:
+    """The same code in every run (``what``: the shards of a run, the folds of a design), by
+    the code versions each result was keyed by (the evaluation's, each suite's, each
+    decoder's): one commit with an edit between two of them would otherwise join."""
     seen: dict[tuple[str, str], tuple[str, Path]] = {}
     for path, run in runs:
         for result in run.results:
@@ -137,9 +137,9 @@ def _check_code(runs: Sequence[tuple[Path, RunFile]]) -> None:
                     continue
                 first = seen.setdefault((part, name), (str(value), path))
                 if first[0] != str(value):
-                    what = f"{part} {name}".strip()
+                    component = f"{part} {name}".strip()
                     raise MergeError(
-                        f"the shards ran other code: the {what} code is {first[0]} in "
+                        f"the {what} ran other code: the {component} code is {first[0]} in "
                         f"{first[1]} but {value} in {path}"
                     )
 

@@ -83,9 +83,9 @@ def working_points(rows: Sequence[CaseResult]) -> list[str]:
         how = strength.get("how", "?")
         if how == "chosen" and strength.get("fallback"):
             how = "chosen, none passed"
-        found.append(
-            f"{row.method} {strength.get('option', '?')}={strength.get('value', 0):g} ({how})"
-        )
+        values = strength.get("values") or [strength.get("value", 0)]  # a pooled run's folds
+        shown = "/".join(f"{v:g}" if isinstance(v, (int, float)) else "?" for v in values)
+        found.append(f"{row.method} {strength.get('option', '?')}={shown} ({how})")
     if not found:
         return []
     return ["  working points: " + ", ".join(found)]
