@@ -57,7 +57,7 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
         for result in run.results:
             by_key[result.key].append((fold, result))
     _check_same_tests(folds, by_key)
-    _check_same_methods(runs, by_key)
+    _check_same_methods(by_key)
     pooled, dropped = [], []
     for parts in by_key.values():
         result, left_out = pooled_result([r for _, r in sorted(parts, key=lambda p: p[0])])
@@ -301,9 +301,7 @@ def _check_same_tests(folds: list[int], by_key: dict[Key, list[tuple[int, CaseRe
             )
 
 
-def _check_same_methods(
-    runs: Sequence[tuple[Path, RunFile]], by_key: dict[Key, list[tuple[int, CaseResult]]]
-) -> None:
+def _check_same_methods(by_key: dict[Key, list[tuple[int, CaseResult]]]) -> None:
     """One reward method and one independent judge per test across the folds: a plugin
     upgraded, or the judge unavailable, between two folds' runs would pool other things."""
     fields = ("reward_fingerprint", "reward_package", "reward_version")
