@@ -302,7 +302,8 @@ def pool_main(argv: Sequence[str] | None = None) -> int:
         print(line)
     if left_out:
         print(
-            "left out (metrics a plugin declares: only a pytest run knows them): " + ", ".join(left_out),
+            "left out (metrics a plugin declares: only a pytest run knows them): "
+            + ", ".join(left_out),
             file=sys.stderr,
         )
     print(f"pooled {len(runs)} folds, {len(run.results)} results: {args.out}")
