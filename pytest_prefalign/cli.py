@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 HELP = """\
 usage: prefalign COMMAND [ARGS...]
@@ -229,9 +230,7 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     """``prefalign merge RUN... --out RUN`` (argv without ``merge``): the run files of the
     shards of one run (``--prefalign-shard K/N``) joined into one, its analysis computed on
     the joined results. Returns 2 when they cannot be merged (the message says why), else 0."""
-    from pytest_prefalign import portable
-    from pytest_prefalign.analysis import merge, summary, table, wrap
-    from pytest_prefalign.datadir import project_root
+    from pytest_prefalign.analysis import merge
     from pytest_prefalign.runs import records
 
     parser = argparse.ArgumentParser(
@@ -247,19 +246,11 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         shards = [(path, records.read(path)) for path in args.runs]
-        run = merge.merge(shards)
-        # the shards' paths as given, none of this machine (portable.py)
-        roots = portable.machine_roots(rootdir=project_root(Path.cwd()))
-        run = dataclasses.replace(run, config=portable.relative(run.config, roots))
-        records.write(run, args.out)
+        run = write_joined(merge.merge(shards), args.out)
     except (ValueError, OSError) as exc:
         print(f"prefalign merge: error: {exc}", file=sys.stderr)
         return 2
-    width = wrap.terminal_width(sys.stdout.isatty())
-    for line in table.leaderboards(run.results, width):
-        print(line)
-    for line in summary.summary_lines(run, width):
-        print(line)
+    show_run(run)
     print(f"merged {len(shards)} shards, {len(run.results)} results: {args.out}")
     return 0
 
@@ -269,9 +260,7 @@ def pool_main(argv: Sequence[str] | None = None) -> int:
     cross-fitted suite's folds (``folds = K``, one run per ``fold``) pooled into one, each row's
     figures and the run's analysis computed again over every fold's test items. Returns 2 when
     they cannot be pooled (the message says why), else 0."""
-    from pytest_prefalign import portable
-    from pytest_prefalign.analysis import folds, summary, table, wrap
-    from pytest_prefalign.datadir import project_root
+    from pytest_prefalign.analysis import folds
     from pytest_prefalign.runs import records
 
     parser = argparse.ArgumentParser(
@@ -288,18 +277,12 @@ def pool_main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         runs = [(path, records.read(path)) for path in args.runs]
-        run, left_out = folds.pool(runs)
-        roots = portable.machine_roots(rootdir=project_root(Path.cwd()))
-        run = dataclasses.replace(run, config=portable.relative(run.config, roots))
-        records.write(run, args.out)
+        pooled, left_out = folds.pool(runs)
+        run = write_joined(pooled, args.out)
     except (ValueError, OSError) as exc:
         print(f"prefalign pool: error: {exc}", file=sys.stderr)
         return 2
-    width = wrap.terminal_width(sys.stdout.isatty())
-    for line in table.leaderboards(run.results, width):
-        print(line)
-    for line in summary.summary_lines(run, width):
-        print(line)
+    show_run(run)
     if left_out:
         print(
             "left out (metrics a plugin declares: only a pytest run knows them): "
@@ -308,6 +291,30 @@ def pool_main(argv: Sequence[str] | None = None) -> int:
         )
     print(f"pooled {len(runs)} folds, {len(run.results)} results: {args.out}")
     return 0
+
+
+def write_joined(run: Any, out: Path) -> Any:
+    """A run file joined from others (``merge``, ``pool``) written to ``out``: the files it
+    names as given, none of this machine (portable.py)."""
+    from pytest_prefalign import portable
+    from pytest_prefalign.datadir import project_root
+    from pytest_prefalign.runs import records
+
+    roots = portable.machine_roots(rootdir=project_root(Path.cwd()))
+    run = dataclasses.replace(run, config=portable.relative(run.config, roots))
+    records.write(run, out)
+    return run
+
+
+def show_run(run: Any) -> None:
+    """A joined run's leaderboards and summary, fitted to the terminal as a run's."""
+    from pytest_prefalign.analysis import summary, table, wrap
+
+    width = wrap.terminal_width(sys.stdout.isatty())
+    for line in table.leaderboards(run.results, width):
+        print(line)
+    for line in summary.summary_lines(run, width):
+        print(line)
 
 
 def list_main(argv: Sequence[str] | None = None) -> int:
