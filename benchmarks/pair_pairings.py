@@ -1,6 +1,18 @@
 """``pair_designs.py --comparisons``: the style design's pairings run through the real plugin,
-and the per-user standard error of every paired method difference under each (see
-``pair_designs.py``)."""
+and the standard errors of every paired method difference under each (see ``pair_designs.py``):
+
+- **over users**: the standard deviation over users of the per-user difference, over the
+  square root of the users. It holds two parts: the noise of each user's own few pairs, and
+  the real spread of the difference from one person to the next, which only more users
+  narrow;
+- **per user**: the noise of a user's own difference alone, the root of its variance
+  averaged over users, each user's variance the clustered one of a mean (the pairs of one
+  paper, its rivals or matched candidates, a cluster: they share the abstract and the chosen
+  side); it is what more comparisons per user can narrow.
+
+A pairing with rivals also gives the row of its first rival alone (pair ids without ``~``):
+the pairs of the same design with one rival, scored by the same fitted methods, so the two
+rows differ in nothing but the further rivals' pairs."""
 
 from __future__ import annotations
 
@@ -33,6 +45,9 @@ def measure_pairings(args: argparse.Namespace, pairings: dict[str, dict[str, str
             label, options, data_dir, keep, args.users, scoring_only=args.scoring_only
         )
         print(f"{label}: {runs[label]['wall_s']:.0f} s", file=sys.stderr, flush=True)
+    for label in list(runs):
+        if int(pairings[label].get("writer_rivals", 1)) > 1:
+            runs[f"{label.rsplit(', ', 1)[0]} (its first rival)"] = first_rival(runs[label])
     first = next(iter(runs))
     rows = [table_row(label, runs[label], runs[first]) for label in runs]
     print(
@@ -50,9 +65,13 @@ HEADERS = [
     "test pairs / user",
     "writer titles / prompt",
     "writer s",
-    "RM acc SE, median [range] over method pairs",
+    "RM acc SE over users, median [range] over method pairs",
     "x nearest",
-    "policy acc SE",
+    "per user",
+    "x nearest",
+    "policy acc SE over users",
+    "x nearest",
+    "per user",
     "x nearest",
     "base policy acc",
     "length unmatched",
@@ -142,28 +161,25 @@ def one_run(
     return json.loads(out.read_text())
 
 
+Outcomes = dict[str, dict[str, list[Any]]]  # metric -> method -> [[pair id, user, value]]
+
+
 def figures(run_file: dict[str, Any], wall: float) -> dict[str, Any]:
-    """Per metric, the per-user value of every method, and the pairs' design."""
-    per_user: dict[str, dict[str, dict[str, float]]] = {metric: {} for metric in METRICS}
+    """Per metric, every method's pair outcomes and per-user value, and the pairs' design."""
+    outcomes: Outcomes = {metric: {} for metric in METRICS}
     for metric, field in METRICS.items():
-        outcomes: dict[str, dict[str, list[float]]] = {}
         for record in run_file["pairs"]:
             if record[field] is not None:
-                by_user = outcomes.setdefault(record["method"], {})
-                by_user.setdefault(record["user"], []).append(record[field])
-        found: dict[str, dict[str, float]] = {}
-        for method, by_user in outcomes.items():
-            values = {user: float(np.mean(v)) for user, v in by_user.items()}
-            if values not in found.values():  # one reward method's RM accuracy under two decoders
-                found[method] = values
-        per_user[metric] = found
+                found = outcomes[metric].setdefault(record["method"], [])
+                found.append([record["pair_id"], record["user"], float(record[field])])
     row = run_file["results"][0]
     provenance = row["data"].get("provenance", row["data"])
     pairs = {r["pair_id"] for r in run_file["pairs"]}
     users = {r["user"] for r in run_file["pairs"]}
     options = provenance.get("writer_options", {})
     return {
-        "per_user": per_user,
+        "outcomes": distinct(outcomes),
+        "per_user": per_user_values(outcomes),
         "users": len(users),
         "pairs": len(pairs),
         "writer_titles": options.get("samples"),
@@ -175,6 +191,74 @@ def figures(run_file: dict[str, Any], wall: float) -> dict[str, Any]:
         "length_unmatched": run_file.get("length_unmatched", unmatched(row)),
         "wall_s": wall,
     }
+
+
+def distinct(outcomes: Outcomes) -> Outcomes:
+    """Each metric's outcomes of the methods whose outcomes differ: one reward method's RM
+    accuracy under two decoders is counted once."""
+    found: Outcomes = {}
+    for metric, by_method in outcomes.items():
+        kept: dict[str, list[Any]] = {}
+        for method, records in by_method.items():
+            if records not in kept.values():
+                kept[method] = records
+        found[metric] = kept
+    return found
+
+
+def per_user_values(outcomes: Outcomes) -> dict[str, dict[str, dict[str, float]]]:
+    """metric -> method -> user -> the user's mean outcome."""
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    for metric, by_method in distinct(outcomes).items():
+        found[metric] = {}
+        for method, records in by_method.items():
+            by_user: dict[str, list[float]] = {}
+            for _, user, value in records:
+                by_user.setdefault(user, []).append(value)
+            found[metric][method] = {u: float(np.mean(v)) for u, v in by_user.items()}
+    return found
+
+
+def first_rival(r: dict[str, Any]) -> dict[str, Any]:
+    """A rivals run's figures on its first rival's pairs alone (pair ids without ``~``)."""
+    outcomes = {
+        metric: {m: [o for o in records if "~" not in o[0]] for m, records in by_method.items()}
+        for metric, by_method in r["outcomes"].items()
+    }
+    pairs = {o[0] for by_method in outcomes.values() for rs in by_method.values() for o in rs}
+    return {**r, "outcomes": outcomes, "per_user": per_user_values(outcomes), "pairs": len(pairs)}
+
+
+def paper_of(pair_id: str) -> str:
+    """The paper a pair is of: its id without a rival's ``~r`` or matched ``#i-j``."""
+    return pair_id.split("~")[0].split("#")[0]
+
+
+def within_errors(by_method: dict[str, list[Any]]) -> dict[str, float]:
+    """For every pair of methods, the per-user standard error of their paired difference: the
+    root of the mean over users of the clustered variance of the user's mean difference (the
+    pairs of one paper a cluster; a user with one paper has no estimate and is left out)."""
+    found = {}
+    for a, b in itertools.combinations(sorted(by_method), 2):
+        theirs = {pid: value for pid, _, value in by_method[b]}
+        users: dict[str, dict[str, list[float]]] = {}
+        for pid, user, value in by_method[a]:
+            if pid in theirs:
+                papers = users.setdefault(user, {})
+                papers.setdefault(paper_of(pid), []).append(value - theirs[pid])
+        variances = [clustered_variance(list(p.values())) for p in users.values() if len(p) > 1]
+        if variances:
+            found[f"{a} - {b}"] = float(np.sqrt(np.mean(variances)))
+    return found
+
+
+def clustered_variance(clusters: list[list[float]]) -> float:
+    """The variance of the mean of all values, clusters independent (the cluster-robust
+    sandwich with its small-sample factor C / (C - 1))."""
+    values = np.concatenate([np.asarray(c, dtype=float) for c in clusters])
+    mean, n, c = values.mean(), len(values), len(clusters)
+    sums = np.array([np.sum(np.asarray(k, dtype=float) - mean) for k in clusters])
+    return float(c / (c - 1) * np.sum(sums**2) / n**2)
 
 
 def unmatched(row: dict[str, Any]) -> int:
@@ -200,18 +284,26 @@ def table_row(label: str, r: dict[str, Any], first: dict[str, Any]) -> list[str]
     cells = [label, str(r["users"]), f"{r['pairs'] / r['users']:.1f}"]
     cells += [str(r["writer_titles"]), f"{r['data_s']:.0f}"]
     for metric in METRICS:
-        se, reference = (
-            standard_errors(r["per_user"][metric]),
-            standard_errors(first["per_user"][metric]),
+        cells += se_cells(
+            standard_errors(r["per_user"][metric]), standard_errors(first["per_user"][metric])
         )
-        if not se:
-            cells += ["", ""]
-            continue
-        values = np.array(list(se.values()))
-        ratios = [se[k] / reference[k] for k in se if reference.get(k)]
-        cells.append(f"{np.median(values):.3f} [{values.min():.3f}, {values.max():.3f}]")
-        cells.append(f"{np.median(ratios):.2f}" if ratios else "")
+        cells += se_cells(
+            within_errors(r["outcomes"][metric]), within_errors(first["outcomes"][metric])
+        )
     base = r["per_user"]["policy_acc"].get("base", {})
     cells.append(f"{np.mean(list(base.values())):.2f}" if base else "")
     cells.append(str(r["length_unmatched"]))
     return cells
+
+
+def se_cells(se: dict[str, float], reference: dict[str, float]) -> list[str]:
+    """The median [range] of the method pairs' errors, and their median ratio to the
+    reference's."""
+    if not se:
+        return ["", ""]
+    values = np.array(list(se.values()))
+    ratios = [se[k] / reference[k] for k in se if reference.get(k)]
+    return [
+        f"{np.median(values):.3f} [{values.min():.3f}, {values.max():.3f}]",
+        f"{np.median(ratios):.2f}" if ratios else "",
+    ]

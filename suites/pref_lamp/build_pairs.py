@@ -61,11 +61,13 @@ def build_main(argv: list[str]) -> int:
     lm = load_writer(writing.writer)
     folder, _ = cache.active().folder(cache.make_key("pairs", suite=PrefLamp.name))
     every = [*train, *test]
+    # cross-fitting: every brief is a test brief in its own fold's run
+    tested = every if writing.folds > 1 else test
     made, who = writer.sides(
-        every, lm, folder, writing, tests={b.source for b in test}, progress=Progress()
+        every, lm, folder, writing, tests={b.source for b in tested}, progress=Progress()
     )
     version = args.version or datetime.now(UTC).strftime("%Y.%m.%d")
-    out = args.out or release.packaged(writing.pairing, writing.folds)
+    out = args.out or release.packaged(writing.pairing, writing.folds, writing.rivals)
     written = release.write(out, version, who, writing, every, made)
     pairs = sum(len(m.pairs) for m in made.values())
     print(

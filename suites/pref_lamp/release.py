@@ -60,16 +60,19 @@ def decisive(options: Options) -> dict[str, Any]:
         # the cross-fitting design's briefs differ (its releases only: the others' options
         # stay as they were released)
         **({"folds": options.folds} if options.folds > 1 else {}),
+        **({"rivals": options.rivals} if options.rivals > 1 else {}),
     }
 
 
 def brief_key(brief: Brief) -> str:
-    """The texts a brief's pairs are made from: its user, prompts, the example titles shown,
-    and the paper's abstract and real title."""
+    """The texts a brief's pairs are made from: its user, prompts (the further rivals' where
+    it has them), the example titles shown, and the paper's abstract and real title."""
     src = brief.source
+    rivals = (brief.rivals, brief.rival_shown) if brief.rivals else ()
     return storage.content_key(
-        src.user, src.paper_id, src.abstract, src.title, brief.own, brief.others, brief.shown
-    )
+        src.user, src.paper_id, src.abstract, src.title, brief.own, brief.others, brief.shown,
+        *rivals,
+    )  # fmt: skip
 
 
 def checksum(sources: dict[str, Any]) -> str:
@@ -120,10 +123,12 @@ def _renamed(source: Source, pair_id: str) -> Source:
     return source if source.pair_id == pair_id else replace(source, pair_id=pair_id)
 
 
-def packaged(pairing: str, folds: int = 1) -> Path:
-    """Where the package keeps the release of a pairing (``nearest``, ``matched``) and a
-    cross-fitting design (``folds`` > 1: ``pairs-nearest-folds2.json.gz``)."""
+def packaged(pairing: str, folds: int = 1, rivals: int = 1) -> Path:
+    """Where the package keeps the release of a pairing (``nearest``, ``matched``), a
+    cross-fitting design (``folds`` > 1: ``pairs-nearest-folds2.json.gz``) and rivals
+    (``rivals`` > 1: ``pairs-nearest-folds2-rivals3.json.gz``)."""
     design = pairing if folds == 1 else f"{pairing}-folds{folds}"
+    design = design if rivals == 1 else f"{design}-rivals{rivals}"
     return RELEASED / f"pairs-{design}.json.gz"
 
 
@@ -153,7 +158,7 @@ def read(path: Path) -> Release | None:
 
 def matching(options: Options) -> Release | None:
     """The packaged release made with these writer options, else None."""
-    release = read(packaged(options.pairing, options.folds))
+    release = read(packaged(options.pairing, options.folds, options.rivals))
     return release if release is not None and release.options == decisive(options) else None
 
 

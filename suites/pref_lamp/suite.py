@@ -46,6 +46,9 @@ class PrefLampOptions:
     # style, written: a test paper's pairs: nearest (the one pair of candidates nearest in
     # length) or matched (every pair of candidates within writer_slack, docs/suites.md)
     writer_pairs: Literal["nearest", "matched"] = "nearest"
+    # style, written: the rejected sides of a test paper, each written after another person's
+    # examples (the nearest people first); a pair per rival (docs/suites.md, "Rivals")
+    writer_rivals: Annotated[int, AtLeast(1)] = 1
     test_share: Share = Fraction("0.3")  # the most recent share of an author's papers: test items
     min_profile: Count = 3  # users with fewer profile papers (after the leak rule) are dropped
     max_train_pairs: Count = 0  # training pairs per user, the most recent profile papers; 0 = all
@@ -75,6 +78,10 @@ class PrefLampOptions:
         if self.folds > 1 and self.writer_pairs != "nearest":
             # a release pairs a training paper by the nearest lengths only
             raise OptionError("folds", "cross-fitting needs writer_pairs = nearest")
+        if self.writer_rivals > 1 and self.negatives not in writer.DESIGNS:
+            raise OptionError("writer_rivals", "rivals need negatives = style or written")
+        if self.writer_rivals > 1 and self.writer_pairs != "nearest":
+            raise OptionError("writer_rivals", "rivals need writer_pairs = nearest")
 
 
 # what the writer is asked, its briefs (training, test), and the release holding some of them
@@ -246,6 +253,7 @@ def writer_briefs(
         max_train=0 if crossed else opts.max_train_pairs,
         shots=opts.writer_shots,
         folds=opts.folds,
+        rivals=opts.writer_rivals,
     )
 
 
@@ -286,4 +294,5 @@ def writer_options(opts: PrefLampOptions) -> writer.Options:
         length_slack=opts.writer_slack,
         pairing=opts.writer_pairs,
         folds=opts.folds,
+        rivals=opts.writer_rivals,
     )

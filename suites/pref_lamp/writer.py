@@ -21,6 +21,13 @@ Two designs (suite option ``negatives``):
 - ``written``: chosen = the author's real title, rejected = the writer's title from the others'
   examples (a human title against a model's: a reward that knows nobody can learn that contrast).
 
+More comparisons per test paper (option ``rivals``, suite option ``writer_rivals``): a test
+paper's chosen side is also paired against the titles written after the examples of the next
+nearest people (the second, third, ... by the same BM25 total, each with papers none of the
+earlier rivals' examples are), pair ids ``{pair_id}~{r}``. Every rival pair holds the one design
+rule: the same writer, the same abstract, as many examples as similar; only whose papers they
+are differs. Training pairs stay one per paper.
+
 Length does not decide: each brief gets ``samples`` titles sampled from the writer, and the
 pair takes the two candidates nearest in length (the writer's tokens; the real title's length
 in ``written``), the earlier samples first among equals. A pair whose sides still differ by
@@ -84,6 +91,7 @@ class Options:
     # matched (every pair of an own and an other's candidate within length_slack)
     pairing: str = "nearest"
     folds: int = 1  # cross-fitting: the examples of a brief are papers of its paper's fold
+    rivals: int = 1  # the rejected sides of a test paper, each after another person's examples
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,17 @@ class Brief:
     # the keys of the paper and of the example papers (cross-fitting: ``fold_briefs``)
     key: str = ""
     examples: tuple[str, ...] = ()
+    # more rejected sides (``rivals`` > 1): each further person's prompt, and the example
+    # titles shown in its pair (the author's own and that person's)
+    rivals: tuple[str, ...] = ()
+    rival_shown: tuple[tuple[str, ...], ...] = ()
+
+    def rival(self, r: int) -> Brief:
+        """The brief of the pair against rival ``r`` (0: the first, this brief itself): its
+        others' prompt and the titles shown in that pair."""
+        if r == 0:
+            return self
+        return replace(self, others=self.rivals[r - 1], shown=self.rival_shown[r - 1])
 
 
 def briefs(
@@ -107,6 +126,7 @@ def briefs(
     max_train: int,
     shots: int,
     folds: int = 1,
+    rivals: int = 1,
 ) -> tuple[list[Brief], list[Brief]]:
     """The training briefs (profile papers, the last ``max_train`` per user; 0 = all) and the
     test briefs (test papers). ``held_out``: the test papers no example may be (every user's
@@ -115,7 +135,10 @@ def briefs(
     Cross-fitting (``folds`` > 1, ``held_out`` empty): a brief's examples, the author's own and
     the other person's, are papers of its own paper's fold (``corpus.fold_of``), the author's
     own from all their papers. A brief is a training brief in every other fold, so no fold's
-    training pairs were written after a title of that fold's test papers."""
+    training pairs were written after a title of that fold's test papers.
+
+    ``rivals`` > 1: every brief also holds the prompts of the next nearest people
+    (``_rivals``); a run writes them for its test briefs only."""
     import numpy as np
 
     shown = [p for p in pool if p.key not in held_out]  # papers an example may come from
@@ -136,8 +159,9 @@ def briefs(
             own = [i for i in own if same_fold[i] and _may_show(shown[i], paper, True)]
             mine = _best(scores, own, shots)
             allowed = _others_allowed(shown, written_by, paper) & same_fold
-            theirs = _matched(scores, people, allowed, mine)
-            into.append(_brief(user, paper, [shown[i] for i in mine], [shown[i] for i in theirs]))
+            found = _rivals(scores, people, allowed, mine, rivals)
+            theirs = [[shown[i] for i in positions] for positions in found]
+            into.append(_brief(user, paper, [shown[i] for i in mine], theirs))
     return train, test
 
 
@@ -184,38 +208,55 @@ def _best(scores: Any, positions: Sequence[int], k: int) -> list[int]:
     return ranked[::-1]
 
 
-def _matched(
-    scores: Any, people: dict[str, np.ndarray], allowed: np.ndarray, mine: list[int]
-) -> list[int]:
-    """Another person's examples, as many as the author's own and as similar to the query:
-    of the people with enough ``allowed`` papers, the one whose most similar papers' total
-    score is nearest the author's own examples' (the first by name among equals), and those
-    papers."""
+def _rivals(
+    scores: Any, people: dict[str, np.ndarray], allowed: np.ndarray, mine: list[int], k: int
+) -> list[list[int]]:
+    """Other people's examples, as many as the author's own and as similar to the query, for
+    ``k`` people: of the people with enough ``allowed`` papers, those whose most similar
+    papers' total score is nearest the author's own examples' (by name among equals), each
+    with those papers; a person whose papers would repeat an earlier rival's example is
+    passed over (co-authors show the same papers). The first is the one pair's ``others``;
+    fewer than ``k`` where fewer people qualify, none where nobody does."""
     import numpy as np
 
-    k, target = len(mine), float(sum(scores[i] for i in mine))
+    n, target = len(mine), float(sum(scores[i] for i in mine))
     values = np.asarray(scores)
-    best: tuple[float, np.ndarray] | None = None
-    for positions in people.values():
+    ranked: list[tuple[float, int, np.ndarray]] = []
+    for order, positions in enumerate(people.values()):
         eligible = positions[allowed[positions]]
-        if len(eligible) < k:
+        if len(eligible) < n:
             continue
-        # the k highest scores, summed as the target is: from the lowest up, in their dtype
-        total = float(sum(np.sort(values[eligible])[len(eligible) - k :]))
-        gap = abs(total - target)
-        if best is None or gap < best[0]:
-            best = (gap, eligible)
-    return _best(scores, best[1].tolist(), k) if best else []
+        # the n highest scores, summed as the target is: from the lowest up, in their dtype
+        total = float(sum(np.sort(values[eligible])[len(eligible) - n :]))
+        ranked.append((abs(total - target), order, eligible))
+    ranked.sort(key=lambda found: found[:2])
+    picked: list[list[int]] = []
+    used: set[int] = set()
+    for _, _, eligible in ranked:
+        chosen = _best(scores, eligible.tolist(), n)
+        if used.intersection(chosen):
+            continue
+        picked.append(chosen)
+        used.update(chosen)
+        if len(picked) == k:
+            break
+    return picked
 
 
-def _brief(user: str, paper: Paper, mine: list[Paper], theirs: list[Paper]) -> Brief:
+def _brief(user: str, paper: Paper, mine: list[Paper], rivals: list[list[Paper]]) -> Brief:
+    """The brief of ``paper``: its own prompt, the first rival's (no prompt of others where
+    nobody qualifies: an empty one, as before), and the further rivals'."""
+    theirs, *more = rivals or [[]]
+    own_titles = tuple(p.title for p in mine)
     return Brief(
         paper_source(user, paper),
         prompt(mine, paper.abstract),
         prompt(theirs, paper.abstract),
-        tuple(p.title for p in (*mine, *theirs)),
+        own_titles + tuple(p.title for p in theirs),
         key=paper.key,
-        examples=tuple(p.key for p in (*mine, *theirs)),
+        examples=tuple(p.key for p in (*mine, *theirs, *(p for r in more for p in r))),
+        rivals=tuple(prompt(r, paper.abstract) for r in more),
+        rival_shown=tuple(own_titles + tuple(p.title for p in r) for r in more),
     )
 
 
@@ -322,9 +363,7 @@ def sides(
     ``cache_dir``); the briefs of ``tests`` pair by ``options.pairing``, the others by the
     nearest lengths. ``progress(done, missing)``: told the prompts written (of those the cache
     lacked) before each chunk and at the end."""
-    # written needs no title from the author's own examples
-    texts = [(b.own, b.others) if options.design == "style" else (b.others,) for b in briefs]
-    prompts = {_key(text): text for pair in texts for text in pair}
+    prompts = {_key(text): text for b in briefs for text in _prompts(b, options, b.source in tests)}
     key = cache.make_key(
         "written_titles",
         writer=writer.fingerprint,
@@ -360,6 +399,15 @@ def sides(
     return made, _who(writer, options, str(path))
 
 
+def _prompts(brief: Brief, options: Options, test: bool) -> tuple[str, ...]:
+    """The prompts the writer answers for a brief: the author's own examples' (not in
+    ``written``, whose chosen side is the real title), the first rival's, and on a test brief
+    the further rivals' (``options.rivals``)."""
+    own = (brief.own,) if options.design == "style" else ()
+    more = brief.rivals[: options.rivals - 1] if test else ()
+    return (*own, brief.others, *more)
+
+
 def fill(
     suite: Suite,
     data: SuiteData,
@@ -370,8 +418,9 @@ def fill(
     who: Written,
     release: dict[str, Any] | None = None,
 ) -> None:
-    """The data's pairs from each brief's ``made`` pairs (a brief without one is counted as
-    dropped, ``pair:no_negative``), and the provenance: the design, the writer, its options,
+    """The data's pairs from each brief's ``made`` pairs (a training brief's one pair, whose
+    source is the brief's; a brief without one is counted as dropped, ``pair:no_negative``),
+    and the provenance: the design, the writer, its options,
     and ``release``, what the pairs' release says of itself (``Release.summary``)."""
     negative: dict[str, str | None] = {}
     chosen: dict[str, str] = {}
@@ -380,6 +429,8 @@ def fill(
     for split, briefs in (("train", train), ("test", test)):
         for brief in briefs:
             pairs = made[brief.source.pair_id].pairs
+            if split == "train":  # one pair a paper (a release may hold a test brief's more)
+                pairs = tuple(pair for pair in pairs if pair[0] == brief.source)
             if not pairs:  # counted as dropped by add_pairs
                 sources[split].append(brief.source)
                 negative[brief.source.pair_id] = None
@@ -409,6 +460,7 @@ def fill(
             },
             "length_slack_tokens": options.length_slack,
             "pairing": options.pairing,
+            **({"rivals": options.rivals} if options.rivals > 1 else {}),
             "length_unmatched": unmatched,
         }
     )
@@ -428,8 +480,16 @@ def _sides(
     """The pairs of one brief, each with its source: the candidates nearest in length (one
     pair), or with ``many`` and the ``matched`` pairing every pair of an own and an other's
     candidate within the length slack, each its own pair ``{pair_id}#{i}-{j}`` (the candidates'
-    positions); where none is within the slack, the nearest. Empty where no pair can be made
-    (no candidate, or every candidate the same title)."""
+    positions); where none is within the slack, the nearest. With ``many`` and ``rivals`` > 1,
+    also the nearest pair against each further rival, ``{pair_id}~{r}``. Empty where no pair
+    can be made (no candidate, or every candidate the same title)."""
+    if many and options.rivals > 1:
+        pairs = _one_pair(brief, found, length, options)
+        for r in range(1, min(options.rivals, len(brief.rivals) + 1)):
+            source = replace(brief.source, pair_id=f"{brief.source.pair_id}~{r}")
+            rival = replace(brief.rival(r), source=source)
+            pairs += _one_pair(rival, found, length, options)
+        return pairs
     theirs = _answers(found[_key(brief.others)], brief)
     if options.design == "written":
         own = [brief.source.title]
@@ -446,6 +506,13 @@ def _sides(
             return within
     pick = _nearest(own, theirs, length)
     return [(brief.source, *pick)] if pick else []
+
+
+def _one_pair(
+    brief: Brief, found: dict[str, list[str]], length: Any, options: Options
+) -> list[tuple[Source, str, str]]:
+    """The brief's one pair: its candidates nearest in length."""
+    return _sides(brief, found, length, replace(options, rivals=1), many=False)
 
 
 def _answers(texts: Sequence[str], brief: Brief) -> list[str]:

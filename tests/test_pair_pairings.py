@@ -1,0 +1,54 @@
+"""``benchmarks/pair_pairings.py``'s standard errors worked out by hand: the per-user error of a
+paired method difference, with the pairs of one paper a cluster, and a rivals run's first
+rival alone."""
+
+from __future__ import annotations
+
+import sys
+
+import benchmark_scripts
+import pytest
+
+
+@pytest.fixture(scope="module")
+def pairings():
+    yield benchmark_scripts.load("pair_pairings")
+    sys.modules.pop("pair_pairings", None)
+
+
+def test_singleton_clusters_give_the_variance_of_a_plain_mean(pairings):
+    # four pairs, each its own paper: s^2 / n = (1/3) / 4
+    assert pairings.clustered_variance([[1.0], [0.0], [1.0], [0.0]]) == pytest.approx(1 / 12)
+
+
+def test_pairs_of_one_paper_count_as_one_draw(pairings):
+    # two papers of two identical pairs each: the mean of two draws, (1/2) / 2
+    assert pairings.clustered_variance([[1.0, 1.0], [0.0, 0.0]]) == pytest.approx(0.25)
+    # the same four values as independent papers would claim a third of it
+    assert pairings.clustered_variance([[1.0], [1.0], [0.0], [0.0]]) == pytest.approx(1 / 12)
+
+
+def test_the_per_user_error_is_the_root_of_the_users_mean_variance(pairings):
+    by_method = {
+        "a": [["u/p1", "u", 1.0], ["u/p1~1", "u", 1.0], ["u/p2", "u", 0.0],
+              ["v/q1", "v", 1.0], ["v/q2", "v", 1.0], ["w/r1", "w", 1.0]],
+        "b": [["u/p1", "u", 0.0], ["u/p1~1", "u", 0.0], ["u/p2", "u", 0.0],
+              ["v/q1", "v", 0.0], ["v/q2", "v", 1.0], ["w/r1", "w", 0.0]],
+    }  # fmt: skip
+    # u: differences {p1: [1, 1], p2: [0]}, mean 2/3, cluster sums 2/3 and -2/3:
+    #    2 / 1 * (8/9) / 9 = 16/81;  v: {q1: [1], q2: [0]}, mean 1/2: 2 * (1/2) / 4 = 1/4;
+    # w has one paper: no estimate
+    expected = ((16 / 81 + 1 / 4) / 2) ** 0.5
+    assert pairings.within_errors(by_method) == {"a - b": pytest.approx(expected)}
+
+
+def test_a_rivals_run_gives_its_first_rival_s_pairs_alone(pairings):
+    outcomes = {
+        "rm_acc": {"a": [["u/p1", "u", 1.0], ["u/p1~1", "u", 0.0], ["u/p2", "u", 1.0]]},
+        "policy_acc": {"a": [["u/p1", "u", 0.0], ["u/p1~2", "u", 1.0], ["u/p2", "u", 0.0]]},
+    }
+    run = {"outcomes": outcomes, "per_user": {}, "pairs": 5, "users": 1}
+    first = pairings.first_rival(run)
+    assert first["pairs"] == 2
+    assert first["per_user"] == {"rm_acc": {"a": {"u": 1.0}}, "policy_acc": {"a": {"u": 0.0}}}
+    assert pairings.paper_of("u/p1~2") == pairings.paper_of("u/p1#0-1") == "u/p1"
