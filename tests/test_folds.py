@@ -145,7 +145,7 @@ def mismatched(kind: str) -> list[RunFile]:
     ("kind", "message"),
     [
         ("twice", "f1.json: fold 0 of 2 is given twice (also f0.json)"),
-        ("missing", "fold(s) 1 of 2 missing"),
+        ("missing", "fold 1 of 2 missing: give the run files of all 2 folds"),
         ("count", "f1.json: results of several folds (fold 1 of 2, fold 1 of 3)"),
         ("not a fold", "is not of a fold"),
         ("test", "bon[pal] on pref_lamp (135m) has no result in fold(s) 1"),

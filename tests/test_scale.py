@@ -176,7 +176,7 @@ def test_merge_refuses_overlaps_missing_shards_and_other_runs(toy, capsys):
         return capsys.readouterr().err
 
     assert "shard 1/2 is given twice" in refused(s1, s1)
-    assert "shard(s) 2/2 missing" in refused(s1)
+    assert "shard 2/2 missing: give the run files of all 2 shards" in refused(s1)
     third = json.loads((toy.path / "s2.json").read_text())
     third["config"]["shard"] = "2/3"  # as if another split (a run has 2 groups here)
     (toy.path / "third.json").write_text(json.dumps(third))

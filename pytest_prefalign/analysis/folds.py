@@ -249,24 +249,14 @@ def _check_folds(runs: Sequence[tuple[Path, RunFile]]) -> list[int]:
             raise PoolError(f"{path}: results of several folds ({_folds_text(seen)})")
         ((fold, count),) = seen
         folds.append((path, fold, count))
-    counts = {count for _, _, count in folds}
-    if len(counts) > 1:
-        raise PoolError(
-            "the runs split the papers differently: "
-            + ", ".join(f"{p} is fold {k} of {n}" for p, k, n in folds)
-        )
-    given: dict[int, Path] = {}
-    for path, fold, count in folds:
-        if fold in given:
-            raise PoolError(f"{path}: fold {fold} of {count} is given twice (also {given[fold]})")
-        given[fold] = path
-    (count,) = counts
-    missing = [k for k in range(count) if k not in given]
-    if missing:
-        raise PoolError(
-            f"fold(s) {', '.join(map(str, missing))} of {count} missing: give the run files of "
-            f"all {count} folds"
-        )
+    merge.check_parts(
+        folds,
+        first=0,
+        noun="folds",
+        label=lambda k, n: f"fold {k} of {n}",
+        split="the runs split the papers differently",
+        error=PoolError,
+    )
     return [fold for _, fold, _ in folds]
 
 

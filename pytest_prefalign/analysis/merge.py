@@ -10,7 +10,7 @@ data or environment, a shard missing or given twice, a test in two shards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,24 +76,40 @@ def _check_shards(runs: Sequence[tuple[Path, RunFile]]) -> None:
             raise MergeError(f"{path}: not a shard's run file (run with --prefalign-shard K/N)")
         index, count = (int(part) for part in shard.split("/"))
         shards.append((path, index, count))
-    counts = {count for _, _, count in shards}
+    check_parts(
+        shards,
+        first=1,
+        noun="shards",
+        label=lambda k, n: f"shard {k}/{n}",
+        split="the shards split the run differently",
+        error=MergeError,
+    )
+
+
+def check_parts(
+    parts: Sequence[tuple[Path, int, int]],
+    *,
+    first: int,
+    noun: str,
+    label: Callable[[int, int], str],
+    split: str,
+    error: type[Exception],
+) -> None:
+    """The run files of the parts of a whole (``(path, index, count)``: the shards of a run,
+    the folds of a design): one count, each part once, none missing (indices ``first`` to
+    ``first + count - 1``); else ``error``, naming the files and the parts by ``label``."""
+    counts = {count for _, _, count in parts}
     if len(counts) > 1:
-        raise MergeError(
-            "the shards split the run differently: "
-            + ", ".join(f"{p} is shard {k}/{n}" for p, k, n in shards)
-        )
-    seen: dict[int, Path] = {}
-    for path, index, count in shards:
-        if index in seen:
-            raise MergeError(f"{path}: shard {index}/{count} is given twice (also {seen[index]})")
-        seen[index] = path
+        raise error(f"{split}: " + ", ".join(f"{p} is {label(k, n)}" for p, k, n in parts))
+    given: dict[int, Path] = {}
+    for path, index, count in parts:
+        if index in given:
+            raise error(f"{path}: {label(index, count)} is given twice (also {given[index]})")
+        given[index] = path
     (count,) = counts
-    missing = [k for k in range(1, count + 1) if k not in seen]
+    missing = [label(k, count) for k in range(first, first + count) if k not in given]
     if missing:
-        raise MergeError(
-            f"shard(s) {', '.join(f'{k}/{count}' for k in missing)} missing: give the run files "
-            f"of all {count} shards"
-        )
+        raise error(f"{', '.join(missing)} missing: give the run files of all {count} {noun}")
 
 
 OWN = ("passed", "failed", "error", "skipped", "deselected", "not_run")  # a shard's own tests
