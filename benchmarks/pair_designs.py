@@ -27,6 +27,12 @@ titles, and the seconds of the data phase where it wrote).
 
     python benchmarks/pair_designs.py --comparisons [--users 8] [--offset 100] [--scoring-only]
 
+``--decompose RUN...`` splits, in kept run files, the spread over users of the methods'
+per-user differences into the noise of each user's own pairs and the real spread between users
+(which no design of more pairs per user narrows):
+
+    python benchmarks/pair_designs.py --decompose benchmarks/findings-runs/pref_lamp-135m.json.gz
+
 ``--scoring-only`` runs the guidance at its fixed constants and writes one token per output: RM
 and policy accuracy are teacher-forced on the pairs, so they are those of a full run at those
 constants, at a fraction of its cost (ROUGE and the win rates are not read).
@@ -94,7 +100,19 @@ def main() -> None:
         help="with --comparisons: the guidance at its fixed constants and one new token per "
         "output (the pairs' figures without the generations' cost)",
     )
+    parser.add_argument(
+        "--decompose",
+        nargs="+",
+        metavar="RUN",
+        help="split the spread over users of the methods' per-user differences in kept run "
+        "files (.json or .json.gz) into the per-user noise and the spread between users",
+    )
     args = parser.parse_args()
+    if args.decompose:
+        from pair_pairings import decompose_runs  # this folder is the script's own
+
+        decompose_runs(args.decompose)
+        return
     if args.comparisons is not None:
         from pair_pairings import measure_pairings  # this folder is the script's own
 

@@ -20,6 +20,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = {"rm_acc": "rm_correct", "policy_acc": "policy_correct"}
+SUFFIX = re.compile(r"(~\d+|#\d+-\d+)$")  # a rival's or a matched pair's, after the paper
 
 
 def measure_pairings(args: argparse.Namespace, pairings: dict[str, dict[str, str]]) -> None:
@@ -230,8 +232,9 @@ def first_rival(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def paper_of(pair_id: str) -> str:
-    """The paper a pair is of: its id without a rival's ``~r`` or matched ``#i-j``."""
-    return pair_id.split("~")[0].split("#")[0]
+    """The paper a Pref-LaMP pair is of: its id without a rival's ``~r`` or a matched pair's
+    ``#i-j`` at its end (another suite's id is its own)."""
+    return SUFFIX.sub("", pair_id)
 
 
 def within_errors(by_method: dict[str, list[Any]]) -> dict[str, float]:
@@ -259,6 +262,50 @@ def clustered_variance(clusters: list[list[float]]) -> float:
     mean, n, c = values.mean(), len(values), len(clusters)
     sums = np.array([np.sum(np.asarray(k, dtype=float) - mean) for k in clusters])
     return float(c / (c - 1) * np.sum(sums**2) / n**2)
+
+
+def decompose(r: dict[str, Any], metric: str) -> dict[str, float]:
+    """The spread over users of the methods' per-user differences in two parts, the median
+    over method pairs of each: ``over_users`` (the standard deviation over users), ``per_user``
+    (the root mean clustered variance of a user's own difference: the noise of their few
+    pairs) and ``between`` (the root of what is left, the difference's real spread from one
+    person to the next; 0 where the noise explains it all)."""
+    per_user, outcomes = r["per_user"][metric], r["outcomes"][metric]
+    over = {}
+    for a, b in itertools.combinations(sorted(per_user), 2):
+        shared = sorted(set(per_user[a]) & set(per_user[b]))
+        if len(shared) > 1:
+            d = [per_user[a][u] - per_user[b][u] for u in shared]
+            over[f"{a} - {b}"] = float(np.var(d, ddof=1))
+    within = {k: v**2 for k, v in within_errors(outcomes).items()}
+    between = [over[k] - within[k] for k in over if k in within]
+    return {
+        "over_users": float(np.sqrt(np.median(list(over.values())))),
+        "per_user": float(np.sqrt(np.median(list(within.values())))),
+        "between": float(np.sqrt(max(0.0, float(np.median(between))))),
+    }
+
+
+def decompose_runs(paths: list[str]) -> None:
+    """``pair_designs.py --decompose``: the parts of the spread in kept run files."""
+    import gzip
+
+    from tabulate import tabulate
+
+    rows = []
+    for path in paths:
+        raw = Path(path).read_bytes()
+        run_file = json.loads(gzip.decompress(raw) if path.endswith(".gz") else raw)
+        r = figures(run_file, 0.0)
+        cells = [Path(path).name, str(r["users"]), f"{r['pairs'] / r['users']:.1f}"]
+        for metric in METRICS:
+            parts = decompose(r, metric)
+            cells += [f"{parts[k]:.3f}" for k in ("over_users", "per_user", "between")]
+        rows.append(cells)
+    headers = ["run", "users", "test pairs / user"]
+    for metric in METRICS:
+        headers += [f"{metric} SD over users", "per-user noise", "between users"]
+    print(tabulate(rows, headers=headers, disable_numparse=True))
 
 
 def unmatched(row: dict[str, Any]) -> int:

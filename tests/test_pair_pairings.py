@@ -52,3 +52,6 @@ def test_a_rivals_run_gives_its_first_rival_s_pairs_alone(pairings):
     assert first["pairs"] == 2
     assert first["per_user"] == {"rm_acc": {"a": {"u": 1.0}}, "policy_acc": {"a": {"u": 0.0}}}
     assert pairings.paper_of("u/p1~2") == pairings.paper_of("u/p1#0-1") == "u/p1"
+    # another suite's ids are their own: synthetic's and Polis's
+    assert pairings.paper_of("short#0/07") == "short#0/07"
+    assert pairings.paper_of("conv:12/18>3") == "conv:12/18>3"
