@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -228,7 +229,15 @@ def first_rival(r: dict[str, Any]) -> dict[str, Any]:
         for metric, by_method in r["outcomes"].items()
     }
     pairs = {o[0] for by_method in outcomes.values() for rs in by_method.values() for o in rs}
-    return {**r, "outcomes": outcomes, "per_user": per_user_values(outcomes), "pairs": len(pairs)}
+    return {
+        **r,
+        "outcomes": outcomes,
+        "per_user": per_user_values(outcomes),
+        "pairs": len(pairs),
+        # written and counted in the rivals run, not apart
+        "data_s": None,
+        "length_unmatched": "(in its run)",
+    }
 
 
 def paper_of(pair_id: str) -> str:
@@ -237,19 +246,25 @@ def paper_of(pair_id: str) -> str:
     return SUFFIX.sub("", pair_id)
 
 
+def user_differences(by_method: dict[str, list[Any]], a: str, b: str) -> list[list[list[float]]]:
+    """Each user's differences ``a - b`` on the pairs both methods have, grouped by paper;
+    the users with at least two papers (one paper gives no estimate of the noise)."""
+    theirs = {pid: value for pid, _, value in by_method[b]}
+    users: dict[str, dict[str, list[float]]] = {}
+    for pid, user, value in by_method[a]:
+        if pid in theirs:
+            papers = users.setdefault(user, {})
+            papers.setdefault(paper_of(pid), []).append(value - theirs[pid])
+    return [list(papers.values()) for papers in users.values() if len(papers) > 1]
+
+
 def within_errors(by_method: dict[str, list[Any]]) -> dict[str, float]:
     """For every pair of methods, the per-user standard error of their paired difference: the
     root of the mean over users of the clustered variance of the user's mean difference (the
     pairs of one paper a cluster; a user with one paper has no estimate and is left out)."""
     found = {}
     for a, b in itertools.combinations(sorted(by_method), 2):
-        theirs = {pid: value for pid, _, value in by_method[b]}
-        users: dict[str, dict[str, list[float]]] = {}
-        for pid, user, value in by_method[a]:
-            if pid in theirs:
-                papers = users.setdefault(user, {})
-                papers.setdefault(paper_of(pid), []).append(value - theirs[pid])
-        variances = [clustered_variance(list(p.values())) for p in users.values() if len(p) > 1]
+        variances = [clustered_variance(c) for c in user_differences(by_method, a, b)]
         if variances:
             found[f"{a} - {b}"] = float(np.sqrt(np.mean(variances)))
     return found
@@ -266,23 +281,29 @@ def clustered_variance(clusters: list[list[float]]) -> float:
 
 def decompose(r: dict[str, Any], metric: str) -> dict[str, float]:
     """The spread over users of the methods' per-user differences in two parts, the median
-    over method pairs of each: ``over_users`` (the standard deviation over users), ``per_user``
-    (the root mean clustered variance of a user's own difference: the noise of their few
-    pairs) and ``between`` (the root of what is left, the difference's real spread from one
-    person to the next; 0 where the noise explains it all)."""
-    per_user, outcomes = r["per_user"][metric], r["outcomes"][metric]
-    over = {}
-    for a, b in itertools.combinations(sorted(per_user), 2):
-        shared = sorted(set(per_user[a]) & set(per_user[b]))
-        if len(shared) > 1:
-            d = [per_user[a][u] - per_user[b][u] for u in shared]
-            over[f"{a} - {b}"] = float(np.var(d, ddof=1))
-    within = {k: v**2 for k, v in within_errors(outcomes).items()}
-    between = [over[k] - within[k] for k in over if k in within]
+    over method pairs of each, on the same users and pairs (both methods', users of two papers
+    or more): ``over_users`` (the standard deviation over users), ``per_user`` (the root mean
+    clustered variance of a user's own difference: the noise of their few pairs) and
+    ``between`` (the root of what is left, the difference's real spread from one person to
+    the next; 0 where the noise explains it all)."""
+    outcomes = r["outcomes"][metric]
+    over, within, between = [], [], []
+    for a, b in itertools.combinations(sorted(outcomes), 2):
+        users = user_differences(outcomes, a, b)
+        if len(users) < 2:
+            continue
+        means = [float(np.mean(np.concatenate(clusters))) for clusters in users]
+        total = float(np.var(means, ddof=1))
+        noise = float(np.mean([clustered_variance(clusters) for clusters in users]))
+        over.append(total)
+        within.append(noise)
+        between.append(total - noise)
+    if not over:
+        return {"over_users": math.nan, "per_user": math.nan, "between": math.nan}
     return {
-        "over_users": float(np.sqrt(np.median(list(over.values())))),
-        "per_user": float(np.sqrt(np.median(list(within.values())))),
-        "between": float(np.sqrt(max(0.0, float(np.median(between))))),
+        "over_users": math.sqrt(float(np.median(over))),
+        "per_user": math.sqrt(float(np.median(within))),
+        "between": math.sqrt(max(0.0, float(np.median(between)))),
     }
 
 
@@ -329,7 +350,8 @@ def standard_errors(per_user: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def table_row(label: str, r: dict[str, Any], first: dict[str, Any]) -> list[str]:
     cells = [label, str(r["users"]), f"{r['pairs'] / r['users']:.1f}"]
-    cells += [str(r["writer_titles"]), f"{r['data_s']:.0f}"]
+    writer_s = "(in its run)" if r["data_s"] is None else f"{r['data_s']:.0f}"
+    cells += [str(r["writer_titles"]), writer_s]
     for metric in METRICS:
         cells += se_cells(
             standard_errors(r["per_user"][metric]), standard_errors(first["per_user"][metric])

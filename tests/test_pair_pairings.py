@@ -55,3 +55,17 @@ def test_a_rivals_run_gives_its_first_rival_s_pairs_alone(pairings):
     # another suite's ids are their own: synthetic's and Polis's
     assert pairings.paper_of("short#0/07") == "short#0/07"
     assert pairings.paper_of("conv:12/18>3") == "conv:12/18>3"
+
+
+def test_the_spread_over_users_splits_into_their_noise_and_what_is_left(pairings):
+    # a - b: u {p1: [1], p2: [1]} (mean 1, no noise), v {q1: [0], q2: [0]} (mean 0),
+    # w {r1: [1], r2: [0]} (mean 1/2, clustered variance 2 * (1/4 + 1/4) / 4 = 1/4);
+    # x has one paper and is left out of all three parts
+    a = [["u/p1", "u", 1.0], ["u/p2", "u", 1.0], ["v/q1", "v", 0.0], ["v/q2", "v", 0.0],
+         ["w/r1", "w", 1.0], ["w/r2", "w", 0.0], ["x/s1", "x", 1.0]]  # fmt: skip
+    b = [[pid, user, 0.0] for pid, user, _ in a]
+    parts = pairings.decompose({"outcomes": {"rm_acc": {"a": a, "b": b}}}, "rm_acc")
+    # over users: the variance of (1, 0, 1/2) = 1/4; noise: the mean of (0, 0, 1/4) = 1/12
+    assert parts["over_users"] == pytest.approx(0.5)
+    assert parts["per_user"] == pytest.approx((1 / 12) ** 0.5)
+    assert parts["between"] == pytest.approx((1 / 4 - 1 / 12) ** 0.5)

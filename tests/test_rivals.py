@@ -118,3 +118,21 @@ def test_bad_rival_options_name_the_option(tmp_path, options, problem):
     with pytest.raises(DataError) as info:
         pref_lamp.PrefLamp().load(root, limit=None, options=options)
     assert info.value.field == "writer_rivals" and problem in str(info.value)
+
+
+def test_rivals_pass_over_repeated_papers_and_an_author_without_examples():
+    import numpy as np
+
+    scores = np.array([5.0, 4.0, 3.0, 2.0, 1.0, 0.5, 5.0])
+    allowed = np.ones(7, dtype=bool)
+    mine = [2, 3]  # the author's own examples: a total score of 5.0
+    people = {  # by name
+        "Fa": np.array([5, 6]),  # 5.5: 0.5 off
+        "Gu": np.array([0, 3]),  # 7.0: 2.0 off, and paper 3 is one of the author's own
+        "Ha": np.array([1, 4]),  # 5.0: the nearest
+        "Ib": np.array([1, 4]),  # Ha's papers again (co-authors), as near
+    }
+    assert writer._rivals(scores, people, allowed, mine, 1) == [[4, 1]]  # Ha, before Ib
+    # Ib repeats Ha's papers; Gu would show the author's own paper 3 (another spelling)
+    assert writer._rivals(scores, people, allowed, mine, 4) == [[4, 1], [5, 6]]
+    assert writer._rivals(scores, people, allowed, [], 3) == [[]]  # no example: one rival

@@ -215,8 +215,11 @@ def _rivals(
     ``k`` people: of the people with enough ``allowed`` papers, those whose most similar
     papers' total score is nearest the author's own examples' (by name among equals), each
     with those papers; a person whose papers would repeat an earlier rival's example is
-    passed over (co-authors show the same papers). The first is the one pair's ``others``;
-    fewer than ``k`` where fewer people qualify, none where nobody does."""
+    passed over (co-authors show the same papers), and so is a further rival showing one of
+    the author's own examples (a paper whose author list spells the author otherwise). The
+    first is the one pair's ``others``; fewer than ``k`` where fewer people qualify, none
+    where nobody does, one where the author has no example (every rival's prompt would be
+    the same)."""
     import numpy as np
 
     n, target = len(mine), float(sum(scores[i] for i in mine))
@@ -230,11 +233,12 @@ def _rivals(
         total = float(sum(np.sort(values[eligible])[len(eligible) - n :]))
         ranked.append((abs(total - target), order, eligible))
     ranked.sort(key=lambda found: found[:2])
+    k = k if n else 1
     picked: list[list[int]] = []
     used: set[int] = set()
     for _, _, eligible in ranked:
         chosen = _best(scores, eligible.tolist(), n)
-        if used.intersection(chosen):
+        if used.intersection(chosen) or (picked and not set(mine).isdisjoint(chosen)):
             continue
         picked.append(chosen)
         used.update(chosen)
