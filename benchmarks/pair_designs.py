@@ -69,9 +69,10 @@ PAIRINGS = {  # label -> suite options (the style design)
     "matched, 6 samples": {"writer_pairs": "matched", "writer_samples": "6"},
     # every paper a test item once: a run per fold, the folds' pairs pooled per user
     "nearest, 2 folds": {"writer_pairs": "nearest", "folds": "2"},
-    # each test paper against 3 people's titles, in one run (the time split)
-    "nearest, 3 rivals": {"writer_pairs": "nearest", "writer_rivals": "3"},
-    # and each test paper against 3 people's titles (its first rival's row comes with it)
+    # each test paper against 6 people's titles, in one run (the time split; the rows of its
+    # first 1 to 5 rivals come with it)
+    "nearest, 6 rivals": {"writer_pairs": "nearest", "writer_rivals": "6"},
+    # and each test paper against 3 people's titles (its first rivals' rows come with it)
     "nearest, 2 folds, 3 rivals": {"writer_pairs": "nearest", "folds": "2", "writer_rivals": "3"},
 }
 PERSONAL = ("per_user_bt", "lore", "vpl", "pal")

@@ -10,9 +10,9 @@ and the standard errors of every paired method difference under each (see ``pair
   paper, its rivals or matched candidates, a cluster: they share the abstract and the chosen
   side); it is what more comparisons per user can narrow.
 
-A pairing with rivals also gives the row of its first rival alone (pair ids without ``~``):
-the pairs of the same design with one rival, scored by the same fitted methods, so the two
-rows differ in nothing but the further rivals' pairs."""
+A pairing with k rivals also gives the rows of its first 1 to k - 1 rivals alone: the pairs of
+the same design with fewer rivals, scored by the same fitted methods, so the rows differ in
+nothing but the further rivals' pairs."""
 
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def measure_pairings(args: argparse.Namespace, pairings: dict[str, dict[str, str
         )
         print(f"{label}: {runs[label]['wall_s']:.0f} s", file=sys.stderr, flush=True)
     for label in list(runs):
-        if int(pairings[label].get("writer_rivals", 1)) > 1:
-            runs[f"{label.rsplit(', ', 1)[0]} (its first rival)"] = first_rival(runs[label])
+        for m in range(1, int(pairings[label].get("writer_rivals", 1))):
+            fewer = f"{label.rsplit(', ', 1)[0]}, its first {m} rival(s)"
+            runs[fewer] = first_rivals(runs[label], m)
     first = next(iter(runs))
     rows = [table_row(label, runs[label], runs[first]) for label in runs]
     print(
@@ -222,10 +223,17 @@ def per_user_values(outcomes: Outcomes) -> dict[str, dict[str, dict[str, float]]
     return found
 
 
-def first_rival(r: dict[str, Any]) -> dict[str, Any]:
-    """A rivals run's figures on its first rival's pairs alone (pair ids without ``~``)."""
+def first_rivals(r: dict[str, Any], m: int) -> dict[str, Any]:
+    """A rivals run's figures on its first ``m`` rivals' pairs alone (pair ids without ``~``
+    or with ``~1`` to ``~{m - 1}``): a run with ``m`` rivals makes the same pairs (the rivals
+    are picked in order, and a prompt's titles do not depend on the others written)."""
+
+    def kept(pair_id: str) -> bool:
+        _, rival, r = pair_id.rpartition("~")
+        return not rival or int(r) < m
+
     outcomes = {
-        metric: {m: [o for o in records if "~" not in o[0]] for m, records in by_method.items()}
+        metric: {k: [o for o in records if kept(o[0])] for k, records in by_method.items()}
         for metric, by_method in r["outcomes"].items()
     }
     pairs = {o[0] for by_method in outcomes.values() for rs in by_method.values() for o in rs}

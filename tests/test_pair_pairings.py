@@ -42,15 +42,18 @@ def test_the_per_user_error_is_the_root_of_the_users_mean_variance(pairings):
     assert pairings.within_errors(by_method) == {"a - b": pytest.approx(expected)}
 
 
-def test_a_rivals_run_gives_its_first_rival_s_pairs_alone(pairings):
+def test_a_rivals_run_gives_its_first_rivals_pairs_alone(pairings):
     outcomes = {
         "rm_acc": {"a": [["u/p1", "u", 1.0], ["u/p1~1", "u", 0.0], ["u/p2", "u", 1.0]]},
         "policy_acc": {"a": [["u/p1", "u", 0.0], ["u/p1~2", "u", 1.0], ["u/p2", "u", 0.0]]},
     }
     run = {"outcomes": outcomes, "per_user": {}, "pairs": 5, "users": 1}
-    first = pairings.first_rival(run)
+    first = pairings.first_rivals(run, 1)
     assert first["pairs"] == 2
     assert first["per_user"] == {"rm_acc": {"a": {"u": 1.0}}, "policy_acc": {"a": {"u": 0.0}}}
+    two = pairings.first_rivals(run, 2)  # ~1 kept, ~2 not
+    assert two["pairs"] == 3
+    assert two["per_user"] == {"rm_acc": {"a": {"u": 2 / 3}}, "policy_acc": {"a": {"u": 0.0}}}
     assert pairings.paper_of("u/p1~2") == pairings.paper_of("u/p1#0-1") == "u/p1"
     # another suite's ids are their own: synthetic's and Polis's
     assert pairings.paper_of("short#0/07") == "short#0/07"
