@@ -108,7 +108,19 @@ def main() -> None:
         help="split the spread over users of the methods' per-user differences in kept run "
         "files (.json or .json.gz) into the per-user noise and the spread between users",
     )
+    parser.add_argument(
+        "--tables",
+        nargs="+",
+        metavar="JSON",
+        help="print the tables of kept --comparisons --json files again (with --data and "
+        "--offset as they were run, for the writer's prompts where a file lacks them)",
+    )
     args = parser.parse_args()
+    if args.tables:
+        from pair_pairings import tables  # this folder is the script's own
+
+        tables(args.tables, PAIRINGS, args)
+        return
     if args.decompose:
         from pair_pairings import decompose_runs  # this folder is the script's own
 

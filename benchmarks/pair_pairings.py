@@ -37,8 +37,6 @@ SUFFIX = re.compile(r"(~\d+|#\d+-\d+)$")  # a rival's or a matched pair's, after
 
 
 def measure_pairings(args: argparse.Namespace, pairings: dict[str, dict[str, str]]) -> None:
-    from tabulate import tabulate
-
     keep = Path(args.cache) if args.cache else Path(tempfile.mkdtemp(prefix="prefalign-pairs-"))
     keep.mkdir(parents=True, exist_ok=True)
     data_dir = rotated(Path(args.data), keep / "data", args.offset)
@@ -48,25 +46,78 @@ def measure_pairings(args: argparse.Namespace, pairings: dict[str, dict[str, str
             label, options, data_dir, keep, args.users, scoring_only=args.scoring_only
         )
         print(f"{label}: {runs[label]['wall_s']:.0f} s", file=sys.stderr, flush=True)
-    for label in list(runs):
-        for m in range(1, int(pairings[label].get("writer_rivals", 1))):
-            fewer = f"{label.rsplit(', ', 1)[0]}, its first {m} rival(s)"
-            runs[fewer] = first_rivals(runs[label], m)
-    first = next(iter(runs))
-    rows = [table_row(label, runs[label], runs[first]) for label in runs]
+        runs[label]["writer_prompts"] = writer_prompts(data_dir, options, args.users)
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=1) + "\n")
     print(
         f"authors from position {args.offset + 1} of {args.data}/acl-anthology/authors.json, "
         f"the first {args.users} the suite's rules keep"
     )
+    print_table(runs, pairings, data_dir, args.users)
+
+
+def print_table(
+    runs: dict[str, Any], pairings: dict[str, dict[str, str]], data_dir: Path, users: int
+) -> None:
+    """The table of the runs, with the rows of a rivals run's first rivals, against the first
+    run's errors."""
+    from tabulate import tabulate
+
+    runs = dict(runs)
+    for label in list(runs):
+        for m in range(1, int(pairings.get(label, {}).get("writer_rivals", 1))):
+            fewer = first_rivals(runs[label], m)
+            options = {**pairings[label], "writer_rivals": str(m)}
+            fewer["writer_prompts"] = writer_prompts(data_dir, options, users)
+            runs[f"{label.rsplit(', ', 1)[0]}, its first {m} rival(s)"] = fewer
+    first = next(iter(runs))
+    rows = [table_row(label, runs[label], runs[first]) for label in runs]
     print(tabulate(rows, headers=HEADERS, disable_numparse=True))
-    if args.json:
-        Path(args.json).write_text(json.dumps(runs, indent=1) + "\n")
+
+
+def tables(paths: list[str], pairings: dict[str, dict[str, str]], args: argparse.Namespace) -> None:
+    """``pair_designs.py --tables``: the tables of kept ``--json`` files again (the rows a
+    rivals run derives are made anew, by this code); a file without the writer's prompts gets
+    them counted on ``args.data`` from ``args.offset`` (as it was run)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = rotated(Path(args.data), Path(tmp), args.offset)
+        for path in paths:
+            runs = json.loads(Path(path).read_text())
+            kept = {label: r for label, r in runs.items() if label in pairings}
+            for label, r in kept.items():
+                if r.get("writer_prompts") is None:
+                    r["writer_prompts"] = writer_prompts(data_dir, pairings[label], args.users)
+            print(path)
+            print_table(kept, pairings, data_dir, args.users)
+
+
+def writer_prompts(data_dir: Path, options: dict[str, str], users: int) -> int:
+    """The prompts the writer answers for a pairing's pairs when none is released: every
+    fold's briefs, each prompt once (``writer._prompts``: rivals on test briefs only)."""
+    from unittest import mock
+
+    from prefalign_suites import pref_lamp
+    from prefalign_suites.pref_lamp import release, writer
+
+    folds = int(options.get("folds", 1))
+    asked: set[str] = set()
+    with mock.patch.object(release, "matching", return_value=None):  # count what is released too
+        for k in range(folds):
+            chosen = {**options, **({"fold": str(k)} if folds > 1 else {})}
+            suite = pref_lamp.PrefLamp()
+            data = suite.load(data_dir, limit=users, options=chosen)
+            writing, (train, test), _ = suite._briefs[id(data)]
+            tested = {b.source for b in test}
+            for brief in (*train, *test):
+                asked.update(writer._prompts(brief, writing, brief.source in tested))
+    return len(asked)
 
 
 HEADERS = [
     "pairing",
     "users",
     "test pairs / user",
+    "writer prompts",
     "writer titles / prompt",
     "writer s",
     "RM acc SE over users, median [range] over method pairs",
@@ -77,7 +128,8 @@ HEADERS = [
     "x nearest",
     "per user",
     "x nearest",
-    "base policy acc",
+    "base policy acc [95%]",
+    "global_bt RM acc [95%]",
     "length unmatched",
 ]
 
@@ -358,6 +410,8 @@ def standard_errors(per_user: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def table_row(label: str, r: dict[str, Any], first: dict[str, Any]) -> list[str]:
     cells = [label, str(r["users"]), f"{r['pairs'] / r['users']:.1f}"]
+    prompts, reference = r.get("writer_prompts"), first.get("writer_prompts")
+    cells.append(f"{prompts} ({prompts / reference:.2f}x)" if prompts and reference else "")
     writer_s = "(in its run)" if r["data_s"] is None else f"{r['data_s']:.0f}"
     cells += [str(r["writer_titles"]), writer_s]
     for metric in METRICS:
@@ -367,10 +421,23 @@ def table_row(label: str, r: dict[str, Any], first: dict[str, Any]) -> list[str]
         cells += se_cells(
             within_errors(r["outcomes"][metric]), within_errors(first["outcomes"][metric])
         )
-    base = r["per_user"]["policy_acc"].get("base", {})
-    cells.append(f"{np.mean(list(base.values())):.2f}" if base else "")
+    cells += [design_rule(r, "policy_acc", "base"), design_rule(r, "rm_acc", "args[global_bt]")]
     cells.append(str(r["length_unmatched"]))
     return cells
+
+
+def design_rule(r: dict[str, Any], metric: str, method: str) -> str:
+    """What the design rule reads: a method that knows nobody (base policy accuracy,
+    ``global_bt``'s RM accuracy) at chance, its macro value with a 95% interval, users
+    resampled."""
+    from pytest_prefalign.analysis.metrics import bootstrap_ci
+
+    records = r["outcomes"][metric].get(method)
+    if not records:
+        return ""
+    values, users = [v for _, _, v in records], [u for _, u, _ in records]
+    low, high = bootstrap_ci(values, users)
+    return f"{np.mean(list(r['per_user'][metric][method].values())):.2f} [{low:.2f}, {high:.2f}]"
 
 
 def se_cells(se: dict[str, float], reference: dict[str, float]) -> list[str]:

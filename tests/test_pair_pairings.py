@@ -72,3 +72,15 @@ def test_the_spread_over_users_splits_into_their_noise_and_what_is_left(pairings
     assert parts["over_users"] == pytest.approx(0.5)
     assert parts["per_user"] == pytest.approx((1 / 12) ** 0.5)
     assert parts["between"] == pytest.approx((1 / 4 - 1 / 12) ** 0.5)
+
+
+def test_the_writer_s_prompts_are_counted_as_a_run_asks_them(pairings, tmp_path):
+    from tests.test_pair_writer import FakeWriter
+    from tests.test_rivals import build
+
+    fake = FakeWriter()
+    build(tmp_path, fake, writer_rivals="3")  # 6 training briefs, 2 test briefs
+    options = {"negatives": "style", "writer_rivals": "3"}
+    data = tmp_path / "data"
+    assert pairings.writer_prompts(data, options, 2) == len(set(fake.prompts)) == 6 * 2 + 2 * 4
+    assert pairings.writer_prompts(data, {"negatives": "style"}, 2) == 8 * 2
