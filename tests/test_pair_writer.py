@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from prefalign_suites import pref_lamp
-from prefalign_suites.pref_lamp import negatives, writer
+from prefalign_suites.pref_lamp import briefs, negatives, writer
 from prefalign_suites.pref_lamp.corpus import Paper
 from pytest_prefalign import cache
 from pytest_prefalign.api import DataError
@@ -200,9 +200,9 @@ def test_bad_writer_options_name_the_option(tmp_path, option, value, problem):
 
 def test_prompt_shows_examples_then_the_abstract_where_the_title_goes():
     examples = [Paper("p", "A title", "word " * 50, "p", frozenset())]
-    text = writer.prompt(examples, "the abstract")
+    text = briefs.prompt(examples, "the abstract")
     assert text == (
-        f"Abstract:\n{' '.join(['word'] * writer.EXAMPLE_WORDS)} ...\nTitle:\nA title\n\n"
+        f"Abstract:\n{' '.join(['word'] * briefs.EXAMPLE_WORDS)} ...\nTitle:\nA title\n\n"
         "Abstract:\nthe abstract\nTitle:"
     )
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from prefalign_suites import pref_lamp
-from prefalign_suites.pref_lamp import release, writer
+from prefalign_suites.pref_lamp import briefs, release, writer
 from pytest_prefalign.api import DataError
 from tests.test_pair_writer import STRANGERS, FakeWriter, authors
 from tests.test_suite_pref_lamp import paper
@@ -132,7 +132,7 @@ def test_rivals_pass_over_repeated_papers_and_an_author_without_examples():
         "Ha": np.array([1, 4]),  # 5.0: the nearest
         "Ib": np.array([1, 4]),  # Ha's papers again (co-authors), as near
     }
-    assert writer._rivals(scores, people, allowed, mine, 1) == [[4, 1]]  # Ha, before Ib
+    assert briefs._rivals(scores, people, allowed, mine, 1) == [[4, 1]]  # Ha, before Ib
     # Ib repeats Ha's papers; Gu would show the author's own paper 3 (another spelling)
-    assert writer._rivals(scores, people, allowed, mine, 4) == [[4, 1], [5, 6]]
-    assert writer._rivals(scores, people, allowed, [], 3) == [[]]  # no example: one rival
+    assert briefs._rivals(scores, people, allowed, mine, 4) == [[4, 1], [5, 6]]
+    assert briefs._rivals(scores, people, allowed, [], 3) == [[]]  # no example: one rival

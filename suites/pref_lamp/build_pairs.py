@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prefalign_suites.pref_lamp import release, writer
+from prefalign_suites.pref_lamp.briefs import Brief
 from prefalign_suites.pref_lamp.suite import (
     PrefLamp,
     PrefLampOptions,
@@ -92,7 +93,7 @@ def positions(text: str) -> list[int]:
 
 def briefs(
     data_dir: Path, options: PrefLampOptions, chosen: list[int]
-) -> tuple[list[writer.Brief], list[writer.Brief]]:
+) -> tuple[list[Brief], list[Brief]]:
     """The briefs of the authors at ``chosen`` positions that the rules keep (a run's briefs of
     the same authors: the rules and the pool see every author)."""
     problems = Problems()

@@ -25,15 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prefalign_suites.pref_lamp.briefs import ABSTRACT_WORDS, EXAMPLE_WORDS, Brief
 from prefalign_suites.pref_lamp.negatives import Source
-from prefalign_suites.pref_lamp.writer import (
-    ABSTRACT_WORDS,
-    EXAMPLE_WORDS,
-    Brief,
-    Made,
-    Options,
-    Written,
-)
+from prefalign_suites.pref_lamp.writer import Made, Options, Written
 from prefalign_suites.raw_records import WHOLE
 from pytest_prefalign import storage
 from pytest_prefalign.api import DataError

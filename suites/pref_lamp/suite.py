@@ -8,7 +8,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from prefalign_suites.pref_lamp import anthology, corpus, lamp5, negatives, release, writer
+from prefalign_suites.pref_lamp import anthology, briefs, corpus, lamp5, negatives, release, writer
 from prefalign_suites.raw_records import Problems, normalise_ws
 from pytest_prefalign import suite_options
 from pytest_prefalign.api import ProfileEntry, SuiteData
@@ -85,7 +85,7 @@ class PrefLampOptions:
 
 
 # what the writer is asked, its briefs (training, test), and the release holding some of them
-Briefs = tuple[list[writer.Brief], list[writer.Brief]]
+Briefs = tuple[list[briefs.Brief], list[briefs.Brief]]
 Planned = tuple[writer.Options, Briefs, "release.Release | None"]
 
 
@@ -241,12 +241,12 @@ def writer_briefs(
     pool: list[Paper],
     held_out: frozenset[str],
     opts: PrefLampOptions,
-) -> tuple[list[writer.Brief], list[writer.Brief]]:
-    """The writer's briefs of ``users`` (``writer.briefs``): the time split's, or with
+) -> tuple[list[briefs.Brief], list[briefs.Brief]]:
+    """The writer's briefs of ``users`` (``briefs.briefs``): the time split's, or with
     cross-fitting every paper's, its examples from its fold (no paper held out, no training
     pairs cut: ``fold_briefs`` takes a fold's)."""
     crossed = opts.folds > 1
-    return writer.briefs(
+    return briefs.briefs(
         users,
         pool,
         frozenset() if crossed else held_out,
@@ -258,15 +258,15 @@ def writer_briefs(
 
 
 def fold_briefs(
-    data: SuiteData, briefs: list[writer.Brief], tested: frozenset[str], opts: PrefLampOptions
-) -> tuple[list[writer.Brief], list[writer.Brief]]:
-    """The fold's training and test briefs (``writer.fold_briefs``) of the users the fold
+    data: SuiteData, every: list[briefs.Brief], tested: frozenset[str], opts: PrefLampOptions
+) -> tuple[list[briefs.Brief], list[briefs.Brief]]:
+    """The fold's training and test briefs (``briefs.fold_briefs``) of the users the fold
     kept; the provenance counts the training briefs left out for showing a test paper."""
-    users = [b for b in briefs if b.source.user in data.profiles]
+    users = [b for b in every if b.source.user in data.profiles]
     # a paper alone in its fold among its author's has no example: both prompts would be the
     # same and so would the sides' writer; it is left out
     kept = [b for b in users if b.examples]
-    train, test = writer.fold_briefs(kept, tested, max_train=opts.max_train_pairs)
+    train, test = briefs.fold_briefs(kept, tested, max_train=opts.max_train_pairs)
     data.provenance["cross_fit"] = {
         "folds": opts.folds,
         "fold": opts.fold,
