@@ -112,8 +112,9 @@ def main() -> None:
         "--tables",
         nargs="+",
         metavar="JSON",
-        help="print the tables of kept --comparisons --json files again (with --data and "
-        "--offset as they were run, for the writer's prompts where a file lacks them)",
+        help="print the tables of kept --comparisons --json files (.json or .json.gz) again "
+        "(with --data and --offset as they were run, for the writer's prompts where a file "
+        "lacks them)",
     )
     args = parser.parse_args()
     if args.tables:

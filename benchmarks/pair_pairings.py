@@ -82,13 +82,21 @@ def tables(paths: list[str], pairings: dict[str, dict[str, str]], args: argparse
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = rotated(Path(args.data), Path(tmp), args.offset)
         for path in paths:
-            runs = json.loads(Path(path).read_text())
+            runs = read_json(path)
             kept = {label: r for label, r in runs.items() if label in pairings}
             for label, r in kept.items():
                 if r.get("writer_prompts") is None:
                     r["writer_prompts"] = writer_prompts(data_dir, pairings[label], args.users)
             print(path)
             print_table(kept, pairings, data_dir, args.users)
+
+
+def read_json(path: str) -> Any:
+    """A kept JSON file, gzipped (``.gz``) or not."""
+    import gzip
+
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if path.endswith(".gz") else raw)
 
 
 def writer_prompts(data_dir: Path, options: dict[str, str], users: int) -> int:
@@ -369,14 +377,11 @@ def decompose(r: dict[str, Any], metric: str) -> dict[str, float]:
 
 def decompose_runs(paths: list[str]) -> None:
     """``pair_designs.py --decompose``: the parts of the spread in kept run files."""
-    import gzip
-
     from tabulate import tabulate
 
     rows = []
     for path in paths:
-        raw = Path(path).read_bytes()
-        run_file = json.loads(gzip.decompress(raw) if path.endswith(".gz") else raw)
+        run_file = read_json(path)
         r = figures(run_file, 0.0)
         cells = [Path(path).name, str(r["users"]), f"{r['pairs'] / r['users']:.1f}"]
         for metric in METRICS:

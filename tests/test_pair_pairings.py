@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 import benchmark_scripts
+import numpy as np
 import pytest
 
 
@@ -84,3 +85,28 @@ def test_the_writer_s_prompts_are_counted_as_a_run_asks_them(pairings, tmp_path)
     data = tmp_path / "data"
     assert pairings.writer_prompts(data, options, 2) == len(set(fake.prompts)) == 6 * 2 + 2 * 4
     assert pairings.writer_prompts(data, {"negatives": "style"}, 2) == 8 * 2
+
+
+KEPT = benchmark_scripts.BENCHMARKS / "pair-designs-runs"
+SUITES_DOC = benchmark_scripts.BENCHMARKS.parent / "docs" / "suites.md"
+
+
+@pytest.mark.parametrize("authors, kept", [("main job's 8", "rivals-0"), ("101-108", "rivals-100")])
+def test_the_documented_per_user_errors_are_the_kept_measurement_s(pairings, authors, kept):
+    """docs/suites.md's row of cross-fitting with 3 rivals, from the kept measurement."""
+    runs = pairings.read_json(str(KEPT / f"{kept}.json.gz"))
+    first, rivals = runs["nearest"], runs["nearest, 2 folds, 3 rivals"]
+    cells = []
+    for metric in pairings.METRICS:
+        for errors in (pairings.within_errors, None):
+            if errors is None:
+                se, ref = (pairings.standard_errors(r["per_user"][metric]) for r in (rivals, first))
+            else:
+                se, ref = (errors(r["outcomes"][metric]) for r in (rivals, first))
+            ratios = [se[k] / ref[k] for k in se if ref.get(k)]
+            cells.append(f"{float(np.median(ratios)):.2f}")
+    per_user_rm, over_rm, per_user_policy, over_policy = cells
+    head = f"| {authors} | 2 folds, 3 rivals | {rivals['pairs'] / rivals['users']:.1f} | "
+    tail = f" | **{per_user_rm}** | {over_rm} | **{per_user_policy}** | {over_policy} |"
+    doc = SUITES_DOC.read_text(encoding="utf-8")
+    assert any(line.startswith(head) and tail in line for line in doc.splitlines()), head + tail
