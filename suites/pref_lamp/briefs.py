@@ -46,10 +46,9 @@ class Brief:
     rival_shown: tuple[tuple[str, ...], ...] = ()
 
     def rival(self, r: int) -> Brief:
-        """The brief of the pair against rival ``r`` (0: the first, this brief itself): its
-        others' prompt and the titles shown in that pair."""
-        if r == 0:
-            return self
+        """The brief of the pair against further rival ``r`` (1 to ``len(rivals)``; the first
+        is this brief's own ``others``): its others' prompt and the titles shown in that
+        pair."""
         return replace(self, others=self.rivals[r - 1], shown=self.rival_shown[r - 1])
 
 

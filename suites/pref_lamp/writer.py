@@ -281,12 +281,8 @@ def _sides(
             rival = replace(brief.rival(r), source=source)
             pairs += _one_pair(rival, found, length, options)
         return pairs
-    theirs = _answers(found[_key(brief.others)], brief)
-    if options.design == "written":
-        own = [brief.source.title]
-    else:
-        own = _answers(found[_key(brief.own)], brief)
     if many and options.pairing == "matched":
+        own, theirs = _candidates(brief, found, options)
         within = [
             (replace(brief.source, pair_id=f"{brief.source.pair_id}#{i}-{j}"), a, b)
             for i, a in enumerate(own)
@@ -295,15 +291,27 @@ def _sides(
         ]
         if within:
             return within
-    pick = _nearest(own, theirs, length)
-    return [(brief.source, *pick)] if pick else []
+    return _one_pair(brief, found, length, options)
+
+
+def _candidates(
+    brief: Brief, found: dict[str, list[str]], options: Options
+) -> tuple[list[str], list[str]]:
+    """The brief's candidates for each side: the author's own examples' titles (the real title
+    in ``written``) and the others'."""
+    theirs = _answers(found[_key(brief.others)], brief)
+    if options.design == "written":
+        return [brief.source.title], theirs
+    return _answers(found[_key(brief.own)], brief), theirs
 
 
 def _one_pair(
     brief: Brief, found: dict[str, list[str]], length: Any, options: Options
 ) -> list[tuple[Source, str, str]]:
-    """The brief's one pair: its candidates nearest in length."""
-    return _sides(brief, found, length, replace(options, rivals=1), many=False)
+    """The brief's one pair: its candidates nearest in length (none where no pair can be
+    made)."""
+    pick = _nearest(*_candidates(brief, found, options), length)
+    return [(brief.source, *pick)] if pick else []
 
 
 def _answers(texts: Sequence[str], brief: Brief) -> list[str]:
