@@ -3,7 +3,9 @@
 For each suite (``pref_lamp``, ``polis``) and model size (``135m``, and ``270m`` where its
 package is installed), one run of the default methods in a fresh pytest process
 (``pytest --prefalign suites/SUITE --prefalign-sizes SIZE --prefalign-limit N --prefalign-json
-RUN.json``); then, from the run files alone, a verdict per claim of Rezk et al. (arXiv
+RUN.json``); Pref-LaMP as the design that decides per user (``FOLDED``: two folds with 3
+rivals each, docs/suites.md, one pytest process per fold side by side, pooled as ``prefalign
+pool`` pools them); then, from the run files alone, a verdict per claim of Rezk et al. (arXiv
 2512.23067) -- holds, does not hold, or not enough evidence at this scale -- with the figures,
 their intervals and the command that produced them:
 
@@ -21,6 +23,7 @@ Slow: every default method on real data (on 2 shared CPU cores, tens of minutes 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import gzip
 import importlib.util
@@ -35,7 +38,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import filelock
 
@@ -54,6 +57,15 @@ NEEDED = (  # what the "users needed" column of each claim means
 KEPT = "benchmarks/findings-runs"  # where the run files the page is made from are kept
 POWER = "power.json"  # beside the run files: each run's claims' power from its own noise
 ERRORS = ROOT / "docs" / "findings-errors.json"  # claim_power.py --errors: false verdicts' rates
+# a suite whose runs here are a cross-fitted design (docs/suites.md, "Cross-fitting" and
+# "Rivals"): one run per fold folder (a suite.toml each), the folds side by side, pooled into the
+# suite's run file as `prefalign pool` pools them
+FOLDED = {
+    "pref_lamp": (
+        "benchmarks/findings-folds/pref_lamp_fold0",
+        "benchmarks/findings-folds/pref_lamp_fold1",
+    ),
+}
 # the positive control: a suite whose truth is known, run with the methods that know it
 CONTROLS = {
     "synthetic": (
@@ -82,9 +94,10 @@ class Run:
     peak_gb: float | None = None  # the pytest process's peak resident memory (peak_memory.py)
 
 
-def machine() -> str:
+def machine(threads: str | None = None) -> str:
     """This machine in a few words, for the runs table: the CPU model, its cores, and the
-    threads torch is given (OMP_NUM_THREADS, when set, e.g. for two runs side by side)."""
+    threads torch is given (``threads``, else OMP_NUM_THREADS when set, e.g. for two runs side
+    by side)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -93,7 +106,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    threads = os.environ.get("OMP_NUM_THREADS")
+    threads = threads or os.environ.get("OMP_NUM_THREADS")
     return f"{cpu}, {os.cpu_count()} cores" + (f", {threads} thread(s) per run" if threads else "")
 
 
@@ -176,15 +189,10 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
         return Run(suite, size, note=f"skipped: {missing}")
     path = runs_dir / f"{suite}-{size}.json"
     path.unlink(missing_ok=True)  # a run file left by an earlier run must not pass for this one
-
+    if suite in FOLDED:
+        return run_folded(suite, size, limit, runs_dir, FOLDED[suite])
     folder, methods = CONTROLS.get(suite, (f"suites/{suite}", ""))
-    chosen = ["--prefalign-methods", methods] if methods else []  # else the default methods
-
-    def argv(json_path: str) -> list[str]:
-        return ["pytest", "--prefalign", folder, "--prefalign-sizes", size,
-                "--prefalign-limit", str(limit), *chosen, "--prefalign-json", json_path,
-                "-p", "no:cacheprovider"]  # fmt: skip
-
+    argv = pytest_argv(folder, size, limit, methods)
     print(f"{suite} {size}: {shlex.join(argv(str(path)))}", file=sys.stderr, flush=True)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     start = time.perf_counter()
@@ -206,6 +214,99 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
     )
 
 
+def pytest_argv(folder: str, size: str, limit: int, methods: str, *extra: str):
+    """The pytest command of a run, given where its run file goes."""
+    chosen = ["--prefalign-methods", methods] if methods else []  # else the default methods
+
+    def argv(json_path: str) -> list[str]:
+        return ["pytest", "--prefalign", folder, "--prefalign-sizes", size,
+                "--prefalign-limit", str(limit), *chosen, *extra, "--prefalign-json", json_path,
+                "-p", "no:cacheprovider"]  # fmt: skip
+
+    return argv
+
+
+def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple[str, ...]) -> Run:
+    """A cross-fitted suite's runs: one pytest process per fold folder, side by side (the cores
+    and the memory shared out among them; each one's output in a log beside its run file),
+    pooled into the suite's run file as ``prefalign pool`` pools them. Each fold's rows are
+    cached on their own (the fold is a suite option), so a run stopped part way is made again
+    from its finished rows."""
+    from pytest_prefalign.analysis import folds
+    from pytest_prefalign.runs import records
+
+    path = runs_dir / f"{suite}-{size}.json"
+    parts = [runs_dir / f"{suite}-{size}-fold{k}.json" for k in range(len(folders))]
+    for part in parts:
+        part.unlink(missing_ok=True)
+    threads, memory = fold_share(len(folders))
+    argvs = [
+        pytest_argv(folder, size, limit, "", "--prefalign-memory", memory) for folder in folders
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": threads}
+    for k, (argv, part) in enumerate(zip(argvs, parts, strict=True)):
+        print(f"{suite} {size} fold {k}: {shlex.join(argv(str(part)))} "
+              f"(output in {part.with_suffix('.log')})", file=sys.stderr, flush=True)  # fmt: skip
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    start = time.perf_counter()
+
+    def one(k: int) -> tuple[int, str, float]:
+        with parts[k].with_suffix(".log").open("w") as log:
+            done = pytest_in_subprocess(argvs[k](str(parts[k])), out=log, env=env)
+        minutes = (time.perf_counter() - start) / 60
+        print(f"{suite} {size} fold {k}: exit status {done[0]} after {minutes:.0f} min",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return done
+
+    with concurrent.futures.ThreadPoolExecutor(len(folders)) as executor:
+        done = list(executor.map(one, range(len(folders))))
+    seconds = time.perf_counter() - start
+    returncodes = [code for code, _, _ in done]
+    returncode = next((code for code in returncodes if code), 0)
+    note = ""
+    missing = [part.name for part in parts if not part.is_file()]
+    if missing:
+        note = f"no run file of {', '.join(missing)} (pytest exit status {returncodes})"
+    else:
+        try:
+            # the folds named by file name alone: the pooled file names no path of this machine
+            runs = [(Path(part.name), records.read(part)) for part in parts]
+            pooled, _ = folds.pool(runs)
+            records.write(pooled, path)
+        except (ValueError, OSError) as exc:
+            note = f"not pooled: {exc}"
+    pool = ["prefalign", "pool", *(part.name for part in parts), "--out", path.name]
+    command = " & ".join(
+        f"OMP_NUM_THREADS={threads} {shlex.join(argv(part.name))}"
+        for argv, part in zip(argvs, parts, strict=True)
+    )
+    return Run(
+        suite,
+        size,
+        command=f"{command} & wait; {shlex.join(pool)}",
+        path=None if note else path.name,
+        cache="; ".join(f"fold {k}: {c or '-'}" for k, (_, c, _) in enumerate(done)),
+        # the folds ran at the same time: what the machine held is at most the sum of their peaks
+        peak_gb=round(sum(peak for _, _, peak in done), 2),
+        seconds=seconds,
+        returncode=returncode,
+        started=started,
+        machine=machine(threads),
+        note=note,
+    )
+
+
+def fold_share(folds: int) -> tuple[str, str]:
+    """Each fold process's threads (``OMP_NUM_THREADS``: as set, else the cores shared out) and
+    memory (``--prefalign-memory``: the memory available now, shared out), as text."""
+    from pytest_prefalign.runtime.memory import available_bytes
+
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // folds))
+    available = available_bytes()
+    gb = (available or 8 * 10**9) / folds / 10**9
+    return threads, f"{gb:.1f}"
+
+
 def invocation(argv: list[str]) -> str:
     """The command that made a run, as run from the repository's root and with no path of this
     machine: a path under the root relative to it, any other from its root (``{tmp}/...``,
@@ -222,10 +323,12 @@ def invocation(argv: list[str]) -> str:
     return shlex.join(["python", "benchmarks/findings.py", *portable.relative(words, roots)])
 
 
-def pytest_in_subprocess(args: list[str]) -> tuple[int, str, float]:
-    """Run pytest, its output passed through as it comes; its exit status, the summary's line
-    on what the results cache held ("1 of 39 values reused, 38 computed") and its peak resident
-    memory in GB."""
+def pytest_in_subprocess(
+    args: list[str], out: IO[str] = sys.stdout, env: dict[str, str] | None = None
+) -> tuple[int, str, float]:
+    """Run pytest, its output passed through to ``out`` as it comes; its exit status, the
+    summary's line on what the results cache held ("1 of 39 values reused, 38 computed") and
+    its peak resident memory in GB."""
     from peak_memory import wait  # this folder is the script's own
 
     cache = ""
@@ -236,11 +339,12 @@ def pytest_in_subprocess(args: list[str]) -> tuple[int, str, float]:
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
+        env=env,
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            out.write(line)
+            out.flush()
             if line.startswith("cache: "):
                 cache = line.removeprefix("cache: ").split(" (")[0].strip()
         returncode, peak = wait(process)
@@ -279,8 +383,9 @@ def render(
         f"--runs {KEPT} --render-only` writes this page again from them. Commit: the checkout",
         "that ran (the run file's own record of `git rev-parse HEAD`). Time: the wall time",
         "of the run on the machine that made it; peak memory: the pytest process's peak resident",
-        "memory (- for a run made before it was read); cache: what the results cache already",
-        "held when it started (the run's own summary line).",
+        "memory (- for a run made before it was read; a cross-fitted suite's folds ran side by",
+        "side, one process each: the sum of their peaks); cache: what the results cache already",
+        "held when it started (the run's own summary line; per fold for a cross-fitted suite).",
         "",
         "| suite | size | command | commit | started | time | peak memory | machine | cache "
         "| result |",

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from pytest_prefalign.analysis import crisis
+from pytest_prefalign.plumbing.collect import read_suite_toml
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.entries import TauEntry
 from pytest_prefalign.runs.records import CaseResult, RunFile
@@ -403,3 +404,82 @@ def test_the_page_is_written_again_from_the_kept_runs_unchanged(findings: Module
     errors = json.loads(findings.ERRORS.read_text())
     page = findings.render(runs, kept, power, errors)
     assert page == (ROOT / "docs" / "findings.md").read_text()
+
+
+def fold_file(fold: int, pairs: list, path: Path) -> None:
+    """A fold's run file as a fold's pytest writes it (test_folds's rows, whose pair records
+    name their test as a run's do)."""
+    from tests.test_folds import fold_run
+
+    run = fold_run(fold, pairs)
+    for row in run.results:
+        for record in row.pairs:
+            record.update(suite=row.suite, method=row.method, size=row.size)
+    records.write(run, path)
+
+
+def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
+    findings: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_folds import FOLD0, FOLD1
+
+    folds = {"0": FOLD0, "1": FOLD1}
+    seen: list[tuple[list[str], str]] = []
+
+    def fake_pytest(args: list[str], out, env) -> tuple[int, str, float]:
+        # what a fold's pytest would write: its run file, its cache line to its log
+        fold = args[args.index("--prefalign") + 1][-1]
+        seen.append((args, env["OMP_NUM_THREADS"]))
+        out.write(f"fold {fold} ran\n")
+        fold_file(int(fold), folds[fold], Path(args[args.index("--prefalign-json") + 1]))
+        return 0, "0 of 2 values reused, 2 computed", 2.5
+
+    monkeypatch.setattr(findings, "pytest_in_subprocess", fake_pytest)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = findings.run_one("pref_lamp", "135m", 40, tmp_path)
+    assert [args[args.index("--prefalign") + 1] for args, _ in seen] == list(
+        findings.FOLDED["pref_lamp"]
+    )
+    assert all(threads == "1" and "--prefalign-memory" in args for args, threads in seen)
+    assert (run.note, run.path, run.returncode) == ("", "pref_lamp-135m.json", 0)
+    pooled = records.read(tmp_path / run.path)
+    assert [r.n_pairs for r in pooled.results] == [7, 7]  # every pair of both folds
+    assert [f["file"] for f in pooled.config["pooled_folds"]] == [
+        "pref_lamp-135m-fold0.json", "pref_lamp-135m-fold1.json"
+    ]  # fmt: skip
+    assert (tmp_path / "pref_lamp-135m-fold1.log").read_text() == "fold 1 ran\n"
+    assert run.peak_gb == 5.0  # the two folds held memory at the same time
+    assert (
+        run.cache
+        == "fold 0: 0 of 2 values reused, 2 computed; fold 1: 0 of 2 values reused, 2 computed"
+    )
+    assert run.command.endswith(
+        "& wait; prefalign pool pref_lamp-135m-fold0.json pref_lamp-135m-fold1.json "
+        "--out pref_lamp-135m.json"
+    )
+    assert run.command.count("OMP_NUM_THREADS=1 pytest --prefalign benchmarks/findings-folds/") == 2
+    # the folds' suite folders hold what the page says they run
+    for k, folder in enumerate(findings.FOLDED["pref_lamp"]):
+        name, options = read_suite_toml(ROOT / folder / "suite.toml")
+        assert (name, options) == (
+            "pref_lamp",
+            {"negatives": "style", "folds": "2", "fold": str(k), "writer_rivals": "3"},
+        )
+
+
+def test_a_fold_without_its_run_file_leaves_the_suite_without_one(
+    findings: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_folds import FOLD0
+
+    def fake_pytest(args: list[str], out, env) -> tuple[int, str, float]:
+        if args[args.index("--prefalign") + 1].endswith("fold0"):
+            fold_file(0, FOLD0, Path(args[args.index("--prefalign-json") + 1]))
+            return 0, "", 1.0
+        return -9, "", 1.0  # fold 1 killed
+
+    monkeypatch.setattr(findings, "pytest_in_subprocess", fake_pytest)
+    run = findings.run_one("pref_lamp", "135m", 40, tmp_path)
+    assert run.path is None and run.returncode == -9
+    assert run.note == "no run file of pref_lamp-135m-fold1.json (pytest exit status [0, -9])"
+    assert not (tmp_path / "pref_lamp-135m.json").exists()
