@@ -258,16 +258,32 @@ def figures(run_file: dict[str, Any], wall: float) -> dict[str, Any]:
 
 
 def distinct(outcomes: Outcomes) -> Outcomes:
-    """Each metric's outcomes of the methods whose outcomes differ: one reward method's RM
-    accuracy under two decoders is counted once."""
+    """Each metric's outcomes of the methods that are methods of their own for it: RM accuracy
+    once per reward method (a reward method ranks the pairs the same under every decoder, so
+    ``args[pal]`` and ``bon[pal]`` are one method there), policy accuracy every method's (two
+    decoders may agree on every pair and are still two methods: dropping one because its
+    outcomes happen to equal another's would make the set of method pairs behind a median
+    depend on the run)."""
     found: Outcomes = {}
     for metric, by_method in outcomes.items():
+        if metric != "rm_acc":
+            found[metric] = dict(by_method)
+            continue
         kept: dict[str, list[Any]] = {}
+        rewards: set[str] = set()
         for method, records in by_method.items():
-            if records not in kept.values():
+            reward = reward_of(method)
+            if reward not in rewards:
+                rewards.add(reward)
                 kept[method] = records
         found[metric] = kept
     return found
+
+
+def reward_of(method: str) -> str:
+    """The reward method of ``decoder[reward]`` (the method itself where it names none)."""
+    _, bracket, rest = method.partition("[")
+    return rest[:-1] if bracket and rest.endswith("]") else method
 
 
 def per_user_values(outcomes: Outcomes) -> dict[str, dict[str, dict[str, float]]]:

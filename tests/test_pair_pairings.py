@@ -105,3 +105,17 @@ def test_the_documented_per_user_errors_are_the_kept_measurement_s(pairings, aut
     tail = f" | **{per_user_rm}** | {over_rm} | **{per_user_policy}** | {over_policy} |"
     doc = SUITES_DOC.read_text(encoding="utf-8")
     assert any(line.startswith(head) and tail in line for line in doc.splitlines()), head + tail
+
+
+def test_rm_accuracy_counts_a_reward_method_once_and_policy_accuracy_every_method(pairings):
+    same = [["u/p1", "u", 1.0], ["u/p2", "u", 0.0]]
+    outcomes = {
+        # pal under two decoders ranks the pairs alike; lore happens to rank them as pal does
+        "rm_acc": {"args[pal]": same, "bon[pal]": list(same), "args[lore]": list(same)},
+        # two decoders that happen to agree on every pair are still two methods
+        "policy_acc": {"args[pal]": same, "bon[pal]": list(same), "base": [["u/p1", "u", 1.0]]},
+    }
+    found = pairings.distinct(outcomes)
+    assert list(found["rm_acc"]) == ["args[pal]", "args[lore]"]
+    assert list(found["policy_acc"]) == ["args[pal]", "bon[pal]", "base"]
+    assert pairings.reward_of("genarm[arm]") == "arm" and pairings.reward_of("base") == "base"
