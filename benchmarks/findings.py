@@ -297,11 +297,13 @@ def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple
 
 
 def fold_share(folds: int) -> tuple[str, str]:
-    """Each fold process's threads (``OMP_NUM_THREADS``: as set, else the cores shared out) and
-    memory (``--prefalign-memory``: the memory available now, shared out), as text."""
+    """Each fold process's threads (``OMP_NUM_THREADS``: the threads set for the whole, else the
+    cores, shared out) and memory (``--prefalign-memory``: the memory available now, shared
+    out), as text."""
     from pytest_prefalign.runtime.memory import available_bytes
 
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // folds))
+    whole = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    threads = str(max(1, whole // folds))
     available = available_bytes()
     gb = (available or 8 * 10**9) / folds / 10**9
     return threads, f"{gb:.1f}"

@@ -435,12 +435,12 @@ def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
         return 0, "0 of 2 values reused, 2 computed", 2.5
 
     monkeypatch.setattr(findings, "pytest_in_subprocess", fake_pytest)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # for the whole: 2 threads a fold
     run = findings.run_one("pref_lamp", "135m", 40, tmp_path)
     assert [args[args.index("--prefalign") + 1] for args, _ in seen] == list(
         findings.FOLDED["pref_lamp"]
     )
-    assert all(threads == "1" and "--prefalign-memory" in args for args, threads in seen)
+    assert all(threads == "2" and "--prefalign-memory" in args for args, threads in seen)
     assert (run.note, run.path, run.returncode) == ("", "pref_lamp-135m.json", 0)
     pooled = records.read(tmp_path / run.path)
     assert [r.n_pairs for r in pooled.results] == [7, 7]  # every pair of both folds
@@ -457,7 +457,7 @@ def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
         "& wait; prefalign pool pref_lamp-135m-fold0.json pref_lamp-135m-fold1.json "
         "--out pref_lamp-135m.json"
     )
-    assert run.command.count("OMP_NUM_THREADS=1 pytest --prefalign benchmarks/findings-folds/") == 2
+    assert run.command.count("OMP_NUM_THREADS=2 pytest --prefalign benchmarks/findings-folds/") == 2
     # the folds' suite folders hold what the page says they run
     for k, folder in enumerate(findings.FOLDED["pref_lamp"]):
         name, options = read_suite_toml(ROOT / folder / "suite.toml")

@@ -5,6 +5,7 @@ answer."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -179,6 +180,52 @@ def test_an_interrupted_build_resumes_from_the_cache_file(tmp_path, monkeypatch)
     data, _ = build(root, tmp_path / "pairs", fake)
     assert len(fake.prompts) == 16 - 4  # 8 pairs, 2 prompts each; the first chunk was kept
     assert len(data.train_pairs) + len(data.test_pairs) == 8
+
+
+def test_processes_that_need_the_same_titles_take_turns_by_chunk(tmp_path, monkeypatch):
+    """Two processes (the folds of a cross-fitted suite side by side) asking for overlapping
+    prompts: each output is produced once, by one of them, and the lock is never held for
+    more than one chunk, so the other waits a chunk at most (it would time out on a writer
+    that held it for the whole of its prompts)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(negatives, "CHUNK", 2)
+    path = tmp_path / "titles.json"
+    first = {f"k{i}": f"prompt {i}" for i in range(7)}
+    second = {f"k{i}": f"prompt {i}" for i in range(3, 10)}
+    produced: list[str] = []
+    turns: list[str] = []
+    both_waiting = threading.Barrier(2)
+
+    def producer(name):
+        def produce(prompts):
+            time.sleep(0.05)  # a chunk takes a while
+            turns.append(name)
+            produced.extend(prompts)
+            return [p.upper() for p in prompts]
+
+        return produce
+
+    results = {}
+
+    def ask(name, prompts):
+        both_waiting.wait()
+        results[name] = negatives.cached_outputs(path, prompts, producer(name), {"w": 1})
+
+    threads = [threading.Thread(target=ask, args=a) for a in (("a", first), ("b", second))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(produced) == sorted({*first.values(), *second.values()})  # each once
+    assert len(produced) == 10
+    assert results["a"][0] == {k: v.upper() for k, v in first.items()}
+    assert results["b"][0] == {k: v.upper() for k, v in second.items()}
+    assert results["a"][1] + results["b"][1] == 10
+    # the two took turns while both had prompts to write (one after the other would switch
+    # once): a wait on the lock lasts a chunk, not the other's whole work
+    assert len(list(itertools.groupby(turns))) >= 3
 
 
 @pytest.mark.parametrize(

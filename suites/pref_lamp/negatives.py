@@ -19,6 +19,7 @@ normalised) is skipped and counted in ``data.dropped``.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Suite, SuiteData
 
 CHUNK = 64  # prompts generated between two writes of the cache file
+TURN = 0.2  # seconds between two chunks without the lock: longer than filelock's polling
 CANDIDATES = 50  # BM25 neighbours tried before ranking the whole pool
 
 
@@ -200,23 +202,30 @@ def cached_outputs(
 ) -> tuple[dict[str, Any], int]:
     """``produce``'s output for every key of ``prompts`` (a list of prompts in, one output
     each out), and how many were produced now; produces only what the cache file lacks,
-    ``CHUNK`` prompts at a time, rewriting the file after each, and holds its lock so that
-    parallel workers do not produce the same outputs twice. ``header`` is written beside the
-    outputs (what made them); ``progress(done, missing)`` is told before each chunk and at the
-    end."""
-    with storage.locked(path):
-        outputs = _read_outputs(path)
-        missing = [key for key in prompts if key not in outputs]
-        for start in range(0, len(missing), CHUNK):
-            if progress is not None:
-                progress(start, len(missing))
-            chunk = missing[start : start + CHUNK]
+    ``CHUNK`` prompts at a time, rewriting the file after each. The file's lock is held for
+    one chunk at a time, and what is missing is read again under it before each: processes
+    that need the same outputs (xdist workers, the folds of a cross-fitted suite run side by
+    side) take turns by chunk, none produces an output twice, and none waits on the lock for
+    longer than one chunk takes. ``header`` is written beside the outputs (what made them);
+    ``progress(done, missing)`` is told before each chunk and at the end."""
+    produced = 0
+    first: int | None = None  # what was missing when this call began
+    while True:
+        with storage.locked(path):
+            outputs = _read_outputs(path)
+            missing = [key for key in prompts if key not in outputs]
+            first = len(missing) if first is None else first
+            if progress is not None and first:
+                progress(max(0, first - len(missing)), first)
+            if not missing:
+                break
+            chunk = missing[:CHUNK]
             made = produce([prompts[k] for k in chunk])
             outputs.update(zip(chunk, made, strict=True))
             storage.atomic_write_json(path, {**header, "titles": outputs})
-        if progress is not None and missing:
-            progress(len(missing), len(missing))
-    return {key: outputs[key] for key in prompts}, len(missing)
+            produced += len(chunk)
+        time.sleep(TURN)  # a process waiting on the lock (it polls) takes the next chunk
+    return {key: outputs[key] for key in prompts}, produced
 
 
 def _read_outputs(path: Path) -> dict[str, Any]:
