@@ -136,3 +136,22 @@ def test_rivals_pass_over_repeated_papers_and_an_author_without_examples():
     # Ib repeats Ha's papers; Gu would show the author's own paper 3 (another spelling)
     assert briefs._rivals(scores, people, allowed, mine, 4) == [[4, 1], [5, 6]]
     assert briefs._rivals(scores, people, allowed, [], 3) == [[]]  # no example: one rival
+
+
+@pytest.mark.parametrize("fold", ["0", "1"])
+def test_the_shipped_authors_fold_runs_read_the_released_rivals_and_write_nothing(fold):
+    """The release of two folds with 3 rivals (``pairs-nearest-folds2-rivals3.json.gz``) serves
+    either fold's run of the shipped authors whole: no writer to load, no brief written."""
+    from pathlib import Path
+
+    data_dir = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (data_dir / "acl-anthology").is_dir():
+        pytest.skip(f"no data at {data_dir}")
+    assert release.packaged("nearest", 2, 3).is_file()
+    suite = pref_lamp.PrefLamp()
+    options = {"negatives": "style", "folds": "2", "fold": fold, "writer_rivals": "3"}
+    data = suite.load(data_dir, limit=8, options=options)
+    assert suite.writer(data) is None
+    made = data.provenance["pairs_release"]
+    assert made["briefs_written"] == 0 and made["briefs_released"] > 0
+    assert any(p.pair_id.endswith("~2") for p in data.test_pairs)  # the third rival's pairs
