@@ -456,11 +456,21 @@ def keep(runs: list[Run], runs_dir: Path, kept: Path) -> None:
         if r.path:
             source = runs_dir / Path(r.path).name
             if source.is_file():  # else already kept, compressed
-                data = gzip.compress(source.read_bytes(), mtime=0)
+                data = gzip.compress(kept_bytes(source.read_bytes(), runs_dir), mtime=0)
                 (kept / (source.name + ".gz")).write_bytes(data)
+    outside = str(runs_dir.resolve())
+    runs = [dataclasses.replace(r, invocation=r.invocation.replace(outside, "DIR")) for r in runs]
     (kept / "runs.json").write_text(index_text(runs))
     if (runs_dir / POWER).is_file() and runs_dir != kept:
         (kept / POWER).write_bytes((runs_dir / POWER).read_bytes())
+
+
+def kept_bytes(raw: bytes, runs_dir: Path) -> bytes:
+    """A run file as kept: the files of ``runs_dir`` it names (its ``--prefalign-json``, a
+    pooled run's folds) by their names, as the runs table's commands name them, not by where
+    this machine had them (a folder outside the repository has no root of its own)."""
+    folder = json.dumps(str(runs_dir.resolve()) + "/")[1:-1].encode()
+    return raw.replace(folder, b"")
 
 
 def read_index(index: Path) -> list[Run]:

@@ -28,6 +28,9 @@ from pytest_prefalign.runs.records import RunFile, RunFileError
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = sorted((ROOT / "benchmarks" / "findings-runs").glob("*.json.gz"))
 FIGURES = ROOT / "tests" / "data" / "figures_main_job_tiny.json"  # a run's tau and crisis
+# the tau and crisis of a findings run written before the format's later additions (no tau
+# lower_95, no degenerate section): Polis 135m of 2026-12-01, kept when that run was made again
+OLDER = ROOT / "tests" / "data" / "older_analysis.json"
 
 
 def stored(path: Path) -> dict[str, Any]:
@@ -42,7 +45,7 @@ def text(value: Any) -> str:
 
 
 def analyses() -> list[tuple[str, dict[str, Any]]]:
-    return [(p.name, stored(p)) for p in [*KEPT, FIGURES]]
+    return [(p.name, stored(p)) for p in [*KEPT, FIGURES, OLDER]]
 
 
 def test_the_kept_files_are_there() -> None:
@@ -81,7 +84,7 @@ def test_a_kept_run_file_written_again_has_the_same_analysis(path: Path, tmp_pat
 
 def test_the_findings_runs_lack_degenerate_entries_and_write_none_back() -> None:
     # written before the degenerate rows were checked: the section is absent, not empty
-    data = stored(KEPT[0])["crisis"]
+    data = stored(OLDER)["crisis"]
     assert "degenerate" not in data
     crisis = Crisis.from_json(data)
     assert crisis.degenerate == () and crisis.absent == {"degenerate"}
@@ -91,7 +94,7 @@ def test_the_findings_runs_lack_degenerate_entries_and_write_none_back() -> None
 
 
 def test_records_are_frozen_and_hold_tuples() -> None:
-    entry = entries.tau_from_json(stored(KEPT[0])["tau"])[0]
+    entry = entries.tau_from_json(stored(OLDER)["tau"])[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.verdict = "changed"  # type: ignore[misc]
     assert isinstance(entry.methods, tuple) and isinstance(entry.ci, tuple)
@@ -118,7 +121,7 @@ def test_an_empty_analysis_is_no_analysis() -> None:
 
 def inversion() -> dict[str, Any]:
     """An inversion as a run file stores it today."""
-    return dict(stored(KEPT[0])["crisis"]["inversions"][0])
+    return dict(stored(OLDER)["crisis"]["inversions"][0])
 
 
 def test_an_older_entry_reads_its_missing_keys_as_the_readers_did_and_writes_them_out() -> None:
@@ -130,7 +133,7 @@ def test_an_older_entry_reads_its_missing_keys_as_the_readers_did_and_writes_the
     assert entry.absent == {"significant", "p_holm", "fires"}
     assert text(entry.to_json()) == text(older)
     # a spread flag of that time was stated too
-    flag = {k: v for k, v in stored(KEPT[0])["crisis"]["spread"][0].items() if k != "fires"}
+    flag = {k: v for k, v in stored(OLDER)["crisis"]["spread"][0].items() if k != "fires"}
     assert SpreadEntry.from_json(flag).fires is True
 
 
@@ -149,9 +152,9 @@ def test_unknown_keys_are_kept_as_read_and_written_after_the_known_ones() -> Non
     assert text(entry.to_json()) == text(later)
     assert InversionEntry.from_json(entry.to_json()) == entry
     # the same in the crisis itself, and in the family
-    crisis = {**stored(KEPT[0])["crisis"], "plugin_section": [1, 2]}
+    crisis = {**stored(OLDER)["crisis"], "plugin_section": [1, 2]}
     assert text(Crisis.from_json(crisis).to_json()) == text(crisis)
-    family = {**stored(KEPT[0])["crisis"]["family"], "note": "x"}
+    family = {**stored(OLDER)["crisis"]["family"], "note": "x"}
     assert Family.from_json(family).extra == {"note": "x"}
 
 
@@ -159,7 +162,7 @@ def test_a_tau_without_users_shows_a_dash() -> None:
     # the summary read an absent n_users as "-": it still does
     from pytest_prefalign.analysis import summary
 
-    older = {k: v for k, v in stored(KEPT[0])["tau"][0].items() if k != "n_users"}
+    older = {k: v for k, v in stored(OLDER)["tau"][0].items() if k != "n_users"}
     entry = TauEntry.from_json(older)
     row = summary.tau_table([entry]).splitlines()[2]
     assert " - " in row and entry.n_users == 0 and "n_users" in entry.absent
@@ -219,7 +222,7 @@ def orders(entries: list[dict[str, Any]]) -> set[tuple[str, ...]]:
     return {tuple(e) for e in entries}
 
 
-@pytest.mark.parametrize("name", ["synthetic-135m", "pref_lamp-270m"])
+@pytest.mark.parametrize("name", ["synthetic-135m", "pref_lamp-270m", "polis-135m"])
 def test_the_analysis_computed_now_writes_the_keys_the_kept_files_have(name: str) -> None:
     # a kept run's results analysed again: each kind of entry with the same keys in the same
     # order (the figures, and how many entries, may move when the statistics change; the
@@ -230,15 +233,17 @@ def test_the_analysis_computed_now_writes_the_keys_the_kept_files_have(name: str
     run = RunFile.from_json(data)
     tau, found = crisis.analyse(run.results)
     again = RunFile(run.results, tau=tau, crisis=found).to_json()
-    # the kept files were written before tau's one-sided lower bound was kept (issue 38)
+    # a kept file written before tau's one-sided lower bound was kept (issue 38) gains it
     with_lower = set()
     for keys in orders(data["tau"]):
         at = keys.index("upper_95") + 1
-        with_lower.add((*keys[:at], "lower_95", *keys[at:]))
+        with_lower.add(keys if "lower_95" in keys else (*keys[:at], "lower_95", *keys[at:]))
     assert orders(again["tau"]) == with_lower
-    # the kept file was written before the degenerate rows were checked
+    # one written before the degenerate rows were checked gains their section
     sections = list(data["crisis"])
-    assert list(again["crisis"]) == [*sections[:5], "degenerate", *sections[5:]]
+    if "degenerate" not in sections:
+        sections = [*sections[:5], "degenerate", *sections[5:]]
+    assert list(again["crisis"]) == sections
     for section in entries.SECTIONS:
         if data["crisis"].get(section):  # a kind the kept run has entries of
             assert orders(again["crisis"][section]) == orders(data["crisis"][section]), section

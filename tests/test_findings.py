@@ -483,3 +483,30 @@ def test_a_fold_without_its_run_file_leaves_the_suite_without_one(
     assert run.path is None and run.returncode == -9
     assert run.note == "no run file of pref_lamp-135m-fold1.json (pytest exit status [0, -9])"
     assert not (tmp_path / "pref_lamp-135m.json").exists()
+
+
+def test_a_kept_run_names_the_files_of_its_runs_folder_by_name(
+    findings: ModuleType, tmp_path: Path
+) -> None:
+    # a runs folder outside the repository has no root: the kept copy names its files by name,
+    # as the runs table's commands do, and the invocation names the folder DIR
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    own = str(runs_dir / "pref_lamp-135m.json")
+    write_run(results(), runs_dir / "pref_lamp-135m.json")
+    doc = json.loads((runs_dir / "pref_lamp-135m.json").read_text())
+    doc["config"]["args"] = ["--prefalign-json", own]
+    (runs_dir / "pref_lamp-135m.json").write_text(json.dumps(doc))
+    run = findings.Run("pref_lamp", "135m", path="pref_lamp-135m.json",
+                       invocation=f"python benchmarks/findings.py --runs {runs_dir}")  # fmt: skip
+    findings.keep([run], runs_dir, tmp_path / "kept")
+    kept = stored_gz(tmp_path / "kept" / "pref_lamp-135m.json.gz")
+    assert kept["config"]["args"] == ["--prefalign-json", "pref_lamp-135m.json"]
+    (again,) = findings.read_index(tmp_path / "kept" / "runs.json")
+    assert again.invocation == "python benchmarks/findings.py --runs DIR"
+
+
+def stored_gz(path: Path) -> dict:
+    import gzip
+
+    return json.loads(gzip.decompress(path.read_bytes()))
