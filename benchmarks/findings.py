@@ -232,6 +232,7 @@ def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple
     pooled into the suite's run file as ``prefalign pool`` pools them. Each fold's rows are
     cached on their own (the fold is a suite option), so a run stopped part way is made again
     from its finished rows."""
+    from pytest_prefalign import cli
     from pytest_prefalign.analysis import folds
     from pytest_prefalign.runs import records
 
@@ -240,9 +241,8 @@ def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple
     for part in parts:
         part.unlink(missing_ok=True)
     threads, memory = fold_share(len(folders))
-    argvs = [
-        pytest_argv(folder, size, limit, "", "--prefalign-memory", memory) for folder in folders
-    ]
+    shared = ["--prefalign-memory", memory] if memory else []  # else each process reads it
+    argvs = [pytest_argv(folder, size, limit, "", *shared) for folder in folders]
     env = {**os.environ, "OMP_NUM_THREADS": threads}
     for k, (argv, part) in enumerate(zip(argvs, parts, strict=True)):
         print(f"{suite} {size} fold {k}: {shlex.join(argv(str(part)))} "
@@ -272,7 +272,7 @@ def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple
             # the folds named by file name alone: the pooled file names no path of this machine
             runs = [(Path(part.name), records.read(part)) for part in parts]
             pooled, _ = folds.pool(runs)
-            records.write(pooled, path)
+            cli.write_joined(pooled, path)  # as `prefalign pool` writes it
         except (ValueError, OSError) as exc:
             note = f"not pooled: {exc}"
     pool = ["prefalign", "pool", *(part.name for part in parts), "--out", path.name]
@@ -296,17 +296,16 @@ def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple
     )
 
 
-def fold_share(folds: int) -> tuple[str, str]:
+def fold_share(folds: int) -> tuple[str, str | None]:
     """Each fold process's threads (``OMP_NUM_THREADS``: the threads set for the whole, else the
     cores, shared out) and memory (``--prefalign-memory``: the memory available now, shared
-    out), as text."""
+    out; None where it cannot be read), as text."""
     from pytest_prefalign.runtime.memory import available_bytes
 
     whole = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     threads = str(max(1, whole // folds))
     available = available_bytes()
-    gb = (available or 8 * 10**9) / folds / 10**9
-    return threads, f"{gb:.1f}"
+    return threads, None if available is None else f"{available / folds / 10**9:.1f}"
 
 
 def invocation(argv: list[str]) -> str:

@@ -282,8 +282,9 @@ def distinct(outcomes: Outcomes) -> Outcomes:
 
 def reward_of(method: str) -> str:
     """The reward method of ``decoder[reward]`` (the method itself where it names none)."""
-    _, bracket, rest = method.partition("[")
-    return rest[:-1] if bracket and rest.endswith("]") else method
+    from pytest_prefalign.registry import MethodName
+
+    return MethodName.parse(method).reward or method
 
 
 def per_user_values(outcomes: Outcomes) -> dict[str, dict[str, dict[str, float]]]:
