@@ -504,7 +504,9 @@ def claims_power(runs: list[Run], runs_dir: Path, sims: int | None = None) -> di
     if kept.get("sims") != sims or kept.get("code") != code:
         kept = {}
     table: dict[str, Any] = {"sims": sims, "target": power.TARGET, "code": code, "runs": {}}
-    for r in (r for r in runs if r.path and r.suite not in CONTROLS):
+    for r in runs:
+        if not r.path or r.suite in CONTROLS:
+            continue
         name = Path(r.path).name
         raw = _run_bytes(runs_dir, name)
         if raw is None:
