@@ -169,9 +169,13 @@ def test_the_run_file_records_the_reward_methods_provenance(toy):
     }
     base = rows["base"]
     assert set(base["environment"]) == {
-        "pytest-prefalign", "python", "torch", "transformers", "device", "dtype"
+        "pytest-prefalign", "python", "torch", "transformers", "device", "dtype", "linear"
     }  # fmt: skip
     assert (base["environment"]["device"], base["environment"]["dtype"]) == ("cpu", "float32")
+    from pytest_prefalign.runtime import packed
+
+    kernel = packed.ONEDNN if packed.available() else packed.DENSE
+    assert base["environment"]["linear"] == kernel
     assert set(base["data"]["fingerprint"]) == {
         "all", "test_pairs", "items", "train_pairs", "profiles"
     }  # fmt: skip

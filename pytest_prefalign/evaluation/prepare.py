@@ -139,7 +139,9 @@ def data_fingerprint(data: SuiteData) -> dict[str, str]:
 
 def environment(lm: LM) -> dict[str, Any]:
     """What the figures were computed with besides the model's weights: the versions of this
-    plugin, Python, torch and transformers, the device and the dtype."""
+    plugin, Python, torch and transformers, the device, the dtype and the kernel of the linear
+    layers (``runtime/packed.py``; recorded, not compared by the gate: like the CPU's
+    instruction set, it moves figures by float rounding only)."""
     import platform
 
     versions_of = versions.library_versions("pytest-prefalign", "torch", "transformers")
@@ -148,6 +150,7 @@ def environment(lm: LM) -> dict[str, Any]:
         "python": platform.python_version(),
         "device": lm.device.type,
         "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+        "linear": getattr(lm, "linear_kernel", "dense"),
     }
 
 

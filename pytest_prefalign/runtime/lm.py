@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pytest_prefalign import events
-from pytest_prefalign.runtime import chat, memory
+from pytest_prefalign.runtime import chat, memory, packed
 from pytest_prefalign.runtime.attention import use_grouped_sdpa
 from pytest_prefalign.runtime.batching import by_length, check_positive, read_batches
 from pytest_prefalign.runtime.chat import Prompt
@@ -78,8 +78,12 @@ class LM:
             self.device = torch.device(device) if device is not None else _model_device(model)
             self.model = model.to(self.device).eval()
         self.batch_cap: int | None = None  # the batch size that fit after an out-of-memory
+        # the kernel the linear layers run: oneDNN on packed weights for float32 on the CPU
+        # where it is available and fits (runtime/packed.py), else PyTorch's dense linear
+        self.linear_kernel = packed.DENSE
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
+            self.linear_kernel = packed.pack(self.model, memory.process_share())
         # positions run, their FLOPs (body, attention, output head), seconds inside
         self.meter = ForwardMeter(self.model.base_model, self.model.get_output_embeddings())
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
@@ -91,6 +95,7 @@ class LM:
             fingerprint,
             str(next(self.model.parameters()).dtype),
             self.device.type,
+            self.linear_kernel,
             code_version(LM),
         )
         self.cache_uses: list[Any] = []  # cached values its loading used (a converted model)

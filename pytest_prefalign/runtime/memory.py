@@ -47,6 +47,11 @@ HIDDEN_MOST = 256 * 2**20
 # the cache; ``Shape.position_bytes`` estimates 107 KB and 38 KB from the config.
 PASS_SHARE = 1 / 4
 LOGIT_SHARE = 1 / 8
+# the packed copies of a float32 model's linear weights on the CPU (``runtime/packed.py``): made
+# only when the model's weights are at most this share of the process's memory, so that the
+# copies of the three models a process may load take at most 3/16 of it (SmolLM2-135M's 0.54 GB
+# is packed from a share of 8.6 GB: one process, or two workers, on this project's 24 GB machine)
+PACK_SHARE = 1 / 16
 # a process before any model: Python, pytest, torch and transformers imported (0.23 GiB
 # resident measured on this project's CPU machine), rounded up for the passes' activations
 PROCESS_BYTES = 2**30
@@ -221,6 +226,20 @@ def weights_bytes(spec: ModelSpec) -> int | None:
     return None
 
 
+def packed_bytes(spec: ModelSpec, share: int | None = None) -> int:
+    """At most what the packed copies of a model's linear weights hold (``runtime/packed.py``):
+    its weights' bytes, where it loads in float32 and they are at most ``PACK_SHARE`` of a
+    process's ``share`` (no limit where the share is not known), else 0. (The linear weights
+    are all of them but the embedding, which a tied output head packs again.) Models placed
+    on a GPU pack nothing, which this, read before any model loads, does not know."""
+    if spec.dtype not in (None, "float32"):
+        return 0
+    weights = weights_bytes(spec)
+    if not weights or (share is not None and weights > share * PACK_SHARE):
+        return 0
+    return weights
+
+
 @dataclass(frozen=True)
 class Need:
     """What a run is likely to hold at its peak: per process, the process itself, the weights
@@ -229,6 +248,7 @@ class Need:
 
     processes: int
     weights: int  # bytes, per process
+    packed: int  # bytes, per process: the packed copies of float32 linear weights
     stores: int  # bytes, per process
     passes: int  # bytes, per process: one pass at a time, its logits after its body
     total: int | None  # the run's total, or None where unknown
@@ -236,7 +256,7 @@ class Need:
 
     @property
     def per_process(self) -> int:
-        return PROCESS_BYTES + self.weights + self.stores + self.passes
+        return PROCESS_BYTES + self.weights + self.packed + self.stores + self.passes
 
     @property
     def bytes(self) -> int:
@@ -252,9 +272,10 @@ def need(models: list[ModelSpec], processes: int) -> Need:
     unknown = tuple(sorted(source for source, size in sizes.items() if size is None))
     total = run_total()
     share = None if total is None else total // processes
+    copies = sum(packed_bytes(spec, share) for spec in sources.values())
     stores = len(sources) * prefill_budget(share) + hidden_budget(share)
     passes = 0 if share is None else int(share * max(PASS_SHARE, LOGIT_SHARE))
-    return Need(processes, known, stores, passes, total, unknown)
+    return Need(processes, known, copies, stores, passes, total, unknown)
 
 
 def shortfall(models: list[ModelSpec], processes: int) -> str | None:
@@ -267,7 +288,8 @@ def shortfall(models: list[ModelSpec], processes: int) -> str | None:
     if needed.total is not None and needed.bytes > needed.total:
         lines.append(
             f"{processes} process(es) of about {needed.per_process / GB:.1f} GB each (the "
-            f"models' weights {needed.weights / GB:.1f} GB, their stores "
+            f"models' weights {needed.weights / GB:.1f} GB, their packed copies "
+            f"{needed.packed / GB:.1f} GB, their stores "
             f"{needed.stores / GB:.1f} GB, a pass {needed.passes / GB:.1f} GB, the process "
             f"{PROCESS_BYTES / GB:.1f} GB) need about "
             f"{needed.bytes / GB:.1f} GB, more than the run's {needed.total / GB:.1f} GB"
