@@ -185,3 +185,14 @@ def test_a_layer_packs_its_weight_at_its_first_pass_only() -> None:
         first = packed._PACKED[layer][1]
         layer(torch.randn(3, 16))
     assert packed._PACKED[layer][1] is first
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (2, 0, 16), (2, 3, 4, 16)])
+def test_empty_and_many_dimensional_inputs_keep_their_shape(shape: tuple[int, ...]) -> None:
+    layer = _layer()
+    twin = _packed_copy(layer)
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        got, want = twin(x), layer(x)
+    assert got.shape == want.shape == (*shape[:-1], 24)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
