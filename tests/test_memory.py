@@ -112,7 +112,7 @@ def test_a_run_that_fits_is_not_warned(machine, monkeypatch):
     assert memory.shortfall(MODELS, 2) is None
 
 
-def test_a_run_beyond_the_memory_available_is_warned(machine):
+def test_a_run_beyond_the_memory_available_is_warned(machine, monkeypatch):
     machine(6)
     needed = memory.need(MODELS, 2)
     # the two models' weights in fp32, and per process a store for each and the hidden states
@@ -123,6 +123,12 @@ def test_a_run_beyond_the_memory_available_is_warned(machine):
     warning = memory.shortfall(MODELS, 2)
     assert warning is not None
     assert "2 process(es)" in warning and "more than the run's 6.0 GB" in warning
+    # one process: its share of the machine's 12 GB packs the 135m model's linears (0.54 GB, at
+    # most a sixteenth of it), not Gemma's 1.07 GB, and the copy is what no longer fits
+    assert memory.need(MODELS, 1).packed == 134_515_008 * 4
+    assert "their packed copies 0.5 GB" in (memory.shortfall(MODELS, 1) or "")
+    monkeypatch.setenv(memory.PACKED_ENV, "0")
+    assert memory.need(MODELS, 1).packed == 0
     assert memory.shortfall(MODELS, 1) is None  # one process fits in the same machine
 
 
@@ -178,3 +184,15 @@ def test_the_run_s_models_are_its_sizes_the_reference_and_a_suite_s_writer():
     assert preflight.run_models(registry, found, pool, ["270m"])[-1].source == "tiny"
     # no evaluation test collected: nothing loads, nothing is warned
     assert preflight.memory_warning(registry, {}, pool, ["270m"], 64) is None
+
+
+def test_the_packing_share_is_the_machines_memory_not_what_is_free_now(machine, monkeypatch):
+    machine(6)  # 12 GB in all, 6 available
+    assert memory.pack_share(2) == 6 * memory.GB
+    kb = int(12 * memory.GB / 1024)
+    # the same machine with 1 GB free: the share of the memory available moves, this does not
+    memory.MEMINFO.write_text(f"MemTotal: {kb} kB\nMemAvailable: {kb // 12} kB\n")
+    assert memory.process_share(2) < memory.GB
+    assert memory.pack_share(2) == 6 * memory.GB
+    monkeypatch.setenv(memory.TOTAL_ENV, "8")  # a total set by hand decides
+    assert memory.pack_share(4) == 2 * memory.GB

@@ -19,6 +19,12 @@ from pytest_prefalign.runtime.tiny import build_tiny_lm
 pytestmark = pytest.mark.skipif(not packed.available(), reason="no oneDNN in this torch build")
 
 
+@pytest.fixture(autouse=True)
+def _packing_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests pack, whatever ``PREFALIGN_PACKED`` the shell running them sets."""
+    monkeypatch.delenv(packed.ENV, raising=False)
+
+
 def _layer(out: int = 24, into: int = 16, bias: bool = True) -> torch.nn.Linear:
     torch.manual_seed(0)
     return torch.nn.Linear(into, out, bias=bias)
@@ -75,6 +81,31 @@ def test_a_weight_changed_in_place_is_packed_again() -> None:
         after = layer(x)
     torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(before, after)
+
+
+@pytest.mark.parametrize("how", ["data", "parameter", "round trip"])
+def test_a_replaced_weight_is_packed_again(how: str) -> None:
+    layer = _packed_copy(_layer())
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        layer(x)  # packed now
+        if how == "data":
+            layer.weight.data = torch.randn(24, 16)
+        elif how == "parameter":  # as re-tying an output head to its embedding does
+            layer.weight = torch.nn.Parameter(torch.randn(24, 16))
+        else:  # new memory, the same Parameter and version; then changed before the next pass
+            layer.to(torch.float64).to(torch.float32)
+            layer.weight.mul_(3.0)
+        got = layer(x)
+    torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_training_the_bias_alone_runs_dense_and_gets_its_gradient() -> None:
+    layer = _packed_copy(_layer())
+    layer.weight.requires_grad_(False)
+    layer(torch.randn(3, 16)).sum().backward()
+    assert layer.bias.grad is not None
+    torch.testing.assert_close(layer.bias.grad, torch.full((24,), 3.0))
 
 
 def test_nothing_is_packed_beyond_its_share_of_memory() -> None:
@@ -139,7 +170,7 @@ def test_packed_and_dense_models_agree_on_scores_and_greedy_text(
     assert fast.generate(prompts, max_new_tokens=8) == slow.generate(prompts, max_new_tokens=8)
 
 
-def test_memory_need_counts_the_packed_copy() -> None:
+def test_memory_need_counts_the_packed_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = ModelSpec("135m", "embedded:smollm2-135m")
     weights = memory.weights_bytes(spec)
     assert weights is not None
@@ -147,6 +178,12 @@ def test_memory_need_counts_the_packed_copy() -> None:
     tight = memory.packed_bytes(spec, share=int(weights / memory.PACK_SHARE) - 1)
     assert (roomy, tight) == (weights, 0)
     assert memory.packed_bytes(ModelSpec("x", "embedded:smollm2-135m", dtype="bfloat16")) == 0
+    monkeypatch.setenv(memory.TOTAL_ENV, str(weights / memory.PACK_SHARE / memory.GB))
+    needed = memory.need([spec], 1)
+    assert needed.packed == weights
+    assert needed.per_process - memory.need([spec], 1).weights >= weights
+    monkeypatch.setenv(packed.ENV, "0")
+    assert memory.need([spec], 1).packed == 0
 
 
 def test_a_deep_copy_of_a_packed_model_runs_packed_on_its_own_weights() -> None:
@@ -182,9 +219,9 @@ def test_a_layer_packs_its_weight_at_its_first_pass_only() -> None:
     assert layer not in packed._PACKED  # loaded, not run: no copy held
     with torch.no_grad():
         layer(torch.randn(2, 16))
-        first = packed._PACKED[layer][1]
+        first = packed._PACKED[layer].weight
         layer(torch.randn(3, 16))
-    assert packed._PACKED[layer][1] is first
+    assert packed._PACKED[layer].weight is first
 
 
 @pytest.mark.parametrize("shape", [(0, 16), (2, 0, 16), (2, 3, 4, 16)])

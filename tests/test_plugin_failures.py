@@ -174,7 +174,8 @@ def test_the_run_file_records_the_reward_methods_provenance(toy):
     assert (base["environment"]["device"], base["environment"]["dtype"]) == ("cpu", "float32")
     from pytest_prefalign.runtime import packed
 
-    kernel = packed.ONEDNN if packed.available() else packed.DENSE
+    dense = os.environ.get(packed.ENV, "").strip() == "0" or not packed.available()
+    kernel = packed.DENSE if dense else packed.ONEDNN
     assert base["environment"]["linear"] == kernel
     assert set(base["data"]["fingerprint"]) == {
         "all", "test_pairs", "items", "train_pairs", "profiles"

@@ -83,7 +83,7 @@ class LM:
         self.linear_kernel = packed.DENSE
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
-            self.linear_kernel = packed.pack(self.model, memory.process_share())
+            self.linear_kernel = packed.pack(self.model, memory.pack_share())
         # positions run, their FLOPs (body, attention, output head), seconds inside
         self.meter = ForwardMeter(self.model.base_model, self.model.get_output_embeddings())
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends

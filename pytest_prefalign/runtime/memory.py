@@ -52,6 +52,8 @@ LOGIT_SHARE = 1 / 8
 # copies of the three models a process may load take at most 3/16 of it (SmolLM2-135M's 0.54 GB
 # is packed from a share of 8.6 GB: one process, or two workers, on this project's 24 GB machine)
 PACK_SHARE = 1 / 16
+# ``0`` packs no model (``runtime/packed.py``): every linear runs dense, and no copy is counted
+PACKED_ENV = "PREFALIGN_PACKED"
 # a process before any model: Python, pytest, torch and transformers imported (0.23 GiB
 # resident measured on this project's CPU machine), rounded up for the passes' activations
 PROCESS_BYTES = 2**30
@@ -71,6 +73,35 @@ def available_bytes() -> int | None:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def machine_bytes() -> int | None:
+    """The machine's memory (``MemTotal`` of ``/proc/meminfo``, else the pages ``os.sysconf``
+    counts): a figure that does not move with what else is resident, or None."""
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "MemTotal":
+                return int(value.split()[0]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def pack_share(count: int | None = None) -> int | None:
+    """The share of one process that decides whether a model's linears are packed
+    (``packed_bytes``, ``runtime/packed.py``): ``PREFALIGN_MEMORY_GB`` where set, else the
+    machine's memory, over ``count`` processes (``workers()`` when not given). Not the memory
+    available now, which moves with what else is resident: the kernel is part of every cached
+    value's key, so the same run on the same machine must decide the same way each time."""
+    raw = os.environ.get(TOTAL_ENV, "").strip()
+    total = run_total() if raw else machine_bytes()
+    if total is None:
+        return None
+    return total // (count if count is not None else workers())
 
 
 def workers() -> int:
@@ -228,11 +259,13 @@ def weights_bytes(spec: ModelSpec) -> int | None:
 
 def packed_bytes(spec: ModelSpec, share: int | None = None) -> int:
     """At most what the packed copies of a model's linear weights hold (``runtime/packed.py``):
-    its weights' bytes, where it loads in float32 and they are at most ``PACK_SHARE`` of a
-    process's ``share`` (no limit where the share is not known), else 0. (The linear weights
-    are all of them but the embedding, which a tied output head packs again.) Models placed
-    on a GPU pack nothing, which this, read before any model loads, does not know."""
-    if spec.dtype not in (None, "float32"):
+    its weights' bytes, where it loads in float32, ``PREFALIGN_PACKED`` is not ``0`` and they
+    are at most ``PACK_SHARE`` of a process's ``share`` (``pack_share``; no limit where the
+    share is not known), else 0. (The linear weights are all of them but the embedding, which
+    a tied output head packs again.) Models placed on a GPU pack nothing, which this, read
+    before any model loads, does not know; a folder's weights stored in 16 bits count at
+    their files' size, half what they load as."""
+    if spec.dtype not in (None, "float32") or os.environ.get(PACKED_ENV, "").strip() == "0":
         return 0
     weights = weights_bytes(spec)
     if not weights or (share is not None and weights > share * PACK_SHARE):
@@ -272,7 +305,7 @@ def need(models: list[ModelSpec], processes: int) -> Need:
     unknown = tuple(sorted(source for source, size in sizes.items() if size is None))
     total = run_total()
     share = None if total is None else total // processes
-    copies = sum(packed_bytes(spec, share) for spec in sources.values())
+    copies = sum(packed_bytes(spec, pack_share(processes)) for spec in sources.values())
     stores = len(sources) * prefill_budget(share) + hidden_budget(share)
     passes = 0 if share is None else int(share * max(PASS_SHARE, LOGIT_SHARE))
     return Need(processes, known, copies, stores, passes, total, unknown)

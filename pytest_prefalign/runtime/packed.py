@@ -8,7 +8,7 @@ blocked layout (``torch.ops.mkldnn._reorder_linear_weight`` and ``_linear_pointw
 kernels PyTorch's own compiler emits for CPU linears) ran the same linears 1.3 to 2.4 times as
 fast; on the model itself a 16-row decoding step ran 1.5 times as fast, a 64-row one 1.3 times
 and a prefill 1.2 times (``benchmarks/bench_linear.py`` measures both kernels on the model's own
-passes; the main job, mostly prefills and blocks of ARGS's candidates, ran 6% faster).
+passes; the main job, mostly prefills and blocks of ARGS's candidates, ran 6 to 10% faster).
 
 The numbers differ from MKL's by float rounding (about 1e-4 on a layer's outputs): which
 kernel a model ran is part of ``LM.fingerprint``, so a value computed with one is never read
@@ -17,9 +17,10 @@ as computed with the other.
 Each packed layer keeps its dense ``weight`` (training, the output head's use by reward
 methods, third-party code and anything that asks for a gradient read it and run it as
 before); the packed copy is extra memory, so a model is packed only when its weights are at
-most ``PACK_SHARE`` of its process's memory (``runtime/memory.py`` counts the copy).
+most ``PACK_SHARE`` of its process's share of the machine's memory (``memory.pack_share``, a
+figure that does not move between runs; ``runtime/memory.py`` counts the copy).
 A layer packs its weight at its first pass (a run whose results all come from the cache never
-does), and again at its next pass after the weight changed in place.
+does), and again at its next pass after its weight changed (in place, or replaced).
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ import functools
 import os
 import types
 import weakref
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from pytest_prefalign.runtime.memory import PACK_SHARE
+from pytest_prefalign.runtime.memory import PACK_SHARE, PACKED_ENV
 
 # the rows a packed layout is tuned for: a decoding step's batch (16 rows ran fastest with it,
 # against 1 or 64); prefills, thousands of rows, ran 1.2 times as fast as dense with it
@@ -41,7 +44,7 @@ ONEDNN = "onednn-packed"  # what ``kernel()`` names a packed model's linears
 DENSE = "dense"
 # ``0`` runs every model's linears dense (to compare the two kernels, or where a build's oneDNN
 # misbehaves); the kernel is in each model's fingerprint, so cached values follow it
-ENV = "PREFALIGN_PACKED"
+ENV = PACKED_ENV
 
 
 @functools.cache
@@ -127,39 +130,62 @@ def _reorder(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
 
 
-# each packed layer's weight version when packed, and its packed weight: kept beside the
-# layers, not on them, as an opaque oneDNN tensor cannot be deep-copied (``copy.deepcopy`` of a
-# model gives layers that run ``packed_forward`` and pack their own weights at their first use)
-_PACKED: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[int | None, torch.Tensor]] = (
-    weakref.WeakKeyDictionary()
-)
+# each packed layer's weight as it was packed (``_state``) and its packed weight: kept beside
+# the layers, not on them, as an opaque oneDNN tensor cannot be deep-copied (``copy.deepcopy``
+# of a model gives layers that run ``packed_forward`` and pack their own weights at first use)
+State = tuple[int, int, int | None]
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A layer's packed weight, the state of the weight it was packed from (``_state``) and that
+    weight's storage, held so that its memory is not given to another weight while the entry
+    stands (a replacement at the same address would look unchanged)."""
+
+    state: State
+    storage: Any
+    weight: torch.Tensor
+
+
+_PACKED: weakref.WeakKeyDictionary[torch.nn.Linear, Packed] = weakref.WeakKeyDictionary()
 
 
 def _pack_layer(layer: torch.nn.Linear) -> torch.Tensor:
     with torch.no_grad():
         weight = _reorder(layer.weight)
-    _PACKED[layer] = (_version(layer.weight), weight)
+    _PACKED[layer] = Packed(_state(layer.weight), layer.weight.untyped_storage(), weight)
     return weight
+
+
+def _state(weight: torch.Tensor) -> State:
+    """What tells a weight's values apart from those it was packed with: the tensor and its
+    memory (a weight replaced, re-tied, given new ``.data`` or converted away and back) and its
+    in-place version counter (None for a tensor made in inference mode, which keeps none and
+    cannot be changed in place outside it). A change written through ``.data`` in place
+    bypasses the counter, as it bypasses autograd's checks, and is not seen."""
+    return id(weight), weight.data_ptr(), None if weight.is_inference() else weight._version
 
 
 def packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``nn.Linear.forward`` on the packed weight, where nothing asks for a gradient and the
     input is a float32 CPU tensor; ``F.linear`` on the dense weight otherwise."""
-    weight = self.weight
+    weight, bias = self.weight, self.bias
     if (
         x.device.type != "cpu"
         or x.dtype != torch.float32
         or weight.device.type != "cpu"
-        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        or weight.dtype != torch.float32
+        or (bias is not None and bias.dtype != torch.float32)
+        or (torch.is_grad_enabled() and (x.requires_grad or _trains(weight) or _trains(bias)))
     ):
-        return F.linear(x, weight, self.bias)
-    version, packed = _PACKED.get(self, (None, None))
-    if packed is None or version != _version(weight):  # first use, or changed since packed
+        return F.linear(x, weight, bias)
+    entry = _PACKED.get(self)
+    if entry is None or entry.state != _state(weight):  # first use, or changed since packed
         packed = _pack_layer(self)
-    return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+    else:
+        packed = entry.weight
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def _version(weight: torch.Tensor) -> int | None:
-    """The weight's in-place version counter; None for a tensor made in inference mode, which
-    keeps none (and cannot be changed in place outside it)."""
-    return None if weight.is_inference() else weight._version
+def _trains(parameter: torch.Tensor | None) -> bool:
+    return parameter is not None and parameter.requires_grad
