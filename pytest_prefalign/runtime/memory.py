@@ -62,31 +62,26 @@ PROCESS_BYTES = 2**30
 def available_bytes() -> int | None:
     """The memory the machine has available now (``MemAvailable`` of ``/proc/meminfo``, else
     the free pages ``os.sysconf`` counts), or None where neither can be read."""
-    try:
-        for line in MEMINFO.read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name == "MemAvailable":
-                return int(value.split()[0]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
+    return _meminfo_bytes("MemAvailable", "SC_AVPHYS_PAGES")
 
 
 def machine_bytes() -> int | None:
     """The machine's memory (``MemTotal`` of ``/proc/meminfo``, else the pages ``os.sysconf``
     counts): a figure that does not move with what else is resident, or None."""
+    return _meminfo_bytes("MemTotal", "SC_PHYS_PAGES")
+
+
+def _meminfo_bytes(field: str, pages: str) -> int | None:
+    """``field`` of ``/proc/meminfo`` in bytes, else ``os.sysconf(pages)`` pages, else None."""
     try:
         for line in MEMINFO.read_text().splitlines():
             name, _, value = line.partition(":")
-            if name == "MemTotal":
+            if name == field:
                 return int(value.split()[0]) * 1024  # kB
     except (OSError, ValueError, IndexError):
         pass
     try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        return int(os.sysconf(pages)) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return None
 
@@ -305,7 +300,8 @@ def need(models: list[ModelSpec], processes: int) -> Need:
     unknown = tuple(sorted(source for source, size in sizes.items() if size is None))
     total = run_total()
     share = None if total is None else total // processes
-    copies = sum(packed_bytes(spec, pack_share(processes)) for spec in sources.values())
+    packing = pack_share(processes)  # the machine's memory, read once for every model
+    copies = sum(packed_bytes(spec, packing) for spec in sources.values())
     stores = len(sources) * prefill_budget(share) + hidden_budget(share)
     passes = 0 if share is None else int(share * max(PASS_SHARE, LOGIT_SHARE))
     return Need(processes, known, copies, stores, passes, total, unknown)
