@@ -150,13 +150,53 @@ def test_answering_fails_only_on_a_significant_rise_in_not_an_answer():
     assert judged(1.0, swapped, BASE).answers
 
 
+def test_intact_allows_one_more_output_that_is_not_text_than_base_in_24():
+    """Loops that take the place of base's copies: the not-an-answer share stays as base's, the
+    sign test sees nothing, and fluency holds; the outputs that are not text decide."""
+    base = Outputs(np.ones(24), np.r_[np.ones(12), np.zeros(12)], np.zeros(24), np.zeros(24))
+    missed = base.missed.copy()  # the same 12 items not answered ...
+    one = Outputs(base.fluency, missed, np.ones(24), np.r_[1.0, np.zeros(23)])  # ... one a loop
+    found = judged(0.5, one, base)
+    assert found.intact and found.usable and found.broken == round(1 / 24, 6)
+    two = Outputs(base.fluency, missed, np.ones(24), np.r_[1.0, 1.0, np.zeros(22)])
+    found = judged(0.5, two, base)
+    assert found.fluent and found.answers and found.answer_p == 1.0
+    assert not found.intact and not found.usable and found.broken == round(2 / 24, 6)
+    # measured against base's own: two of 24 are fine where base writes one
+    base_one = dataclasses.replace(base, broken=np.r_[0.0, 0.0, 1.0, np.zeros(21)])
+    assert judged(0.5, two, base_one).intact
+
+
+def test_loops_labels_other_languages_and_empty_outputs_are_not_text_copies_are(monkeypatch):
+    monkeypatch.setattr(guidance, "fluency", lambda lm, prompts, found, batch: [1.0] * len(found))
+    abstract = (
+        "We study how neural networks learn inflectional morphology and whether they "
+        "generalize to new words as human speakers do, with German plurals as the case."
+    )
+    item = Item("v", "ann", abstract, f"Write a title for: {abstract}", None)
+    written = {
+        "Pre-Linguistic Pre-Linguistic Pre-Linguistic Pre-Linguistic": (1, 1),  # loop
+        "Abstract:": (1, 1),  # label
+        "": (1, 1),  # empty
+        "We study how neural networks learn inflectional morphology": (1, 0),  # copy
+        "Neural networks and German plurals": (0, 0),
+    }
+    ctx = SimpleNamespace(lm=None, options=SimpleNamespace(batch_size=4))
+    nll, missed, broken = guidance.text_measures(ctx, [item] * len(written), list(written))
+    assert list(zip(missed, broken, strict=True)) == list(written.values())
+    assert list(nll) == [1.0] * len(written)
+
+
 def test_the_reward_rise_is_recorded_not_required():
     flat = judged(0.25, outputs(BASE.fluency, BASE.missed, [0.0] * 10), BASE)
     assert flat.usable and not flat.raises
 
 
 def test_a_choice_reads_back_as_written():
-    trials = (Trial(0.5, 1.2, 0.1, 0.4, answer_p=0.5), Trial(1.0, 3.0, 0.5, 0.9, fluent=False))
+    trials = (
+        Trial(0.5, 1.2, 0.1, 0.4, answer_p=0.5, broken=0.04),
+        Trial(1.0, 3.0, 0.5, 0.9, fluent=False, broken=0.2, intact=False),
+    )
     base = Trial(None, 1.0, 0.1, 0.0)
     choice = Choice("w", 0.5, "chosen", (0.5, 1.0), guidance.RULE, 24, 8, base, trials)
     assert Choice.from_json(choice.to_json()) == choice

@@ -14,12 +14,20 @@ set measured against base's, item by item:
   base's by more than ``ANSWER_MARGIN`` with significance: an exact one-sided sign test on the
   items where one of the two answers and the other does not, at level ``ANSWER_LEVEL`` (24
   items give a share a spread of about 0.1 by chance alone);
+- intact: the share of outputs that are not text at all (``BROKEN_RULES``: empty, only labels,
+  another language, a loop) at most ``BROKEN_MARGIN`` above base's: a stated margin, not a
+  test (one more such output than base's in 24). Text that is not text is never a working
+  point, and base rarely writes it, so no chance rise needs allowing for: a sign test at
+  ``ANSWER_LEVEL`` would pass three loops against none (p = 1/8). The not-an-answer share
+  cannot see them either: the guided rows' loops take the place of base's copies of the
+  abstract, which count the same;
 - and, for the record, whether the method's own mean reward (on its standardised scale,
   ``scale.py``) is above base's.
 
-**The rule** (``RULE``): the chosen strength is the strongest of the grid that is fluent and
-answering. Guidance is taken to break monotonically (a strength that breaks, any stronger one
-breaks too), so the grid is bisected: about log2 of its length strengths are tried, not all.
+**The rule** (``RULE``): the chosen strength is the strongest of the grid that is fluent,
+answering and intact. Guidance is taken to break monotonically (a strength that breaks, any
+stronger one breaks too), so the grid is bisected: about log2 of its length strengths are
+tried, not all.
 Where even the weakest breaks, the weakest is kept and the record says so (``fallback``), so
 that the row's own figures, and its degenerate flag, show what guidance at its gentlest does.
 
@@ -60,17 +68,24 @@ VALIDATION_ITEMS = 24  # validation items per choice, taken from the users in tu
 FLUENCY_MARGIN = 0.5  # nats per token above base's mean that still count as fluent
 ANSWER_MARGIN = 0.05  # not-an-answer share above base's that still counts as answering ...
 ANSWER_LEVEL = 0.1  # ... or that is not significantly above base's (one-sided sign test)
+BROKEN_RULES = frozenset({"empty", "label", "language", "loop"})  # not text at all
+BROKEN_MARGIN = 0.05  # share of such outputs above base's that still counts as intact
 RULE = (
     "the strongest strength of the grid whose outputs on the validation items stay fluent "
     f"(mean NLL/token at most {FLUENCY_MARGIN} nats above base's) and answer (not-an-answer "
     f"share not above base's by more than {ANSWER_MARGIN} with a one-sided sign test over "
-    f"the items at p < {ANSWER_LEVEL}); the grid bisected, breaking taken to be monotone; "
+    f"the items at p < {ANSWER_LEVEL}) and stay text (outputs that are empty, only labels, in "
+    f"another language or a loop at most {BROKEN_MARGIN} above base's share); the grid "
+    "bisected, breaking taken to be monotone; "
     "none: the weakest (fallback)"
 )
 
 # base's validation outputs with their fluency and answers, per (suite, size), by the items'
 # fingerprint
-BASE = cache.Slot("base's validation outputs", dict[str, tuple[list[str], np.ndarray, np.ndarray]])
+BASE = cache.Slot(
+    "base's validation outputs",
+    dict[str, tuple[list[str], np.ndarray, np.ndarray, np.ndarray]],
+)
 
 
 @dataclass(frozen=True)
@@ -86,11 +101,13 @@ class Trial:
     answers: bool = True  # not-an-answer share not significantly above base's
     raises: bool = False  # the own reward above base's
     answer_p: float = 1.0  # the sign test's p: more items not answered than base
+    broken: float = 0.0  # share of outputs that are not text (BROKEN_RULES)
+    intact: bool = True  # that share at most BROKEN_MARGIN above base's
 
     @property
     def usable(self) -> bool:
-        """Fluent and answering: a strength the rule may choose."""
-        return self.fluent and self.answers
+        """Fluent, answering and intact: a strength the rule may choose."""
+        return self.fluent and self.answers and self.intact
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,6 +120,11 @@ class Outputs:
     fluency: np.ndarray  # per item
     missed: np.ndarray  # per item: 1 where the output is not an answer
     reward: np.ndarray  # per item
+    broken: np.ndarray | None = None  # per item: 1 where it is not text (BROKEN_RULES)
+
+    @property
+    def broken_share(self) -> float:
+        return float(self.broken.mean()) if self.broken is not None and self.broken.size else 0.0
 
 
 @dataclass(frozen=True)
@@ -246,6 +268,7 @@ def summary(value: float | None, found: Outputs) -> Trial:
         fluency=round(float(found.fluency.mean()), 6),
         not_answer=round(float(found.missed.mean()), 6),
         reward=round(float(found.reward.mean()), 6),
+        broken=round(found.broken_share, 6),
     )
 
 
@@ -266,29 +289,33 @@ def judged(value: float, found: Outputs, base: Outputs) -> Trial:
         trial,
         fluent=float(np.mean(found.fluency - base.fluency)) <= FLUENCY_MARGIN,
         answers=not (more > ANSWER_MARGIN and p < ANSWER_LEVEL),
+        intact=found.broken_share - base.broken_share <= BROKEN_MARGIN + 1e-12,
         raises=trial.reward > float(base.reward.mean()),
         answer_p=round(p, 6),
     )
 
 
 def measure(ctx: CaseContext, items: Sequence[Item], outputs: list[str]) -> Outputs:
-    """Fluency, whether each output is an answer, and the method's own reward, per item."""
-    nll, missed = text_measures(ctx, items, outputs)
-    return Outputs(fluency=nll, missed=missed, reward=own_rewards(ctx, items, outputs))
+    """Fluency, whether each output is an answer and whether it is text, and the method's
+    own reward, per item."""
+    nll, missed, broken = text_measures(ctx, items, outputs)
+    return Outputs(nll, missed, own_rewards(ctx, items, outputs), broken)
 
 
 def text_measures(
     ctx: CaseContext, items: Sequence[Item], outputs: list[str]
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(fluency, missed)`` per item: what the outputs are as text, whatever reward judges
-    them."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(fluency, missed, broken)`` per item: what the outputs are as text, whatever reward
+    judges them."""
     prompts = [it.prompt for it in items]
-    missed = [
-        not_an_answer(o, input=it.input, prompt=it.prompt) is not None
+    rules = [
+        not_an_answer(o, input=it.input, prompt=it.prompt)
         for o, it in zip(outputs, items, strict=True)
     ]
+    missed = np.asarray([rule is not None for rule in rules], dtype=np.float64)
+    broken = np.asarray([rule in BROKEN_RULES for rule in rules], dtype=np.float64)
     nll = fluency(ctx.lm, prompts, outputs, ctx.options.batch_size)
-    return np.asarray(nll), np.asarray(missed, dtype=np.float64)
+    return np.asarray(nll), missed, broken
 
 
 def own_rewards(ctx: CaseContext, items: Sequence[Item], outputs: list[str]) -> np.ndarray:
@@ -310,8 +337,8 @@ def base_outputs(run: RunContext, ctx: CaseContext, items: Sequence[Item]) -> Ou
         with events.step(f"base on {len(items)} validation items"):
             outputs = list(factory().generate(base_ctx, items))
             memo[fingerprint] = (outputs, *text_measures(ctx, items, outputs))
-    outputs, nll, missed = memo[fingerprint]
-    return Outputs(fluency=nll, missed=missed, reward=own_rewards(ctx, items, outputs))
+    outputs, nll, missed, broken = memo[fingerprint]
+    return Outputs(nll, missed, own_rewards(ctx, items, outputs), broken)
 
 
 def validation_items(suite: Suite, data: SuiteData, seed: int) -> list[Item]:
