@@ -167,6 +167,22 @@ def test_gumbel_choice_is_argmax_of_scaled_logits_plus_each_rows_own_gumbel_nois
     assert got == want
 
 
+@pytest.mark.parametrize("top_p", [1e-9, 0.5, 0.9, 0.999])
+def test_a_draw_from_a_nucleus_cut_is_the_draw_with_noise_at_every_token(top_p: float) -> None:
+    """The noise is computed at the kept tokens only; the draw must be the one the whole
+    vocabulary's noise gives (the recorded samples depend on these bits)."""
+    logits = torch.randn(8, 3000, generator=torch.Generator().manual_seed(3)) * 3
+    logits[2, :50] = logits[2, 0]  # ties inside a nucleus
+    cut = nucleus(logits, top_p, 0.7)
+    got = gumbel_choice(cut, 0.7, gens_of(8))
+    want = []
+    for s, row in enumerate(cut):
+        u = torch.rand(3000, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+        want.append(int((row.double() / 0.7 - torch.log(-torch.log(u.clamp(min=1e-300)))).argmax()))
+    assert got == want
+    assert all(torch.isfinite(cut[r, t]) for r, t in enumerate(got))
+
+
 def test_nucleus_keeps_the_fewest_likeliest_tokens_reaching_top_p() -> None:
     # probabilities 0.5, 0.3, 0.15, 0.05 (in another order): ranked 0.5, 0.3 | 0.15, 0.05
     logits = torch.log(torch.tensor([[0.15, 0.5, 0.05, 0.3]]))
