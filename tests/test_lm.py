@@ -181,6 +181,9 @@ def test_a_draw_from_a_nucleus_cut_is_the_draw_with_noise_at_every_token(top_p: 
         want.append(int((row.double() / 0.7 - torch.log(-torch.log(u.clamp(min=1e-300)))).argmax()))
     assert got == want
     assert all(torch.isfinite(cut[r, t]) for r, t in enumerate(got))
+    # a token forced with +inf is drawn, cut or not, as with the noise everywhere
+    forced = torch.tensor([[float("-inf"), float("inf"), 0.0], [0.0, 5.0, float("inf")]])
+    assert gumbel_choice(forced, 0.7, gens_of(2)) == [1, 2]
 
 
 def test_nucleus_keeps_the_fewest_likeliest_tokens_reaching_top_p() -> None:
