@@ -178,7 +178,12 @@ def test_loops_labels_other_languages_and_empty_outputs_are_not_text_copies_are(
         "Pre-Linguistic Pre-Linguistic Pre-Linguistic Pre-Linguistic": (1, 1),  # loop
         "Abstract:": (1, 1),  # label
         "": (1, 1),  # empty
+        "Нейронные сети и немецкое множественное число": (1, 1),  # language
         "We study how neural networks learn inflectional morphology": (1, 0),  # copy
+        # a copy of the opening that then loops: not text, whichever rule comes first
+        "We study how neural networks learn inflectional morphology morphology morphology "
+        "morphology": (1, 1),
+        "This is a summary of the abstract.": (1, 0),  # off task, but text
         "Neural networks and German plurals": (0, 0),
     }
     ctx = SimpleNamespace(lm=None, options=SimpleNamespace(batch_size=4))

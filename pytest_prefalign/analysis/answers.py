@@ -172,12 +172,16 @@ BACKGROUND = (
 )
 
 
+# the rules that say an output is not text at all (whatever else it is or is not)
+TEXT_RULES: tuple[str, ...] = ("empty", "label", "language", "loop")
+
+
 def not_an_answer(output: str, *, input: str, prompt: str) -> str | None:
     """The name of the first rule of ``RULES`` that ``output`` breaks, or None when it is an
     answer. ``input``: the item's raw input; ``prompt``: the plain task prompt shown."""
     if not any(ch.isalnum() for ch in output):
         return "empty"
-    labels = LABELS | {w.lower() for w in _PROMPT_LABEL.findall(prompt)}
+    labels = _labels(prompt)
     words = [w.lower() for w in _WORD.findall(output)]
     if all(w in labels for w in words):
         return "label"
@@ -192,6 +196,24 @@ def not_an_answer(output: str, *, input: str, prompt: str) -> str | None:
         if broken():
             return rule
     return None
+
+
+def not_text(output: str, *, input: str, prompt: str) -> str | None:
+    """The first rule of ``TEXT_RULES`` that ``output`` breaks, or None when it is text: the
+    rules of ``not_an_answer`` that say it is not text at all, each checked whatever other rule
+    it breaks first (an output that copies the input's opening and then loops is a loop)."""
+    rule = not_an_answer(output, input=input, prompt=prompt)
+    if rule != "copy":  # the checks after ``copy`` ran, or the rule is one of these
+        return rule if rule in TEXT_RULES else None
+    text = _without_leading_labels(output, _labels(prompt))
+    if _foreign(text, input, prompt):
+        return "language"
+    return "loop" if _loops(text) else None
+
+
+def _labels(prompt: str) -> set[str]:
+    """The usual field labels and the words the prompt puts before a colon."""
+    return LABELS | {w.lower() for w in _PROMPT_LABEL.findall(prompt)}
 
 
 def _without_leading_labels(output: str, labels: frozenset[str] | set[str]) -> str:

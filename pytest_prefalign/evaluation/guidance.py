@@ -14,13 +14,14 @@ set measured against base's, item by item:
   base's by more than ``ANSWER_MARGIN`` with significance: an exact one-sided sign test on the
   items where one of the two answers and the other does not, at level ``ANSWER_LEVEL`` (24
   items give a share a spread of about 0.1 by chance alone);
-- intact: the share of outputs that are not text at all (``BROKEN_RULES``: empty, only labels,
-  another language, a loop) at most ``BROKEN_MARGIN`` above base's: a stated margin, not a
-  test (one more such output than base's in 24). Text that is not text is never a working
-  point, and base rarely writes it, so no chance rise needs allowing for: a sign test at
-  ``ANSWER_LEVEL`` would pass three loops against none (p = 1/8). The not-an-answer share
-  cannot see them either: the guided rows' loops take the place of base's copies of the
-  abstract, which count the same;
+- intact: the share of outputs that are not text at all (``answers.not_text``: empty, only
+  labels, another language, a loop, checked even where the output first copies the input's
+  opening) at most ``BROKEN_MARGIN`` above base's: a stated margin, not a test (one more such
+  output than base's in 24; with fewer than 20 items, none). Output that is not text is
+  never a working point, and base rarely writes it, so no chance rise needs allowing for: a
+  sign test at ``ANSWER_LEVEL`` would pass three loops against none (p = 1/8). The
+  not-an-answer share cannot see them either: the guided rows' loops take the place of
+  base's copies of the abstract, which count the same;
 - and, for the record, whether the method's own mean reward (on its standardised scale,
   ``scale.py``) is above base's.
 
@@ -54,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_prefalign import cache, events, versions
-from pytest_prefalign.analysis.answers import not_an_answer
+from pytest_prefalign.analysis.answers import not_an_answer, not_text
 from pytest_prefalign.api import Batch, Item
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.fluency import fluency
@@ -68,7 +69,6 @@ VALIDATION_ITEMS = 24  # validation items per choice, taken from the users in tu
 FLUENCY_MARGIN = 0.5  # nats per token above base's mean that still count as fluent
 ANSWER_MARGIN = 0.05  # not-an-answer share above base's that still counts as answering ...
 ANSWER_LEVEL = 0.1  # ... or that is not significantly above base's (one-sided sign test)
-BROKEN_RULES = frozenset({"empty", "label", "language", "loop"})  # not text at all
 BROKEN_MARGIN = 0.05  # share of such outputs above base's that still counts as intact
 RULE = (
     "the strongest strength of the grid whose outputs on the validation items stay fluent "
@@ -101,7 +101,7 @@ class Trial:
     answers: bool = True  # not-an-answer share not significantly above base's
     raises: bool = False  # the own reward above base's
     answer_p: float = 1.0  # the sign test's p: more items not answered than base
-    broken: float = 0.0  # share of outputs that are not text (BROKEN_RULES)
+    broken: float = 0.0  # share of outputs that are not text (answers.not_text)
     intact: bool = True  # that share at most BROKEN_MARGIN above base's
 
     @property
@@ -120,7 +120,7 @@ class Outputs:
     fluency: np.ndarray  # per item
     missed: np.ndarray  # per item: 1 where the output is not an answer
     reward: np.ndarray  # per item
-    broken: np.ndarray | None = None  # per item: 1 where it is not text (BROKEN_RULES)
+    broken: np.ndarray | None = None  # per item: 1 where it is not text (answers.not_text)
 
     @property
     def broken_share(self) -> float:
@@ -308,14 +308,11 @@ def text_measures(
     """``(fluency, missed, broken)`` per item: what the outputs are as text, whatever reward
     judges them."""
     prompts = [it.prompt for it in items]
-    rules = [
-        not_an_answer(o, input=it.input, prompt=it.prompt)
-        for o, it in zip(outputs, items, strict=True)
-    ]
-    missed = np.asarray([rule is not None for rule in rules], dtype=np.float64)
-    broken = np.asarray([rule in BROKEN_RULES for rule in rules], dtype=np.float64)
+    pairs = list(zip(outputs, items, strict=True))
+    missed = [not_an_answer(o, input=it.input, prompt=it.prompt) is not None for o, it in pairs]
+    broken = [not_text(o, input=it.input, prompt=it.prompt) is not None for o, it in pairs]
     nll = fluency(ctx.lm, prompts, outputs, ctx.options.batch_size)
-    return np.asarray(nll), missed, broken
+    return np.asarray(nll), np.asarray(missed, float), np.asarray(broken, float)
 
 
 def own_rewards(ctx: CaseContext, items: Sequence[Item], outputs: list[str]) -> np.ndarray:
