@@ -102,7 +102,8 @@ def examine_group(
                 "rouge1": row.metrics.get("rouge1"),
                 "win_independent": row.metrics.get("win_independent"),
                 "strength": (
-                    f"{strength['option']}={strength['value']:g} ({strength['how']})"
+                    f"{strength['option']}={strength['value']:g} ({strength['how']}"
+                    f"{', none passed' if strength.get('fallback') else ''})"
                     if strength
                     else ""
                 ),

@@ -172,8 +172,10 @@ def test_a_draw_from_a_nucleus_cut_is_the_draw_with_noise_at_every_token(top_p: 
     """The noise is computed at the kept tokens only; the draw must be the one the whole
     vocabulary's noise gives (the recorded samples depend on these bits)."""
     logits = torch.randn(8, 3000, generator=torch.Generator().manual_seed(3)) * 3
-    logits[2, :50] = logits[2, 0]  # ties inside a nucleus
+    logits[2, :50] = logits[2].max()  # 50 tokens tied at the top: a nucleus of ties
     cut = nucleus(logits, top_p, 0.7)
+    tied = int(torch.isfinite(cut[2, :50]).sum())
+    assert tied == {1e-9: 1, 0.5: 26, 0.9: 47, 0.999: 50}[top_p]  # lower ids first at the edge
     got = gumbel_choice(cut, 0.7, gens_of(8))
     want = []
     for s, row in enumerate(cut):
