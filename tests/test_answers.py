@@ -30,7 +30,7 @@ def judge(output: str, input: str = ABSTRACT, prompt: str = PROMPT) -> str | Non
 
 
 def test_the_rules_and_their_order_are_the_api() -> None:
-    assert RULES == ("empty", "label", "copy", "language", "loop", "off_task")
+    assert RULES == ("empty", "label", "copy", "language", "loop", "off_task", "unfinished")
     assert set(answers.DESCRIPTIONS) == set(RULES)
 
 
@@ -154,6 +154,29 @@ def test_off_task_does_not_judge_a_one_line_topic() -> None:
     # polis: the input is the conversation's topic; a statement need not repeat it
     prompt = "Write a statement you agree with about: $15/hour"
     assert judge("This is a bad idea for small shops.", input="$15/hour", prompt=prompt) is None
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "Headline Generation for Scientific Papers:",  # the main job's "Preliminaries:" kind
+        "Copy Mechanisms and Transformer Headlines:  ",  # trailing space is no answer
+        "Title: Salient Headlines\uff1a",  # a full-width colon; the leading label taken off
+    ],
+)
+def test_unfinished(output: str) -> None:
+    assert judge(output) == "unfinished"
+
+
+def test_unfinished_is_checked_last_and_only_at_the_end() -> None:
+    # a colon inside a title is the ordinary subtitle, no lead-in
+    assert judge("Headline Generation: A Copy Mechanism for Scientific Papers") is None
+    # an output that breaks an earlier rule is named by it ("Abstract:" is a label)
+    assert judge("Abstract:") == "label"
+    assert judge("This is a report written by:") == "off_task"
+    # judged where off_task is not: a one-line topic (polis)
+    prompt = "Write a statement you agree with about: $15/hour"
+    assert judge("Small shops would:", input="$15/hour", prompt=prompt) == "unfinished"
 
 
 def test_the_main_jobs_bad_outputs_by_rule() -> None:

@@ -1,4 +1,4 @@
-"""Whether a generated output is an answer to its item at all, by six stated rules.
+"""Whether a generated output is an answer to its item at all, by seven stated rules.
 
 Pure Python (no numpy, no model): ``not_an_answer(output, input=..., prompt=...)`` names the
 first rule of ``RULES`` that the output breaks, or None. ``input`` is the item's raw input (the
@@ -23,6 +23,10 @@ and answers", gives each its known-answer test):
   ("This is ...", "Here is ...", "Sounds great", "Translate ...") and shares fewer than
   ``OFF_TASK_SHARED`` content words with it. Judged only where the input holds at least
   ``OFF_TASK_MIN_INPUT`` content words (an abstract, a post; not a one-line topic).
+- ``unfinished``: a lead-in with nothing after it: the output ends with a colon ("Our
+  Progress Towards:", "Lemmatization and Part-of-Speech (POS) tagging:"), the model having
+  stopped where its answer was to begin. No title of the ACL Anthology set and no Polis
+  statement of ``../shared/data`` ends so.
 
 A field label at the output's start ("Title: ...") is taken off before the rules after
 ``label`` look at it. The thresholds were set on the ACL Anthology titles against their own
@@ -37,7 +41,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable
 
-RULES: tuple[str, ...] = ("empty", "label", "copy", "language", "loop", "off_task")
+RULES: tuple[str, ...] = ("empty", "label", "copy", "language", "loop", "off_task", "unfinished")
 
 DESCRIPTIONS: dict[str, str] = {
     "empty": "nothing but whitespace and punctuation",
@@ -47,6 +51,7 @@ DESCRIPTIONS: dict[str, str] = {
     "loop": "a word or phrase repeated in a row ('Aysha, Aysha, Aysha')",
     "off_task": "about the paper, reader or task, not an answer: no content word of the input, "
     "or a chat or meta opening ('This is ...', 'Here is ...') with almost none",
+    "unfinished": "a lead-in with nothing after it: ends with a colon ('Our Progress Towards:')",
 }
 
 # the usual field labels of prompts and in-context examples
@@ -191,6 +196,7 @@ def not_an_answer(output: str, *, input: str, prompt: str) -> str | None:
         ("language", lambda: _foreign(text, input, prompt)),
         ("loop", lambda: _loops(text)),
         ("off_task", lambda: _off_task(text, input)),
+        ("unfinished", lambda: _unfinished(text)),
     )
     for rule, broken in checks:
         if broken():
@@ -347,6 +353,15 @@ def _off_task(text: str, input: str) -> bool:
     if shared == 0:
         return True
     return shared < OFF_TASK_SHARED and _meta_opening(text)
+
+
+# --- unfinished ------------------------------------------------------------------------------
+
+_COLONS = (":", "\uff1a")  # the colon and the full-width colon
+
+
+def _unfinished(text: str) -> bool:
+    return text.rstrip().endswith(_COLONS)
 
 
 def _meta_opening(text: str) -> bool:
