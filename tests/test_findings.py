@@ -171,8 +171,9 @@ def test_claim_one_does_not_hold_where_rm_accuracy_orders_policy_accuracy(render
 def test_claim_two_holds_where_rouge_is_nearly_the_same(rendered: str) -> None:
     line = line_with(rendered, "| pref_lamp · 135m | args | args[a] 0.899 | args[f] 0.549 |")
     # the extremes of six, tested by the within-user permutation of all six: every user
-    # orders them alike, so no shuffle reaches the observed range: p = 1 / 10001
-    assert "+0.350 [+0.350, +0.350] p 0.0001" in line
+    # orders them alike, so no shuffle reaches the observed range: p = 1 / 10001; the pair's
+    # own exact sign flip over 10 users, every one the same way: p = 2 / 2**10
+    assert "+0.350 [+0.350, +0.350] p 0.00195, 0.0001" in line
     assert line.endswith("| 10 | holds | - |")
 
 
@@ -265,13 +266,22 @@ LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001}
         # a significant ROUGE-1 difference is not "nearly the same", whichever way it goes
         (LARGE, paired(0.045, [0.02, 0.07], 0.003), "does not hold (ROUGE-1 follows RM accuracy)"),
         (LARGE, paired(-0.054, [-0.08, -0.03], 0.001), "does not hold (ROUGE-1 the other way)"),
-        # the crafted case of issue 38: a paired RM test that is not significant (its verdict
-        # string is "no significant difference") and a significant ROUGE-1 gap the same way:
-        # the direction is read from the numbers, so it is not "the other way"
+        # the direction is read from the numbers, never from the verdict strings: a ROUGE-1
+        # verdict naming a method is not "the other way"
         (
-            {**LARGE, "p_value": 0.08, "verdict": "no significant difference"},
+            {**LARGE, "verdict": ""},
             paired(0.03, [0.01, 0.05], 0.01, "args[a] better"),
             "does not hold (ROUGE-1 follows RM accuracy)",
+        ),
+        # the range test finds the methods apart but the two extremes' own paired test does
+        # not: no large gap shown for this pair, so ROUGE-1 decides nothing, either way
+        ({**LARGE, "p_value": 0.08}, paired(0.03, [0.01, 0.05], 0.01), "not enough evidence"),
+        ({**LARGE, "p_value": 0.08}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        # a paired test written before it was kept (no p_value): no gap shown either
+        (
+            {k: v for k, v in LARGE.items() if k != "p_value"},
+            paired(0.0, [-0.01, 0.01], 0.9),
+            "not enough evidence",
         ),
         # equivalence not shown: a wide ROUGE-1 interval
         (LARGE, paired(0.0, [-0.04, 0.04], 0.9), "not enough evidence"),
@@ -279,6 +289,46 @@ LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001}
 )
 def test_spread_verdicts(findings: ModuleType, rm: dict, rouge: dict, claim: str) -> None:
     assert findings.spread_verdict(rm, rouge) == claim
+
+
+def spread_rows(rm: dict[str, list[float]], rouge: dict[str, list[float]]) -> list[CaseResult]:
+    users = [f"u{i}" for i in range(len(next(iter(rm.values()))))]
+    rows = []
+    for method in rm:
+        per_user = {"rm_acc": dict(zip(users, rm[method], strict=True)),
+                    "rouge1": dict(zip(users, rouge[method], strict=True))}  # fmt: skip
+        metrics = {k: sum(v.values()) / len(users) for k, v in per_user.items()}
+        rows.append(CaseResult(suite="s", size="135m", method=method, decoder="args",
+                               reward=method[5:-1], n_users=len(users), metrics=metrics,
+                               per_user=per_user))  # fmt: skip
+    return rows
+
+
+def test_a_range_apart_without_the_pair_apart_is_not_a_large_gap(findings: ModuleType) -> None:
+    # six users; args[pal] is 0.6 above args[global_bt] on five and 0.2 below on the sixth:
+    # the range over five methods is far outside its permutation null, the interval of the
+    # pair above 0.10, but the pair's exact sign-flip p is 4/64 (the all-positive pattern and
+    # the one other as extreme, both ways), so the gap of these two is not shown
+    rm = {"args[global_bt]": [0.4, 0.4, 0.4, 0.4, 0.4, 0.6],
+          "args[per_user_bt]": [0.6, 0.8, 0.6, 0.8, 0.6, 0.6],
+          "args[lore]": [0.6, 0.6, 0.8, 0.6, 0.8, 0.6],
+          "args[vpl]": [0.6] * 6,
+          "args[pal]": [1.0, 1.0, 1.0, 1.0, 1.0, 0.4]}  # fmt: skip
+    base = [0.20, 0.15, 0.25, 0.10, 0.30, 0.18]
+    rouge = {m: base for m in rm}
+    rouge["args[pal]"] = [b + 0.01 for b in base[:5]] + [base[5] - 0.005]
+    (entry,) = findings.spread_entries(spread_rows(rm, rouge))
+    assert (entry["high"].method, entry["low"].method) == ("args[pal]", "args[global_bt]")
+    assert entry["rm"]["p_range"] < 0.01 and entry["rm"]["ci"][0] > 0.10
+    assert entry["rm"]["p_value"] == pytest.approx(4 / 64)
+    assert entry["claim"] == "not enough evidence"
+    # the sixth user moves with the others: the pair's p is 2/64, the gap large, and ROUGE-1
+    # (within 1 point on every user, its sign-flip p 4/64) nearly the same
+    rm["args[pal]"] = [1.0] * 6
+    (entry,) = findings.spread_entries(spread_rows(rm, rouge))
+    assert entry["rm"]["p_value"] == pytest.approx(2 / 64)
+    assert entry["rouge"]["p_value"] == pytest.approx(4 / 64)
+    assert entry["claim"] == "holds"
 
 
 def test_the_positive_control_passes_where_rm_accuracy_orders_policy_accuracy(

@@ -84,22 +84,26 @@ def spread_claim(
     rouge_diff: float,
     rouge_ci: tuple[float, float] | list[float] | None,
     rouge_p: float | None,
+    rm_p: float | None,
 ) -> str:
     """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder
     (``rm_diff`` the highest minus the lowest, ``rouge_diff`` the same two rows' ROUGE-1).
 
-    The RM-accuracy difference is large only when the within-user permutation test of the
-    range finds the methods apart (``p_range``: choosing the two extremes on the same data is
-    part of its null) and its interval lies above ``MIN_GAP``; an interval wholly below says the
-    two are not far apart (the claim is not about them). ROUGE-1 is nearly the same only by
-    equivalence: its interval within +-``NEAR`` and its paired test not significant. A
+    The RM-accuracy difference is large only when two tests find the pair apart and its
+    interval lies above ``MIN_GAP``: the within-user permutation test of the range
+    (``p_range``: choosing the two extremes on the same data is part of its null, but it
+    rejects where any methods differ) and the two rows' own paired sign-flip test (``rm_p``:
+    these two rows differ, whatever the others do). An interval wholly below ``MIN_GAP`` says
+    the two are not far apart (the claim is not about them). ROUGE-1 is nearly the same only
+    by equivalence: its interval within +-``NEAR`` and its paired test not significant. A
     significant ROUGE-1 difference, either way, does not hold; its direction is read from the
-    two differences' signs."""
+    two differences' signs. Without a gap shown, neither: ROUGE-1 can neither confirm nor
+    refute a claim about large gaps."""
     if p_range is None or p_range >= ALPHA or not rm_ci:
         return UNDECIDED
     if rm_ci[1] < MIN_GAP:
         return f"no large RM-accuracy gap (below {MIN_GAP:.2f})"
-    if rm_ci[0] < MIN_GAP:
+    if rm_ci[0] < MIN_GAP or rm_p is None or rm_p >= ALPHA or rm_diff <= 0:
         return UNDECIDED
     if rouge_p is not None and rouge_p < ALPHA and rouge_diff != 0:
         same_way = (rouge_diff > 0) == (rm_diff > 0)
@@ -126,7 +130,7 @@ def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
     ``p_value``), RM accuracy's carrying the range test's ``p_range``."""
     return spread_claim(
         rm.get("p_range"), rm["diff"], rm.get("ci"), rouge["diff"], rouge.get("ci"),
-        rouge.get("p_value"),
+        rouge.get("p_value"), rm.get("p_value"),
     )  # fmt: skip
 
 

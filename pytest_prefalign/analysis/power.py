@@ -296,7 +296,7 @@ def spread_curve(rm: Figures, rouge: Figures, **kwargs: object) -> Curve:
 def spread_said(rm: Figures, rouge: Figures, rng: np.random.Generator) -> str:
     """Claim 2's verdict on one simulated run: the extremes by RM accuracy, the range test by
     ``INNER`` within-user permutations, the differences' intervals by ``INNER`` resamples and
-    ROUGE-1's sign-flip test by ``INNER`` sign patterns."""
+    the pair's sign-flip tests (RM accuracy, ROUGE-1) by ``INNER`` sign patterns."""
     means = rm.means()
     high, low = int(np.argmax(means)), int(np.argmin(means))
     if high == low:
@@ -316,15 +316,24 @@ def spread_said(rm: Figures, rouge: Figures, rng: np.random.Generator) -> str:
     rouge_ci = np.percentile(rouge_boot[:, high] - rouge_boot[:, low], [2.5, 97.5])
     rouge_means = rouge.means()
     rouge_diff = float(rouge_means[high] - rouge_means[low])
-    d = rouge.values[high] - rouge.values[low]
-    pair_w = np.minimum(rouge.weights[high], rouge.weights[low])
     signs = rng.choice((1.0, -1.0), size=(INNER, n))
-    flipped = np.abs((signs * d * pair_w).sum(1)) / max(pair_w.sum(), 1e-12)
-    observed_d = abs(float((d * pair_w).sum() / max(pair_w.sum(), 1e-12)))
-    rouge_p = (1 + np.count_nonzero(flipped >= observed_d - 1e-12)) / (INNER + 1)
+    rouge_p = _sign_flip_p(rouge, high, low, signs)
+    rm_p = _sign_flip_p(rm, high, low, signs)
     return claims.spread_claim(
-        float(p_range), observed, list(rm_ci), rouge_diff, list(rouge_ci), float(rouge_p)
+        float(p_range), observed, list(rm_ci), rouge_diff, list(rouge_ci), rouge_p, rm_p
     )
+
+
+def _sign_flip_p(fig: Figures, a: int, b: int, signs: np.ndarray) -> float:
+    """The two-sided sign-flip p of rows ``a`` minus ``b`` over users, each user weighted by
+    the smaller of the two rows' weights (``selection.paired``'s test), from the sign patterns
+    ``signs`` (one row per pattern)."""
+    d = fig.values[a] - fig.values[b]
+    w = np.minimum(fig.weights[a], fig.weights[b])
+    total = max(float(w.sum()), 1e-12)
+    flipped = np.abs((signs * d * w).sum(1)) / total
+    observed = abs(float((d * w).sum()) / total)
+    return float((1 + np.count_nonzero(flipped >= observed - 1e-12)) / (signs.shape[0] + 1))
 
 
 # --------------------------------------------------------------------------------------------
