@@ -16,7 +16,8 @@ win over base is a per-item win, tie or loss. Under the **null** every method is
 policy accuracy, ROUGE-1 and the win (its own RM is indifferent between its output and base's);
 under each **effect** one verdict's statement is true (``EFFECTS``). With ``--unequal``, the
 nulls ``UNEQUAL``: the reward methods equal on average, each with a per-user deviation of its
-own whose spread differs between them (one 3x the others'; 4, 1, 1, 1 and 0.25).
+own whose spread differs between them (one 3x the others'; 4, 1, 1, 1 and 0.25), or the ICL
+rows' 3x the reward methods'.
 
 **From a real run file** (``--run``): the null is made from the run's own per-user figures,
 each user's policy accuracy, ROUGE-1 and ROUGE-L exchanged at random between the methods that
@@ -82,6 +83,8 @@ class Scenario:
     # per reward method (REWARDS order), the sd of its own per-user deviation in units of
     # SPREAD_SD: methods equal on average that differ in how much they vary (empty: none)
     spreads: tuple[float, ...] = ()
+    # the same for the ICL rows (icl, icl_rag): 0, none
+    icl_spread: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,9 @@ UNEQUAL: dict[str, Scenario] = {
     "equal spreads": Scenario("equal spreads", {}, {}, spreads=(1, 1, 1, 1, 1)),
     "one spread 3x": Scenario("one spread 3x", {}, {}, spreads=(1, 1, 1, 1, 3)),
     "spreads 4,1,1,1,0.25": Scenario("spreads 4,1,1,1,0.25", {}, {}, spreads=(4, 1, 1, 1, 0.25)),
+    # the ICL rows vary 3x as much as the guided rows (the kept pref_lamp-270m run: ICL's
+    # per-user ROUGE-1 sd 0.10-0.11, the guided rows' 0.04-0.07)
+    "ICL spread 3x": Scenario("ICL spread 3x", {}, {}, spreads=(1, 1, 1, 1, 1), icl_spread=3),
 }
 
 
@@ -159,10 +165,13 @@ def simulate(
 
 def _spread(scenario: Scenario, method: str) -> tuple[float, float]:
     """The sd of ``method``'s own per-user deviation of ROUGE-1 and of policy accuracy's logit
-    (0 unless the scenario gives the reward methods spreads)."""
-    if not scenario.spreads or method not in REWARDS:
+    (0 unless the scenario gives the method a spread)."""
+    if method in ("icl", "icl_rag"):
+        factor = scenario.icl_spread
+    elif scenario.spreads and method in REWARDS:
+        factor = scenario.spreads[REWARDS.index(method)]
+    else:
         return (0.0, 0.0)
-    factor = scenario.spreads[REWARDS.index(method)]
     return (SPREAD_SD[0] * factor, SPREAD_SD[1] * factor)
 
 

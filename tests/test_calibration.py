@@ -140,6 +140,42 @@ def test_the_best_of_several_comparison_holds_its_level() -> None:
     assert fired / sims <= bound(sims)
 
 
+def test_the_best_of_several_comparison_holds_its_level_when_icl_varies_more() -> None:
+    # the four guided rows vary about a user's level with sd 0.05, ICL with 0.15, every mean the
+    # same: a within-user shuffle of the rows (which assumes them exchangeable) fired in about
+    # 0.2 of these nulls; flipping signs keeps each row's own spread
+    rng = np.random.default_rng(6)
+    sims = 200
+    fired = 0
+    for _ in range(sims):
+        level = rng.normal(0.25, 0.06, 20)
+        sds = np.array([0.15, 0.05, 0.05, 0.05, 0.05])[:, None]
+        values = level + rng.normal(0.0, 1.0, (5, 20)) * sds
+        rows = [_row(f"r{i}", values[i]) for i in range(5)]
+        fired += selection.against_best(rows[0], rows[1:], "policy_acc")["p_value"] < ALPHA
+    assert fired / sims <= bound(sims)
+
+
+def test_one_row_above_every_other_by_hand() -> None:
+    # three users; against the first other row the one-sided sign flip counts only the observed
+    # pattern (1/8); against the second, s1 + s2 - s3 >= 1 in 4 of 8 patterns: the larger, 1/2
+    diffs = np.array([[1.0, 2.0, 3.0], [1.0, 1.0, -1.0]])
+    assert selection.above_every(diffs, np.ones(3)) == pytest.approx(0.5)
+    assert selection.above_every(diffs[:1], np.ones(3)) == pytest.approx(1 / 8)
+
+
+def test_the_best_below_by_hand_chooses_again_in_every_pattern() -> None:
+    # three users, one row minus two others, each sum divided by its spread under flips:
+    # -6 / sqrt(14) = -1.60 and -3 / sqrt(27) = -0.58, the lowest -1.60; patterns whose lowest
+    # is at most that: all +1 (the first row's) and (+1, +1, -1), where the second row's is
+    # -9 / sqrt(27) = -1.73: 2 of 8; the first row alone would give 1/8
+    diffs = np.array([[-1.0, -2.0, -3.0], [-3.0, -3.0, 3.0]])
+    assert nulls.joint_sign_flip_lowest(diffs, np.ones(3)) == (pytest.approx(2 / 8), True)
+    assert nulls.joint_sign_flip_lowest(diffs[:1], np.ones(3)) == (pytest.approx(1 / 8), True)
+    with pytest.raises(ValueError, match="one weight per user"):
+        nulls.joint_sign_flip_lowest(diffs, np.ones(4))
+
+
 def test_the_worst_decile_swap_test_holds_its_level() -> None:
     rng = np.random.default_rng(5)
     sims = 120

@@ -179,10 +179,11 @@ def test_claim_two_holds_where_rouge_is_nearly_the_same(rendered: str) -> None:
 
 def test_claim_three_and_the_baselines(rendered: str) -> None:
     line = line_with(rendered, "| pref_lamp · 135m | icl | args[e] | rouge1 |")
-    # ICL ahead of every guided row for every user: no shuffle of the eight rows reaches it
+    # ICL ahead of every guided row for every user: of the 2^10 sign patterns of each pair only
+    # the observed one reaches it, p = 2 x 1/1024 (two-sided)
     assert (
-        "| +0.050 | [+0.050, +0.050] | 0.0002 | 0.001 | 10 | icl better | holds at this size | - |"
-        in line
+        "| +0.050 | [+0.050, +0.050] | 0.00195 | 0.00879 | 10 | icl better | holds at this size |"
+        " - |" in line
     )
     line = line_with(rendered, "| pref_lamp · 135m | icl | lead |")
     assert "| -0.047 |" in line and line.endswith("| lead better |")

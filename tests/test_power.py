@@ -12,7 +12,7 @@ import benchmark_scripts
 import numpy as np
 import pytest
 
-from pytest_prefalign.analysis import claims, power, stats, users
+from pytest_prefalign.analysis import claims, nulls, power, stats, users
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +86,31 @@ def test_power_from_a_runs_own_noise_is_the_power_of_its_world(calibration: Modu
 
 
 def test_the_icl_test_reaches_its_small_share_of_alpha() -> None:
-    # the ICL look's share of alpha is small (0.004 in the main job), below what 400 shuffles
-    # can count (2 / 401): the simulated rule reads the shuffles' tail, so a clear lead is found
+    # the ICL look's share of alpha is small (0.004 in the main job), below what a count of
+    # sign patterns drawn could say: the simulated rule reads each pair's sign-flip tail from
+    # the normal distribution, so a clear lead is found
     rng = np.random.default_rng(0)
     level = rng.normal(0.2, 0.05, 200)
     guided = [level + rng.normal(0, 0.02, 200) for _ in range(2)]
     ahead = np.stack([level + 0.03 + rng.normal(0, 0.02, 200), *guided])
-    assert power.icl_ahead(power.Figures(ahead, np.ones_like(ahead)), 0.004, rng)
+    assert power.icl_ahead(power.Figures(ahead, np.ones_like(ahead)), 0.004)
     # and no lead, none found
     level_with = np.stack([level + rng.normal(0, 0.02, 200), *guided])
-    assert not power.icl_ahead(power.Figures(level_with, np.ones_like(level_with)), 0.004, rng)
+    assert not power.icl_ahead(power.Figures(level_with, np.ones_like(level_with)), 0.004)
+    # ahead of one guided row but level with the other: not ahead of the best
+    split = np.stack([ahead[0], guided[0], ahead[0] + rng.normal(0, 0.02, 200)])
+    assert not power.icl_ahead(power.Figures(split, np.ones_like(split)), 0.004)
+
+
+def test_the_icl_rules_normal_tail_is_the_sign_flips() -> None:
+    # 14 users: every sign pattern counted (2^14); the exact one-sided p of the pair against
+    # the normal tail the simulated rule reads, at an alpha share it is tested at
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.02, 0.03, 14)
+    exact, is_exact = nulls.sign_flip_greater(d, np.ones(14))
+    assert is_exact
+    normal = power._normal_upper(float(d.sum() / np.sqrt((d**2).sum())))
+    assert normal == pytest.approx(exact, rel=0.25)
+    table = np.stack([d, np.zeros(14)])
+    said = power.icl_ahead(power.Figures(table, np.ones_like(table)), 2 * normal * 1.01)
+    assert said and not power.icl_ahead(power.Figures(table, np.ones_like(table)), 2 * normal)

@@ -12,8 +12,11 @@ counting the observed arrangement (so p is never 0 and the test holds its level 
 - ``swap``: two methods exchangeable within each user (the paired sign-flip test, for any
   statistic of the two methods' per-user figures, e.g. the mean of the worst decile);
 - ``within_user``: several methods exchangeable within each user (each user's figures shuffled
-  across the methods), for a statistic of the whole table, e.g. a best-of-several comparison
-  whose selection on the same data would bias a plain paired test;
+  across the methods), for a statistic of the whole table, e.g. the range of several methods;
+- ``joint_sign_flip_lowest``: one method against the best of several, each user's differences
+  to all of them flipped together (the differences symmetric about 0 jointly, whatever each
+  method's spread), for the lowest of the studentized mean differences: a best-of-several
+  comparison whose selection on the same data would bias a plain paired test;
 - ``intersection_union``: a statement that needs several things at once (an inversion: above by
   one figure and below by the other) is significant when each of them is; its p-value is the
   largest of theirs (Berger 1982), a test at the same level with no correction.
@@ -131,6 +134,34 @@ def within_user(
     upper = p_from_draws(observed, draws, exact=False)
     lower = p_from_draws(-observed, -draws, exact=False)
     return upper, lower, draws
+
+
+def joint_sign_flip_lowest(
+    diffs: np.ndarray, weights: np.ndarray, *, seed: int = SEED
+) -> tuple[float, bool]:
+    """One-sided p-value that one method is below the best of several others, and whether it is
+    exact. ``diffs`` ``(others, users)``: the method's per-user figure minus each other's;
+    ``weights`` ``(users,)``. Each difference's weighted mean is divided by its spread under
+    sign flips (``sqrt(sum (w d)^2) / sum w``, the same in every pattern), so that a noisy or
+    far-off row does not drown the others; the statistic is the lowest of these. Null: every
+    mean difference 0 and each user's vector of differences as likely negated as not (true
+    where the rows' per-user figures are symmetric about a common mean, with any spreads and
+    correlations: each user's column is flipped whole, so every row keeps its own spread). The
+    share of sign patterns whose lowest is at most the observed one. A row truly below the
+    method only lowers the patterns' lowest, so the test is conservative there: its null's
+    least favourable case is all equal."""
+    d, w = np.asarray(diffs, dtype=float), np.asarray(weights, dtype=float)
+    if d.ndim != 2 or d.shape[1] != len(w) or d.size == 0:
+        raise ValueError(
+            f"expected (others, users) differences and one weight per user, got {d.shape}"
+        )
+    weighted = d * w
+    spread = np.sqrt((weighted**2).sum(axis=1))
+    scale = np.divide(1.0, spread, out=np.zeros_like(spread), where=spread > 0)
+    observed = float((weighted.sum(axis=1) * scale).min())
+    signs, exact = sign_patterns(d.shape[1], seed=seed)
+    draws = ((signs @ weighted.T) * scale).min(axis=1)
+    return p_from_draws(-observed, -draws, exact=exact), exact
 
 
 def shuffled_within_users(tables: Sequence[np.ndarray], n: int, seed: int) -> list[np.ndarray]:
