@@ -11,8 +11,9 @@
   difference to the guided rows is below what flipping each user's differences together gives
   (``nulls.joint_sign_flip_lowest``: the best chosen again in every pattern). Both tests flip
   the signs of differences, so each row keeps its own per-user spread: a within-user shuffle
-  of the rows, which assumes them exchangeable, fired in 0.12 of the nulls where ICL's rows vary
-  3 times as much as the guided rows (issue 38).
+  of the rows, which assumes them exchangeable, fired on its own in 0.135 (20 users) and 0.195
+  (40) of the nulls where ICL's rows vary 3 times as much as the guided rows, every mean equal
+  (issue 38; docs/metrics.md, "The ICL comparison: sign flips, not shuffles").
 - ``compare_rows``: every metric of two rows of one run, paired over their shared users (the
   ``prefalign compare RUN --rows A,B`` command), each by the exact sign-flip test over users
   (``stats.sign_flip``), the metrics of one command adjusted together by Holm.
