@@ -759,7 +759,8 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
         "where the difference is large and the ROUGE-1 difference's interval lies within",
         f"+-{NEAR} with no significant ROUGE-1 difference; it **does not hold** where ROUGE-1",
         "differs significantly, either way (the verdict says which, from the differences' signs);",
-        f"**no large RM-accuracy gap** where the RM-accuracy interval lies below {MIN_GAP:.2f};",
+        "**no large RM-accuracy gap** where the range test is significant and the RM-accuracy",
+        f"interval lies below {MIN_GAP:.2f};",
         "else **not enough evidence**. " + NEEDED,
         "",
         "| suite · size | decoder | high RM acc | low RM acc | "

@@ -156,6 +156,31 @@ def test_the_best_of_several_comparison_holds_its_level_when_icl_varies_more() -
     assert fired / sims <= bound(sims)
 
 
+def test_the_direction_stated_is_the_one_tested() -> None:
+    # ICL far above both guided rows on the 10 users every row has; ICL and args[a] share 10
+    # more, where ICL is low: over the pair's 20 users ICL is below, over the tested 10 above.
+    # The difference (and the verdict's direction) is taken over the users the test saw
+    core, extra = [f"u{i:02d}" for i in range(10)], [f"u{i:02d}" for i in range(10, 20)]
+    icl = {u: 0.40 + 0.001 * i for i, u in enumerate(core)} | dict.fromkeys(extra, 0.10)
+    a = {u: 0.30 + 0.001 * i for i, u in enumerate(core)} | dict.fromkeys(extra, 0.50)
+    b = {u: 0.20 + 0.001 * i for i, u in enumerate(core)}
+    rows = [
+        CaseResult(
+            "s",
+            name,
+            "135m",
+            metrics={"policy_acc": float(np.mean(list(v.values())))},
+            per_user={"policy_acc": v},
+        )  # fmt: skip
+        for name, v in (("icl", icl), ("args[a]", a), ("args[b]", b))
+    ]
+    found = selection.against_best(rows[0], rows[1:], "policy_acc")
+    assert found["best"] == "args[a]" and found["n_users"] == 10
+    assert found["diff"] == pytest.approx(0.10) and found["p_value"] == pytest.approx(2 / 1024)
+    verdict = selection.verdict("icl", "args[a]", "policy_acc", found["diff"], 0.001, 10)
+    assert verdict == "icl better"
+
+
 def test_one_row_above_every_other_by_hand() -> None:
     # three users; against the first other row the one-sided sign flip counts only the observed
     # pattern (1/8); against the second, s1 + s2 - s3 >= 1 in 4 of 8 patterns: the larger, 1/2

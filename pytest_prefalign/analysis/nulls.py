@@ -155,6 +155,8 @@ def joint_sign_flip_lowest(
         raise ValueError(
             f"expected (others, users) differences and one weight per user, got {d.shape}"
         )
+    if not (np.isfinite(d).all() and np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+        raise ValueError("differences and weights must be finite, weights >= 0 and not all 0")
     weighted = d * w
     spread = np.sqrt((weighted**2).sum(axis=1))
     scale = np.divide(1.0, spread, out=np.zeros_like(spread), where=spread > 0)

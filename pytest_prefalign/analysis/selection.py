@@ -53,7 +53,7 @@ Row = dict[str, Any]
 
 def icl_entries(results: Iterable[CaseResult]) -> list[IclEntry]:
     """Each ICL row against the best reward-guided row of its (suite, size), with the p-value
-    of the within-user permutation test; the verdict is set once the run's looks are adjusted
+    of ``against_best``'s sign-flip tests; the verdict is set once the run's looks are adjusted
     together (``icl_verdict``)."""
     by_group: dict[tuple[str, str], list[CaseResult]] = defaultdict(list)
     for result in results:
@@ -97,7 +97,11 @@ def against_best(one: CaseResult, others: list[CaseResult], metric: str) -> Row:
             diffs = t.values[0][None, :] - t.values[1:]
             below, _ = nulls.joint_sign_flip_lowest(diffs, w)
             p_value = nulls.two_sided(above_every(diffs, w), below)
-    diff, ci, _ = users.difference(one, best, metric)
+    # over the users the test saw, so that the direction stated is the tested one (the two
+    # rows alone may share users the others lack, where the difference may change sign)
+    diff, ci, _ = users.difference(
+        users.only(one, metric, t.users), users.only(best, metric, t.users), metric
+    )
     return {
         "best": best.method,
         "diff": diff,

@@ -106,7 +106,7 @@ def difference(
     shared = sorted(set(a.per_user.get(metric, {})) & set(b.per_user.get(metric, {})))
     if not shared:
         return float("nan"), None, 0
-    t = table([_only(a, metric, shared), _only(b, metric, shared)], metric)
+    t = table([only(a, metric, shared), only(b, metric, shared)], metric)
     observed = t.means()
     diffs = np.concatenate(
         [
@@ -126,7 +126,7 @@ def paired_differences(
     shared = sorted(set(a.per_user.get(metric, {})) & set(b.per_user.get(metric, {})))
     if not shared:
         return [], np.zeros(0), np.zeros(0)
-    t = table([_only(a, metric, shared), _only(b, metric, shared)], metric)
+    t = table([only(a, metric, shared), only(b, metric, shared)], metric)
     return shared, t.values[0] - t.values[1], t.weights.mean(axis=0)
 
 
@@ -140,7 +140,8 @@ def sign_flip(a: CaseResult, b: CaseResult, metric: str, alpha: float = 0.05) ->
     return stats.sign_flip(d.tolist(), w.tolist())[0]
 
 
-def _only(row: CaseResult, metric: str, users: list[str]) -> CaseResult:
+def only(row: CaseResult, metric: str, users: list[str]) -> CaseResult:
+    """``row`` with ``metric``'s per-user figures of ``users`` alone."""
     keep = {u: v for u, v in row.per_user[metric].items() if u in set(users)}
     return CaseResult(
         row.suite, row.method, row.size, per_user={metric: keep}, items=row.items, pairs=row.pairs
