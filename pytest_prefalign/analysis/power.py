@@ -325,9 +325,10 @@ def spread_said(rm: Figures, rouge: Figures, rng: np.random.Generator) -> str:
 
 
 def _sign_flip_p(fig: Figures, a: int, b: int, signs: np.ndarray) -> float:
-    """The two-sided sign-flip p of rows ``a`` minus ``b`` over users, each user weighted by
-    the smaller of the two rows' weights (``selection.paired``'s test), from the sign patterns
-    ``signs`` (one row per pattern)."""
+    """The two-sided sign-flip p of rows ``a`` minus ``b`` over users, from the sign patterns
+    ``signs`` (one row per pattern): ``selection.paired``'s test, but each user weighted by the
+    smaller of the two rows' weights where that test takes their mean (the same where the
+    weights agree, as RM accuracy's do: 1 per user)."""
     d = fig.values[a] - fig.values[b]
     w = np.minimum(fig.weights[a], fig.weights[b])
     total = max(float(w.sum()), 1e-12)

@@ -7,8 +7,9 @@
   users, so a plain paired test of ICL against it would favour the chosen row (the best of
   several noisy figures is above its truth). ICL is above the best where it is above every
   guided row: each pair's one-sided sign-flip test significant (the largest of their p-values,
-  an intersection-union test, Berger 1982). The best is above ICL where ICL's lowest mean
-  difference to the guided rows is below what flipping each user's differences together gives
+  an intersection-union test, Berger 1982). The best is above ICL where ICL's lowest
+  studentized mean difference to the guided rows (each divided by its spread under sign
+  flips) is below what flipping each user's differences together gives
   (``nulls.joint_sign_flip_lowest``: the best chosen again in every pattern). Both tests flip
   the signs of differences, so each row keeps its own per-user spread: a within-user shuffle
   of the rows, which assumes them exchangeable, fired on its own in 0.135 (20 users) and 0.195
