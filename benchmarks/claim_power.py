@@ -19,7 +19,11 @@ user's level shared by every method, the reward methods' RM accuracies apart):
   steps in RM accuracy's order): "does not hold" is true, its rate is the claim's power to fail;
 - claim 2: RM accuracies 20 points apart (0.66 to 0.86) with the highest's ROUGE-1 2 points
   above (the edge of "nearly the same") or every RM accuracy the same: "holds" is false; RM
-  accuracies 20 points apart, ROUGE-1 the same (the paper's): "does not hold" is false.
+  accuracies 20 points apart, ROUGE-1 the same (the paper's): "does not hold" is false; two
+  RM accuracies exactly 10 points above three others (the edge of "large", as
+  ``gap_level.py`` sets it; the highest and the lowest are chosen on the same users) with
+  their ROUGE-1 3 points above: "does not hold" is false (the gap is not large, so the claim
+  says nothing about it), its rate the level of "large".
 
 **Shapes**: a user of Pref-LaMP holds about 5 test pairs and 5 generation items (one per test
 paper); a voter of Polis 12 test pairs and 2 items.
@@ -67,6 +71,7 @@ def _load(name: str) -> ModuleType:
 
 calibration = _load("calibration")
 findings = _load("findings")
+gap_level = _load("gap_level")
 
 SHAPES = {
     "pref_lamp": calibration.Shape(pairs=5, items=5),
@@ -168,6 +173,9 @@ def error_worlds() -> list[Error]:
     docs/metrics.md's calibration table.)"""
     best = calibration.REWARDS[-1]  # the highest RM accuracy of SPREAD_LEVELS
     edge = calibration.rouge_shift_for(findings.NEAR)  # a true ROUGE-1 gap of exactly NEAR
+    rouge_3 = calibration.rouge_shift_for(0.03)
+    # the two highest RM accuracies exactly MIN_GAP above the three others (over users)
+    gap_edge = gap_level.levels(gap_level.LAYOUTS["two above three"], findings.MIN_GAP)
     tau_04 = {m: TAU_STEP * r for m, r in zip(calibration.REWARDS, NULL_TAU_RANKS, strict=True)}
     tau_1 = {m: TAU_STEP * r for r, m in enumerate(calibration.REWARDS)}
     return [
@@ -199,6 +207,16 @@ def error_worlds() -> list[Error]:
             "(the edge of nearly the same)",
             calibration.Scenario("spread edge", {}, {best: edge}, rm_levels=SPREAD_LEVELS),
             "holds",
+            spread_said,
+        ),
+        Error(
+            "spread",
+            "RM accuracy 10 points apart (two methods above three: the edge of large), the "
+            "two higher's ROUGE-1 3 points above",
+            calibration.Scenario(
+                "gap edge", {}, {m: rouge_3 for m in calibration.REWARDS[:2]}, rm_levels=gap_edge
+            ),
+            "does not hold",
             spread_said,
         ),
         Error(

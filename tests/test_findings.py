@@ -172,8 +172,9 @@ def test_claim_two_holds_where_rouge_is_nearly_the_same(rendered: str) -> None:
     line = line_with(rendered, "| pref_lamp · 135m | args | args[a] 0.899 | args[f] 0.549 |")
     # the extremes of six, tested by the within-user permutation of all six: every user
     # orders them alike, so no shuffle reaches the observed range: p = 1 / 10001; the pair's
-    # own exact sign flip over 10 users, every one the same way: p = 2 / 2**10
-    assert "+0.350 [+0.350, +0.350] p 0.00195, 0.0001" in line
+    # own exact sign flip over 10 users, every one the same way: p = 2 / 2**10; no difference
+    # varies over users, so the bound that holds for every pair is the difference itself
+    assert "+0.350 [+0.350, +0.350] >= +0.350, p 0.00195, 0.0001" in line
     assert line.endswith("| 10 | holds | - |")
 
 
@@ -247,7 +248,8 @@ def paired(diff: float, ci: list[float], p: float, verdict: str = "") -> dict:
     return {"diff": diff, "ci": ci, "p_value": p, "verdict": verdict}
 
 
-LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001}
+# the pair's own interval and its selection-aware lower bound (``lower``) above 0.10
+LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001, "lower": 0.12}
 
 
 @pytest.mark.parametrize(
@@ -257,7 +259,20 @@ LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001}
         # the range test not significant: no large difference shown
         ({**LARGE, "p_range": 0.2}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
         # significant, but not shown to be 10 points or more apart
-        ({**LARGE, "ci": [0.04, 0.2]}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        (
+            {**LARGE, "ci": [0.04, 0.2], "lower": 0.02},
+            paired(0.0, [-0.01, 0.01], 0.9),
+            "not enough evidence",
+        ),  # fmt: skip
+        # the pair's own interval above 0.10, but not the bound that holds for whichever pair
+        # the data chose (the extremes of several are apart by more than their truths)
+        ({**LARGE, "lower": 0.08}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        # a comparison written before the bound was kept shows no gap
+        (
+            {k: v for k, v in LARGE.items() if k != "lower"},
+            paired(0.0, [-0.01, 0.01], 0.9),
+            "not enough evidence",
+        ),
         # significant and shown to be less than 10 points apart: the claim is not about them
         (
             {**LARGE, "diff": 0.05, "ci": [0.02, 0.08]},

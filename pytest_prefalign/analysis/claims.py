@@ -85,25 +85,27 @@ def spread_claim(
     rouge_ci: tuple[float, float] | list[float] | None,
     rouge_p: float | None,
     rm_p: float | None,
+    rm_lower: float | None,
 ) -> str:
     """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder
     (``rm_diff`` the highest minus the lowest, ``rouge_diff`` the same two rows' ROUGE-1).
 
     The RM-accuracy difference is large only when two tests find the pair apart and its
-    interval lies above ``MIN_GAP``: the within-user permutation test of the range
-    (``p_range``: choosing the two extremes on the same data is part of its null, but it
-    rejects where any methods differ) and the two rows' own paired sign-flip test (``rm_p``:
-    these two rows differ, whatever the others do). An interval wholly below ``MIN_GAP`` says
-    the two are not far apart (the claim is not about them). ROUGE-1 is nearly the same only
-    by equivalence: its interval within +-``NEAR`` and its paired test not significant. A
-    significant ROUGE-1 difference, either way, does not hold; its direction is read from the
-    two differences' signs. Without a gap shown, neither: ROUGE-1 can neither confirm nor
-    refute a claim about large gaps."""
+    selection-aware lower bound (``rm_lower``: ``selection.gap_lower``, which holds for
+    whichever pair the data chose) is at least ``MIN_GAP``: the within-user permutation test
+    of the range (``p_range``: choosing the two extremes on the same data is part of its null,
+    but it rejects where any methods differ) and the two rows' own paired sign-flip test
+    (``rm_p``: these two rows differ, whatever the others do). The pair's own interval
+    (``rm_ci``) wholly below ``MIN_GAP`` says the two are not far apart (the claim is not about
+    them). ROUGE-1 is nearly the same only by equivalence: its interval within +-``NEAR`` and
+    its paired test not significant. A significant ROUGE-1 difference, either way, does not
+    hold; its direction is read from the two differences' signs. Without a gap shown, neither:
+    ROUGE-1 can neither confirm nor refute a claim about large gaps."""
     if p_range is None or p_range >= ALPHA or not rm_ci:
         return UNDECIDED
     if rm_ci[1] < MIN_GAP:
         return f"no large RM-accuracy gap (below {MIN_GAP:.2f})"
-    if rm_ci[0] < MIN_GAP or rm_p is None or rm_p >= ALPHA or rm_diff <= 0:
+    if not _large(rm_diff, rm_lower, rm_p):
         return UNDECIDED
     if rouge_p is not None and rouge_p < ALPHA and rouge_diff != 0:
         same_way = (rouge_diff > 0) == (rm_diff > 0)
@@ -112,6 +114,23 @@ def spread_claim(
     if rouge_ci and -NEAR <= rouge_ci[0] and rouge_ci[1] <= NEAR:
         return HOLDS
     return UNDECIDED
+
+
+def _large(rm_diff: float, rm_lower: float | None, rm_p: float | None) -> bool:
+    """The pair's RM-accuracy gap shown large: its own test significant, its selection-aware
+    lower bound at least ``MIN_GAP`` (a comparison without either shows nothing)."""
+    if rm_lower is None or rm_p is None:
+        return False
+    return rm_lower >= MIN_GAP and rm_p < ALPHA and rm_diff > 0
+
+
+def gap_shown(rm: dict[str, Any]) -> bool:
+    """Whether claim 2's RM-accuracy comparison (``spread_entries``' ``rm``) shows a large gap,
+    so that ROUGE-1 decides the claim."""
+    p_range = rm.get("p_range")
+    if p_range is None or p_range >= ALPHA or not rm.get("ci"):
+        return False
+    return _large(rm["diff"], rm.get("lower"), rm.get("p_value"))
 
 
 def icl_claim(icl: str, rgd: str, verdict: str) -> str:
@@ -127,18 +146,19 @@ def icl_claim(icl: str, rgd: str, verdict: str) -> str:
 
 def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
     """Claim 2 from two paired comparisons (``selection.paired``: ``diff``, ``ci``,
-    ``p_value``), RM accuracy's carrying the range test's ``p_range``."""
+    ``p_value``), RM accuracy's carrying the range test's ``p_range`` and the pair's
+    selection-aware lower bound ``lower``."""
     return spread_claim(
         rm.get("p_range"), rm["diff"], rm.get("ci"), rouge["diff"], rouge.get("ci"),
-        rouge.get("p_value"), rm.get("p_value"),
+        rouge.get("p_value"), rm.get("p_value"), rm.get("lower"),
     )  # fmt: skip
 
 
 def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
     """Claim 2 per (suite, size, decoder) with two reward methods or more: the methods with the
     highest and the lowest RM accuracy (``high``, ``low``), their paired differences on RM
-    accuracy (``rm``, with the range test's ``p_range``) and on ROUGE-1 (``rouge``), and the
-    claim's verdict (``claim``)."""
+    accuracy (``rm``, with the range test's ``p_range`` and the selection-aware lower bound
+    ``lower``) and on ROUGE-1 (``rouge``), and the claim's verdict (``claim``)."""
     x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
     out = []
     for (suite, size, decoder), rows in crisis.reward_groups(results).items():
@@ -151,6 +171,7 @@ def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
             continue
         rm = selection.paired(high, low, x)
         rm["p_range"] = selection.range_test(rows, x)
+        rm["lower"] = selection.gap_lower(rows, x, rows.index(high), rows.index(low))
         rouge = selection.paired(high, low, text)
         out.append({"suite": suite, "size": size, "decoder": decoder, "high": high, "low": low,
                     "rm": rm, "rouge": rouge, "claim": spread_verdict(rm, rouge)})  # fmt: skip

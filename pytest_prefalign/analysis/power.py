@@ -41,7 +41,7 @@ import numpy as np
 
 from pytest_prefalign.analysis import catalogue, claims, crisis, nulls, stats, users
 from pytest_prefalign.analysis.metrics import finite, resample_counts
-from pytest_prefalign.analysis.selection import ICL_DECODERS
+from pytest_prefalign.analysis.selection import ICL_DECODERS, simultaneous_lower
 from pytest_prefalign.runs.records import CaseResult
 
 GRID = (10, 20, 40, 80, 160, 320, 640)  # the numbers of users simulated
@@ -295,8 +295,9 @@ def spread_curve(rm: Figures, rouge: Figures, **kwargs: object) -> Curve:
 
 def spread_said(rm: Figures, rouge: Figures, rng: np.random.Generator) -> str:
     """Claim 2's verdict on one simulated run: the extremes by RM accuracy, the range test by
-    ``INNER`` within-user permutations, the differences' intervals by ``INNER`` resamples and
-    the pair's sign-flip tests (RM accuracy, ROUGE-1) by ``INNER`` sign patterns."""
+    ``INNER`` within-user permutations, the differences' intervals and the gap's
+    selection-aware lower bound by ``INNER`` resamples and the pair's sign-flip tests (RM
+    accuracy, ROUGE-1) by ``INNER`` sign patterns."""
     means = rm.means()
     high, low = int(np.argmax(means)), int(np.argmin(means))
     if high == low:
@@ -319,8 +320,9 @@ def spread_said(rm: Figures, rouge: Figures, rng: np.random.Generator) -> str:
     signs = rng.choice((1.0, -1.0), size=(INNER, n))
     rouge_p = _sign_flip_p(rouge, high, low, signs)
     rm_p = _sign_flip_p(rm, high, low, signs)
+    rm_lower = simultaneous_lower(means, rm_boot, high, low, n)
     return claims.spread_claim(
-        float(p_range), observed, list(rm_ci), rouge_diff, list(rouge_ci), rouge_p, rm_p
+        float(p_range), observed, list(rm_ci), rouge_diff, list(rouge_ci), rouge_p, rm_p, rm_lower
     )
 
 
