@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_prefalign.plumbing import gating, metric_plugins, options, workers
+from pytest_prefalign.plumbing import allocator, gating, metric_plugins, options, workers
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.plumbing.session import PrefalignSession
@@ -71,6 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # (measured here: a 135M forward pass 26 s spinning, 7.4 s passive, with other work running);
     # set before torch starts its thread pool, and only if the user did not choose.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    allocator.keep_freed_memory()  # the passes' large buffers reused, not paged in each time
     from pytest_prefalign.plumbing.session import PrefalignSession
 
     session = PrefalignSession(config)  # loads the plugins' registrations
