@@ -3,10 +3,10 @@
 glibc's ``malloc`` serves a request above its mmap threshold (128 KiB, rising to at most
 32 MiB) with a fresh ``mmap`` and gives it back on ``free``; every pass of a model on the CPU
 allocates activations, logits and key/value buffers far larger than that, so each one is paged
-in again, page by page (a cold Pref-LaMP run of 4 users, three methods: 4.7 million minor page
-faults). With ``M_MMAP_MAX`` 0 and a high ``M_TRIM_THRESHOLD`` the allocator serves them from
-its heap and keeps what is freed for the next request: 1.0 million faults, the same peak
-resident memory (``benchmarks/bench_allocator.py`` measures the time). The same settings as the
+in again, page by page (a cold Pref-LaMP run of 4 users, three methods: 4.9 million minor page
+faults, 124-128 s). With ``M_MMAP_MAX`` 0 and a high ``M_TRIM_THRESHOLD`` the allocator serves
+them from its heap and keeps what is freed for the next request: 1.0 million faults, 117-118 s,
+a peak resident memory 4-7% higher (``benchmarks/bench_allocator.py``). The same settings as the
 environment variables ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRIM_THRESHOLD_``, made from inside
 the process, where a plugin can make them.
 
