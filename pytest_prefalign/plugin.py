@@ -72,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # set before torch starts its thread pool, and only if the user did not choose.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     allocator.keep_freed_memory()  # the passes' large buffers reused, not paged in each time
+    workers.share_cores(config)  # under -n, each worker's threads its share of the cores
     from pytest_prefalign.plumbing.session import PrefalignSession
 
     session = PrefalignSession(config)  # loads the plugins' registrations
