@@ -160,8 +160,9 @@ def simultaneous_lower(
 ) -> float:
     """The one-sided ``1 - alpha`` lower bound of ``observed[high] - observed[low]`` that covers
     every ordered pair of rows at once, so that it holds for the pair the same data chose (the
-    highest and the lowest figures are above and below their truths on average, and a bound
-    for that pair alone falls below it too rarely: issue 38, benchmarks/gap_level.py).
+    highest and the lowest figures are above and below their truths on average, so a bound
+    made for that pair alone lies above its true difference too often: issue 38,
+    benchmarks/gap_level.py).
 
     A max-t bound (Romano and Wolf 2005): each pair's deviation in a resample, ``(d* - d) /
     se`` (``se`` the spread of the pair's ``d*``), the ``1 - alpha`` quantile ``c`` of the
