@@ -61,6 +61,7 @@ REWARDS = ("args[global_bt]", "args[per_user_bt]", "args[lore]", "args[vpl]", "a
 RM_LEVELS = (0.70, 0.74, 0.78, 0.82, 0.86)  # the reward methods' RM accuracies, truly apart
 FREE = ("base", "icl", "icl_rag")
 ROUGE_LEVEL = (0.20, 0.06)  # users' ROUGE-1 levels: mean and spread (clipped to 0.02..0.6)
+RM_USER_SD = 0.5  # the sd of each user's RM-accuracy logit offset, shared by the reward methods
 ITEM_SD = 0.12  # an item's ROUGE-1 about its user's level (clipped to 0..1)
 # A method's own per-user deviation at spread 1, where a scenario gives the methods spreads:
 # of ROUGE-1 (not clipped, so that the methods' means stay equal) and of policy accuracy's logit
@@ -133,7 +134,7 @@ def simulate(
     users = [f"u{i:03d}" for i in range(n_users)]
     level = rng.normal(0.4, 0.8, n_users)  # each user's policy-accuracy logit, shared by methods
     rouge_level = _rouge_levels(rng, n_users)
-    rm_user = rng.normal(0.0, 0.5, n_users)
+    rm_user = rng.normal(0.0, RM_USER_SD, n_users)
     rows = []
     for method in (*FREE, *REWARDS, "bon[per_user_bt]"):
         decoder, _, reward = method.partition("[")

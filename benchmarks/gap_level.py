@@ -31,7 +31,6 @@ import calibration  # noqa: E402
 
 from pytest_prefalign.analysis import claims  # noqa: E402
 
-USER_SD = 0.5  # calibration.simulate's per-user RM logit spread
 LAYOUTS = {
     "one above four": (1, 0, 0, 0, 0),
     "two above three": (1, 1, 0, 0, 0),
@@ -42,8 +41,8 @@ LOW = 0.55  # the lowest method's true RM accuracy (the runs show 0.45 to 0.68)
 
 def mean_accuracy(level: float, draws: int = 400_000, seed: int = 0) -> float:
     """The mean over users of the RM accuracy of a method at ``level`` (its accuracy at a user
-    logit offset of 0): users' offsets are normal with sd ``USER_SD``."""
-    offsets = np.random.default_rng(seed).normal(0.0, USER_SD, draws)
+    logit offset of 0): users' offsets are normal with sd ``calibration.RM_USER_SD``."""
+    offsets = np.random.default_rng(seed).normal(0.0, calibration.RM_USER_SD, draws)
     return float((1.0 / (1.0 + np.exp(-(math.log(level / (1 - level)) + offsets)))).mean())
 
 

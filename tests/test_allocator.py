@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import subprocess
 import sys
 import textwrap
@@ -11,11 +9,6 @@ import textwrap
 import pytest
 
 from pytest_prefalign.plumbing import allocator
-
-
-def glibc() -> bool:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    return sys.platform.startswith("linux") and hasattr(libc, "gnu_get_libc_version")
 
 
 @pytest.mark.parametrize(
@@ -39,7 +32,10 @@ def test_a_users_choice_is_not_overridden(monkeypatch: pytest.MonkeyPatch) -> No
     assert allocator.keep_freed_memory() is False
 
 
-@pytest.mark.skipif(not glibc(), reason="glibc's mallopt only")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or allocator._glibc_mallopt() is None,
+    reason="glibc's mallopt only",
+)
 def test_freed_buffers_are_reused_instead_of_paged_in_again() -> None:
     # 40 buffers of 64 MiB, each written and freed in turn: served by mmap, every one is paged
     # in afresh (16k minor faults each with 4 KiB pages); from the heap, the first one's pages

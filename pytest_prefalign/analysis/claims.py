@@ -101,11 +101,10 @@ def spread_claim(
     its paired test not significant. A significant ROUGE-1 difference, either way, does not
     hold; its direction is read from the two differences' signs. Without a gap shown, neither:
     ROUGE-1 can neither confirm nor refute a claim about large gaps."""
-    if p_range is None or p_range >= ALPHA or not rm_ci:
-        return UNDECIDED
-    if rm_ci[1] < MIN_GAP:
+    gap = gap_state(p_range, rm_diff, rm_ci, rm_p, rm_lower)
+    if gap == "small":
         return f"no large RM-accuracy gap (below {MIN_GAP:.2f})"
-    if not _large(rm_diff, rm_lower, rm_p):
+    if gap != "large":
         return UNDECIDED
     if rouge_p is not None and rouge_p < ALPHA and rouge_diff != 0:
         same_way = (rouge_diff > 0) == (rm_diff > 0)
@@ -116,21 +115,33 @@ def spread_claim(
     return UNDECIDED
 
 
-def _large(rm_diff: float, rm_lower: float | None, rm_p: float | None) -> bool:
-    """The pair's RM-accuracy gap shown large: its own test significant, its selection-aware
-    lower bound at least ``MIN_GAP`` (a comparison without either shows nothing)."""
+def gap_state(
+    p_range: float | None,
+    rm_diff: float,
+    rm_ci: tuple[float, float] | list[float] | None,
+    rm_p: float | None,
+    rm_lower: float | None,
+) -> str | None:
+    """What claim 2's RM-accuracy comparison shows (``spread_claim``'s first half): "large"
+    (the range test and the pair's own test significant, the selection-aware lower bound at
+    least ``MIN_GAP``), "small" (the range test significant, the pair's interval wholly below
+    ``MIN_GAP``) or None (neither shown; a comparison without a test or a bound shows
+    nothing)."""
+    if p_range is None or p_range >= ALPHA or not rm_ci:
+        return None
+    if rm_ci[1] < MIN_GAP:
+        return "small"
     if rm_lower is None or rm_p is None:
-        return False
-    return rm_lower >= MIN_GAP and rm_p < ALPHA and rm_diff > 0
+        return None
+    return "large" if rm_lower >= MIN_GAP and rm_p < ALPHA and rm_diff > 0 else None
 
 
 def gap_shown(rm: dict[str, Any]) -> bool:
     """Whether claim 2's RM-accuracy comparison (``spread_entries``' ``rm``) shows a large gap,
     so that ROUGE-1 decides the claim."""
-    p_range = rm.get("p_range")
-    if p_range is None or p_range >= ALPHA or not rm.get("ci"):
-        return False
-    return _large(rm["diff"], rm.get("lower"), rm.get("p_value"))
+    found = gap_state(rm.get("p_range"), rm["diff"], rm.get("ci"), rm.get("p_value"),
+                      rm.get("lower"))  # fmt: skip
+    return found == "large"
 
 
 def icl_claim(icl: str, rgd: str, verdict: str) -> str:
