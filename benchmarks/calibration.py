@@ -16,8 +16,8 @@ win over base is a per-item win, tie or loss. Under the **null** every method is
 policy accuracy, ROUGE-1 and the win (its own RM is indifferent between its output and base's);
 under each **effect** one verdict's statement is true (``EFFECTS``). With ``--unequal``, the
 nulls ``UNEQUAL``: the reward methods equal on average, each with a per-user deviation of its
-own whose spread differs between them (one 3x the others'; 4, 1, 1, 1 and 0.25), or the ICL
-rows' 3x the reward methods'.
+own whose spread differs between them (one 3x the others'; 4, 1, 1, 1 and 0.25; only the one
+most often picked, 4x, right-skewed), or the ICL rows' 3x the reward methods'.
 
 **From a real run file** (``--run``): the null is made from the run's own per-user figures,
 each user's policy accuracy, ROUGE-1 and ROUGE-L exchanged at random between the methods that
@@ -86,6 +86,14 @@ class Scenario:
     spreads: tuple[float, ...] = ()
     # the same for the ICL rows (icl, icl_rag): 0, none
     icl_spread: float = 0.0
+    # the shape of those ROUGE-1 deviations: 0 normal; s > 0 right-skewed as real per-user
+    # ROUGE-1 is (a lognormal of shape s, moved to mean 0 and scaled to the same sd: s = 0.5
+    # gives a skewness of 1.75, whose samples of 20 users show about 0.7; s = 1: 6.2 and 1.0)
+    skew: float = 0.0
+    # whether those spreads also move policy accuracy's logit: a wide symmetric spread on the
+    # logit scale pulls a method's mean accuracy toward 1/2 (sd 1.6 costs it about 0.02), so that
+    # a world meant to keep every mean equal keeps it on ROUGE-1 alone
+    policy_spreads: bool = True
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,11 @@ UNEQUAL: dict[str, Scenario] = {
     # the ICL rows vary 3x as much as the guided rows (the kept pref_lamp-270m run: ICL's
     # per-user ROUGE-1 sd 0.10-0.11, the guided rows' 0.04-0.07)
     "ICL spread 3x": Scenario("ICL spread 3x", {}, {}, spreads=(1, 1, 1, 1, 1), icl_spread=3),
+    # only the method most often picked (the best RM accuracy) varies on its own, 4x and
+    # right-skewed (its samples of 20 users: skewness about 0.7, the kept runs' 0.2 to 2.1)
+    "one spread 4x, skewed": Scenario(
+        "one spread 4x, skewed", {}, {}, spreads=(0, 0, 0, 0, 4), skew=0.5, policy_spreads=False
+    ),
 }
 
 
@@ -146,7 +159,8 @@ def simulate(
         policy = _bernoulli_means(logit, rng, shape)
         rouge = _item_means(rouge_level + scenario.rouge_shift.get(method, 0.0), rng, shape)
         if rouge_sd:
-            rouge = (np.asarray(rouge) + rng.normal(0.0, rouge_sd, n_users)).tolist()
+            deviation = _shaped(rng.normal(0.0, 1.0, n_users), scenario.skew) * rouge_sd
+            rouge = (np.asarray(rouge) + deviation).tolist()
         if method == scenario.tail_method:
             rouge = _with_tail(rouge, scenario.tail_share, rng)
         per_user = {
@@ -173,7 +187,16 @@ def _spread(scenario: Scenario, method: str) -> tuple[float, float]:
         factor = scenario.spreads[REWARDS.index(method)]
     else:
         return (0.0, 0.0)
-    return (SPREAD_SD[0] * factor, SPREAD_SD[1] * factor)
+    return (SPREAD_SD[0] * factor, SPREAD_SD[1] * factor if scenario.policy_spreads else 0.0)
+
+
+def _shaped(z: np.ndarray, skew: float) -> np.ndarray:
+    """Standard normal draws ``z`` as deviations of mean 0 and sd 1: themselves where ``skew``
+    is 0, else a lognormal of shape ``skew`` moved and scaled (right-skewed)."""
+    if skew == 0:
+        return z
+    mean, var = math.exp(skew**2 / 2), (math.exp(skew**2) - 1) * math.exp(skew**2)
+    return (np.exp(skew * z) - mean) / math.sqrt(var)
 
 
 def _bernoulli_means(logits: np.ndarray, rng: np.random.Generator, shape: Shape) -> list[float]:

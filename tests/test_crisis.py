@@ -7,6 +7,7 @@ terminal text."""
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -388,6 +389,31 @@ def test_the_cross_fitted_regret_chooses_on_one_half_and_measures_on_the_other()
     assert regret.crossfit(x, w, y, w, halves)[0] == pytest.approx((-0.2 + 0.0) / 2)
     # in sample the same data says 0: the best (m0, 0.5 = m1's 0.5) is picked
     assert regret.in_sample(x.mean(-1), y.mean(-1))[0] == pytest.approx(0.0)
+
+
+def test_the_regret_test_statistic_is_the_held_halfs_t_by_hand() -> None:
+    # the example above; per user, "best minus picked" where they differ
+    x = np.array([[[0.9, 0.9, 0.9, 0.9], [0.8, 0.8, 0.8, 0.8]]])
+    y = np.array([[[0.2, 0.2, 0.8, 0.8], [0.6, 0.6, 0.4, 0.4]]])
+    w = np.ones_like(x)
+    halves = np.array([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]])
+    # split {0,1}|{2,3}, chosen on {0,1}: m1 - m0 = 0.4, 0.4, -0.4, -0.4 over the users (mean 0,
+    # variance 4 * 0.16 / 3 over every user); on {2,3} its mean is -0.4 with standard error
+    # sqrt(0.64 / 3 * 2) / 2, t = -sqrt(1.5); chosen on {2,3} best is the pick: t = 0
+    # split {0,2}|{1,3}: best is a tie of m0 and m1, so the difference is half of m1 - m0,
+    # 0.2 and -0.2 on either held half: mean 0, t = 0 both ways
+    # the mean over splits, each way, halved: (-sqrt(1.5) / 2 + 0) / 2
+    assert regret.studentised(x, w, y, w, halves)[0] == pytest.approx(-math.sqrt(1.5) / 4)
+    # a user without a figure of a method compared has no weight: user 3's m1 left out, on the
+    # first split alone, the held half {2,3} has one user: mean -0.4, over the standard error
+    # of one user, the variance now over the three users with both figures (0.4, 0.4, -0.4);
+    # chosen on {2,3} (m1's mean 0.4 from user 2 alone), best is the pick: t = 0
+    gone = w.copy()
+    gone[0, 1, 3] = 0.0
+    d = np.array([0.4, 0.4, -0.4])
+    t = -0.4 / math.sqrt(((d - d.mean()) ** 2).sum() / 2)
+    got = regret.studentised(x, w, np.where(gone == 0, np.nan, y), gone, halves[:1])[0]
+    assert got == pytest.approx((t + 0) / 2)
 
 
 def test_no_regret_when_the_pick_is_the_best() -> None:
