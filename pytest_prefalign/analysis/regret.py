@@ -61,6 +61,8 @@ SEED = 0
 # the least standard error a t is divided by: where every user differs by the same amount, the
 # t is large, not infinite
 SE_FLOOR = 1e-9
+BLOCK = 250  # resamples computed at once
+CELLS = 2_000_000  # about the numbers of one (resamples, splits, users) array of a block
 TEST = "cross-fitted regret; studentised bootstrap over users under equal means (spreads kept)"
 
 
@@ -130,7 +132,10 @@ def test(tx: users.Table, ty: users.Table, seed: int = SEED) -> tuple[float, flo
     centred = centred_values(ty)
     rng = np.random.default_rng(seed + 1)
     blocks = []
-    for size in _blocks(NULL_DRAWS):
+    # the statistic holds a few (resamples, splits, users) arrays: a block's are kept near
+    # CELLS numbers each, whatever the users
+    block = max(1, min(BLOCK, CELLS // (len(masks) * len(tx.users))))
+    for size in _blocks(NULL_DRAWS, block):
         drawn = rng.integers(0, len(tx.users), (size, len(tx.users)))
         x_drawn, wx_drawn = _drawn(tx.values, drawn), _drawn(tx.weights, drawn)
         y_drawn, wy_drawn = _drawn(centred, drawn), _drawn(ty.weights, drawn)
@@ -221,7 +226,7 @@ def interval(tx: users.Table, ty: users.Table, seed: int = SEED) -> list[float] 
     return users.interval(np.concatenate(draws))
 
 
-def _blocks(total: int, size: int = 250) -> list[int]:
+def _blocks(total: int, size: int = BLOCK) -> list[int]:
     return [min(size, total - start) for start in range(0, total, size)]
 
 
