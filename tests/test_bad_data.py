@@ -107,10 +107,13 @@ def test_every_fault_is_named_and_the_rest_is_evaluated(project: pytest.Pytester
         "--prefalign-json",
         "run.json",
     )
-    result.assert_outcomes(passed=1, warnings=1)
     out = result.stdout.str()
+    # one warning of the data's; the memory check's warns besides it where the machine has less
+    # memory available now than the run is estimated to need (another job holding it, say)
+    memory = out.count("the run is likely to exceed its memory")
+    result.assert_outcomes(passed=1, warnings=1 + memory)
     assert "Traceback" not in out
-    # one warning: the first faults, named, and the count of the rest
+    # the data's warning: the first faults, named, and the count of the rest
     result.stdout.fnmatch_lines(
         [
             "*PrefalignWarning: suite pref_lamp (tiny): 12 record(s) of the data dropped or "
