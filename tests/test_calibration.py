@@ -127,10 +127,10 @@ def test_the_regret_test_holds_its_level_when_the_methods_differ_in_spread(
 
 
 def skewed_wide_null_rate(calibration: ModuleType, sims: int) -> dict[str, float]:
-    """The share of simulated runs (20 users; the reward methods equal on average, the one most
-    often picked spread 3 times as wide as the others and right-skewed, calibration's "one
-    spread 3x, skewed") in which the regret's bootstrap under equal means fired, with the
-    studentised statistic the test uses and with the regret itself as the statistic."""
+    """The share of simulated runs (20 users; the reward methods equal on average, only the one
+    most often picked varying on its own, 4 times calibration's unit and right-skewed:
+    calibration's "one spread 4x, skewed") in which the regret's bootstrap under equal means
+    fired, with the studentised statistic the test uses and with the regret itself."""
     scenario = calibration.UNEQUAL["one spread 4x, skewed"]
     fired = {"studentised": 0, "regret itself": 0}
     for i in range(sims):
