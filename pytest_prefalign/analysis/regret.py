@@ -95,13 +95,20 @@ def _means(values: np.ndarray, weights: np.ndarray, masks: np.ndarray) -> np.nda
         return np.round(num / den, FIGURE_DIGITS)
 
 
+def _top(select: np.ndarray) -> np.ndarray:
+    """``(..., K)`` True on the methods (last axis) where ``select`` is highest, all of them
+    where several tie; none where every figure is nan."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan slices: nan, equal to none
+        return select == np.nanmax(select, axis=-1, keepdims=True)
+
+
 def _at_best(select: np.ndarray, take: np.ndarray) -> np.ndarray:
     """The mean of ``take`` over the methods (last axis) where ``select`` is highest (all of
     them when several tie: the pick is one of them at random)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-nan slices give nan, as meant
-        top = np.nanmax(select, axis=-1, keepdims=True)
-        return np.nanmean(np.where(select == top, take, np.nan), axis=-1)
+        return np.nanmean(np.where(_top(select), take, np.nan), axis=-1)
 
 
 def crossfit(
@@ -190,10 +197,7 @@ def _t(diffs: np.ndarray, weight: np.ndarray, held: np.ndarray, compared: np.nda
 def _chosen(select: np.ndarray) -> np.ndarray:
     """``(..., K)`` the share of each method in the choice: 1 / ties where ``select`` is highest,
     else 0 (all 0 where every figure is nan)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan slices, as ``_at_best``
-        top = np.nanmax(select, axis=-1, keepdims=True)
-    on = (select == top).astype(float)
+    on = _top(select).astype(float)
     ties = on.sum(-1, keepdims=True)
     return np.divide(on, ties, out=np.zeros_like(on), where=ties > 0)
 
