@@ -29,7 +29,9 @@ the share of it outside the passes.
     python benchmarks/bench_main_job.py --dtype bfloat16  # the model's weights in bf16
 
 Run it on a machine doing nothing else if the figures are to be compared: it prints the load
-average beside them.
+average beside them, and how each run's OpenMP threads waited between ops (the run chooses:
+spinning where its cores were idle at the start, ``plumbing/waiting.py``; set
+``PREFALIGN_WAIT`` or ``OMP_WAIT_POLICY`` to fix it).
 """
 
 from __future__ import annotations
@@ -68,7 +70,6 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PREFALIGN_CACHE": str(folder / "cache")}
     env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if list((folder / "cache").glob("*")):
         sys.exit(f"{folder / 'cache'} is not empty: a cold run needs an empty cache")
 
@@ -81,7 +82,7 @@ def main() -> None:
         runs[phase] = timed_run(args, folder / f"{phase}.json", env)
         print(
             f"{phase}: {runs[phase]['wall']:.1f} s, peak resident memory "
-            f"{runs[phase]['peak_gb']:.2f} GB",
+            f"{runs[phase]['peak_gb']:.2f} GB; {runs[phase]['waiting']}",
             flush=True,
         )
 
@@ -172,6 +173,9 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     if returncode != 0:
         sys.exit(f"{' '.join(command)} exited {returncode}:\n{text[-4000:]}")
     run_file = json.loads(out.read_text())
+    # how its OpenMP threads waited, as the run's header says (plumbing/waiting.py)
+    said = [line for line in text.splitlines() if line.startswith("prefalign: OpenMP threads")]
+    waiting = said[0].removeprefix("prefalign: ") if said else "OpenMP waiting as set outside"
     phases: dict[str, float] = defaultdict(float)
     tokens: dict[str, float] = defaultdict(float)
     decoders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -194,6 +198,7 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     return {
         "wall": wall,
         "peak_gb": peak,
+        "waiting": waiting,
         "phases": phases,
         "tokens": tokens,
         "decoders": decoders,

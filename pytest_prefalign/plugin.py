@@ -6,12 +6,18 @@ and nothing else until ``--prefalign`` is given. No torch or transformers import
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_prefalign.plumbing import allocator, gating, metric_plugins, options, workers
+from pytest_prefalign.plumbing import (
+    allocator,
+    gating,
+    metric_plugins,
+    options,
+    waiting,
+    workers,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.plumbing.session import PrefalignSession
@@ -67,10 +73,13 @@ def pytest_configure(config: pytest.Config) -> None:
         if gating.active(config):
             raise pytest.UsageError("--prefalign-save and --prefalign-compare need --prefalign")
         return
-    # OpenMP threads that spin while they wait make torch many times slower on a busy machine
-    # (measured here: a 135M forward pass 26 s spinning, 7.4 s passive, with other work running);
-    # set before torch starts its thread pool, and only if the user did not choose.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # how torch's OpenMP threads wait between ops: spinning where the cores were idle at the
+    # start, sleeping at once where other work runs (plumbing/waiting.py); set before torch
+    # starts its thread pool, and only where the user did not choose
+    try:
+        config.stash[waiting.KEY] = waiting.choose()
+    except ValueError as exc:
+        raise pytest.UsageError(f"prefalign: {exc}") from None
     allocator.keep_freed_memory()  # the passes' large buffers reused, not paged in each time
     workers.share_cores(config)  # under -n, each worker's threads its share of the cores
     from pytest_prefalign.plumbing.session import PrefalignSession

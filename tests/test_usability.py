@@ -236,6 +236,25 @@ def test_leftovers_of_a_killed_write_are_removed_at_the_next_run(toy):
     assert not killed.exists()
 
 
+def test_the_header_says_how_the_threads_wait(toy, monkeypatch):
+    # the tests' own setting (conftest) taken away: the run chooses, here by PREFALIGN_WAIT
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("PREFALIGN_WAIT", "passive")
+    result = run(toy, "--prefalign-methods", "base")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "prefalign: OpenMP threads sleep between ops (OMP_WAIT_POLICY=PASSIVE): "
+            "PREFALIGN_WAIT=passive"
+        ]
+    )
+    monkeypatch.delenv("OMP_WAIT_POLICY")  # the run set it in this process
+    monkeypatch.setenv("PREFALIGN_WAIT", "never")
+    result = run(toy, "--prefalign-methods", "base")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*PREFALIGN_WAIT='never': expected spin or passive*"])
+
+
 # --------------------------------------------------------------------------------------------
 # Paths
 # --------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from pytest_prefalign.plumbing import (
     run_file,
     run_summary,
     shards,
+    waiting,
 )
 from pytest_prefalign.plumbing.collect import CARRIED, RESULT, SuiteFile
 from pytest_prefalign.plumbing.dispatch import Dispatch
@@ -137,9 +138,13 @@ class PrefalignSession:
             self.config.pluginmanager.register(progress.Progress(self.config), "prefalign-progress")
 
     def pytest_report_header(self) -> list[str]:
+        lines = []
+        chosen = self.config.stash.get(waiting.KEY, None)
+        if chosen is not None and chosen.how != "user":
+            lines.append(chosen.header())
         if not self.leftovers:
-            return []
-        return [
+            return lines
+        return lines + [
             f"prefalign: removed {len(self.leftovers)} leftover temporary file(s) of interrupted "
             f"writes from the cache {self.disk.root}"
         ]
