@@ -29,8 +29,8 @@ the share of it outside the passes.
     python benchmarks/bench_main_job.py --dtype bfloat16  # the model's weights in bf16
 
 Run it on a machine doing nothing else if the figures are to be compared: it prints the load
-average beside them, and how each run's OpenMP threads waited between ops (the run chooses:
-spinning where its cores were idle at the start, ``plumbing/waiting.py``; set
+average beside them, and how each run's OpenMP threads waited between ops (chosen before each
+run as the run chooses it: spinning where the cores were idle, ``plumbing/waiting.py``; set
 ``PREFALIGN_WAIT`` or ``OMP_WAIT_POLICY`` to fix it).
 """
 
@@ -161,6 +161,12 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         command += ["-o", f"prefalign_models=135m = embedded:smollm2-135m dtype={args.dtype}"]
     from peak_memory import wait  # this folder is the script's own
 
+    from pytest_prefalign.plumbing import waiting as waits
+
+    # how its OpenMP threads wait, chosen here as the run would choose it (the run's header,
+    # which says it, is not printed under -q)
+    env = dict(env)
+    waiting = waits.choose(env).header().removeprefix("prefalign: ")
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as output:
         process = subprocess.Popen(
@@ -173,9 +179,6 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     if returncode != 0:
         sys.exit(f"{' '.join(command)} exited {returncode}:\n{text[-4000:]}")
     run_file = json.loads(out.read_text())
-    # how its OpenMP threads waited, as the run's header says (plumbing/waiting.py)
-    said = [line for line in text.splitlines() if line.startswith("prefalign: OpenMP threads")]
-    waiting = said[0].removeprefix("prefalign: ") if said else "OpenMP waiting as set outside"
     phases: dict[str, float] = defaultdict(float)
     tokens: dict[str, float] = defaultdict(float)
     decoders: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
