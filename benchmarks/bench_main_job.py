@@ -49,6 +49,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_prefalign.runtime.meter import KINDS
+
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("model", "data", "pairs", "fit", "guidance", "generate", "rouge", "judge", "rm", "policy")
 
@@ -73,9 +75,9 @@ def main() -> None:
     if list((folder / "cache").glob("*")):
         sys.exit(f"{folder / 'cache'} is not empty: a cold run needs an empty cache")
 
-    # the machine's matmul rate before the runs too: on a shared machine it moves from minute to
-    # minute (136 to 191 GFLOP/s within the hour here), and the better of the two measurements
-    # is the nearer to what the machine can do: the stricter floor
+    # the machine's matmul and memory rates before the runs too: on a shared machine they move
+    # from minute to minute (136 to 191 GFLOP/s within the hour here), and the better of the
+    # two measurements is the nearer to what the machine can do: the stricter floor
     before = machine_rate(args.dtype or "float32")
     runs = {}
     for phase in ("cold", "warm"):
@@ -112,30 +114,34 @@ def main() -> None:
     )
 
 
-def machine_rate(dtype: str) -> float:
-    """FLOP/s of this machine's 2048 matmul in ``dtype`` at the runs' thread count."""
+def machine_rate(dtype: str) -> tuple[float, float]:
+    """FLOP/s of this machine's 2048 matmul in ``dtype``, and the bytes/s it reads from
+    memory, at the runs' thread count."""
     import torch
-    from bench_scoring import matmul_rate  # this folder is the script's own
+    from bench_scoring import matmul_rate, memory_rate  # this folder is the script's own
 
-    return matmul_rate(2048, torch.get_num_threads(), getattr(torch, dtype))
+    threads = torch.get_num_threads()
+    return matmul_rate(2048, threads, getattr(torch, dtype)), memory_rate(threads)
 
 
-def print_floor(cold: dict[str, Any], dtype: str, before: float) -> None:
+def print_floor(cold: dict[str, Any], dtype: str, before: tuple[float, float]) -> None:
     """The cold run's forward passes against this machine's matmul rate (the better of the
     measurements ``before`` the runs and after them): their FLOPs (body weights, attention,
     output head) at that rate are the least time the same work can take, whatever the code
-    around them."""
+    around them. Then the same by kind of pass, with the least each kind must read from memory
+    at the machine's read rate (measured beside it): a pass of few rows reads its weights for
+    little arithmetic, so there the bytes bound its time more than the FLOPs."""
     forward = cold["forward"]
     if not forward["tokens"]:
         return
     after = machine_rate(dtype)
-    rate = max(before, after)
+    rate, bandwidth = max(before[0], after[0]), max(before[1], after[1])
     floor = forward["flops"] / rate
     print(
         f"\nmodel (cold): {forward['tokens']:.0f} token positions through the body in "
         f"{forward['s']:.1f} s ({forward['tokens'] / forward['s']:.0f} tok/s); their FLOPs at "
         f"this machine's {dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s, the better of "
-        f"{before / 1e9:.0f} before the runs and {after / 1e9:.0f} after) take at least "
+        f"{before[0] / 1e9:.0f} before the runs and {after[0] / 1e9:.0f} after) take at least "
         f"{floor:.0f} s (the floor; body weights {forward['body_flops'] / rate:.0f} s, attention "
         f"{forward['attention_flops'] / rate:.0f} s, output head "
         f"{forward['head_flops'] / rate:.0f} s), {forward['flops'] / forward['s'] / rate:.0%} "
@@ -148,6 +154,47 @@ def print_floor(cold: dict[str, Any], dtype: str, before: float) -> None:
             f"  of which the pairs' writer: {forward['pairs_tokens']:.0f} token positions, "
             f"at least {forward['pairs_flops'] / rate:.0f} s at that rate"
         )
+    print_kinds(cold, rate, bandwidth, (before[1], after[1]))
+
+
+def print_kinds(
+    cold: dict[str, Any], rate: float, bandwidth: float, reads: tuple[float, float]
+) -> None:
+    """The passes by kind (``runtime/meter.py``): seconds against the FLOP floor and against
+    the bytes each kind must read at ``bandwidth``; the larger of the two per kind, summed, is
+    a floor that counts memory as well."""
+    forward = cold["forward"]
+    rows, both = [], 0.0
+    for kind in KINDS:
+        seconds = forward[f"{kind}_s"]
+        if not forward[f"{kind}_passes"]:
+            continue
+        by_flops = forward[f"{kind}_flops"] / rate
+        by_bytes = forward[f"{kind}_bytes"] / bandwidth
+        both += max(by_flops, by_bytes)
+        rows.append(
+            [
+                kind,
+                f"{forward[f'{kind}_passes']:.0f}",
+                f"{forward[f'{kind}_tokens']:.0f}",
+                f"{seconds:.1f}",
+                f"{by_flops:.1f}",
+                f"{by_bytes:.1f}",
+                f"{max(by_flops, by_bytes) / seconds:.0%}" if seconds else "",
+            ]
+        )
+    if not rows:
+        return
+    print(
+        f"\npasses by kind (cold; memory read at {bandwidth / 1e9:.1f} GB/s, the better of "
+        f"{reads[0] / 1e9:.1f} before the runs and {reads[1] / 1e9:.1f} after):"
+    )
+    header = ["kind", "passes", "positions", "seconds", "FLOPs s", "bytes s", "of the larger"]
+    print(tabulate(rows, header))
+    print(
+        f"floor counting memory too: {both:.0f} s (per kind the larger); cold wall time "
+        f"{cold['wall'] / both:.2f}x it"
+    )
 
 
 def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -188,6 +235,9 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         timings = row["timings"]
         for name in ("tokens", "flops", "body_flops", "attention_flops", "head_flops", "s"):
             forward[name] += timings.get(f"forward_{name}", 0.0)
+        for kind in KINDS:
+            for name in ("passes", "tokens", "flops", "bytes", "s"):
+                forward[f"{kind}_{name}"] += timings.get(f"forward_{kind}_{name}", 0.0)
         for name in ("tokens", "flops"):
             forward[f"pairs_{name}"] += timings.get(f"pairs_{name}", 0.0)
         for phase in PHASES:

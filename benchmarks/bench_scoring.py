@@ -130,6 +130,16 @@ def matmul_rate(n: int, threads: int, dtype: torch.dtype = torch.float32) -> flo
     return 2 * n**3 / seconds
 
 
+def memory_rate(threads: int, gib: float = 1.0) -> float:
+    """Bytes/s this machine reads from memory: the sum of a ``gib`` GiB float32 tensor, far
+    larger than the CPU's caches, at ``threads`` threads (best of several runs)."""
+    torch.set_num_threads(threads)
+    data = torch.ones(int(gib * 2**30) // 4)
+    data.sum()  # warm up: the pages touched, the kernel loaded
+    seconds = best_time(lambda: data.sum(), 5)
+    return data.numel() * data.element_size() / seconds
+
+
 def best_time(run, repeats: int) -> float:
     times = []
     for _ in range(repeats):

@@ -492,6 +492,44 @@ def test_the_meter_counts_every_position_the_body_runs_and_its_weight_flops(
     assert fresh.meter.tokens >= prompt + min(steps, 3) - 1
 
 
+def test_the_meter_keeps_steps_candidates_and_blocks_apart_with_what_each_must_read() -> None:
+    from pytest_prefalign.runtime.decoding import KV
+
+    lm = build_tiny_lm(0)  # its own: the prefill store starts empty
+    meter = lm.meter
+    # two layers of q, k, v, o (32x32, 16x32, 16x32, 32x32) and the MLP (3 x 64x32), fp32
+    assert meter.weight_bytes == 2 * (1024 + 512 + 512 + 1024 + 3 * 2048) * 4
+    assert meter.head_bytes == 512 * 32 * 4
+    assert meter.key_bytes == 2 * (2 * 8) * 4  # a key and a value of two heads of 8, one layer
+    before = meter.reading()
+    with torch.no_grad():
+        kv = KV.start(lm, [[5, 6, 7], [8, 9]], then=3)  # a block: rows of 3 and 2 (padded)
+        kv.candidates(torch.tensor([[1, 2], [3, 4]]))  # two candidates a row over the cache
+        kv.accept(torch.tensor([0, 1]))
+        kv.step(torch.tensor([6, 6]))  # one new position a row
+        lm.logits_from_hidden(kv.last)  # the step's logits
+    done = meter.since(before, meter.reading())
+    passes = {kind: done[f"forward_{kind}_passes"] for kind in ("steps", "candidates", "blocks")}
+    assert passes == {"steps": 1, "candidates": 1, "blocks": 1}
+    assert done["forward_blocks_tokens"] == 2 * 3  # padding included
+    assert done["forward_candidates_tokens"] == 2 * 2 and done["forward_steps_tokens"] == 2
+    assert sum(done[f"forward_{k}_tokens"] for k in passes) == done["forward_tokens"]
+    assert sum(done[f"forward_{k}_flops"] for k in passes) == done["forward_flops"]
+    assert sum(done[f"forward_{k}_s"] for k in passes) == pytest.approx(done["forward_s"])
+    # what each must read: the weights once a pass, the head's where it made logits, and per
+    # row and layer the most keys one of its queries sees: the block's rows 3 and 2, the
+    # candidates' 3 + 1 and 2 + 1 (the cache and itself), the step's 5 and 4 (its row's
+    # real tokens, the accepted candidate and itself)
+    layers = 2
+    assert done["forward_blocks_bytes"] == meter.weight_bytes + layers * (3 + 2) * meter.key_bytes
+    assert (
+        done["forward_candidates_bytes"] == meter.weight_bytes + layers * (4 + 3) * meter.key_bytes
+    )
+    assert done["forward_steps_bytes"] == (
+        meter.weight_bytes + meter.head_bytes + layers * (5 + 4) * meter.key_bytes
+    )
+
+
 def test_the_meter_times_the_output_head_where_a_caller_makes_the_logits(tiny_lm: LM) -> None:
     # a decoding step's logits come from the head alone (logits_from_hidden), outside the
     # body: its FLOPs are in the floor, so its seconds are the pass's too

@@ -21,32 +21,64 @@ can take on a machine. The run file's per-test timings carry a test's share
 ``forward_attention_flops``, ``forward_head_flops``, and ``forward_s``);
 ``benchmarks/bench_main_job.py`` sets them beside the matmul rate.
 
+The same figures are kept apart by the kind of pass (``KINDS``), because the kinds meet
+different limits: ``steps`` (one new position a row: decoding), ``candidates`` (a block of
+queries each seeing the cache and itself, under a 4D mask: ARGS's candidates) and ``blocks``
+(several positions a row: prompts, teacher-forced responses). Per kind, ``forward_<kind>_passes``,
+``_tokens``, ``_flops``, ``_s`` and ``_bytes``: the least a pass must read from memory, the
+body's linear weights once (and the head's, where it makes logits after it) and the cached
+keys and values each row's queries see, once. A pass of few rows does little arithmetic per
+weight it reads, so ``bytes / memory bandwidth`` bounds its time where ``flops / matmul rate``
+does not (for weights too large for the CPU's caches).
+
 On a GPU the seconds are those of launching the work (kernels run asynchronously).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+KINDS = ("steps", "candidates", "blocks")  # the kinds of pass (module docstring)
+
+
+@dataclass
+class KindCount:
+    """One kind of pass's totals: passes, body positions, output-head positions, seconds, and
+    the (query, key) pairs and cached keys read, summed over layers (on the mask's device until
+    a reading)."""
+
+    passes: int = 0
+    tokens: int = 0
+    head_positions: int = 0
+    head_passes: int = 0
+    seconds: float = 0.0
+    pairs: int = 0
+    keys: int = 0
+    pending: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+    def settle(self) -> None:
+        pending, self.pending = self.pending, []
+        self.pairs += sum(int(pairs) for pairs, _ in pending)
+        self.keys += sum(int(keys) for _, keys in pending)
+
 
 class ForwardMeter:
     def __init__(self, body: torch.nn.Module, head: torch.nn.Module | None = None) -> None:
-        self.per_token = 2 * sum(
-            m.weight.numel() for m in body.modules() if isinstance(m, torch.nn.Linear)
-        )
+        linears = [m.weight for m in body.modules() if isinstance(m, torch.nn.Linear)]
+        self.per_token = 2 * sum(w.numel() for w in linears)
+        self.weight_bytes = sum(w.numel() * w.element_size() for w in linears)
         self.attention = AttentionCount(getattr(body, "config", None))
         weight = getattr(head, "weight", None)
         self.per_logit_position = 2 * int(weight.numel()) if weight is not None else 0
-        self.tokens = 0
-        self.attention_flops = 0
-        # each pass's (query, key) pairs, left on its mask's device until a reading: an int()
-        # per pass would wait for the device at every decoding step
-        self._attention_pending: list[torch.Tensor] = []
-        self.head_positions = 0
-        self.seconds = 0.0
+        self.head_bytes = int(weight.numel() * weight.element_size()) if weight is not None else 0
+        size = linears[0].element_size() if linears else 0
+        self.key_bytes = 2 * self.attention.kv_width * size  # its key and value, one layer
+        self.kinds = {kind: KindCount() for kind in KINDS}
+        self._kind = self.kinds["blocks"]  # the last body pass's: the head's time is its
         self._started: float | None = None
         self._head_started: float | None = None
         body.register_forward_pre_hook(self._enter, with_kwargs=True)
@@ -57,20 +89,29 @@ class ForwardMeter:
             head.register_forward_pre_hook(self._enter_head)
             head.register_forward_hook(self._logits)
 
+    @property
+    def tokens(self) -> int:
+        """The token positions the body ran, all kinds."""
+        return sum(count.tokens for count in self.kinds.values())
+
     def _enter(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             ids = kwargs["inputs_embeds"][..., 0]
-        self.tokens += int(ids.numel())
+        mask = kwargs.get("attention_mask")
+        count = self.kinds[kind_of(ids.shape, mask)]
+        count.passes += 1
+        count.tokens += int(ids.numel())
         if self.attention.per_pair:
-            self._attention_pending.append(
-                self.attention.pairs(ids.shape, kwargs.get("attention_mask"))
-            )
+            # each pass's counts stay on its mask's device until a reading: an int() per pass
+            # would wait for the device at every decoding step
+            count.pending.append(self.attention.pairs_and_keys(ids.shape, mask))
+        self._kind = count
         self._started = time.perf_counter()
 
     def _leave(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         if self._started is not None:
-            self.seconds += time.perf_counter() - self._started
+            self._kind.seconds += time.perf_counter() - self._started
             self._started = None
 
     def _enter_head(self, module: Any, args: tuple[Any, ...]) -> None:
@@ -78,31 +119,55 @@ class ForwardMeter:
 
     def _logits(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         hidden = args[0]
-        self.head_positions += int(hidden.numel() // hidden.shape[-1])
+        self._kind.head_positions += int(hidden.numel() // hidden.shape[-1])
+        self._kind.head_passes += 1
         if self._head_started is not None:
-            self.seconds += time.perf_counter() - self._head_started
+            self._kind.seconds += time.perf_counter() - self._head_started
             self._head_started = None
 
     def reading(self) -> dict[str, float]:
         """The totals so far, under the names the run file's timings use."""
-        body = float(self.tokens * self.per_token)
-        head = float(self.head_positions * self.per_logit_position)
-        pending, self._attention_pending = self._attention_pending, []
-        self.attention_flops += sum(int(n) for n in pending) * self.attention.per_pair
-        attention = float(self.attention_flops)
+        totals = dict.fromkeys(("tokens", "body", "attention", "head", "seconds"), 0.0)
+        kinds: dict[str, float] = {}
+        for name, count in self.kinds.items():
+            count.settle()
+            body = float(count.tokens * self.per_token)
+            attention = float(count.pairs * self.attention.per_pair)
+            head = float(count.head_positions * self.per_logit_position)
+            for total, value in zip(
+                totals, (count.tokens, body, attention, head, count.seconds), strict=True
+            ):
+                totals[total] += value
+            kinds[f"forward_{name}_passes"] = float(count.passes)
+            kinds[f"forward_{name}_tokens"] = float(count.tokens)
+            kinds[f"forward_{name}_flops"] = body + attention + head
+            kinds[f"forward_{name}_bytes"] = float(
+                count.passes * self.weight_bytes
+                + count.head_passes * self.head_bytes
+                + count.keys * self.key_bytes
+            )
+            kinds[f"forward_{name}_s"] = count.seconds
         return {
-            "forward_tokens": float(self.tokens),
-            "forward_flops": body + attention + head,
-            "forward_body_flops": body,
-            "forward_attention_flops": attention,
-            "forward_head_flops": head,
-            "forward_s": self.seconds,
+            "forward_tokens": totals["tokens"],
+            "forward_flops": totals["body"] + totals["attention"] + totals["head"],
+            "forward_body_flops": totals["body"],
+            "forward_attention_flops": totals["attention"],
+            "forward_head_flops": totals["head"],
+            "forward_s": totals["seconds"],
+            **kinds,
         }
 
     @staticmethod
     def since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         """What was counted between two readings."""
         return {name: after[name] - before[name] for name in after}
+
+
+def kind_of(shape: torch.Size, mask: torch.Tensor | None) -> str:
+    """The kind of a pass of ``shape`` ``(B, T)`` new positions under ``mask`` (``KINDS``)."""
+    if mask is not None and mask.dim() == 4:
+        return "candidates"
+    return "steps" if int(shape[-1]) == 1 else "blocks"
 
 
 class AttentionCount:
@@ -115,6 +180,8 @@ class AttentionCount:
         head_dim = getattr(config, "head_dim", None) or (hidden // heads if heads else 0)
         layers = int(getattr(config, "num_hidden_layers", 0) or 0)
         self.per_pair = 4 * heads * int(head_dim)  # q . k and the weighted values, per layer
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        self.kv_width = kv_heads * int(head_dim)  # a cached key's numbers in one layer
         kinds = list(getattr(config, "layer_types", None) or [])[:layers]
         window = getattr(config, "sliding_window", None)
         self.sliding = sum(k == "sliding_attention" for k in kinds) if window else 0
@@ -130,11 +197,20 @@ class AttentionCount:
     def pairs(self, shape: torch.Size, mask: torch.Tensor | None) -> torch.Tensor:
         """The (query, key) pairs of a pass summed over its layers, a 0-dim tensor on the
         mask's device (``flops`` for the arguments)."""
+        return self.pairs_and_keys(shape, mask)[0]
+
+    def pairs_and_keys(
+        self, shape: torch.Size, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``pairs``, and the cached keys the pass must read summed over its layers: for each
+        row, the most keys one of its queries sees (a sliding layer's at most its window)."""
         seen = keys_seen(shape, mask)  # per query
-        pairs = self.full * seen.sum()
+        most = seen.amax(-1) if seen.numel() else seen.sum(-1)
+        pairs, keys = self.full * seen.sum(), self.full * most.sum()
         if self.sliding:
             pairs = pairs + self.sliding * seen.clamp(max=self.window).sum()
-        return pairs
+            keys = keys + self.sliding * most.clamp(max=self.window).sum()
+        return pairs, keys
 
 
 def keys_seen(shape: torch.Size, mask: torch.Tensor | None) -> torch.Tensor:
