@@ -1,0 +1,141 @@
+"""Carry a findings run's finished rows from one machine to the next.
+
+The folded Pref-LaMP findings run (``findings.py``, issue 38) needs more hours than one working
+session on the 2-core machine, and each session's machine is a fresh one: its results cache
+does not outlive it. Every finished row is a value of that cache under a key that hashes all it
+depends on (cache.py: the data, options, seed, the model and the code), so a row carried to
+another machine is reused there exactly when nothing it depends on changed, and computed again
+otherwise. This script packs the cache's values into one compressed file that can be committed,
+and unpacks it into the cache of the next machine:
+
+    python benchmarks/findings_cache.py save    --cache "$PREFALIGN_CACHE"
+    python benchmarks/findings_cache.py restore --cache "$PREFALIGN_CACHE"
+    python benchmarks/findings_cache.py list                  # what the packed file holds
+
+What is carried: the values each written whole in one file (``<kind>/<digest>.json``: a row's
+records, its generations, the guidance strength chosen, a reward's scale). What is left out:
+``models/`` (the converted weights, remade from the installed model packages in seconds); the
+folders some values keep their files in (a fitted reward method's, ``rewards/<name>/<digest>/``),
+which may be half-filled while a run goes on: a row whose records are carried does not fit its
+method again, and one that is not computes it anyway; the locks beside the values, and the
+temporaries of writes in progress (a value being written when ``save`` runs is not packed yet).
+Nothing here changes a value: ``restore`` writes a file only where the cache has none of that
+name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import os
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKED = ROOT / "benchmarks" / "findings-folds" / "cache.tar.gz"
+LEFT_OUT = ("models",)  # top-level kinds not carried (remade from what is installed)
+
+
+def carried(cache: Path) -> list[Path]:
+    """The cache's values written whole (``<kind>/<digest>.<suffix>``, each replaced atomically
+    when written), relative to it, in a stable order."""
+    found = []
+    for kind in sorted(p for p in cache.iterdir() if p.is_dir()):
+        if kind.name in LEFT_OUT or kind.name.startswith("."):
+            continue
+        for path in sorted(p for p in kind.iterdir() if p.is_file()):
+            if path.name.startswith(".") or path.name.endswith(".lock"):
+                continue  # a write in progress, or the lock beside a value
+            found.append(path.relative_to(cache))
+    return found
+
+
+def save(cache: Path, packed: Path) -> None:
+    files = carried(cache)
+    if not files:
+        sys.exit(f"findings_cache: {cache} holds no values to carry")
+    packed.parent.mkdir(parents=True, exist_ok=True)
+    tmp = packed.with_name(f".{packed.name}.tmp")
+    # no time and nothing of this machine in it: the same values pack to the same bytes
+    with (
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for rel in files:
+            data = (cache / rel).read_bytes()
+            info = tarfile.TarInfo(rel.as_posix())
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(tmp, packed)
+    print(f"packed {len(files)} values into {packed} ({packed.stat().st_size / 1e6:.1f} MB)")
+    describe(files)
+
+
+def restore(cache: Path, packed: Path) -> None:
+    if not packed.exists():
+        sys.exit(f"findings_cache: no packed cache at {packed}")
+    written = kept = 0
+    with tarfile.open(packed, "r:gz") as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            target = cache / member.name
+            if target.exists():
+                kept += 1
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file has its bytes
+            tmp = target.with_name(f".{target.name}.restore.tmp")
+            tmp.write_bytes(source.read())
+            os.replace(tmp, target)
+            written += 1
+    print(f"restored {written} values into {cache} ({kept} were there already)")
+
+
+def listing(packed: Path) -> None:
+    with tarfile.open(packed, "r:gz") as tar:
+        names = [Path(m.name) for m in tar.getmembers() if m.isfile()]
+    print(f"{packed}: {len(names)} values")
+    describe(names)
+
+
+def describe(files: list[Path]) -> None:
+    kinds = Counter(rel.parts[0] for rel in files)
+    for kind, count in sorted(kinds.items()):
+        print(f"  {kind}: {count}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("save", "restore", "list"))
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="the results cache (default: $PREFALIGN_CACHE)"
+    )
+    parser.add_argument(
+        "--packed",
+        type=Path,
+        default=PACKED,
+        help=f"the packed file (default: {PACKED.relative_to(ROOT)})",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        listing(args.packed)
+        return
+    cache = args.cache or (
+        Path(os.environ["PREFALIGN_CACHE"]) if os.environ.get("PREFALIGN_CACHE") else None
+    )
+    if cache is None:
+        sys.exit("findings_cache: name the cache (--cache DIR or $PREFALIGN_CACHE)")
+    if args.command == "save":
+        save(cache, args.packed)
+    else:
+        restore(cache, args.packed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""benchmarks/findings_cache.py: a findings run's finished values carried to a fresh cache."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import benchmark_scripts
+import pytest
+
+
+@pytest.fixture
+def carry() -> Iterator[ModuleType]:
+    yield benchmark_scripts.load("findings_cache")
+    sys.modules.pop("findings_cache", None)
+
+
+def a_cache(root: Path) -> None:
+    """A results cache as a run leaves it part way: values, locks, a write in progress, a
+    converted model and a reward method's folder."""
+    (root / "results").mkdir(parents=True)
+    (root / "results" / "aa.json").write_text('{"items": [1]}\n')
+    (root / "results" / "aa.json.lock").write_text("")
+    (root / "results" / ".bb.json.x1.tmp").write_text('{"half')
+    (root / "generations").mkdir()
+    (root / "generations" / "cc.json").write_text("[2]\n")
+    (root / "models" / "m1").mkdir(parents=True)
+    (root / "models" / "m1" / "model.safetensors").write_bytes(b"w" * 10)
+    (root / "models" / "sha256.json").write_text("{}")
+    (root / "rewards" / "vpl" / "dd").mkdir(parents=True)
+    (root / "rewards" / "vpl" / "dd" / "params.pt").write_bytes(b"half-fitted")
+    (root / "rewards" / "ee.json").write_text('{"scale": 1}\n')
+
+
+def test_save_carries_whole_values_only_and_restore_fills_a_fresh_cache(
+    carry: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, packed, fresh = tmp_path / "a", tmp_path / "cache.tar.gz", tmp_path / "b"
+    a_cache(source)
+    carry.main(["save", "--cache", str(source), "--packed", str(packed)])
+    assert "packed 3 values" in capsys.readouterr().out
+    carry.main(["restore", "--cache", str(fresh), "--packed", str(packed)])
+    assert "restored 3 values" in capsys.readouterr().out
+    found = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*") if p.is_file())
+    assert found == ["generations/cc.json", "results/aa.json", "rewards/ee.json"]
+    assert (fresh / "results" / "aa.json").read_text() == '{"items": [1]}\n'
+
+
+def test_restore_leaves_a_value_the_cache_already_has(
+    carry: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, packed, fresh = tmp_path / "a", tmp_path / "cache.tar.gz", tmp_path / "b"
+    a_cache(source)
+    carry.main(["save", "--cache", str(source), "--packed", str(packed)])
+    (fresh / "results").mkdir(parents=True)
+    (fresh / "results" / "aa.json").write_text('{"items": [9]}\n')
+    capsys.readouterr()
+    carry.main(["restore", "--cache", str(fresh), "--packed", str(packed)])
+    assert "restored 2 values" in capsys.readouterr().out
+    assert (fresh / "results" / "aa.json").read_text() == '{"items": [9]}\n'
+
+
+def test_the_same_values_pack_to_the_same_bytes(carry: ModuleType, tmp_path: Path) -> None:
+    """No time or machine in the packed file: packing again changes nothing for git."""
+    a_cache(tmp_path / "a")
+    carry.save(tmp_path / "a", tmp_path / "1.tar.gz")
+    (tmp_path / "a" / "results" / "aa.json").touch()  # a newer time, the same value
+    carry.save(tmp_path / "a", tmp_path / "2.tar.gz")
+    assert (tmp_path / "1.tar.gz").read_bytes() == (tmp_path / "2.tar.gz").read_bytes()
+
+
+def test_an_empty_cache_is_an_error_naming_it(carry: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="empty holds no values"):
+        carry.main(["save", "--cache", str(tmp_path / "empty"), "--packed", str(tmp_path / "p")])
