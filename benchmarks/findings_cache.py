@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import json
 import os
 import sys
 import tarfile
@@ -72,7 +73,7 @@ def save(cache: Path, packed: Path) -> None:
             tar.addfile(info, io.BytesIO(data))
     os.replace(tmp, packed)
     print(f"packed {len(files)} values into {packed} ({packed.stat().st_size / 1e6:.1f} MB)")
-    describe(files)
+    describe({rel: (cache / rel).read_bytes() for rel in files})
 
 
 def restore(cache: Path, packed: Path) -> None:
@@ -88,26 +89,42 @@ def restore(cache: Path, packed: Path) -> None:
                 kept += 1
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            source = tar.extractfile(member)
-            assert source is not None  # a regular file has its bytes
             tmp = target.with_name(f".{target.name}.restore.tmp")
-            tmp.write_bytes(source.read())
+            tmp.write_bytes(member_bytes(tar, member))
             os.replace(tmp, target)
             written += 1
     print(f"restored {written} values into {cache} ({kept} were there already)")
 
 
+def member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    source = tar.extractfile(member)
+    assert source is not None  # a regular file has its bytes
+    return source.read()
+
+
 def listing(packed: Path) -> None:
     with tarfile.open(packed, "r:gz") as tar:
-        names = [Path(m.name) for m in tar.getmembers() if m.isfile()]
-    print(f"{packed}: {len(names)} values")
-    describe(names)
+        values = {Path(m.name): member_bytes(tar, m) for m in tar.getmembers() if m.isfile()}
+    print(f"{packed}: {len(values)} values")
+    describe(values)
 
 
-def describe(files: list[Path]) -> None:
-    kinds = Counter(rel.parts[0] for rel in files)
+def describe(values: dict[Path, bytes]) -> None:
+    """How many values of each kind, and the rows whose records are among them (a row's
+    method, with its counts of items and pairs: the folds of one method differ in them)."""
+    kinds = Counter(rel.parts[0] for rel in values)
     for kind, count in sorted(kinds.items()):
         print(f"  {kind}: {count}")
+    rows = sorted(row(raw) for rel, raw in values.items() if rel.parts[0] == "results")
+    for method, items, pairs in rows:
+        print(f"  row {method}: {items} items, {pairs} pairs")
+
+
+def row(raw: bytes) -> tuple[str, int, int]:
+    """A case's records: its method, and its numbers of items and pairs."""
+    value = json.loads(raw)
+    records = value.get("items") or value.get("pairs") or [{}]
+    return str(records[0].get("method", "?")), len(value["items"]), len(value["pairs"])
 
 
 def main(argv: list[str] | None = None) -> None:

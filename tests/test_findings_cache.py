@@ -21,7 +21,9 @@ def a_cache(root: Path) -> None:
     """A results cache as a run leaves it part way: values, locks, a write in progress, a
     converted model and a reward method's folder."""
     (root / "results").mkdir(parents=True)
-    (root / "results" / "aa.json").write_text('{"items": [1]}\n')
+    (root / "results" / "aa.json").write_text(
+        '{"items": [{"method": "icl"}], "pairs": [{"method": "icl"}, {"method": "icl"}]}\n'
+    )
     (root / "results" / "aa.json.lock").write_text("")
     (root / "results" / ".bb.json.x1.tmp").write_text('{"half')
     (root / "generations").mkdir()
@@ -40,12 +42,21 @@ def test_save_carries_whole_values_only_and_restore_fills_a_fresh_cache(
     source, packed, fresh = tmp_path / "a", tmp_path / "cache.tar.gz", tmp_path / "b"
     a_cache(source)
     carry.main(["save", "--cache", str(source), "--packed", str(packed)])
-    assert "packed 3 values" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "packed 3 values" in out
+    assert "row icl: 1 items, 2 pairs" in out
     carry.main(["restore", "--cache", str(fresh), "--packed", str(packed)])
     assert "restored 3 values" in capsys.readouterr().out
     found = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*") if p.is_file())
     assert found == ["generations/cc.json", "results/aa.json", "rewards/ee.json"]
-    assert (fresh / "results" / "aa.json").read_text() == '{"items": [1]}\n'
+    assert (fresh / "results" / "aa.json").read_bytes() == (source / "results/aa.json").read_bytes()
+    carry.main(["list", "--packed", str(packed)])
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "  generations: 1",
+        "  results: 1",
+        "  rewards: 1",
+        "  row icl: 1 items, 2 pairs",
+    ]
 
 
 def test_restore_leaves_a_value_the_cache_already_has(
@@ -55,11 +66,11 @@ def test_restore_leaves_a_value_the_cache_already_has(
     a_cache(source)
     carry.main(["save", "--cache", str(source), "--packed", str(packed)])
     (fresh / "results").mkdir(parents=True)
-    (fresh / "results" / "aa.json").write_text('{"items": [9]}\n')
+    (fresh / "results" / "aa.json").write_text('{"items": [9], "pairs": []}\n')
     capsys.readouterr()
     carry.main(["restore", "--cache", str(fresh), "--packed", str(packed)])
     assert "restored 2 values" in capsys.readouterr().out
-    assert (fresh / "results" / "aa.json").read_text() == '{"items": [9]}\n'
+    assert (fresh / "results" / "aa.json").read_text() == '{"items": [9], "pairs": []}\n'
 
 
 def test_the_same_values_pack_to_the_same_bytes(carry: ModuleType, tmp_path: Path) -> None:
