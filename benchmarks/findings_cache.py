@@ -14,7 +14,8 @@ and unpacks it into the cache of the next machine:
 
 What is carried: the values each written whole in one file (``<kind>/<digest>.json``: a row's
 records, its generations, the guidance strength chosen, a reward's scale). What is left out:
-``models/`` (the converted weights, remade from the installed model packages in seconds); the
+``models/`` (the converted weights, remade from the installed model packages in seconds) and
+``features/`` (the hidden states the reward methods are fitted on, remade in minutes); the
 folders some values keep their files in (a fitted reward method's, ``rewards/<name>/<digest>/``),
 which may be half-filled while a run goes on: a row whose records are carried does not fit its
 method again, and one that is not computes it anyway; the locks beside the values, and the
@@ -37,7 +38,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKED = ROOT / "benchmarks" / "findings-folds" / "cache.tar.gz"
-LEFT_OUT = ("models",)  # top-level kinds not carried (remade from what is installed)
+# kinds not carried: the converted weights (remade from the installed model packages) and the
+# models' hidden states (8 MB of poorly compressing floats by the second ARGS row, remade in
+# a few minutes)
+LEFT_OUT = ("models", "features")
 
 
 def carried(cache: Path) -> list[Path]:

@@ -19,7 +19,7 @@ def carry() -> Iterator[ModuleType]:
 
 def a_cache(root: Path) -> None:
     """A results cache as a run leaves it part way: values, locks, a write in progress, a
-    converted model and a reward method's folder."""
+    converted model, hidden states and a reward method's folder."""
     (root / "results").mkdir(parents=True)
     (root / "results" / "aa.json").write_text(
         '{"items": [{"method": "icl"}], "pairs": [{"method": "icl"}, {"method": "icl"}]}\n'
@@ -31,6 +31,8 @@ def a_cache(root: Path) -> None:
     (root / "models" / "m1").mkdir(parents=True)
     (root / "models" / "m1" / "model.safetensors").write_bytes(b"w" * 10)
     (root / "models" / "sha256.json").write_text("{}")
+    (root / "features").mkdir()
+    (root / "features" / "ff.safetensors").write_bytes(b"hidden states")
     (root / "rewards" / "vpl" / "dd").mkdir(parents=True)
     (root / "rewards" / "vpl" / "dd" / "params.pt").write_bytes(b"half-fitted")
     (root / "rewards" / "ee.json").write_text('{"scale": 1}\n')
