@@ -54,6 +54,11 @@ NEEDED = (  # what the "users needed" column of each claim means
     "simulated from this run's own users reach the claim 8 times in 10 with the paper's "
     'effect imposed ("How many users each claim needs", below).'
 )
+# the share of the memory available that the folds, side by side, are given between them: a
+# fold's resident memory grows to about its share and past it (13.6 GB at 12.3 in
+# args[global_bt]), and two folds given all of it were more than the machine held: the kernel
+# killed one (2026-12-06, 24 GB)
+FOLD_MEMORY = 0.8
 KEPT = "benchmarks/findings-runs"  # where the run files the page is made from are kept
 POWER = "power.json"  # beside the run files: each run's claims' power from its own noise
 ERRORS = ROOT / "docs" / "findings-errors.json"  # claim_power.py --errors: false verdicts' rates
@@ -298,14 +303,16 @@ def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple
 
 def fold_share(folds: int) -> tuple[str, str | None]:
     """Each fold process's threads (``OMP_NUM_THREADS``: the threads set for the whole, else the
-    cores, shared out) and memory (``--prefalign-memory``: the memory available now, shared
-    out; None where it cannot be read), as text."""
+    cores, shared out) and memory (``--prefalign-memory``: ``FOLD_MEMORY`` of the memory
+    available now, shared out; None where it cannot be read), as text."""
     from pytest_prefalign.runtime.memory import available_bytes
 
     whole = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     threads = str(max(1, whole // folds))
     available = available_bytes()
-    return threads, None if available is None else f"{available / folds / 10**9:.1f}"
+    if available is None:
+        return threads, None
+    return threads, f"{available * FOLD_MEMORY / folds / 10**9:.1f}"
 
 
 def invocation(argv: list[str]) -> str:

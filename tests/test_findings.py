@@ -484,6 +484,21 @@ def fold_file(fold: int, pairs: list, path: Path) -> None:
     records.write(run, path)
 
 
+def test_the_folds_side_by_side_are_given_less_than_the_memory_available(
+    findings: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fold's --prefalign-memory leaves room: a fold grows to its share and past it, and
+    two given all the memory there was were more than the machine held."""
+    from pytest_prefalign.runtime import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 20 * 10**9)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert findings.fold_share(2) == ("1", "8.0")
+    assert findings.fold_share(1) == ("2", "16.0")
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)
+    assert findings.fold_share(2) == ("1", None)
+
+
 def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
     findings: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
