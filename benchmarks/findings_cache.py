@@ -59,6 +59,8 @@ def carried(cache: Path) -> list[Path]:
 
 
 def save(cache: Path, packed: Path) -> None:
+    if not cache.is_dir():
+        sys.exit(f"findings_cache: no cache at {cache}")
     files = carried(cache)
     if not files:
         sys.exit(f"findings_cache: {cache} holds no values to carry")
@@ -88,7 +90,10 @@ def restore(cache: Path, packed: Path) -> None:
         for member in tar.getmembers():
             if not member.isfile():
                 continue
-            target = cache / member.name
+            name = Path(member.name)
+            if name.is_absolute() or ".." in name.parts:
+                sys.exit(f"findings_cache: {packed} names {member.name!r}, outside a cache")
+            target = cache / name
             if target.exists():
                 kept += 1
                 continue

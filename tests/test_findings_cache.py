@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -88,3 +90,18 @@ def test_an_empty_cache_is_an_error_naming_it(carry: ModuleType, tmp_path: Path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="empty holds no values"):
         carry.main(["save", "--cache", str(tmp_path / "empty"), "--packed", str(tmp_path / "p")])
+
+
+def test_a_missing_cache_and_a_name_outside_the_cache_are_errors_naming_them(
+    carry: ModuleType, tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit, match="no cache at .*nowhere"):
+        carry.main(["save", "--cache", str(tmp_path / "nowhere"), "--packed", str(tmp_path / "p")])
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        info = tarfile.TarInfo("../escaped.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    with pytest.raises(SystemExit, match="'../escaped.json', outside a cache"):
+        carry.main(["restore", "--cache", str(tmp_path / "c"), "--packed", str(bad)])
+    assert not (tmp_path / "escaped.json").exists()
