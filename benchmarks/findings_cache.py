@@ -36,6 +36,8 @@ import tarfile
 from collections import Counter
 from pathlib import Path
 
+from pytest_prefalign import storage
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKED = ROOT / "benchmarks" / "findings-folds" / "cache.tar.gz"
 # kinds not carried: the converted weights (remade from the installed model packages) and the
@@ -61,25 +63,22 @@ def carried(cache: Path) -> list[Path]:
 def save(cache: Path, packed: Path) -> None:
     if not cache.is_dir():
         sys.exit(f"findings_cache: no cache at {cache}")
-    files = carried(cache)
-    if not files:
+    values = {rel: (cache / rel).read_bytes() for rel in carried(cache)}
+    if not values:
         sys.exit(f"findings_cache: {cache} holds no values to carry")
-    packed.parent.mkdir(parents=True, exist_ok=True)
-    tmp = packed.with_name(f".{packed.name}.tmp")
     # no time and nothing of this machine in it: the same values pack to the same bytes
+    buffer = io.BytesIO()
     with (
-        open(tmp, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped,
+        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as zipped,
         tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        for rel in files:
-            data = (cache / rel).read_bytes()
+        for rel, data in values.items():
             info = tarfile.TarInfo(rel.as_posix())
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
-    os.replace(tmp, packed)
-    print(f"packed {len(files)} values into {packed} ({packed.stat().st_size / 1e6:.1f} MB)")
-    describe({rel: (cache / rel).read_bytes() for rel in files})
+    storage.atomic_write_bytes(packed, buffer.getvalue())
+    print(f"packed {len(values)} values into {packed} ({packed.stat().st_size / 1e6:.1f} MB)")
+    describe(values)
 
 
 def restore(cache: Path, packed: Path) -> None:
@@ -97,10 +96,7 @@ def restore(cache: Path, packed: Path) -> None:
             if target.exists():
                 kept += 1
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.restore.tmp")
-            tmp.write_bytes(member_bytes(tar, member))
-            os.replace(tmp, target)
+            storage.atomic_write_bytes(target, member_bytes(tar, member))
             written += 1
     print(f"restored {written} values into {cache} ({kept} were there already)")
 
@@ -152,9 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "list":
         listing(args.packed)
         return
-    cache = args.cache or (
-        Path(os.environ["PREFALIGN_CACHE"]) if os.environ.get("PREFALIGN_CACHE") else None
-    )
+    from_env = os.environ.get(storage.CACHE_ENV)
+    cache = args.cache or (Path(from_env) if from_env else None)
     if cache is None:
         sys.exit("findings_cache: name the cache (--cache DIR or $PREFALIGN_CACHE)")
     if args.command == "save":

@@ -40,12 +40,19 @@ def a_cache(root: Path) -> None:
     (root / "rewards" / "ee.json").write_text('{"scale": 1}\n')
 
 
+def saved(carry: ModuleType, root: Path) -> tuple[Path, Path, Path]:
+    """``(source, packed, fresh)``: a part-way cache under ``root``, packed by ``save``, and
+    the path of a cache still to be filled."""
+    source, packed, fresh = root / "a", root / "cache.tar.gz", root / "b"
+    a_cache(source)
+    carry.main(["save", "--cache", str(source), "--packed", str(packed)])
+    return source, packed, fresh
+
+
 def test_save_carries_whole_values_only_and_restore_fills_a_fresh_cache(
     carry: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source, packed, fresh = tmp_path / "a", tmp_path / "cache.tar.gz", tmp_path / "b"
-    a_cache(source)
-    carry.main(["save", "--cache", str(source), "--packed", str(packed)])
+    source, packed, fresh = saved(carry, tmp_path)
     out = capsys.readouterr().out
     assert "packed 3 values" in out
     assert "row icl: 1 items, 2 pairs" in out
@@ -66,9 +73,7 @@ def test_save_carries_whole_values_only_and_restore_fills_a_fresh_cache(
 def test_restore_leaves_a_value_the_cache_already_has(
     carry: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source, packed, fresh = tmp_path / "a", tmp_path / "cache.tar.gz", tmp_path / "b"
-    a_cache(source)
-    carry.main(["save", "--cache", str(source), "--packed", str(packed)])
+    _, packed, fresh = saved(carry, tmp_path)
     (fresh / "results").mkdir(parents=True)
     (fresh / "results" / "aa.json").write_text('{"items": [9], "pairs": []}\n')
     capsys.readouterr()
