@@ -138,6 +138,8 @@ def mismatched(kind: str) -> list[RunFile]:
         one.results[1].reward_version = "2.0"
     elif kind == "judge":
         one.results[0].judge = {**one.results[0].judge, "independent": None}
+    elif kind == "other judge":
+        one.results[0].judge = {**one.results[0].judge, "independent": "e5 (12 pairs, 2 users)"}
     return [zero, one]
 
 
@@ -156,6 +158,7 @@ def mismatched(kind: str) -> list[RunFile]:
         ("code", "the folds ran other code: the evaluation code is e1 in f0.json but e2"),
         ("reward", "the reward method's version is None in fold 0 but '2.0' in fold 1"),
         ("judge", "the independent judge is 'minilm' in fold 0 but None in fold 1"),
+        ("other judge", "the independent judge is 'minilm' in fold 0 but 'e5 (12 pairs"),
     ],
 )
 def test_runs_that_are_not_the_folds_of_one_design_are_refused(kind, message):
@@ -163,6 +166,18 @@ def test_runs_that_are_not_the_folds_of_one_design_are_refused(kind, message):
     with pytest.raises(PoolError) as failure:
         pool(runs)
     assert message in str(failure.value)
+
+
+def test_a_judge_fitted_on_each_fold_s_own_training_pairs_pools_though_its_counts_differ():
+    # the independent judge is fitted per fold, so its description's counts differ by design
+    # (the findings run of 2026-12-06: 328 pairs in fold 0, 333 in fold 1)
+    zero, one = fold_run(0, FOLD0), fold_run(1, FOLD1)
+    for run, count in ((zero, 328), (one, 333)):
+        for row in run.results:
+            row.judge = {**row.judge, "independent": f"minilm ({count} pairs, 40 users)"}
+    pooled, _ = pool([(Path("f0.json"), zero), (Path("f1.json"), one)])
+    folds_judges = [part["independent"] for part in pooled.results[0].judge["folds"]]
+    assert folds_judges == ["minilm (328 pairs, 40 users)", "minilm (333 pairs, 40 users)"]
 
 
 def test_two_pooled_runs_whose_training_pairs_differ_in_one_fold_are_told_apart():

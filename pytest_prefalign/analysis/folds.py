@@ -23,6 +23,7 @@ are known to a pytest run only: the pool leaves them out and names them.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -306,11 +307,20 @@ def _check_same_methods(by_key: dict[Key, list[tuple[int, CaseResult]]]) -> None
                         f"{getattr(part, name)!r} in fold {fold}"
                     )
             judges = [(p.judge or {}).get("independent") for p in (first, part)]
-            if judges[0] != judges[1]:
+            if judge_identity(judges[0]) != judge_identity(judges[1]):
                 raise PoolError(
                     f"{comparable.key_text(key)}: the independent judge is {judges[0]!r} in fold "
                     f"{fold0} but {judges[1]!r} in fold {fold} (unavailable in one?)"
                 )
+
+
+def judge_identity(description: str | None) -> str | None:
+    """An independent judge's description without its trailing ``(N pairs, M users)``: the
+    judge is fitted in each fold on that fold's training pairs, so its counts differ between
+    folds by design; what it is (encoder, head, negatives) must not."""
+    if description is None:
+        return None
+    return re.sub(r"\s*\(\d+ pairs, \d+ users\)$", "", description)
 
 
 def _check_like_for_like(runs: Sequence[tuple[Path, RunFile]]) -> None:
