@@ -241,3 +241,18 @@ def test_two_real_fold_runs_pooled_by_the_command(pytester: pytest.Pytester, mon
     assert cli.main(["report", str(out), "--out", str(pytester.path / "page")]) == 0
     assert (pytester.path / "page" / "report.html").is_file()
     assert cli.main(["pool", paths[0], paths[0], "--out", str(out)]) == 2
+
+
+def test_the_judge_s_identity_is_read_from_the_description_the_real_judge_writes():
+    # judge_identity strips the counts in the form methods/rewards/judge.py writes them: a
+    # change of that form must show here, not as folds refused
+    from methods.rewards.judge import ENCODER_NAME, IndependentJudge
+    from pytest_prefalign.analysis.folds import judge_identity
+
+    def described(pairs: int, users: int) -> str:
+        heads = {f"u{k}": np.zeros(2) for k in range(users)}
+        return IndependentJudge(None, np.zeros(4), heads, pairs).description  # type: ignore[arg-type]
+
+    assert judge_identity(described(328, 40)) == judge_identity(described(333, 39))
+    assert judge_identity(described(328, 40)).startswith(ENCODER_NAME)
+    assert "pairs" not in judge_identity(described(328, 40))
