@@ -105,6 +105,7 @@ def main() -> None:
     ]
     print(tabulate(gen, ["decoder", "seconds", "tokens", "tok/s"]))
     print_floor(cold, args.dtype or "float32", before)
+    print_shapes(cold, folder / "cache", args.dtype or "float32")
     same = same_figures(cold["file"], warm["file"])
     print(f"\nwarm figures equal cold figures: {'yes' if same else 'NO'}")
     print(
@@ -155,6 +156,78 @@ def print_floor(cold: dict[str, Any], dtype: str, before: tuple[float, float]) -
             f"at least {forward['pairs_flops'] / rate:.0f} s at that rate"
         )
     print_kinds(cold, rate, bandwidth, (before[1], after[1]))
+
+
+SHAPE_ROWS = 2048  # rows of the shapes' measurement: a large block, their best case
+
+
+def layer_shapes(config: dict[str, Any]) -> list[tuple[int, int]]:
+    """``(in, out)`` of each linear layer of one decoder layer of a Llama-style model (query,
+    key, value, output; gate, up, down), from its ``config.json``."""
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    kv = config.get("num_key_value_heads") or heads
+    attention = [(hidden, heads * head_dim), (hidden, kv * head_dim), (hidden, kv * head_dim)]
+    return [
+        *attention,
+        (heads * head_dim, hidden),
+        (hidden, inner),
+        (hidden, inner),
+        (inner, hidden),
+    ]
+
+
+def shapes_rate(shapes: list[tuple[int, int]], dtype: str, rows: int = SHAPE_ROWS) -> float:
+    """FLOP/s of one decoder layer's linear layers at ``rows`` rows, run as a run runs them
+    (``runtime/packed.py``: oneDNN on packed weights where available, else ``F.linear``), at the
+    runs' thread count (best of several)."""
+    import torch
+    from bench_scoring import best_time  # this folder is the script's own
+
+    from pytest_prefalign.runtime import packed
+
+    gen = torch.Generator().manual_seed(0)
+    layer = torch.nn.Sequential(*(torch.nn.Linear(i, o, bias=False) for i, o in shapes))
+    layer = layer.to(getattr(torch, dtype))
+    packed.pack(layer)
+    inputs = {i: torch.randn(rows, i, generator=gen).to(getattr(torch, dtype)) for i, _ in shapes}
+
+    def run() -> None:
+        for linear, (i, _) in zip(layer, shapes, strict=True):
+            linear(inputs[i])
+
+    with torch.inference_mode():
+        run()  # packs the weights, warms the kernels
+        seconds = best_time(run, 5)
+    return sum(2 * rows * i * o for i, o in shapes) / seconds
+
+
+def print_shapes(cold: dict[str, Any], cache: Path, dtype: str) -> None:
+    """The body's linear layers at the rate this machine gives their own shapes (a large block
+    of ``SHAPE_ROWS`` rows, packed as a run packs them), beside the 2048 matmul: a model whose
+    layers are narrow runs them below the square matmul's rate however they are batched, so
+    this floor, body weights at that rate and attention and head at the matmul's, is the
+    nearer one the passes could reach."""
+    forward = cold["forward"]
+    weights = cold["file"].get("models", {}).get("135m", {}).get("weights")
+    config = cache / "models" / str(weights) / "config.json"
+    if not forward["tokens"] or not config.is_file():
+        return
+    shapes = layer_shapes(json.loads(config.read_text()))
+    rate, square = shapes_rate(shapes, dtype), machine_rate(dtype)[0]
+    floor = (
+        forward["body_flops"] / rate + (forward["attention_flops"] + forward["head_flops"]) / square
+    )
+    named = ", ".join(f"{i}x{o}" for i, o in shapes)
+    print(
+        f"\nthe body's linear layers at their own shapes ({named}; "
+        f"{SHAPE_ROWS} rows): {rate / 1e9:.0f} GFLOP/s, {rate / square:.0%} of the 2048 matmul "
+        f"measured beside it ({square / 1e9:.0f} GFLOP/s); at that rate the body weights take "
+        f"{forward['body_flops'] / rate:.0f} s, and with attention and head at the matmul's the "
+        f"floor is {floor:.0f} s: cold wall time {cold['wall'] / floor:.2f}x it, the passes "
+        f"{forward['s'] / floor:.2f}x it"
+    )
 
 
 def print_kinds(

@@ -109,6 +109,19 @@ def test_language_is_a_cost_per_letter_worked_by_hand() -> None:
     assert pooled.bits("  ", "a") == pytest.approx(-math.log2(0.5 + 0.3 + 0.2 * p1_pooled))
 
 
+def test_a_reference_is_counted_once_and_its_cost_stays_the_same() -> None:
+    reference = "Generate a title for: a study of character trigram models of language"
+    text = "Character Trigrams for Language Identification"
+    answers._reference_counts.cache_clear()
+    first = answers.letter_bits(text, reference)
+    again = answers.letter_bits(text + " Revisited", reference)
+    assert answers._reference_counts.cache_info().misses == 1  # the second call reused it
+    uncached = answers._TrigramModel(answers._Counts(reference), answers._BACKGROUND_COUNTS)
+    events = answers._events(text)
+    assert first == sum(uncached.bits(c, ch) for c, ch in events) / len(events)
+    assert again != first
+
+
 @pytest.mark.parametrize(
     "output",
     [

@@ -130,3 +130,23 @@ def test_generation_from_dialogues_is_greedy_on_their_tokens(tiny_lm: LM) -> Non
             if tiny_lm.finished(new):
                 break
     assert batched[0] == [clean_text(tiny_lm.decode_response(new))]
+
+
+def test_a_prompt_is_rendered_and_tokenised_once(plain_lm: LM) -> None:
+    calls: list[str] = []
+    tokenize = plain_lm.tokenizer
+
+    def counting(text: str, **kwargs: object) -> object:
+        calls.append(text)
+        return tokenize(text, **kwargs)
+
+    plain_lm.tokenizer = counting  # type: ignore[assignment]
+    prompts = [Dialogue(TURNS, TASKS[0]), TASKS[1], Dialogue(TURNS, TASKS[0]), TASKS[1]]
+    first = [plain_lm.prompt_ids(p) for p in prompts]
+    assert len(calls) == 2  # each distinct prompt once
+    assert first[0] == first[2] and first[1] == first[3]
+    first[0].append(-1)  # a caller's list is its own: the kept ids do not change
+    assert plain_lm.prompt_ids(prompts[0]) == first[2]
+    # the kept ids are the ones a fresh tokenisation gives
+    fresh = tokenize(plain_lm.render(TASKS[1]), add_special_tokens=True)["input_ids"]
+    assert plain_lm.prompt_ids(TASKS[1]) == fresh

@@ -47,6 +47,7 @@ from pytest_prefalign.storage import content_key
 from pytest_prefalign.versions import code_version
 
 T = TypeVar("T")
+PROMPTS_KEPT = 2048  # prompts whose token ids an LM keeps (``LM.prompt_ids``), the oldest out
 
 __all__ = ["LM", "Prefill", "chunks", "clean_text", "end_of_turn_id", "length_batches", "pad"]
 
@@ -107,6 +108,7 @@ class LM:
         self.has_chat_template = bool(tokenizer.chat_template)
         self.window = model_window(self.model.config, tokenizer)  # what the model reads
         self.cuts = Cuts(label)  # the texts cut to the window, each logged once
+        self._prompt_ids: dict[Prompt, list[int]] = {}  # each prompt's ids (``prompt_ids``)
         # every attention layer sees the whole sequence (no sliding window); where some slide,
         # kept prefills and ARGS's candidate queries apply within the window (attends_whole)
         self.full_attention = full_attention(self.model.config)
@@ -148,11 +150,18 @@ class LM:
         """Token ids of the rendered prompt. A chat template writes its own special tokens (a
         BOS included where the model needs one), so the tokenizer adds none; without a template
         the tokenizer's own rule decides (e.g. Gemma's BOS). More than ``window.prompt`` ids
-        lose their middle."""
-        limit = self.window.prompt
-        rendered = cut_text_middle(self.render(prompt), limit)
-        ids = self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)
-        return self.cuts.note("prompt", chat.text(prompt), ids["input_ids"], cut_middle, limit)
+        lose their middle. Each prompt is rendered and tokenised once (``PROMPTS_KEPT`` kept):
+        every method of a run, its guidance trials and its scoring read the same prompts."""
+        found = self._prompt_ids.get(prompt)
+        if found is None:
+            limit = self.window.prompt
+            rendered = cut_text_middle(self.render(prompt), limit)
+            ids = self.tokenizer(rendered, add_special_tokens=not self.has_chat_template)
+            found = self.cuts.note("prompt", chat.text(prompt), ids["input_ids"], cut_middle, limit)
+            if len(self._prompt_ids) >= PROMPTS_KEPT:
+                self._prompt_ids.pop(next(iter(self._prompt_ids)))  # the oldest
+            self._prompt_ids[prompt] = found
+        return list(found)
 
     def response_ids(self, response: str) -> list[int]:
         """Token ids of a response on its own, followed by ``eos_id``; at most
