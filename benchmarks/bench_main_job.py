@@ -104,8 +104,13 @@ def main() -> None:
         for d, (s, t) in sorted(cold["decoders"].items())
     ]
     print(tabulate(gen, ["decoder", "seconds", "tokens", "tok/s"]))
-    print_floor(cold, args.dtype or "float32", before)
-    print_shapes(cold, folder / "cache", args.dtype or "float32")
+    dtype = args.dtype or "float32"
+    after = machine_rate(dtype)
+    shapes = shapes_rate_of(cold, folder / "cache", dtype)  # the layers' own, then the square's
+    beside = machine_rate(dtype) if shapes else after
+    print_floor(cold, dtype, before, after, beside)
+    if shapes:
+        print_shapes(cold, shapes, beside[0])
     same = same_figures(cold["file"], warm["file"])
     print(f"\nwarm figures equal cold figures: {'yes' if same else 'NO'}")
     print(
@@ -125,24 +130,32 @@ def machine_rate(dtype: str) -> tuple[float, float]:
     return matmul_rate(2048, threads, getattr(torch, dtype)), memory_rate(threads)
 
 
-def print_floor(cold: dict[str, Any], dtype: str, before: tuple[float, float]) -> None:
-    """The cold run's forward passes against this machine's matmul rate (the better of the
-    measurements ``before`` the runs and after them): their FLOPs (body weights, attention,
-    output head) at that rate are the least time the same work can take, whatever the code
-    around them. Then the same by kind of pass, with the least each kind must read from memory
-    at the machine's read rate (measured beside it): a pass of few rows reads its weights for
-    little arithmetic, so there the bytes bound its time more than the FLOPs."""
+def print_floor(
+    cold: dict[str, Any],
+    dtype: str,
+    before: tuple[float, float],
+    after: tuple[float, float],
+    beside: tuple[float, float],
+) -> None:
+    """The cold run's forward passes against this machine's matmul rate (the best of the
+    measurements ``before`` the runs, ``after`` them and ``beside`` the layers' own shapes,
+    after those: a low measurement cannot make the floor look nearer): their FLOPs (body
+    weights, attention, output head) at that rate are the least time the same work can take,
+    whatever the code around them. Then the same by kind of pass, with the least each kind must
+    read from memory at the machine's read rate (measured beside it): a pass of few rows reads
+    its weights for little arithmetic, so there the bytes bound its time more than the FLOPs."""
     forward = cold["forward"]
     if not forward["tokens"]:
         return
-    after = machine_rate(dtype)
-    rate, bandwidth = max(before[0], after[0]), max(before[1], after[1])
+    rate = max(before[0], after[0], beside[0])
+    bandwidth = max(before[1], after[1], beside[1])
     floor = forward["flops"] / rate
     print(
         f"\nmodel (cold): {forward['tokens']:.0f} token positions through the body in "
         f"{forward['s']:.1f} s ({forward['tokens'] / forward['s']:.0f} tok/s); their FLOPs at "
-        f"this machine's {dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s, the better of "
-        f"{before[0] / 1e9:.0f} before the runs and {after[0] / 1e9:.0f} after) take at least "
+        f"this machine's {dtype} matmul rate ({rate / 1e9:.0f} GFLOP/s, the best of "
+        f"{before[0] / 1e9:.0f} before the runs, {after[0] / 1e9:.0f} after and "
+        f"{beside[0] / 1e9:.0f} beside the layers' shapes) take at least "
         f"{floor:.0f} s (the floor; body weights {forward['body_flops'] / rate:.0f} s, attention "
         f"{forward['attention_flops'] / rate:.0f} s, output head "
         f"{forward['head_flops'] / rate:.0f} s), {forward['flops'] / forward['s'] / rate:.0%} "
@@ -155,7 +168,7 @@ def print_floor(cold: dict[str, Any], dtype: str, before: tuple[float, float]) -
             f"  of which the pairs' writer: {forward['pairs_tokens']:.0f} token positions, "
             f"at least {forward['pairs_flops'] / rate:.0f} s at that rate"
         )
-    print_kinds(cold, rate, bandwidth, (before[1], after[1]))
+    print_kinds(cold, rate, bandwidth, (before[1], after[1], beside[1]))
 
 
 SHAPE_ROWS = 2048  # rows of the shapes' measurement: a large block, their best case
@@ -203,27 +216,30 @@ def shapes_rate(shapes: list[tuple[int, int]], dtype: str, rows: int = SHAPE_ROW
     return sum(2 * rows * i * o for i, o in shapes) / seconds
 
 
-def print_shapes(cold: dict[str, Any], cache: Path, dtype: str) -> None:
-    """The body's linear layers at the rate this machine gives their own shapes (a large block
-    of ``SHAPE_ROWS`` rows, packed as a run packs them), beside the 2048 matmul: a model whose
-    layers are narrow runs them below the square matmul's rate however they are batched, so
-    this floor, body weights at that rate and attention and head at the matmul's, is the
-    nearer one the passes could reach."""
-    forward = cold["forward"]
+def shapes_rate_of(cold: dict[str, Any], cache: Path, dtype: str) -> float | None:
+    """``shapes_rate`` of the cold run's 135m model (its ``config.json`` in the run's cache),
+    or None where the run ran no pass or its model is not there."""
     weights = cold["file"].get("models", {}).get("135m", {}).get("weights")
     config = cache / "models" / str(weights) / "config.json"
-    if not forward["tokens"] or not config.is_file():
-        return
-    shapes = layer_shapes(json.loads(config.read_text()))
-    rate, square = shapes_rate(shapes, dtype), machine_rate(dtype)[0]
+    if not cold["forward"]["tokens"] or not config.is_file():
+        return None
+    return shapes_rate(layer_shapes(json.loads(config.read_text())), dtype)
+
+
+def print_shapes(cold: dict[str, Any], rate: float, square: float) -> None:
+    """The body's linear layers at ``rate``, the one this machine gives their own shapes (a
+    large block of ``SHAPE_ROWS`` rows, packed as a run packs them), beside ``square``, the 2048
+    matmul's measured after it: a model whose layers are narrow may run them below the square
+    matmul's rate however they are batched, so this floor, body weights at that rate and
+    attention and head at the matmul's, is the one the passes could reach."""
+    forward = cold["forward"]
     floor = (
         forward["body_flops"] / rate + (forward["attention_flops"] + forward["head_flops"]) / square
     )
-    named = ", ".join(f"{i}x{o}" for i, o in shapes)
     print(
-        f"\nthe body's linear layers at their own shapes ({named}; "
-        f"{SHAPE_ROWS} rows): {rate / 1e9:.0f} GFLOP/s, {rate / square:.0%} of the 2048 matmul "
-        f"measured beside it ({square / 1e9:.0f} GFLOP/s); at that rate the body weights take "
+        f"\nthe body's linear layers at their own shapes ({SHAPE_ROWS} rows, packed as a run "
+        f"packs them): {rate / 1e9:.0f} GFLOP/s, {rate / square:.0%} of the 2048 matmul "
+        f"measured after them ({square / 1e9:.0f} GFLOP/s); at that rate the body weights take "
         f"{forward['body_flops'] / rate:.0f} s, and with attention and head at the matmul's the "
         f"floor is {floor:.0f} s: cold wall time {cold['wall'] / floor:.2f}x it, the passes "
         f"{forward['s'] / floor:.2f}x it"
@@ -231,7 +247,7 @@ def print_shapes(cold: dict[str, Any], cache: Path, dtype: str) -> None:
 
 
 def print_kinds(
-    cold: dict[str, Any], rate: float, bandwidth: float, reads: tuple[float, float]
+    cold: dict[str, Any], rate: float, bandwidth: float, reads: tuple[float, float, float]
 ) -> None:
     """The passes by kind (``runtime/meter.py``): seconds against the FLOP floor and against
     the bytes each kind must read at ``bandwidth``; the larger of the two per kind, summed, is
@@ -259,8 +275,8 @@ def print_kinds(
     if not rows:
         return
     print(
-        f"\npasses by kind (cold; memory read at {bandwidth / 1e9:.1f} GB/s, the better of "
-        f"{reads[0] / 1e9:.1f} before the runs and {reads[1] / 1e9:.1f} after):"
+        f"\npasses by kind (cold; memory read at {bandwidth / 1e9:.1f} GB/s, the best of "
+        f"{', '.join(f'{r / 1e9:.1f}' for r in reads)} before the runs, after and beside):"
     )
     header = ["kind", "passes", "positions", "seconds", "FLOPs s", "bytes s", "of the larger"]
     print(tabulate(rows, header))

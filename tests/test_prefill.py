@@ -251,3 +251,34 @@ def test_a_long_chain_of_nested_prompts_runs_without_deep_recursion(tiny_lm):
     store = store_of(tiny_lm, min_shared=1)
     got = store.prefill(prompts)
     torch.testing.assert_close(got.last, store._plain(prompts).last, rtol=0, atol=1e-5)
+
+
+def test_assembled_rows_are_left_padded_with_zeros_and_their_own_columns(tiny_lm):
+    from pytest_prefalign.runtime.prefill import ROOM, Row, assemble
+
+    config = tiny_lm.model.config
+    layers = config.num_hidden_layers
+    heads, dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+
+    def row(length, fill):
+        states = tuple(torch.full((heads, length, dim), fill + i) for i in range(layers))
+        return Row(states, tuple(-s for s in states), torch.full((config.hidden_size,), fill))
+
+    rows = [row(3, 1.0), row(5, 10.0), row(1, 100.0), row(1, 7.0)]
+    lengths = [3, 5, 1, 0]  # the last a placeholder: all padding
+    # buffers are allocated, not zeroed: a freed buffer of their size full of NaN first, which
+    # the allocator gives them again, so that padding left unwritten shows
+    for _ in range(2 * layers):
+        torch.full((4, heads, 5 + ROOM, dim), float("nan"))
+    state = assemble(config, rows, torch.device("cpu"), lengths=lengths)
+    assert state.mask.tolist() == [[0, 0, 1, 1, 1], [1] * 5, [0, 0, 0, 0, 1], [0] * 5]
+    for i, layer in enumerate(state.cache.layers):
+        keys, values = layer.keys, layer.values  # the columns in use
+        assert keys.shape[2] == 5
+        for b, n in enumerate(lengths):
+            pad = 5 - n
+            assert bool((keys[b, :, :pad] == 0).all()) and bool((values[b, :, :pad] == 0).all())
+            if n:
+                assert torch.equal(keys[b, :, pad:], rows[b].keys[i])
+                assert torch.equal(values[b, :, pad:], rows[b].values[i])
+    assert state.last[:, 0].tolist() == [1.0, 10.0, 100.0, 0.0]
