@@ -20,9 +20,10 @@ guided policy's log-likelihoods of the test pairs); "other" is the rest of each 
 follows: the token positions the cold run ran through its body (``forward_*`` in the timings,
 the writer's passes included, and named apart: ``pairs_tokens``, ``pairs_flops``) and the least
 time their FLOPs (body weights, attention, output head: ``runtime/meter.py``) take at this
-machine's matmul rate, measured before and after the runs at the same thread count, the
-better of the two (the floor): how far the cold time is from what the work itself costs, and
-the share of it outside the passes.
+machine's matmul rate, measured before the runs, after them and beside the layers' own shapes
+at the same thread count, the best of the three (the floor): how far the cold time is from what
+the work itself costs, and the share of it outside the passes. Then the same floor with the
+body's linear layers at the rate this machine gives their own shapes (``shapes_rate``).
 
     python benchmarks/bench_main_job.py                 # the default user count
     python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
