@@ -245,6 +245,14 @@ def print_shapes(cold: dict[str, Any], rate: float, square: float) -> None:
         f"floor is {floor:.0f} s: cold wall time {cold['wall'] / floor:.2f}x it, the passes "
         f"{forward['s'] / floor:.2f}x it"
     )
+    if forward["linear_s"]:
+        print(
+            f"inside the passes the body's linear layers took {forward['linear_s']:.1f} s (their "
+            f"FLOPs take {forward['body_flops'] / rate:.0f} s at that rate: "
+            f"{forward['body_flops'] / rate / forward['linear_s']:.0%} of it achieved), the rest "
+            f"of the passes (attention, norms, activations, the output head) "
+            f"{forward['s'] - forward['linear_s']:.1f} s"
+        )
 
 
 def print_kinds(
@@ -268,6 +276,7 @@ def print_kinds(
                 f"{forward[f'{kind}_passes']:.0f}",
                 f"{forward[f'{kind}_tokens']:.0f}",
                 f"{seconds:.1f}",
+                f"{forward[f'{kind}_linear_s']:.1f}",
                 f"{by_flops:.1f}",
                 f"{by_bytes:.1f}",
                 f"{max(by_flops, by_bytes) / seconds:.0%}" if seconds else "",
@@ -279,7 +288,16 @@ def print_kinds(
         f"\npasses by kind (cold; memory read at {bandwidth / 1e9:.1f} GB/s, the best of "
         f"{', '.join(f'{r / 1e9:.1f}' for r in reads)} before the runs, after and beside):"
     )
-    header = ["kind", "passes", "positions", "seconds", "FLOPs s", "bytes s", "of the larger"]
+    header = [
+        "kind",
+        "passes",
+        "positions",
+        "seconds",
+        "linears s",
+        "FLOPs s",
+        "bytes s",
+        "of the larger",
+    ]
     print(tabulate(rows, header))
     print(
         f"floor counting memory too: {both:.0f} s (per kind the larger); cold wall time "
@@ -325,8 +343,9 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
         timings = row["timings"]
         for name in ("tokens", "flops", "body_flops", "attention_flops", "head_flops", "s"):
             forward[name] += timings.get(f"forward_{name}", 0.0)
+        forward["linear_s"] += timings.get("forward_linear_s", 0.0)
         for kind in KINDS:
-            for name in ("passes", "tokens", "flops", "bytes", "s"):
+            for name in ("passes", "tokens", "flops", "bytes", "s", "linear_s"):
                 forward[f"{kind}_{name}"] += timings.get(f"forward_{kind}_{name}", 0.0)
         for name in ("tokens", "flops"):
             forward[f"pairs_{name}"] += timings.get(f"pairs_{name}", 0.0)

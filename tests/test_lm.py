@@ -530,6 +530,46 @@ def test_the_meter_keeps_steps_candidates_and_blocks_apart_with_what_each_must_r
     )
 
 
+def test_the_meter_splits_a_pass_into_its_packed_linear_layers_and_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_prefalign.runtime import packed
+    from pytest_prefalign.runtime.decoding import KV
+
+    lm = build_tiny_lm(0)
+    assert lm.linear_kernel == packed.ONEDNN  # packed where oneDNN is built in (the CPU wheel)
+    with torch.no_grad():
+        KV.start(lm, [[5, 6, 7]])  # packs the weights: their first pass
+    # a clock that moves one second at each reading: each linear kernel takes exactly one
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(packed.time, "perf_counter", lambda: float(next(ticks)))
+    before = lm.meter.reading()
+    with torch.no_grad():
+        kv = KV.start(lm, [[8, 9, 10, 11], [12, 13, 14, 15]])  # one block pass
+        kv.step(torch.tensor([6, 6]))  # a step
+        lm.logits_from_hidden(kv.last)  # the head: a packed linear, not the body's
+    done = lm.meter.since(before, lm.meter.reading())
+    # two layers of seven linear layers (q, k, v, o, gate, up, down) a body pass
+    assert done["forward_blocks_linear_s"] == 14.0 and done["forward_steps_linear_s"] == 14.0
+    assert done["forward_candidates_linear_s"] == 0.0
+    assert done["forward_linear_s"] == 28.0
+    # the rest of each pass (attention, norms) is the pass's own seconds less its linears'
+    assert done["forward_blocks_s"] > done["forward_blocks_linear_s"]
+
+
+def test_dense_linear_layers_are_not_timed_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_prefalign.runtime import packed
+
+    monkeypatch.setenv(packed.ENV, "0")
+    lm = build_tiny_lm(0)
+    assert lm.linear_kernel == packed.DENSE
+    before = lm.meter.reading()
+    with torch.no_grad():
+        lm.model.base_model(torch.ones((2, 4), dtype=torch.long))
+    done = lm.meter.since(before, lm.meter.reading())
+    assert done["forward_blocks_s"] > 0 and done["forward_linear_s"] == 0.0
+
+
 def test_the_meter_times_the_output_head_where_a_caller_makes_the_logits(tiny_lm: LM) -> None:
     # a decoding step's logits come from the head alone (logits_from_hidden), outside the
     # body: its FLOPs are in the floor, so its seconds are the pass's too

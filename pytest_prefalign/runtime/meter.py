@@ -31,6 +31,11 @@ keys and values each row's queries see, once. A pass of few rows does little ari
 weight it reads, so ``bytes / memory bandwidth`` bounds its time where ``flops / matmul rate``
 does not (for weights too large for the CPU's caches).
 
+Within each body pass the meter also reads ``LINEAR_CLOCK``, the seconds the linear layers'
+packed kernels (``runtime/packed.py``) took, so that a pass's time splits into its linear layers
+and the rest (attention, norms, activations): ``forward_linear_s`` and ``forward_<kind>_linear_s``
+(0 where the linears run dense, which are not timed one by one).
+
 On a GPU the seconds are those of launching the work (kernels run asynchronously).
 """
 
@@ -45,6 +50,17 @@ import torch
 KINDS = ("steps", "candidates", "blocks")  # the kinds of pass (module docstring)
 
 
+class KernelClock:
+    """Seconds spent inside kernels that add to it (``runtime/packed.py``'s linears), summed
+    over the process; a meter reads it at the start and the end of each body pass."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+LINEAR_CLOCK = KernelClock()  # the packed linear layers' kernels
+
+
 @dataclass
 class KindCount:
     """One kind of pass's totals: passes, body positions, output-head positions, seconds, and
@@ -56,6 +72,7 @@ class KindCount:
     head_positions: int = 0
     head_passes: int = 0
     seconds: float = 0.0
+    linear_seconds: float = 0.0  # of ``seconds``, inside the body's packed linear kernels
     pairs: int = 0
     keys: int = 0
     pending: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
@@ -80,6 +97,7 @@ class ForwardMeter:
         self.kinds = {kind: KindCount() for kind in KINDS}
         self._kind = self.kinds["blocks"]  # the last body pass's: the head's time is its
         self._started: float | None = None
+        self._linear_started = 0.0  # ``LINEAR_CLOCK`` at the start of the body pass
         self._head_started: float | None = None
         body.register_forward_pre_hook(self._enter, with_kwargs=True)
         body.register_forward_hook(self._leave)
@@ -107,11 +125,13 @@ class ForwardMeter:
             # would wait for the device at every decoding step
             count.pending.append(self.attention.pairs_and_keys(ids.shape, mask))
         self._kind = count
+        self._linear_started = LINEAR_CLOCK.seconds
         self._started = time.perf_counter()
 
     def _leave(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         if self._started is not None:
             self._kind.seconds += time.perf_counter() - self._started
+            self._kind.linear_seconds += LINEAR_CLOCK.seconds - self._linear_started
             self._started = None
 
     def _enter_head(self, module: Any, args: tuple[Any, ...]) -> None:
@@ -127,16 +147,15 @@ class ForwardMeter:
 
     def reading(self) -> dict[str, float]:
         """The totals so far, under the names the run file's timings use."""
-        totals = dict.fromkeys(("tokens", "body", "attention", "head", "seconds"), 0.0)
+        totals = dict.fromkeys(("tokens", "body", "attention", "head", "seconds", "linear"), 0.0)
         kinds: dict[str, float] = {}
         for name, count in self.kinds.items():
             count.settle()
             body = float(count.tokens * self.per_token)
             attention = float(count.pairs * self.attention.per_pair)
             head = float(count.head_positions * self.per_logit_position)
-            for total, value in zip(
-                totals, (count.tokens, body, attention, head, count.seconds), strict=True
-            ):
+            values = (count.tokens, body, attention, head, count.seconds, count.linear_seconds)
+            for total, value in zip(totals, values, strict=True):
                 totals[total] += value
             kinds[f"forward_{name}_passes"] = float(count.passes)
             kinds[f"forward_{name}_tokens"] = float(count.tokens)
@@ -147,6 +166,7 @@ class ForwardMeter:
                 + count.keys * self.key_bytes
             )
             kinds[f"forward_{name}_s"] = count.seconds
+            kinds[f"forward_{name}_linear_s"] = count.linear_seconds
         return {
             "forward_tokens": totals["tokens"],
             "forward_flops": totals["body"] + totals["attention"] + totals["head"],
@@ -154,6 +174,7 @@ class ForwardMeter:
             "forward_attention_flops": totals["attention"],
             "forward_head_flops": totals["head"],
             "forward_s": totals["seconds"],
+            "forward_linear_s": totals["linear"],
             **kinds,
         }
 

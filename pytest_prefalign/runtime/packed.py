@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 import types
 import weakref
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from pytest_prefalign.runtime.memory import PACK_SHARE, PACKED_ENV
+from pytest_prefalign.runtime.meter import LINEAR_CLOCK
 
 # the rows a packed layout is tuned for: a decoding step's batch (16 rows ran fastest with it,
 # against 1 or 64); prefills, thousands of rows, ran 1.2 times as fast as dense with it
@@ -168,7 +170,8 @@ def _state(weight: torch.Tensor) -> State:
 
 def packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``nn.Linear.forward`` on the packed weight, where nothing asks for a gradient and the
-    input is a float32 CPU tensor; ``F.linear`` on the dense weight otherwise."""
+    input is a float32 CPU tensor; ``F.linear`` on the dense weight otherwise. The packed
+    kernel's seconds add to ``meter.LINEAR_CLOCK`` (the CPU runs it before it returns)."""
     weight, bias = self.weight, self.bias
     if (
         x.device.type != "cpu"
@@ -184,7 +187,10 @@ def packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         packed = _pack_layer(self)
     else:
         packed = entry.weight
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    started = time.perf_counter()
+    out = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    LINEAR_CLOCK.seconds += time.perf_counter() - started
+    return out
 
 
 def _trains(parameter: torch.Tensor | None) -> bool:
