@@ -536,8 +536,10 @@ def test_the_meter_splits_a_pass_into_its_packed_linear_layers_and_the_rest(
     from pytest_prefalign.runtime import packed
     from pytest_prefalign.runtime.decoding import KV
 
+    if not packed.available():
+        pytest.skip("this torch has no packed oneDNN linear: its linears run dense")
     lm = build_tiny_lm(0)
-    assert lm.linear_kernel == packed.ONEDNN  # packed where oneDNN is built in (the CPU wheel)
+    assert lm.linear_kernel == packed.ONEDNN
     with torch.no_grad():
         KV.start(lm, [[5, 6, 7]])  # packs the weights: their first pass
     # a clock that moves one second at each reading: each linear kernel takes exactly one
