@@ -108,7 +108,7 @@ def main() -> None:
     dtype = args.dtype or "float32"
     after = machine_rate(dtype)
     shapes = shapes_rate_of(cold, folder / "cache", dtype)  # the layers' own, then the square's
-    beside = machine_rate(dtype) if shapes else after
+    beside = machine_rate(dtype)
     print_floor(cold, dtype, before, after, beside)
     if shapes:
         print_shapes(cold, shapes, beside[0])
@@ -195,9 +195,9 @@ def layer_shapes(config: dict[str, Any]) -> list[tuple[int, int]]:
 def shapes_rate(shapes: list[tuple[int, int]], dtype: str, rows: int = SHAPE_ROWS) -> float:
     """FLOP/s of one decoder layer's linear layers at ``rows`` rows, run as a run runs them
     (``runtime/packed.py``: oneDNN on packed weights where available, else ``F.linear``), at the
-    runs' thread count (best of several)."""
+    runs' thread count (best of several, after a warm-up as the matmul's)."""
     import torch
-    from bench_scoring import best_time  # this folder is the script's own
+    from bench_scoring import warmed_best_time  # this folder is the script's own
 
     from pytest_prefalign.runtime import packed
 
@@ -211,9 +211,8 @@ def shapes_rate(shapes: list[tuple[int, int]], dtype: str, rows: int = SHAPE_ROW
         for linear, (i, _) in zip(layer, shapes, strict=True):
             linear(inputs[i])
 
-    with torch.inference_mode():
-        run()  # packs the weights, warms the kernels
-        seconds = best_time(run, 5)
+    with torch.inference_mode():  # the first run packs the weights; timed as the matmul is
+        seconds = warmed_best_time(run, 5)
     return sum(2 * rows * i * o for i, o in shapes) / seconds
 
 

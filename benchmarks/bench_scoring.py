@@ -131,10 +131,7 @@ def matmul_rate(n: int, threads: int, dtype: torch.dtype = torch.float32) -> flo
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
-    started = time.perf_counter()
-    while time.perf_counter() - started < WARM_UP_S:  # the kernels loaded, the cores awake
-        torch.matmul(a, b)
-    seconds = best_time(lambda: torch.matmul(a, b), 10)
+    seconds = warmed_best_time(lambda: torch.matmul(a, b), 10)
     return 2 * n**3 / seconds
 
 
@@ -146,6 +143,15 @@ def memory_rate(threads: int, gib: float = 1.0) -> float:
     data.sum()  # warm up: the pages touched, the kernel loaded
     seconds = best_time(lambda: data.sum(), 5)
     return data.numel() * data.element_size() / seconds
+
+
+def warmed_best_time(run, repeats: int) -> float:
+    """``best_time`` after ``WARM_UP_S`` seconds of ``run`` (the kernels loaded, the cores
+    awake): what a rate measured beside another is timed with."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < WARM_UP_S:
+        run()
+    return best_time(run, repeats)
 
 
 def best_time(run, repeats: int) -> float:
