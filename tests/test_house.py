@@ -30,6 +30,8 @@ a module is split").
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -296,57 +298,188 @@ def test_comments_cite_the_projects_own_docs() -> None:
     assert not cites_outside("SPECIALS = [UNK, PAD]")
 
 
-def private_pytest_uses(tree: ast.AST) -> list[str]:
-    """What in ``tree`` reaches into pytest's internals: an import of ``_pytest`` (or of a
-    module in it), the terminal reporter's private writer ``_tw`` as an attribute, or either
-    named in a string (``getattr(tr, "_tw")``, ``import_module("_pytest._io")``)."""
+# the packages whose private names (a leading ``_``, not a dunder) are off limits
+OFF_LIMITS = ("_pytest", "pytest", "xdist")
 
-    def private(name: str) -> bool:
-        return name == "_pytest" or name.startswith("_pytest.")
 
-    found = []
+def is_private(name: str) -> bool:
+    """``_tw``, ``_split_scope``; not a dunder, not ``_`` alone."""
+    return name.startswith("_") and name != "_" and not (name[:2] == name[-2:] == "__")
+
+
+def defined_privates(tree: ast.AST, theirs: bool = False) -> set[str]:
+    """The private names ``tree`` defines: its private functions, methods and classes, the
+    private attributes it sets on ``self`` or ``cls``, and its private module and class
+    level names; with ``theirs``, not those of a class derived from pytest's or xdist's (what
+    such a class defines may be theirs, overridden)."""
+    skip = imported_from_pytest(tree) if theirs else set()
+    found = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.ClassDef) and derives_from(node, skip):
+            continue
+        stack += ast.iter_child_nodes(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if on_self(node):
+                found.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+    return {name for name in found if is_private(name)}
+
+
+@functools.cache
+def pytests_privates() -> frozenset[str]:
+    """Every private name pytest and pytest-xdist define (``_tw``, ``_fixturemanager``,
+    ``_split_scope``, ...), read from their installed sources."""
+    found: set[str] = set()
+    for package in OFF_LIMITS:
+        spec = importlib.util.find_spec(package)
+        for folder in (spec and spec.submodule_search_locations) or []:
+            for path in Path(folder).rglob("*.py"):
+                found |= defined_privates(ast.parse(path.read_text(encoding="utf-8")))
+    return frozenset(found)
+
+
+def off_limits(module: str) -> bool:
+    return module.split(".")[0] in OFF_LIMITS
+
+
+def imported_from_pytest(tree: ast.AST) -> set[str]:
+    """The names ``tree`` binds to pytest's or xdist's modules and objects (``pytest``,
+    ``LoadScopeScheduling``, ...)."""
+    names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [f"import {a.name}" for a in node.names if private(a.name)]
-        elif isinstance(node, ast.ImportFrom) and not node.level and private(node.module or ""):
-            found.append(f"from {node.module} import ...")
-        elif isinstance(node, ast.Attribute) and node.attr == "_tw":
-            found.append("._tw")
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if off_limits(a.name)}
+        elif isinstance(node, ast.ImportFrom) and not node.level and off_limits(node.module or ""):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def private_pytest_uses(tree: ast.AST, own: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """What in ``tree`` reaches into pytest's or pytest-xdist's internals: an import of
+    ``_pytest``, of a private module or a private name of ``pytest`` or ``xdist``; an attribute
+    that is one of their private names (``tr._tw``, ``session._fixturemanager``) and none of
+    ``own`` (the project's own private names; ``self`` and ``cls`` are the project's own); in a
+    class derived from one of theirs, a private method of theirs overridden (``_split_scope``)
+    or their private attribute on ``self``; and any of these named in a string
+    (``getattr(tr, "_tw")``, ``import_module("_pytest._io")``). In the order of the lines."""
+    theirs = pytests_privates() - own
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            found += [
+                (line, f"import {a.name}")
+                for a in node.names
+                if off_limits(a.name) and any(map(is_private, a.name.split(".")))
+            ]
+        elif isinstance(node, ast.ImportFrom) and not node.level and off_limits(node.module or ""):
+            module = node.module or ""
+            if any(map(is_private, module.split("."))):
+                found.append((line, f"from {module} import ..."))
+            found += [
+                (line, f"from {module} import {a.name}") for a in node.names if is_private(a.name)
+            ]
+        elif isinstance(node, ast.Attribute) and node.attr in theirs and not on_self(node):
+            found.append((line, f".{node.attr}"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if node.value == "_tw" or private(node.value):
-                found.append(repr(node.value))
-    return [f"line {getattr(node, 'lineno', '?')}: {what}" for what in found]
+            if node.value in theirs or node.value.split(".")[0] == "_pytest":
+                found.append((line, repr(node.value)))
+        elif isinstance(node, ast.ClassDef) and derives_from(node, imported_from_pytest(tree)):
+            found += [(line, f"{node.name} overrides {x}") for x in method_names(node) & theirs]
+            found += [(line, f"{node.name} uses self.{x}") for x in self_attributes(node) & theirs]
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def on_self(node: ast.Attribute) -> bool:
+    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+
+
+def derives_from(cls: ast.ClassDef, names: set[str]) -> bool:
+    """Whether a base of ``cls`` is one of ``names``, or an attribute of one."""
+    for base in cls.bases:
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in names:
+            return True
+    return False
+
+
+def method_names(cls: ast.ClassDef) -> set[str]:
+    return {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def self_attributes(cls: ast.ClassDef) -> set[str]:
+    return {
+        node.attr
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
 
 
 def test_only_pytests_public_api() -> None:
     """pytest's and pytest-xdist's public API only, in the package, the built-in methods and
-    suites and the benchmarks: a pytest release may change its internals (``_pytest``, the
-    reporter's ``_tw``) without notice. (The tests may reach in, to check what pytest does.)"""
+    suites and the benchmarks: a release may change their internals (``_pytest``, the
+    reporter's ``_tw``, a scheduler's ``_split_scope``) without notice. (The tests may reach
+    in, to check what pytest does.)"""
+    trees = {
+        module: ast.parse(path.read_text(encoding="utf-8")) for module, path in MODULES.items()
+    }
+    own = set().union(*(defined_privates(tree, theirs=True) for tree in trees.values()))
     uses = {
-        module: found
-        for module, path in MODULES.items()
-        if (found := private_pytest_uses(ast.parse(path.read_text(encoding="utf-8"))))
+        module: found for module, tree in trees.items() if (found := private_pytest_uses(tree, own))
     }
     assert uses == {}
 
 
+def test_pytests_private_names_are_read_from_its_sources() -> None:
+    names = pytests_privates()
+    assert {"_tw", "_fixturemanager", "_split_scope", "_obj"} <= names
+    assert not {"__init__", "_", "Item", "nodeid"} & names
+
+
 def test_the_private_api_check_sees_each_form() -> None:
     """The check above is no formality: each way in is caught, and a name like a helper
-    called ``_pytest`` is not (only an import or a string naming the package is)."""
+    called ``_pytest`` is not (only an import or a string naming the package is), nor a
+    private name the project defines itself."""
     code = (
         "import _pytest._io\n"
         "from _pytest.config.findpaths import locate_config\n"
+        "from xdist._path import visit_path\n"
+        "from pytest import _fillfuncargs\n"
+        "import pytest\n"
         "width = tr._tw.fullwidth\n"
         "writer = getattr(tr, '_tw')\n"
+        "fixtures = session._fixturemanager\n"
         "def _pytest(args): return args\n"
         "_pytest([])\n"
+        "lm._store.clear()\n"
+        "from xdist.scheduler import LoadScopeScheduling\n"
+        "class Groups(LoadScopeScheduling):\n"
+        "    def _split_scope(self, nodeid): return self._own(nodeid)\n"
+        "    def _own(self, nodeid): return nodeid\n"
+        "class Host(pytest.Item):\n"
+        "    def runtest(self): return self._obj\n"
+        "class Plain:\n"
+        "    def _split_scope(self, nodeid): return self._obj\n"
     )
-    found = private_pytest_uses(ast.parse(code))
+    found = private_pytest_uses(ast.parse(code), own={"_store"})
     assert [line.split(": ", 1)[1] for line in found] == [
         "import _pytest._io",
         "from _pytest.config.findpaths import ...",
+        "from xdist._path import ...",
+        "from pytest import _fillfuncargs",
         "._tw",
         "'_tw'",
+        "._fixturemanager",
+        "Groups overrides _split_scope",
+        "Host uses self._obj",
     ]
 
 

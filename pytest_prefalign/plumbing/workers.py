@@ -52,18 +52,13 @@ def prefer_loadgroup(config: pytest.Config) -> None:
 
 def make_scheduler(config: pytest.Config, log: Any, sizes: list[str]) -> Any:
     """Under ``--dist loadgroup`` (the default of a prefalign run under ``-n``), a scheduler
-    that sends all the tests of a (suite, size) to one worker, each group whole: xdist's own
-    ``loadgroup`` relies on renaming test ids, which pytest 9 no longer allows. Other tests go
-    one by one, as ``--dist load`` sends them."""
-    from xdist.scheduler import LoadScopeScheduling
+    that sends all the tests of a (suite, size) to one worker, each group whole
+    (``scheduler.py``): xdist's own ``loadgroup`` groups by renaming test ids, which pytest 9
+    no longer allows. Other tests go one by one, as ``--dist load`` sends them."""
+    from pytest_prefalign.plumbing.scheduler import PrefalignGroupScheduling
 
     by_length = sorted(sizes, key=len, reverse=True)  # "tiny2" before "tiny"
-
-    class PrefalignGroupScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return group_scope(nodeid, by_length)
-
-    return PrefalignGroupScheduling(config, log)
+    return PrefalignGroupScheduling(config, log, lambda nodeid: group_scope(nodeid, by_length))
 
 
 def group_scope(nodeid: str, sizes: list[str]) -> str:
