@@ -125,10 +125,57 @@ def machine_rate(dtype: str) -> tuple[float, float]:
     """FLOP/s of this machine's 2048 matmul in ``dtype``, and the bytes/s it reads from
     memory, at the runs' thread count."""
     import torch
-    from bench_scoring import matmul_rate, memory_rate  # this folder is the script's own
 
     threads = torch.get_num_threads()
     return matmul_rate(2048, threads, getattr(torch, dtype)), memory_rate(threads)
+
+
+WARM_UP_S = 1.0  # seconds of matmuls before a rate is timed
+
+
+def matmul_rate(n: int, threads: int, dtype: Any = None) -> float:
+    """FLOP/s of an ``n x n`` matmul in ``dtype`` (float32 by default) at ``threads``
+    threads: the best of several runs after ``WARM_UP_S`` of them. Timed at once after the
+    main job's runs, the rate can come out at 90 GFLOP/s where the same process measures 129
+    seconds later (a virtual machine's cores), so a rate is timed only on cores that have been
+    at it a while."""
+    import torch
+
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(dtype or torch.float32) for _ in range(2))
+    seconds = warmed_best_time(lambda: torch.matmul(a, b), 10)
+    return 2 * n**3 / seconds
+
+
+def memory_rate(threads: int, gib: float = 1.0) -> float:
+    """Bytes/s this machine reads from memory: the sum of a ``gib`` GiB float32 tensor, far
+    larger than the CPU's caches, at ``threads`` threads (best of several runs)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    data = torch.ones(int(gib * 2**30) // 4)
+    data.sum()  # warm up: the pages touched, the kernel loaded
+    seconds = best_time(lambda: data.sum(), 5)
+    return data.numel() * data.element_size() / seconds
+
+
+def warmed_best_time(run: Any, repeats: int) -> float:
+    """``best_time`` after ``WARM_UP_S`` seconds of ``run`` (the kernels loaded, the cores
+    awake): what a rate measured beside another is timed with."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < WARM_UP_S:
+        run()
+    return best_time(run, repeats)
+
+
+def best_time(run: Any, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def print_floor(
@@ -197,7 +244,6 @@ def shapes_rate(shapes: list[tuple[int, int]], dtype: str, rows: int = SHAPE_ROW
     (``runtime/packed.py``: oneDNN on packed weights where available, else ``F.linear``), at the
     runs' thread count (best of several, after a warm-up as the matmul's)."""
     import torch
-    from bench_scoring import warmed_best_time  # this folder is the script's own
 
     from pytest_prefalign.runtime import packed
 

@@ -5,6 +5,7 @@ analysis (``crisis.analyse``), with Monte Carlo standard errors; docs/metrics.md
     python benchmarks/calibration.py [--sims 200] [--users 8,20,40] [--markdown]
     python benchmarks/calibration.py --run .prefalign/runs/RUN.json [--sims 200]
     python benchmarks/calibration.py --unequal [--sims 200] [--users 40]
+    python benchmarks/calibration.py --gap-level [--sims 1000] [--users 8,20,40] [--gap 0.10]
 
 **Simulated runs** are shaped like the README's main job: ``base``, ``icl``, ``icl_rag``, five
 reward methods under ``args`` and one under ``bon``; each user has ``PAIRS`` test pairs and
@@ -30,6 +31,15 @@ adjustment, as the summary states them), its Monte Carlo standard error sqrt(r (
 and, beside it, each test alone: the share of its looks whose own p-value was below 0.05 (in
 the statement's direction), averaged over the runs, its error from the spread of that share
 over the runs. Power is the first rate under the kind's effect.
+
+**Claim 2's "large" at its boundary** (``--gap-level``): how often a gap is called large when
+the true difference between the highest and the lowest RM accuracy is exactly ``--gap``
+(``claims.MIN_GAP``; the mean over users, found by bisection), on the simulated main jobs above
+in three layouts (``GAP_LAYOUTS``: one method above four, two above three, five evenly
+spaced). The claim picks the highest and the lowest of the five on the same data, so their
+observed difference is above its truth on average; a gap called large at the boundary is a
+false statement, and its rate should be at most 0.05. Also printed: the rate at the paper's gap
+(0.20), the power.
 """
 
 from __future__ import annotations
@@ -49,7 +59,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_prefalign.analysis import crisis  # noqa: E402
+from pytest_prefalign.analysis import claims, crisis  # noqa: E402
 from pytest_prefalign.runs.entries import Crisis, Look, TauEntry  # noqa: E402
 from pytest_prefalign.runs.records import CaseResult, read  # noqa: E402
 
@@ -431,16 +441,84 @@ def _rate(values: list[float]) -> Rate:
     return Rate(float(array.mean()), float(array.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0, n)
 
 
+# --------------------------------------------------------------------------------------------
+# Claim 2's "large" at its boundary (--gap-level)
+# --------------------------------------------------------------------------------------------
+
+GAP_LAYOUTS = {
+    "one above four": (1, 0, 0, 0, 0),
+    "two above three": (1, 1, 0, 0, 0),
+    "evenly spaced": (1.0, 0.75, 0.5, 0.25, 0.0),
+}
+GAP_LOW = 0.55  # the lowest method's true RM accuracy (the runs show 0.45 to 0.68)
+
+
+def mean_accuracy(level: float, draws: int = 400_000, seed: int = 0) -> float:
+    """The mean over users of the RM accuracy of a method at ``level`` (its accuracy at a user
+    logit offset of 0): users' offsets are normal with sd ``RM_USER_SD``."""
+    offsets = np.random.default_rng(seed).normal(0.0, RM_USER_SD, draws)
+    return float((1.0 / (1.0 + np.exp(-(math.log(level / (1 - level)) + offsets)))).mean())
+
+
+def level_for(mean: float, tolerance: float = 1e-6) -> float:
+    """The level whose mean accuracy over users is ``mean`` (bisection)."""
+    low, high = 0.01, 0.99
+    while high - low > tolerance:
+        middle = (low + high) / 2
+        low, high = (middle, high) if mean_accuracy(middle) < mean else (low, middle)
+    return (low + high) / 2
+
+
+def gap_levels(layout: tuple[float, ...], gap: float) -> tuple[float, ...]:
+    """The five methods' levels whose true mean accuracies are ``GAP_LOW + share * gap``."""
+    return tuple(level_for(GAP_LOW + share * gap) for share in layout)
+
+
+def large_rate(
+    rm_levels: tuple[float, ...], n_users: int, sims: int, seed: int
+) -> tuple[float, float]:
+    """The share of simulated runs whose claim-2 entry for ARGS calls the gap large
+    (``claims.gap_shown``: then ROUGE-1 decides the claim), and its Monte Carlo standard
+    error."""
+    scenario = Scenario("gap", {}, {}, rm_levels=rm_levels)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(sims):
+        results = simulate(n_users, scenario, rng)
+        for entry in claims.spread_entries(results):
+            if entry["decoder"] == "args" and claims.gap_shown(entry["rm"]):
+                hits += 1
+    rate = hits / sims
+    return rate, math.sqrt(rate * (1 - rate) / sims)
+
+
+def print_gap_level(sims: int, users: list[int], gap: float, seed: int) -> None:
+    """Per layout and user count, the rate of "large" at a true gap of ``gap`` and at the
+    paper's, each with its Monte Carlo standard error."""
+    print(f"claim 2 'large' at a true gap of {gap:.2f} (level 0.05) and at 0.20 (power);")
+    print(f"{sims} simulated runs a cell, rate +- Monte Carlo se\n")
+    print(f"{'layout':<18} {'users':>5}  {'at ' + format(gap, '.2f'):>14}  {'at 0.20':>14}")
+    for name, layout in GAP_LAYOUTS.items():
+        boundary, paper = gap_levels(layout, gap), gap_levels(layout, claims.PAPER_GAP)
+        for n in users:
+            level, level_se = large_rate(boundary, n, sims, seed)
+            power, power_se = large_rate(paper, n, sims, seed + 1)
+            print(
+                f"{name:<18} {n:>5}  {level:.3f} +- {level_se:.3f}  {power:.3f} +- {power_se:.3f}",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sims", type=int, default=200, help="simulated runs per cell")
+    parser.add_argument("--sims", type=int, help="simulated runs per cell (default 200)")
     parser.add_argument(
         "--users",
         default="8,20,40",
         help="users per simulated run; with --run, users drawn with replacement from the run's",
     )
     parser.add_argument("--run", type=Path, help="a run file whose null to simulate")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, help="default 0 (38 with --gap-level)")
     parser.add_argument("--power-sims", type=int, help="simulated runs per effect (--sims)")
     parser.add_argument("--json", type=Path, help="also write the rates here")
     parser.add_argument(
@@ -448,10 +526,22 @@ def main() -> None:
         action="store_true",
         help="the nulls whose reward methods differ in spread (UNEQUAL), no power",
     )
+    parser.add_argument(
+        "--gap-level",
+        action="store_true",
+        help="claim 2's 'large' at a true gap of --gap (default --sims 1000)",
+    )
+    parser.add_argument("--gap", type=float, default=claims.MIN_GAP)
     args = parser.parse_args()
     args.users_given = any(a.startswith("--users") for a in sys.argv[1:])
-    power_sims = args.power_sims or args.sims
     started = time.perf_counter()
+    if args.gap_level:
+        users = [int(u) for u in args.users.split(",")]
+        print_gap_level(args.sims or 1000, users, args.gap, 38 if args.seed is None else args.seed)
+        print(f"\n{time.perf_counter() - started:.0f} s")
+        return
+    args.sims, args.seed = args.sims or 200, args.seed or 0
+    power_sims = args.power_sims or args.sims
     table: dict[str, Any] = {}
     if args.run:
         results = load_results(args.run)

@@ -7,8 +7,8 @@ run can reach is no verdict), by findings.py's own rules on runs simulated by ca
 
 docs/findings.md prints the table (``--json docs/findings-errors.json``). How many users a claim
 needs is not here: it is simulated from each run's own noise (``analysis/power.py``), since a
-table made from assumed effects and spreads (this script's until issue 38: RM accuracies 0.70 to
-0.86, 20-point gaps) said what runs that do not look like that would need.
+table made from assumed effects and spreads (RM accuracies 0.70 to 0.86, 20-point gaps) says
+what runs that do not look like that would need.
 
 **The worlds** (``error_worlds``; every other figure as calibration.py makes it: users differ, a
 user's level shared by every method, the reward methods' RM accuracies apart):
@@ -21,9 +21,9 @@ user's level shared by every method, the reward methods' RM accuracies apart):
   above (the edge of "nearly the same") or every RM accuracy the same: "holds" is false; RM
   accuracies 20 points apart, ROUGE-1 the same (the paper's): "does not hold" is false; two
   RM accuracies exactly 10 points above three others (the edge of "large", as
-  ``gap_level.py`` sets it; the highest and the lowest are chosen on the same users) with
-  their ROUGE-1 3 points above: "does not hold" is false (the gap is not large, so the claim
-  says nothing about it), its rate the level of "large".
+  ``calibration.py --gap-level`` sets it; the highest and the lowest are chosen on the same
+  users) with their ROUGE-1 3 points above: "does not hold" is false (the gap is not large,
+  so the claim says nothing about it), its rate the level of "large".
 
 **Shapes**: a user of Pref-LaMP holds about 5 test pairs and 5 generation items (one per test
 paper); a voter of Polis 12 test pairs and 2 items.
@@ -71,7 +71,6 @@ def _load(name: str) -> ModuleType:
 
 calibration = _load("calibration")
 findings = _load("findings")
-gap_level = _load("gap_level")
 
 SHAPES = {
     "pref_lamp": calibration.Shape(pairs=5, items=5),
@@ -175,7 +174,7 @@ def error_worlds() -> list[Error]:
     edge = calibration.rouge_shift_for(findings.NEAR)  # a true ROUGE-1 gap of exactly NEAR
     rouge_3 = calibration.rouge_shift_for(0.03)
     # the two highest RM accuracies exactly MIN_GAP above the three others (over users)
-    gap_edge = gap_level.levels(gap_level.LAYOUTS["two above three"], findings.MIN_GAP)
+    gap_edge = calibration.gap_levels(calibration.GAP_LAYOUTS["two above three"], findings.MIN_GAP)
     tau_04 = {m: TAU_STEP * r for m, r in zip(calibration.REWARDS, NULL_TAU_RANKS, strict=True)}
     tau_1 = {m: TAU_STEP * r for r, m in enumerate(calibration.REWARDS)}
     return [

@@ -763,7 +763,8 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
         "one-sided 95% bound that holds for every pair of the methods at once (bound: max-t over",
         "the pairs, users resampled, widened at few users), so that it holds for the pair the",
         "data chose (the pair's own interval lay above the smallest large gap in 0.13 of",
-        "simulated runs whose true gap was exactly that: benchmarks/gap_level.py). The difference",
+        "simulated runs whose true gap was exactly that: benchmarks/calibration.py --gap-level)."
+        " The difference",
         "is **large** where that test and the two rows' own paired test (p pair: the range test",
         "rejects where any methods differ) are significant and the bound is at least",
         f"{MIN_GAP:.2f} (10 RM-accuracy points; the paper's own gap is 20). The claim **holds**",

@@ -261,16 +261,14 @@ def test_the_gap_bound_widens_with_the_rows_it_chooses_from() -> None:
     assert five < two < means[0] - means[1]
 
 
-def test_a_large_gap_is_called_rarely_at_its_boundary() -> None:
+def test_a_large_gap_is_called_rarely_at_its_boundary(calibration: ModuleType) -> None:
     # claim 2's gap: two reward methods 0.10 above three, in truth exactly the smallest large
     # gap; the highest and the lowest are chosen on the same users, so the pair's own interval
-    # lay above 0.10 in 0.13 of these runs (20 users, benchmarks/gap_level.py); the bound that
-    # holds for whichever pair was chosen keeps "large" at the level
-    gap_level = benchmark_scripts.load("gap_level")
-    levels = gap_level.levels(gap_level.LAYOUTS["two above three"], 0.10)
+    # lay above 0.10 in 0.13 of these runs (20 users, benchmarks/calibration.py --gap-level);
+    # the bound that holds for whichever pair was chosen keeps "large" at the level
+    levels = calibration.gap_levels(calibration.GAP_LAYOUTS["two above three"], 0.10)
     sims = 150
-    rate, _ = gap_level.large_rate(levels, 20, sims, seed=5)
-    del sys.modules["gap_level"]
+    rate, _ = calibration.large_rate(levels, 20, sims, seed=5)
     assert rate <= bound(sims)
 
 

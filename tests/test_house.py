@@ -125,7 +125,7 @@ def layer(module: str) -> int:
 
 
 def resolve(name: str, importer: str = "") -> str | None:
-    """The project module an import names; a benchmark's bare ``import bench_scoring`` is its
+    """The project module an import names; a benchmark's bare ``import peak_memory`` is its
     sibling script (the script's folder is on its path)."""
     if importer.startswith("benchmarks.") and f"benchmarks.{name.split('.')[0]}" in MODULES:
         name = f"benchmarks.{name}"

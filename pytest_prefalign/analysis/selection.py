@@ -162,7 +162,7 @@ def simultaneous_lower(
     every ordered pair of rows at once, so that it holds for the pair the same data chose (the
     highest and the lowest figures are above and below their truths on average, so a bound
     made for that pair alone lies above its true difference too often: issue 38,
-    benchmarks/gap_level.py).
+    benchmarks/calibration.py --gap-level).
 
     A max-t bound (Romano and Wolf 2005): each pair's deviation in a resample, ``(d* - d) /
     se`` (``se`` the spread of the pair's ``d*``), the ``1 - alpha`` quantile ``c`` of the

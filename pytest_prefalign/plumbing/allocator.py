@@ -6,9 +6,9 @@ allocates activations, logits and key/value buffers far larger than that, so eac
 in again, page by page (a cold Pref-LaMP run of 4 users, three methods: 4.9 million minor page
 faults, 124-128 s). With ``M_MMAP_MAX`` 0 and a high ``M_TRIM_THRESHOLD`` the allocator serves
 them from its heap and keeps what is freed for the next request: 1.0 million faults, 117-118 s,
-a peak resident memory 4-7% higher (``benchmarks/bench_allocator.py``). The same settings as the
-environment variables ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRIM_THRESHOLD_``, made from inside
-the process, where a plugin can make them.
+a peak resident memory 4-7% higher (benchmarks/README.md, "Freed buffers kept for the next
+pass"). The same settings as the environment variables ``MALLOC_MMAP_MAX_=0`` and
+``MALLOC_TRIM_THRESHOLD_``, made from inside the process, where a plugin can make them.
 
 Left alone where the user set any ``MALLOC_*`` variable (their choice), where
 ``PREFALIGN_MALLOC=system``, or where the C library is not glibc (musl, macOS, Windows).

@@ -281,7 +281,8 @@ def gumbel_choice(
     is finite, so a ``-inf`` token's score is ``-inf`` whatever its noise, and the draw is the
     same as with the noise everywhere (a tested identity). With the nucleus ranked on the
     logits, a best-of-N step's cut and draw at 64 rows of SmolLM2's logits ran 1.08x and 1.11x
-    faster in two runs on this machine's CPU (``benchmarks/bench_sampling.py``)."""
+    faster in two runs on this machine's CPU (benchmarks/README.md, "A sampled step's nucleus cut
+    and draw")."""
     if logits.dim() != 2 or logits.shape[0] != len(gens):
         raise ValueError(f"one row of logits per generator: {tuple(logits.shape)}, {len(gens)}")
     vocab = logits.shape[-1]

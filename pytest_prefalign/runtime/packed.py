@@ -7,8 +7,8 @@ this project's 2-core AMD machine, a fifth of what the machine reads, and a deco
 blocked layout (``torch.ops.mkldnn._reorder_linear_weight`` and ``_linear_pointwise``, the
 kernels PyTorch's own compiler emits for CPU linears) ran the same linears 1.3 to 2.4 times as
 fast; on the model itself a 16-row decoding step ran 1.5 times as fast, a 64-row one 1.3 times
-and a prefill 1.2 times (``benchmarks/bench_linear.py`` measures both kernels on the model's own
-passes; the main job, mostly prefills and blocks of ARGS's candidates, ran 6 to 10% faster).
+and a prefill 1.2 times (benchmarks/README.md, "Packed oneDNN linears against PyTorch's dense
+ones"; the main job, mostly prefills and blocks of ARGS's candidates, ran 6 to 10% faster).
 
 The numbers differ from MKL's by float rounding (about 1e-4 on a layer's outputs): which
 kernel a model ran is part of ``LM.fingerprint``, so a value computed with one is never read
