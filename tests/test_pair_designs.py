@@ -1,6 +1,6 @@
-"""``benchmarks/pair_pairings.py``'s standard errors worked out by hand: the per-user error of a
-paired method difference, with the pairs of one paper a cluster, and a rivals run's first
-rival alone."""
+"""``benchmarks/pair_designs.py --comparisons``'s standard errors worked out by hand: the
+per-user error of a paired method difference, with the pairs of one paper a cluster, and a
+rivals run's first rival alone."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 @pytest.fixture(scope="module")
 def pairings():
-    yield benchmark_scripts.load("pair_pairings")
-    sys.modules.pop("pair_pairings", None)
+    yield benchmark_scripts.load("pair_designs")
+    sys.modules.pop("pair_designs", None)
 
 
 def test_singleton_clusters_give_the_variance_of_a_plain_mean(pairings):
