@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload
 from pytest_prefalign.cache import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
     import numpy as np
@@ -112,9 +112,8 @@ class Batch:
     @classmethod
     def of_pairs(cls, pairs: Sequence[Pair], side: Literal["chosen", "rejected"]) -> Batch:
         """One side of each pair, with the pair's user and prompt."""
-        return cls(
-            [p.user for p in pairs], [p.prompt for p in pairs], [getattr(p, side) for p in pairs]
-        )
+        responses = [p.chosen if side == "chosen" else p.rejected for p in pairs]
+        return cls([p.user for p in pairs], [p.prompt for p in pairs], responses)
 
     @classmethod
     def of_items(cls, items: Sequence[Item], responses: Sequence[str]) -> Batch:
@@ -247,10 +246,39 @@ class Suite(Protocol):
         very model."""
 
 
-def requires_data_dir(suite: Any, options: dict[str, str]) -> bool:
+class SuiteDeclarations:
+    """What a suite may declare beyond ``Suite``'s members, each with the default that a suite
+    which leaves it out gets. A suite need not subclass this: ``declared`` reads these
+    defaults for one that does not (the built-in suites do not)."""
+
+    # its options, a frozen dataclass built from each ``suite.toml``'s ``[options]`` strings
+    # and checked (``suite_options``); None: ``load`` receives the strings as a dict
+    options: ClassVar[type | None] = None
+    # whether it needs a data folder holding ``source``, or a function of its ``suite.toml``
+    # options that says so; where not, ``load`` may receive None
+    requires_data_dir: ClassVar[bool | Callable[[Mapping[str, str]], bool]] = True
+    # it generates its records, reading no data files (``prefalign data`` says so)
+    embedded: ClassVar[bool] = False
+    # the module that builds its data folder for ``prefalign data fetch`` (``add_arguments``,
+    # ``hosts``, ``build``: docs/suites.md, "Writing a suite")
+    fetcher: ClassVar[str | None] = None
+    # the ``"module:function"`` that ``prefalign data build-pairs SUITE`` runs to write its
+    # released pairs
+    pairs_builder: ClassVar[str | None] = None
+    # the data's terms, kept with every result and shown in the report
+    attribution: ClassVar[str | None] = None
+    # a method ``writer(data)``: the model source ``build_pairs`` writes this data's pairs
+    # with; None, or a method that returns None: the suites' reference generator
+    writer: ClassVar[Callable[[SuiteData], str | None] | None] = None
+    # a method ``example_turn(entry)``: a profile entry as an earlier ``(user turn, answer)``
+    # of the in-context decoders' conversation; None: ``(instruction(entry.input), entry.output)``
+    example_turn: ClassVar[Callable[[ProfileEntry], tuple[str, str]] | None] = None
+
+
+def requires_data_dir(suite: object, options: Mapping[str, str]) -> bool:
     """Whether a suite needs a data folder: its ``requires_data_dir``, a bool or a function of
     the suite's options (pref_lamp does without one when it reads the original LaMP-5 files)."""
-    requires = getattr(suite, "requires_data_dir", True)
+    requires = declared(suite, "requires_data_dir")
     return bool(requires(options) if callable(requires) else requires)
 
 
@@ -259,11 +287,28 @@ class RewardMethod:
 
     Capabilities are declared in ``capabilities`` (see ``CAPABILITIES``: ``"prefix"``,
     ``"hidden"``, ``"next_token"``, ``"hidden_logprobs"``); a decoder that needs one that is
-    missing refuses with a message, before the run starts.
+    missing refuses with a message, before the run starts. The class attributes below
+    ``name`` are optional: a reward method that does not subclass this one gets their
+    defaults (``declared``).
     """
 
     name: ClassVar[str] = "?"
+    # what it offers beyond ``score`` (``CAPABILITIES``); empty: score only
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    # its options, a dataclass set with ``--prefalign-option NAME.FIELD=VALUE``: the run then
+    # makes the method with ``config=Config(...)``; None: it has no options
+    Config: ClassVar[type | None] = None
+    # the reward-guided decoder it runs with by default (arm: genarm); None: the first, by
+    # ``Decoder.order``, whose needs it meets
+    default_decoder: ClassVar[str | None] = None
+    # False: no row of the default method list (a method made for one suite); it runs when named
+    in_default_methods: ClassVar[bool] = True
+    # True: its rewards are in nats by construction and keep their scale, not standardised
+    # on its training responses (evaluation/scale.py)
+    rewards_in_nats: ClassVar[bool] = False
+    # set by ``fit``: True when it trained, False when it loaded what an earlier run trained;
+    # None: the run judges by whether its cache folder held files
+    trained: bool | None = None
 
     def fingerprint(self) -> str:
         """A stable string naming the method's configuration (part of its cache key)."""
@@ -337,7 +382,7 @@ def capable(reward: RewardMethod | None, capability: str) -> Any:
     else None: how a decoder reaches what a reward method can do beyond ``score``."""
     if capability not in CAPABILITIES:
         raise KeyError(f"unknown capability {capability!r}; known: {', '.join(CAPABILITIES)}")
-    if reward is None or capability not in reward.capabilities:
+    if reward is None or capability not in declared(reward, "capabilities"):
         return None
     return reward
 
@@ -357,9 +402,12 @@ class DecodeOptions:
     batch_size: int = 48
 
     def __post_init__(self) -> None:
-        for name in ("max_new_tokens", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name, value in (
+            ("max_new_tokens", self.max_new_tokens),
+            ("batch_size", self.batch_size),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,24 +457,43 @@ DEFAULT_REDUCE = "sum"  # the pairs are matched in length, so the sum is not dec
 class Decoder:
     """Turns the base LM, optionally a reward method, and a user into text.
 
-    ``needs``: the reward capabilities it requires (``"score"`` for any reward method);
-    an empty set for decoders without a reward method (``base``, ``icl``, ``icl_rag``).
-    ``Options``: the dataclass of its options (``ctx.options`` is an instance). ``policy``:
-    whether it is a distribution over texts with a ``loglik`` (policy accuracy); a baseline that
-    writes without a model (``lead``) sets it False and gets no policy accuracy. ``strength``
-    and ``strengths``: the option a run chooses on validation items, and its grid.
+    A decoder defines ``generate``, and ``loglik`` or ``logliks`` where it is a policy; the
+    class attributes below ``name`` are optional: a decoder that does not subclass this one
+    gets their defaults (``declared``).
     """
 
     name: ClassVar[str] = "?"
+    # the reward capabilities it needs (``"score"``: any reward method); empty: it takes none
     needs: ClassVar[frozenset[str]] = frozenset()
+    # its options, a frozen subclass of ``DecodeOptions``; ``ctx.options`` is an instance
     Options: ClassVar[type[DecodeOptions]] = DecodeOptions
+    # whether it is a distribution over texts with a policy score (policy accuracy); False:
+    # a baseline that writes without a model (``lead``), scored by ROUGE only
     policy: ClassVar[bool] = True
     # the option of ``Options`` that sets how strongly the reward guides (ARGS's ``w``,
-    # GenARM's ``alpha``), and the values a run chooses it from on validation items of the
-    # training users, never the test items (docs/metrics.md, "Working points"); None: the
-    # decoder has nothing to choose
+    # GenARM's ``alpha``), chosen on validation items of the training users, never the test
+    # items (docs/metrics.md, "Working points"); None: the decoder has nothing to choose
     strength: ClassVar[str | None] = None
+    # the values a run chooses ``strength`` from
     strengths: ClassVar[tuple[float, ...]] = ()
+    # its place in the default method list, lowest first (base 0, args 10, bon 30); ties by name
+    order: ClassVar[int] = 100
+    # the reward method it runs with by default when no reward method picks it (bon:
+    # per_user_bt); None: the first, by name, whose capabilities meet its needs
+    default_reward: ClassVar[str | None] = None
+    # which of ``loglik`` and ``logliks`` gives its policy score; a subclass gets it from the
+    # one it defines itself (``logliks`` where it defines both), else from its parent; None:
+    # it defines neither
+    scored_by: ClassVar[Literal["loglik", "logliks"] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """``scored_by`` from the policy score the new class defines itself, unless it sets
+        ``scored_by`` too: a subclass of a built-in decoder that redefines only ``loglik`` is
+        scored by it, not by the built-in's ``logliks``."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "scored_by" not in own and ("logliks" in own or "loglik" in own):
+            cls.scored_by = "logliks" if "logliks" in own else "loglik"
 
     def generate(self, ctx: CaseContext, items: Sequence[Item]) -> list[str]:
         """One output text per item."""
@@ -436,7 +503,7 @@ class Decoder:
         """``S_u(y|x)``: the teacher-forced log-likelihood of each response under the decoder's
         guided next-token distribution (reduced by ``ctx.reduce``, sum or mean). A decoder
         defines this or ``logliks``; by default, ``logliks``'s figure for ``ctx.reduce``."""
-        if _defines(self, "logliks") is Decoder:
+        if type(self).logliks is Decoder.logliks:
             raise NotImplementedError(f"decoder {self.name!r} defines neither loglik nor logliks")
         return self.logliks(ctx, batch)[ctx.reduce]
 
@@ -445,24 +512,23 @@ class Decoder:
         the figures a run file keeps. By default ``loglik`` once per reduction; a decoder whose
         score is built from per-token log-likelihoods defines this instead, so that one pass of
         the model gives both."""
-        if _defines(self, "loglik") is Decoder:
+        if type(self).loglik is Decoder.loglik:
             raise NotImplementedError(f"decoder {self.name!r} defines neither loglik nor logliks")
         return {how: self.loglik(replace(ctx, reduce=how), batch) for how in REDUCTIONS}
 
 
 def policy_scores(decoder: Decoder, ctx: CaseContext, batch: Batch) -> dict[str, np.ndarray]:
-    """``S_u(y|x)`` under every reduction, from whichever of ``loglik`` and ``logliks`` the
-    decoder's class defines nearer to itself: a subclass of a built-in decoder that redefines
-    only ``loglik`` is scored by its own ``loglik``, not by the built-in's ``logliks``."""
-    classes = type(decoder).__mro__
-    if classes.index(_defines(decoder, "loglik")) < classes.index(_defines(decoder, "logliks")):
+    """``S_u(y|x)`` under every reduction, from the method the decoder's ``scored_by`` names:
+    ``loglik`` once per reduction, or ``logliks`` once."""
+    scored_by = declared(decoder, "scored_by")
+    if scored_by == "loglik":
         return {how: decoder.loglik(replace(ctx, reduce=how), batch) for how in REDUCTIONS}
-    return decoder.logliks(ctx, batch)
-
-
-def _defines(obj: Any, method: str) -> type:
-    """The class nearest to ``obj``'s own that defines ``method``."""
-    return next(c for c in type(obj).__mro__ if method in vars(c))
+    if scored_by == "logliks":
+        return decoder.logliks(ctx, batch)
+    raise NotImplementedError(
+        f"decoder {decoder.name!r} defines neither loglik nor logliks (a decoder that does not "
+        "subclass api.Decoder names the one it defines in scored_by)"
+    )
 
 
 @dataclass
@@ -479,3 +545,30 @@ class CaseContext:
     # what the methods of one (suite, size) share, e.g. the base model's log-likelihoods of the
     # test pairs: each method keeps its memo in a ``cache.Slot`` of its own
     shared: Scope = field(default_factory=lambda: Scope("case"))
+
+
+# --------------------------------------------------------------------------------------------
+# Declarations: each optional attribute of a suite, a decoder or a reward method is declared
+# once, with its type, its default and what it means, in the class that owns it above; every
+# reader goes through ``declared``. docs/plugins.md lists them all ("Every declaration"),
+# checked against these classes by tests/test_plugin_contract.py.
+# --------------------------------------------------------------------------------------------
+
+DECLARING: tuple[type, ...] = (SuiteDeclarations, Decoder, RewardMethod)
+# each optional attribute -> the class that declares it (``name`` is required of every plugin)
+DECLARED: dict[str, type] = {
+    attribute: owner
+    for owner in DECLARING
+    for attribute in owner.__annotations__
+    if attribute != "name"
+}
+
+
+def declared(obj: object, name: str) -> Any:
+    """What ``obj`` (a suite, or a decoder's or reward method's class or instance) declares as
+    ``name``, else the default its declaring class gives: the one reader of a plugin's optional
+    attributes, so that a plugin which does not subclass ``SuiteDeclarations``, ``Decoder`` or
+    ``RewardMethod`` gets the same defaults as one that does."""
+    if name not in DECLARED:
+        raise KeyError(f"{name!r} is not an optional attribute declared in api.py")
+    return getattr(obj, name, vars(DECLARED[name])[name])

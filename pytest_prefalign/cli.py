@@ -322,6 +322,7 @@ def list_main(argv: Sequence[str] | None = None) -> int:
     model size, each with the package it came from. Returns 1 when a plugin failed to load or two
     registered one name (both are listed), else 0."""
     from pytest_prefalign import hookspec, registry
+    from pytest_prefalign.api import declared
     from pytest_prefalign.runtime.sources import DEFAULT_MODELS
 
     if argv:
@@ -348,7 +349,7 @@ def list_main(argv: Sequence[str] | None = None) -> int:
     ):
         rows = []
         for name, entry in sorted(table.items()):
-            traits = ", ".join(sorted(getattr(entry.obj, what, ()))) if what else ""
+            traits = ", ".join(sorted(declared(entry.obj, what))) if what else ""
             rows.append(
                 (name, f"{entry.provider}" + (f"; {what}: {traits or '-'}" if what else ""))
             )

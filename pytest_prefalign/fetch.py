@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import Any, Protocol, TextIO, TypeVar, cast
 
 from pytest_prefalign import storage
-from pytest_prefalign.api import DataNotFound
+from pytest_prefalign.api import DataNotFound, declared
 from pytest_prefalign.manifest import MANIFEST, Built, check_manifest, write_manifest
 
 OFFLINE_VARIABLES = ("PREFALIGN_OFFLINE", "HF_HUB_OFFLINE")
@@ -93,11 +93,11 @@ class Progress:
 def fetchable_suites() -> dict[str, Any]:
     """Registered suites that name a builder (``fetcher``), by name."""
 
-    return {s.name: s for s in registered_suites() if getattr(s, "fetcher", None)}
+    return {s.name: s for s in registered_suites() if declared(s, "fetcher")}
 
 
 def builder(suite: Any) -> Builder:
-    module: ModuleType = import_module(suite.fetcher)
+    module: ModuleType = import_module(declared(suite, "fetcher"))
     return cast(Builder, module)
 
 

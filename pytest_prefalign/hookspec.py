@@ -3,16 +3,22 @@
 A plugin implements a hook by defining a function of the same name in a module that is registered
 with pytest: a ``conftest.py``, a module named in ``-p``, or a module in the ``prefalign``
 entry-point group (this is how the built-in methods and suites register too).
+
+The types the hooks pass are imported for annotations only (``TYPE_CHECKING``): the run file's
+records and the catalogue's ``Metric`` sit in higher layers, and pytest loads this module on
+every run.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.analysis.catalogue import Metric
     from pytest_prefalign.registry import Registry
+    from pytest_prefalign.runs.records import CaseResult, RunFile
 
 
 def pytest_prefalign_register(registry: Registry) -> None:
@@ -26,7 +32,7 @@ def pytest_prefalign_register(registry: Registry) -> None:
     """
 
 
-def pytest_prefalign_result(result: dict[str, Any], config: pytest.Config) -> None:
+def pytest_prefalign_result(result: CaseResult, config: pytest.Config) -> None:
     """Called on the controller with each finished (method, suite, size) result, as its row
     will be written to the run file (``suite``, ``method``, ``size``, ``metrics``, ``ci``,
     counts, ``model``, ``data``, ``environment``, ``reward_fingerprint``, ``reward_package``,
@@ -36,22 +42,20 @@ def pytest_prefalign_result(result: dict[str, Any], config: pytest.Config) -> No
     """
 
 
-def pytest_prefalign_run_written(path: str, run: Any, config: pytest.Config) -> None:
-    """Called on the controller after the run file ``run`` (a ``runs.records.RunFile``; this
-    layer does not import it) was written to ``path``."""
+def pytest_prefalign_run_written(path: str, run: RunFile, config: pytest.Config) -> None:
+    """Called on the controller after the run file ``run`` was written to ``path``."""
 
 
-def pytest_prefalign_check(item: pytest.Item, result: Any) -> list[str] | None:
-    """Called on the process that ran ``item`` with its finished ``runs.records.CaseResult``
-    (records in ``result.pairs`` and ``result.items``). Return a list of problems (each a full
+def pytest_prefalign_check(item: pytest.Item, result: CaseResult) -> list[str] | None:
+    """Called on the process that ran ``item`` with its finished result (records in
+    ``result.pairs`` and ``result.items``). Return a list of problems (each a full
     sentence) to fail the test, or None. Floors and regression gates are implemented through
     this hook."""
 
 
-def pytest_prefalign_metrics() -> list[Any] | None:
+def pytest_prefalign_metrics() -> list[Metric] | None:
     """Called once per run, on the controller and on every worker, after
-    ``pytest_prefalign_register``: return the metrics to add to the catalogue, each a
-    ``pytest_prefalign.analysis.catalogue.Metric`` (this layer does not import it). A metric's
+    ``pytest_prefalign_register``: return the metrics to add to the catalogue. A metric's
     figure is then pooled from each test's records (its ``compute`` gives one record's
     observation), stored in the run file, shown as a leaderboard column (with a ``title``) and,
     by its ``roles``, taken into the analysis (``"y"``: tau, the inversions and the selection

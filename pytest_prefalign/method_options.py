@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_prefalign.api import declared
+
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import DecodeOptions, RewardMethod
     from pytest_prefalign.registry import Registry
@@ -79,9 +81,7 @@ class Resolved:
 
 
 def options_class(factory: Any) -> type[DecodeOptions]:
-    from pytest_prefalign.api import DecodeOptions
-
-    return getattr(factory, "Options", DecodeOptions)
+    return declared(factory, "Options")
 
 
 def resolve(given: Iterable[Assignment], registry: Registry) -> Resolved:
@@ -121,7 +121,7 @@ def _apply(assignment: Assignment, registry: Registry, resolved: Resolved) -> No
         _set(resolved.decoders, name, options_class(decoder.obj), assignment)
         return
     if reward is not None:
-        config = getattr(reward.obj, "Config", None)
+        config = declared(reward.obj, "Config")
         if not isinstance(config, type) or not dataclasses.is_dataclass(config):
             raise ValueError(f"reward method {name!r} declares no options (no Config dataclass)")
         _set(resolved.rewards, name, config, assignment)

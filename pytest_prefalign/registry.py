@@ -17,7 +17,8 @@ the run refuses, naming both. A plugin that fails to load is recorded with its e
 
 from __future__ import annotations
 
-import importlib
+import inspect
+import pkgutil
 import re
 import sys
 import traceback
@@ -28,7 +29,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from pytest_prefalign.api import INDEPENDENT_JUDGE
+from pytest_prefalign.api import INDEPENDENT_JUDGE, declared
 
 if TYPE_CHECKING:  # pragma: no cover
     import pluggy
@@ -99,9 +100,7 @@ class Target:
         return self.spec.partition(":")[0]
 
     def resolve(self) -> Any:
-        found: Any = importlib.import_module(self.module)
-        for part in self.spec.partition(":")[2].split("."):
-            found = getattr(found, part)
+        found = pkgutil.resolve_name(self.spec)
         return found() if self.make else found
 
 
@@ -298,7 +297,7 @@ class Registry:
     def check_method(self, method: MethodName) -> None:
         """Raise UnknownName or ValueError when the decoder and reward method cannot combine."""
         decoder = self.decoder(method.decoder).obj
-        needs: frozenset[str] = getattr(decoder, "needs", frozenset())
+        needs: frozenset[str] = declared(decoder, "needs")
         if method.reward is None:
             if needs:
                 raise ValueError(
@@ -309,7 +308,7 @@ class Registry:
         if not needs:
             raise ValueError(f"decoder {method.decoder!r} takes no reward method")
         reward = self.reward(method.reward).obj
-        missing = set(needs) - {"score"} - set(getattr(reward, "capabilities", ()))
+        missing = set(needs) - {"score"} - set(declared(reward, "capabilities"))
         if missing:
             raise ValueError(
                 f"{method}: decoder {method.decoder!r} needs the capability "
@@ -325,32 +324,32 @@ class Registry:
         registered method, reward or decoder, has at least one row, except a reward method
         that sets ``in_default_methods = False`` (one made for a single suite, such as the
         synthetic suite's ``oracle``): it runs only when named."""
-        plain = [MethodName(n, None) for n, e in self.decoders.items() if not e.obj.needs]
+        plain = [
+            MethodName(n, None) for n, e in self.decoders.items() if not declared(e.obj, "needs")
+        ]
         guided = sorted(
-            (e for e in self.decoders.values() if e.obj.needs),
-            key=lambda e: (getattr(e.obj, "order", 100), e.name),
+            (e for e in self.decoders.values() if declared(e.obj, "needs")),
+            key=lambda e: (declared(e.obj, "order"), e.name),
         )
-        rewards = {
-            n: e for n, e in self.rewards.items() if getattr(e.obj, "in_default_methods", True)
-        }
+        rewards = {n: e for n, e in self.rewards.items() if declared(e.obj, "in_default_methods")}
         combos = []
         for reward, entry in rewards.items():
             # a reward method may name the decoder it is made for (arm: genarm)
-            hint = getattr(entry.obj, "default_decoder", None)
+            hint = declared(entry.obj, "default_decoder")
             combos += self._first_valid(
                 MethodName(dec.name, reward) for dec in sorted(guided, key=lambda e: e.name != hint)
             )
         for dec in guided:
             if any(c.decoder == dec.name for c in combos):
                 continue
-            hint = getattr(dec.obj, "default_reward", None)
+            hint = declared(dec.obj, "default_reward")
             combos += self._first_valid(
                 MethodName(dec.name, reward)
                 for reward in sorted(rewards, key=lambda r: (r != hint, r))
             )
 
         def order(m: MethodName) -> tuple[int, str]:
-            return getattr(self.decoders[m.decoder].obj, "order", 100), m.reward or ""
+            return declared(self.decoders[m.decoder].obj, "order"), m.reward or ""
 
         return sorted(plain, key=order) + sorted(combos, key=order)
 
@@ -443,9 +442,9 @@ def _hook_owner(loaded: Any, value: str) -> Any:
     function's module. Anything else would register nothing, silently: an error."""
     if hasattr(loaded, HOOK):
         return loaded
-    if callable(loaded) and getattr(loaded, "__name__", "") == HOOK:
-        module = sys.modules.get(getattr(loaded, "__module__", ""))
-        if module is not None and getattr(module, HOOK, None) is loaded:
+    if inspect.isfunction(loaded) and loaded.__name__ == HOOK:
+        module = sys.modules.get(loaded.__module__)
+        if module is not None and vars(module).get(HOOK) is loaded:
             return module
     raise LookupError(
         f"{value} defines no {HOOK}(registry) function, so it would register nothing: point "
@@ -481,10 +480,11 @@ def _module_of(obj: Any) -> str:
 def _module_name(plugin: Any, fallback: str) -> str:
     """The module a plugin is; a ``conftest.py`` by its file, since every one is ``conftest``."""
     if isinstance(plugin, ModuleType):
-        if plugin.__name__.split(".")[-1] == "conftest" and getattr(plugin, "__file__", None):
-            return str(plugin.__file__)
+        file = vars(plugin).get("__file__")
+        if plugin.__name__.split(".")[-1] == "conftest" and file:
+            return str(file)
         return plugin.__name__
-    return getattr(type(plugin), "__module__", None) or fallback
+    return type(plugin).__module__ or fallback
 
 
 def _failure(source: str, exc: BaseException, *names: str, prefix: str = "") -> Failure:

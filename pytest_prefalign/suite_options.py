@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Annotated, Any, Literal, TypeVar
 
+from pytest_prefalign import api
 from pytest_prefalign.api import DataError
 
 T = TypeVar("T")
@@ -97,7 +98,7 @@ def option_error(option: str, problem: str) -> DataError:
 
 def declared(suite: Any) -> type | None:
     """The options dataclass a suite declares, or None (its loader takes the strings)."""
-    cls = getattr(suite, "options", None)
+    cls = api.declared(suite, "options")
     return cls if isinstance(cls, type) and dataclasses.is_dataclass(cls) else None
 
 

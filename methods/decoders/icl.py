@@ -24,7 +24,7 @@ import numpy as np
 
 from prefalign_methods.decoders.base import BaseDecoder
 from pytest_prefalign import bm25
-from pytest_prefalign.api import CaseContext, DecodeOptions, ProfileEntry
+from pytest_prefalign.api import CaseContext, DecodeOptions, ProfileEntry, declared
 from pytest_prefalign.cache import Slot
 from pytest_prefalign.runtime.chat import Dialogue
 
@@ -40,7 +40,7 @@ def example_turn(suite: Suite, entry: ProfileEntry) -> tuple[str, str]:
     """A profile item as an earlier exchange: the suite's own ``example_turn(entry)`` where it
     has one (a suite whose profile items answer another question than its task: Polis's are
     votes), else the suite's task prompt for the item's input and the item's output."""
-    own = getattr(suite, "example_turn", None)
+    own = declared(suite, "example_turn")
     if own is not None:
         user, answer = own(entry)
         return str(user), str(answer)

@@ -56,7 +56,7 @@ import numpy as np
 
 from pytest_prefalign import cache, events, versions
 from pytest_prefalign.analysis.answers import not_an_answer, not_text
-from pytest_prefalign.api import Batch, Item
+from pytest_prefalign.api import Batch, Item, declared
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.fluency import fluency
 
@@ -192,8 +192,8 @@ def choose(
     """The case's guidance strength, or None where its decoder has nothing to choose (no
     ``strength``, or no reward method). ``fit`` fits the reward method, called only when the
     choice is not in the cache."""
-    option = getattr(factory, "strength", None)
-    grid = tuple(float(v) for v in getattr(factory, "strengths", ()) or ())
+    option = declared(factory, "strength")
+    grid = tuple(float(v) for v in declared(factory, "strengths") or ())
     if option is None or plan is None:
         return None
     if option not in {f.name for f in dataclasses.fields(ctx.options)}:

@@ -10,7 +10,7 @@ import numpy as np
 
 from pytest_prefalign import cache
 from pytest_prefalign.analysis import metrics
-from pytest_prefalign.api import REDUCTIONS, Batch, policy_scores
+from pytest_prefalign.api import REDUCTIONS, Batch, declared, policy_scores
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation import guard
 from pytest_prefalign.evaluation.generation import number
@@ -28,7 +28,7 @@ def pair_records(
     a decoder that is no policy), with the outcome under each reduction
     (``policy_correct_sum``, ``policy_correct_mean``). Ties count 1/2."""
     pairs = ctx.data.test_pairs
-    if not pairs or (ctx.reward is None and not getattr(decoder, "policy", True)):
+    if not pairs or (ctx.reward is None and not declared(decoder, "policy")):
         return []
     rm = None
     if ctx.reward is not None:
@@ -36,7 +36,7 @@ def pair_records(
         rm = reward_scores(ctx, pairs)
         timings["rm_s"] = time.perf_counter() - t0
     policy: dict[str, Any] = {}
-    if getattr(decoder, "policy", True):
+    if declared(decoder, "policy"):
         t0 = time.perf_counter()
         policy = policy_fields(ctx, decoder, name, pairs)
         timings["policy_s"] = time.perf_counter() - t0

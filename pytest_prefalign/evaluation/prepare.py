@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from pytest_prefalign import cache, events, portable, storage, suite_options, versions
-from pytest_prefalign.api import DataError, DataNotFound, Pair, RewardMethod, describe_fault
+from pytest_prefalign.api import (
+    DataError,
+    DataNotFound,
+    Pair,
+    RewardMethod,
+    declared,
+    describe_fault,
+)
 from pytest_prefalign.errors import MethodFailure, PrefalignError, SuiteUnavailable
 from pytest_prefalign.evaluation.guard import GuardedReward
 from pytest_prefalign.evaluation.scale import RewardScale, StandardisedReward, cached_scale
@@ -72,7 +79,7 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             if not data.items and not data.test_pairs:
                 raise nothing_to_evaluate(name, data)
         except (DataNotFound, DataError) as exc:
-            fetch = f"prefalign data fetch {name}" if getattr(suite, "fetcher", None) else None
+            fetch = f"prefalign data fetch {name}" if declared(suite, "fetcher") else None
             message = f"suite {name!r}: {exc}"
             if fetch and isinstance(exc, DataNotFound) and fetch not in message:
                 message += f"\nFetch its data with: {fetch}"
@@ -80,7 +87,7 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
     # the data's terms travel with every result to the run file and the report (CC BY asks
     # for the attribution wherever the data is used)
     data.provenance.setdefault("licence", suite.licence)
-    attribution = getattr(suite, "attribution", None)  # optional: a suite's own terms
+    attribution = declared(suite, "attribution")
     if attribution:
         data.provenance.setdefault("attribution", attribution)
     return SuiteState(suite, data, data_dir, uses, data_fingerprint(data), pairs_cost)
@@ -201,7 +208,7 @@ def load_model(run: RunContext, label: str) -> LM:
 def pairs_model(run: RunContext, suite: Suite, data: SuiteData) -> LM:
     """The model a suite writes its pairs with: the one its ``writer(data)`` names (a model
     source, the same whatever size is evaluated), else the suites' reference generator."""
-    writer = getattr(suite, "writer", None)
+    writer = declared(suite, "writer")
     source = writer(data) if callable(writer) else None
     if not source:
         return load_model(run, "reference")
@@ -259,7 +266,7 @@ def fit_reward(run: RunContext, plan: RewardPlan, state: SuiteState, lm: LM) -> 
                 f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}"
             ) from exc
     # a method that says whether it trained is believed; else files it found mean it loaded
-    trained = getattr(reward, "trained", None)
+    trained = declared(reward, "trained")
     hit = had_files if not isinstance(trained, bool) else (had_files and not trained)
     uses.append(cache.Use(key, hit))
     guarded = GuardedReward(reward, name, state.data, getattr(lm, "vocab_size", None))

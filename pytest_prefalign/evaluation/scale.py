@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_prefalign import cache, events, versions
-from pytest_prefalign.api import Batch
+from pytest_prefalign.api import Batch, declared
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Pair, RewardMethod
@@ -115,7 +115,7 @@ def cached_scale(
     computed (one ``score`` call over both sides of every pair)."""
 
     def compute() -> dict[str, Any]:
-        if getattr(reward, "rewards_in_nats", False) is True:
+        if declared(reward, "rewards_in_nats") is True:
             return RewardScale(0.0, 1.0, 0, native=True).to_json()
         if not pairs:  # a method that needs no training pairs: its rewards as they are
             return fit_scale(np.zeros(0)).to_json()

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from pytest_prefalign.api import declared
+
 
 def add_data_options(parser: pytest.Parser) -> None:
     """Where the suites' data comes from (``check_data_dir``, then ``datadir.find_data_dir``)."""
@@ -97,7 +99,7 @@ def missing_suite_data(path: Path, suites: dict[str, Any]) -> str | None:
     if not lacking:
         return None
     folders = ", ".join(f"{source}/ (suite {name})" for name, source in lacking)
-    fetchable = [name for name, _ in lacking if getattr(suites[name], "fetcher", None)]
+    fetchable = [name for name, _ in lacking if declared(suites[name], "fetcher")]
     fetch = (
         f", or build it there with: prefalign data fetch {' '.join(fetchable)} --to {path}"
         if fetchable
