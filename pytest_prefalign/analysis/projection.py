@@ -143,6 +143,8 @@ def choice_spread(
     b = rho * a + math.sqrt(1 - rho**2) * rng.standard_normal((draws, n_methods))
     taus = stats.tau_b_rows(a, b)
     sd = float(np.std(taus, ddof=1))
+    if sd == 0:
+        return 0.0, 0.0
     # the standard error of a standard deviation, from the draws' own fourth moment
     centred = taus - taus.mean()
     kurtosis = float(np.mean(centred**4) / np.mean(centred**2) ** 2)
