@@ -149,6 +149,7 @@ EFFECTS = {
 
 NULL_TAU_RANKS = (1, 0, 4, 2, 3)  # tau 0.4: above the paper's 0.31, the nearest five methods allow
 ALL_SAME = (0.76,) * 5  # every reward method's RM accuracy, the same
+MARGIN_DIFFS = (0.0, 0.01, 0.02, 0.03)  # claim 2's true ROUGE-1 differences, about its margin
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ class Error:
     true: bool = False  # the verdict is true in this world: its rate is its power, not an error
 
 
-def error_worlds() -> list[Error]:
+def error_worlds(diffs: tuple[float, ...] = MARGIN_DIFFS) -> list[Error]:
     """The worlds where claims 1 and 2 would say something false ("holds" on the nearest edge
     of its null, "does not hold" where the paper's effect is true), and where claim 1's "does
     not hold" is true (a true tau of 1: whether the claim can fail at all). (Claim 3's "holds
@@ -199,7 +200,7 @@ def error_worlds() -> list[Error]:
             tau_said,
             true=True,
         ),
-        *margin_worlds(),
+        *margin_worlds(diffs),
         Error(
             "spread",
             "RM accuracy 10 points apart (two methods above three: the edge of large), the "
@@ -220,17 +221,14 @@ def error_worlds() -> list[Error]:
     ]
 
 
-MARGIN_DIFFS = (0.0, 0.01, 0.02, 0.03)  # claim 2's true ROUGE-1 differences, about its margin
-
-
-def margin_worlds() -> list[Error]:
+def margin_worlds(diffs: tuple[float, ...] = MARGIN_DIFFS) -> list[Error]:
     """Claim 2 at true ROUGE-1 differences ``MARGIN_DIFFS`` (the highest RM accuracy's ROUGE-1
     above the others', RM accuracies 20 points apart): inside the margin "holds" is true and
     "does not hold" false; on its edge (``findings.NEAR``) both are false, their rates their
     levels; outside it "holds" is false and "does not hold" true."""
     best = calibration.REWARDS[-1]  # the highest RM accuracy of SPREAD_LEVELS
     worlds = []
-    for diff in MARGIN_DIFFS:
+    for diff in diffs:
         shift = {best: calibration.rouge_shift_for(diff)} if diff else {}
         scenario = calibration.Scenario(f"spread {diff}", {}, shift, rm_levels=SPREAD_LEVELS)
         where = "inside" if diff < findings.NEAR else "on" if diff == findings.NEAR else "outside"
@@ -301,6 +299,11 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the table here (findings.py reads it)")
+    parser.add_argument(
+        "--diffs",
+        default=",".join(map(str, MARGIN_DIFFS)),
+        help="claim 2's true ROUGE-1 differences about its margin",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     saved = errors_table(args)
@@ -316,7 +319,8 @@ def main() -> None:
 def errors_table(args: argparse.Namespace) -> dict[str, Any]:
     """Each verdict's rate in its worlds, by shape and users."""
     worlds = []
-    for error in (e for e in error_worlds() if e.claim in args.claims.split(",")):
+    diffs = tuple(float(d) for d in args.diffs.split(","))
+    for error in (e for e in error_worlds(diffs) if e.claim in args.claims.split(",")):
         rates: dict[str, dict[str, list[float]]] = {}
         for shape_name in args.shapes.split(","):
             grid = sorted({int(u) for u in args.users.split(",")})
