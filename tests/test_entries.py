@@ -233,11 +233,13 @@ def test_the_analysis_computed_now_writes_the_keys_the_kept_files_have(name: str
     run = RunFile.from_json(data)
     tau, found = crisis.analyse(run.results)
     again = RunFile(run.results, tau=tau, crisis=found).to_json()
-    # a kept file written before tau's one-sided lower bound was kept (issue 38) gains it
+    # a kept file written before tau's one-sided lower bound was kept (issue 38) gains it, and
+    # one written before the projection interval (issue 64) its method and resolved pairs
     with_lower = set()
     for keys in orders(data["tau"]):
         at = keys.index("upper_95") + 1
-        with_lower.add(keys if "lower_95" in keys else (*keys[:at], "lower_95", *keys[at:]))
+        keys = keys if "lower_95" in keys else (*keys[:at], "lower_95", *keys[at:])
+        with_lower.add(keys if "interval" in keys else (*keys, "interval", "resolved_pairs"))
     assert orders(again["tau"]) == with_lower
     # one written before the degenerate rows were checked gains their section
     sections = list(data["crisis"])

@@ -603,6 +603,10 @@ def test_the_summary_fits_a_terminal_of_the_given_width(pytester, monkeypatch):
     section = lines[start + 1 : end]  # the tables and their sentences (then paths, as they are)
     assert any("Kendall's tau-b" in line for line in section)
     assert any("Circular evaluation" in line for line in section)
+    # one line per claim of the paper: its verdict and the users a run needs to reach it
+    text = " ".join(" ".join(section).split())  # the wrapped sentences joined again
+    claim_one = text.split("- 1. tau weak (synthetic · ")[1].split(" - 2. spread")[0]
+    assert " · bon): " in claim_one and "users needed" in claim_one and "runs each" in claim_one
     assert max(len(line) for line in section) <= 100, max(section, key=len)
     # no terminal (a CI log) and no width asked for: the rows are left whole
     monkeypatch.delenv("PREFALIGN_WIDTH")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from pytest_prefalign.analysis import (
     degenerate,
     family,
     nulls,
+    projection,
     regret,
     selection,
     spread,
@@ -138,10 +139,10 @@ def _tau_entry(
     x = catalogue.x_metric()
     xs = [r.metrics[x] for r in rows]
     tau = stats.kendall(xs, [r.metrics[y] for r in rows])
-    ci, (lower, upper), n_users = (None, (None, None), 0)
+    found = TauInterval(None, None, 0, None)
     if math.isfinite(tau.tau):
-        ci, (lower, upper), n_users = _tau_interval(rows, y, n_boot)
-    reasons = _thin_evidence(tau, xs, n_users)
+        found = tau_interval(rows, y, n_boot)
+    reasons = _thin_evidence(tau, xs, found.n_users)
     entry = TauEntry(
         suite=suite,
         size=size,
@@ -150,19 +151,32 @@ def _tau_entry(
         y=y,
         tau=_or_none(tau.tau),
         p_value=_or_none(tau.p_value),
-        p_method="exact permutation" if tau.exact else "permutation (sampled)",
+        p_method=_p_method(tau),
         test="permutation of the methods' y against their RM accuracy",
-        ci=ci,
-        upper_95=upper,
-        lower_95=lower,
+        ci=found.ci,
+        upper_95=found.upper,
+        lower_95=found.lower,
         n_methods=tau.n,
-        n_users=n_users,
+        n_users=found.n_users,
         methods=tuple(r.method for r in rows),
         enough=not reasons,
+        interval=projection.METHOD,
+        resolved_pairs=found.resolved,
     )
     # the verdict of this look alone; ``analyse`` states it again at the run's adjusted p
     verdict = "not enough evidence: " + "; ".join(reasons) if reasons else _tau_verdict(entry)
     return replace(entry, verdict=verdict)
+
+
+def _p_method(tau: stats.Tau) -> str:
+    """How tau's p-value was found: every permutation of the methods, or a sample of them with
+    its Monte Carlo standard error."""
+    if tau.exact:
+        return "exact permutation"
+    return (
+        f"permutation ({stats.PERMUTATIONS:,} sampled of {tau.n}! orderings; Monte Carlo "
+        f"standard error {tau.mc_se:.2g})"
+    )
 
 
 def _tau_verdict(entry: TauEntry, p_value: float | None = None) -> str:
@@ -192,30 +206,39 @@ def _thin_evidence(tau: stats.Tau, xs: list[float], n_users: int) -> list[str]:
     return reasons
 
 
-def _tau_interval(
-    rows: list[CaseResult], y: str, n_boot: int
-) -> tuple[list[float] | None, tuple[float | None, float | None], int]:
-    """The percentile interval of tau-b with users resampled (one draw shared by every method
-    and both figures, over the users both figures have), its one-sided 95% lower and upper
-    bounds (the 5th and 95th percentiles, for statements about tau's side of a value, as
-    docs/findings.md's claim 1 makes either way), and the number of those users."""
-    taus, n_users = _resampled_taus(rows, y, n_boot)
-    finite = taus[np.isfinite(taus)]
-    if not n_users or not len(finite):
-        return None, (None, None), n_users
-    lower, upper = np.percentile(finite, [5.0, 95.0])
-    return users.interval(taus), (float(lower), float(upper)), n_users
+@dataclass(frozen=True)
+class TauInterval:
+    """Tau's 95% projection interval (``projection``): its bounds (None where there is
+    none), the users both figures have, and the pairs of methods both figures' simultaneous
+    intervals order."""
+
+    lower: float | None
+    upper: float | None
+    n_users: int
+    resolved: int | None
+
+    @property
+    def ci(self) -> list[float] | None:
+        if self.lower is None or self.upper is None:
+            return None
+        return [self.lower, self.upper]
 
 
-def _resampled_taus(rows: list[CaseResult], y: str, n_boot: int) -> tuple[np.ndarray, int]:
+def tau_interval(rows: list[CaseResult], y: str, n_boot: int = users.N_BOOT) -> TauInterval:
+    """Tau's projection interval over the users both figures have, one draw of users shared by
+    every method and both figures (the analysis's seed, so that an older run file's entry can
+    be given it again, the same)."""
     tx, ty = users.tables(rows, catalogue.x_metric(), y)
-    if not tx.users:
-        return np.zeros(0), 0
-    taus = [
-        stats.tau_b_rows(tx.resampled(c), ty.resampled(c))
-        for c in users.resamples(len(tx.users), n_boot)
-    ]
-    return np.concatenate(taus), len(tx.users)
+    n = len(tx.users)
+    if n < 2:
+        return TauInterval(None, None, n, None)
+    counts = list(users.resamples(n, n_boot))
+    x_boot = np.concatenate([tx.resampled(c) for c in counts])
+    y_boot = np.concatenate([ty.resampled(c) for c in counts])
+    lower, upper, resolved = projection.tau_interval(tx.means(), ty.means(), x_boot, y_boot, n)
+    if not (math.isfinite(lower) and math.isfinite(upper)):
+        return TauInterval(None, None, n, resolved)
+    return TauInterval(lower, upper, n, resolved)
 
 
 def _or_none(value: float) -> float | None:

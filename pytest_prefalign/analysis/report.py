@@ -111,7 +111,7 @@ def render_page(
     ]
     body += [
         "<h2>Does RM accuracy pick the method that generates best?</h2>",
-        _tau_section(run.tau),
+        _tau_section([claims.projected(e, run.results) for e in run.tau]),
         "<h2>Selection regret</h2>",
         _regret_section(run.crisis.regret),
         "<h2>In-context learning against reward-guided decoding</h2>",
@@ -286,9 +286,14 @@ def _tau_section(entries: Sequence[TauEntry]) -> str:
         summary.tau_table(entries, tablefmt="html")
         + '<p class="note">Kendall\'s tau-b across the reward methods of one suite, size and '
         "decoder, with its exact permutation p-value over the methods, p_holm (adjusted with "
-        "the run's other looks, which decides) and an interval with users resampled (which "
-        "describes). Where the data cannot say something (saturated or tied RM accuracies, fewer "
-        "than 5 methods or 5 users), the estimate is shown in parentheses and makes no look.</p>"
+        "the run's other looks, which decides) and a 95% interval: the lowest and highest tau "
+        "over the orderings that simultaneous 95% intervals on every pairwise difference of RM "
+        "accuracy and of the other figure allow, users resampled (claim 1 reads it). Where the "
+        "data cannot say something (saturated or tied RM accuracies, fewer than 5 methods or 5 "
+        "users), the estimate is shown in parentheses and makes no look.</p>"
+        + "".join(
+            f'<p class="note">{html.escape(line)}</p>' for line in summary.estimand_lines(entries)
+        )
     )
 
 
@@ -368,9 +373,9 @@ def _family_note(found: Family | None) -> str:
 
 
 def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Curve] | None) -> str:
-    """Each claim's verdict on this run (the rules of docs/findings.md) and, where there is not
-    enough evidence, the users it needs: the power of runs simulated from this run's own users
-    with the paper's effect imposed."""
+    """Each claim's verdict on this run (the rules of docs/findings.md) and the users it needs:
+    the power of runs simulated from this run's own users with the effect stated imposed, with
+    its Monte Carlo error."""
     if curves is None:
         return (
             '<p class="note">Not simulated here: <code>prefalign report RUN.json --out DIR</code> '
@@ -381,16 +386,14 @@ def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Cu
     verdicts = claims.run_claims(run)
     rows = []
     for (where, claim), curve in curves.items():
-        verdict = verdicts.get((where, claim), "-")
-        points = zip(curve.grid, curve.power, strict=True)
-        needed = "-"
-        if verdict == claims.UNDECIDED:
-            needed = str(curve.needed) if curve.needed else f"more than {curve.grid[-1]}"
-        cells = ", ".join(f"{n}: {p:.2f}" for n, p in points)
+        verdict = verdicts.get((where, claims.base(claim)), "-")
+        points = zip(curve.grid, curve.power, curve.se, strict=True)
+        cells = ", ".join(f"{n}: {p:.2f} ± {e:.2f}" for n, p, e in points)
         where_text = f"{where[0]} · {where[1]}"
         rows.append(
-            [where_text, where[2], claims.TITLES[claim], verdict, curve.effect, cells, needed]
-        )
+            [where_text, where[2], claims.TITLES[claims.base(claim)], verdict, curve.effect,
+             cells, curve.needed_text()]
+        )  # fmt: skip
     headers = ["suite · size", "decoder", "claim", "verdict", "effect imposed", "power by users",
                "users needed"]  # fmt: skip
     sims = next(iter(curves.values())).sims
@@ -398,8 +401,10 @@ def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Cu
         '<p class="note">Users needed: the fewest users (of 10, 20, 40, ..., 640) at which runs '
         f"simulated from this run's own users reach the claim's verdict {power.TARGET:.0%} of "
         "the time, with the paper's effect imposed on their figures (each user's deviations "
-        f"kept; {sims} simulated runs per number of users; docs/metrics.md, \"The paper's "
-        'claims").</p>'
+        f"kept; {sims} simulated runs per number of users, each power ± its Monte Carlo "
+        'standard error; docs/metrics.md, "The paper\'s claims"). Claim 2 is simulated at '
+        "a ROUGE-1 difference of 0 and at one inside its margin, 0.01, where it is true "
+        "too.</p>"
     )
 
 

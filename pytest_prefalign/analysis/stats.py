@@ -32,13 +32,15 @@ PERMUTATIONS = 50_000  # permutations drawn for the p-value where n! is larger (
 @dataclass(frozen=True)
 class Tau:
     """Kendall's tau-b with its p-value over ``n`` methods; ``reason`` says why tau is nan;
-    ``exact``: the p-value enumerates every permutation (else it samples ``PERMUTATIONS``)."""
+    ``exact``: the p-value enumerates every permutation (else it samples ``PERMUTATIONS``,
+    and ``mc_se`` is its Monte Carlo standard error, sqrt(p (1 - p) / PERMUTATIONS))."""
 
     tau: float
     p_value: float
     n: int
     reason: str = ""
     exact: bool = True
+    mc_se: float = 0.0
 
 
 def kendall(x: Sequence[float], y: Sequence[float], *, seed: int = 0) -> Tau:
@@ -80,7 +82,9 @@ def kendall(x: Sequence[float], y: Sequence[float], *, seed: int = 0) -> Tau:
         rng=np.random.default_rng(seed),
     )
     tau = float(tau_b_rows(xs[None], ys[None])[0])
-    return Tau(tau, float(min(1.0, result.pvalue)), n, exact=exact)
+    p_value = float(min(1.0, result.pvalue))
+    mc_se = 0.0 if exact else math.sqrt(p_value * (1 - p_value) / PERMUTATIONS)
+    return Tau(tau, p_value, n, exact=exact, mc_se=mc_se)
 
 
 def tau_b_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -7,10 +7,10 @@ everything else is printed as what it is: no evidence, or not enough evidence an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_prefalign.analysis import family, wrap
+from pytest_prefalign.analysis import claims, family, power, projection, wrap
 from pytest_prefalign.runs.entries import (
     CircularEntry,
     DegenerateEntry,
@@ -44,9 +44,12 @@ def summary_lines(run: RunFile, width: int | None = None) -> list[str]:
             "",
             "Does RM accuracy pick the method that generates best? Kendall's tau-b "
             "across the reward methods of each decoder (exact permutation p, and p_holm "
-            "adjusted with the run's other looks; 95% interval with users resampled)",
+            "adjusted with the run's other looks; 95% interval: the lowest and highest tau "
+            "over the orderings that simultaneous 95% intervals on every pairwise difference "
+            "allow, users resampled)",
         ]
         lines += tau_table(taus, width=width).splitlines()
+        lines += estimand_lines(taus)
         if any(not e.enough and e.tau is not None for e in taus):
             lines.append(
                 "(in parentheses: an estimate without enough evidence to read, for the "
@@ -61,6 +64,41 @@ def summary_lines(run: RunFile, width: int | None = None) -> list[str]:
     if described:
         lines += ["", described]
     return fit_prose(lines, width)
+
+
+def estimand_lines(entries: Sequence[TauEntry]) -> list[str]:
+    """What each number of methods' tau states and what it cannot (``projection``): one line
+    per number of methods among the entries with a tau."""
+    counts = sorted({e.n_methods for e in entries if e.tau is not None and e.n_methods >= 3})
+    return [f"({projection.estimand_text(n)})" for n in counts]
+
+
+def claim_lines(
+    verdicts: Mapping[tuple[claims.Where, str], str],
+    curves: Mapping[tuple[claims.Where, str], power.Curve],
+) -> list[str]:
+    """One line per claim of the paper that the run allows (``claims.run_claims``): its
+    verdict, and the users a run needs to reach it with the effect stated (``curves``:
+    ``power.summary_curves``, bounded), with the Monte Carlo error behind that figure."""
+    if not verdicts:
+        return []
+    sims = next(iter(curves.values())).sims if curves else 0
+    lines = [
+        "",
+        "The paper's claims on this run (docs/findings.md's rules), and the users a run needs "
+        f"to reach the claim {power.TARGET:.0%} of the time with the effect stated imposed on "
+        f"this run's own users ({sims} simulated runs per number of users, up to "
+        f"{power.SUMMARY_GRID[-1]}; `prefalign report` simulates more):",
+    ]
+    for (where, claim), verdict in verdicts.items():
+        needed = [
+            f"{c.effect}: {c.needed_text()}"
+            for (w, name), c in curves.items()
+            if w == where and claims.base(name) == claim
+        ]
+        text = f"- {claims.SHORT[claim]} ({' · '.join(where)}): {verdict}"
+        lines.append(text + ("; users needed, " + "; ".join(needed) if needed else ""))
+    return lines
 
 
 def degenerate_lines(entries: Sequence[DegenerateEntry]) -> list[str]:

@@ -28,7 +28,7 @@ def write(
 ) -> None:
     """The summary's lines, through the reporter's public writers (``write_line``,
     ``write_sep``); the leaderboard only where the run has results."""
-    from pytest_prefalign.analysis import summary, table, wrap
+    from pytest_prefalign.analysis import claims, power, summary, table, wrap
 
     for failure in registry.failures:
         tr.write_line(f"prefalign: could not load {failure}", yellow=True)
@@ -42,6 +42,10 @@ def write(
     for line in table.leaderboards(run.results, width):
         tr.write_line(line)
     for line in summary.summary_lines(run, width):
+        tr.write_line(line)
+    verdicts = claims.run_claims(run)
+    curves = power.summary_curves(run) if verdicts else {}
+    for line in summary.fit_prose(summary.claim_lines(verdicts, curves), width):
         tr.write_line(line)
     tr.write_line(cache_line(run.results, use_cache))
     if written.run_path is not None:

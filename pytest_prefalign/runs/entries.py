@@ -79,6 +79,10 @@ _ACCEPTS: dict[str, tuple[str, Any]] = {
     "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
     "float": ("a number", _number),
     "float | None": ("a number or null", lambda v: v is None or _number(v)),
+    "int | None": (
+        "an integer or null",
+        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+    ),
     "Interval | None": ("an interval [low, high] or null", lambda v: v is None or _interval(v)),
     "tuple[str, ...]": ("a list of names", _names),
     "Mapping[str, int]": ("an object of counts", _counts),
@@ -235,6 +239,10 @@ class TauEntry(Entry, Look):
     verdict: str = ""
     p_holm: float | None = None
     fires: bool = False
+    # how ``ci`` was made (``analysis/projection.py``); absent in run files written before the
+    # projection interval, whose ``ci`` is the percentile bootstrap of tau over users
+    interval: str = ""
+    resolved_pairs: int | None = None  # the pairs of methods both figures' intervals order
 
     @property
     def is_look(self) -> bool:
