@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, overload
 from pytest_prefalign.cache import Scope
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
     import numpy as np
@@ -264,10 +264,18 @@ class RewardMethod:
 
     name: ClassVar[str] = "?"
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    # whether the method reads the users' profiles (``SuiteData.profiles``, their own earlier
+    # documents): the evaluation hands them to ``use_profiles`` before ``fit``, and they enter
+    # the fitted method's cache key
+    needs_profiles: ClassVar[bool] = False
 
     def fingerprint(self) -> str:
         """A stable string naming the method's configuration (part of its cache key)."""
         raise NotImplementedError
+
+    def use_profiles(self, profiles: Mapping[str, Sequence[ProfileEntry]]) -> None:
+        """Every user's profile, given before ``fit`` to a method that ``needs_profiles``."""
+        raise NotImplementedError(f"reward method {self.name!r} does not read profiles")
 
     def fit(self, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
         """Train (or load the cached parameters) on the training pairs."""
@@ -276,6 +284,12 @@ class RewardMethod:
     def score(self, lm: LM, batch: Batch) -> np.ndarray:
         """One reward per (user, prompt, response) of ``batch``, shape ``(len(batch),)``."""
         raise NotImplementedError
+
+
+def needs_profiles(reward: Any) -> bool:
+    """Whether ``reward`` declares ``needs_profiles`` (``RewardMethod``'s default, False, for a
+    class of the same members that does not derive from it)."""
+    return getattr(reward, "needs_profiles", RewardMethod.needs_profiles) is True
 
 
 # --------------------------------------------------------------------------------------------
