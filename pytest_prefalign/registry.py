@@ -325,8 +325,9 @@ class Registry:
     def default_methods(self) -> list[MethodName]:
         """Every decoder without a reward method; each reward method with the decoder it names
         as ``default_decoder``, else the first reward-guided decoder (by ``order``) that it can
-        serve; and each reward-guided decoder left without a row, with the reward method it
-        names as ``default_reward``, else the first (by name) that it can take. So every
+        serve; and each reward-guided decoder with the reward method it names as
+        ``default_reward`` (whatever other rows it has), or, left without a row, the first
+        reward method (by name) that it can take. So every
         registered method, reward or decoder, has at least one row, except a reward method
         that sets ``in_default_methods = False`` (one made for a single suite, such as the
         synthetic suite's ``oracle``): it runs only when named."""
@@ -346,12 +347,17 @@ class Registry:
                 MethodName(dec.name, reward) for dec in sorted(guided, key=lambda e: e.name != hint)
             )
         for dec in guided:
-            if any(c.decoder == dec.name for c in combos):
-                continue
             hint = getattr(dec.obj, "default_reward", None)
+            # a decoder's named row stays when other reward methods chose that decoder too
+            # (bon[per_user_bt] beside the MiniLM methods' bon rows)
+            has_row = any(c.decoder == dec.name for c in combos)
+            if has_row and hint not in rewards:
+                continue
+            named = [hint] if has_row else sorted(rewards, key=lambda r: (r != hint, r))
             combos += self._first_valid(
                 MethodName(dec.name, reward)
-                for reward in sorted(rewards, key=lambda r: (r != hint, r))
+                for reward in named
+                if MethodName(dec.name, reward) not in combos
             )
 
         def order(m: MethodName) -> tuple[int, str]:

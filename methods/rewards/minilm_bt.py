@@ -8,7 +8,9 @@ pairs) and their cache are the LM-state methods' own (``bt_heads.HeadRewardMetho
 see, a 384-dimensional unit vector of the response's text alone (not the prompt, and not the
 policy model's reading of it). So they declare ``"prefix"`` and not ``"hidden"``: under ARGS a
 candidate's reward comes from the encoder's vector of its text (``text_prefixes``), on the
-decoder's general path. The independent judge reads the same encoder (docs/plugins.md).
+decoder's general path, an encoder pass per candidate; their default row is best-of-N
+(``default_decoder``), which encodes whole samples only. The independent judge reads the same
+encoder (docs/plugins.md).
 
 No torch at import, as the LM-state methods.
 """
@@ -35,6 +37,10 @@ class SentenceHeads(HeadRewardMethod):
     """A ``HeadRewardMethod`` whose features are the response's MiniLM sentence vector."""
 
     capabilities: ClassVar[frozenset[str]] = frozenset({"prefix"})
+    # the default row: under ARGS every candidate of every step is a text to encode (ten a
+    # row a step), which costs minutes a row on a 2-core CPU (docs/plugins.md); best-of-N
+    # scores whole samples. args[...] runs when named
+    default_decoder: ClassVar[str] = "bon"
 
     def fingerprint(self) -> str:
         from prefalign_methods.rewards.sentence_vectors import encoder_version

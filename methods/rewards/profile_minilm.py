@@ -6,15 +6,17 @@ sentence vector to those of the user's own profile outputs, LaMP's profile retri
 outputs ``o`` of ``u``'s profile, the prompt's own source document left out
 (``profile_reward``); ``e`` is the encoder's unit vector (``sentence_vectors``, the model the
 independent judge loads: so this method and the judge share their features, docs/plugins.md).
-The training pairs are not read. ``k`` = 1 (the nearest output) was chosen over 3 and every
-output by the accuracy on the main job's training pairs (0.744, 0.700 and 0.611).
+The training pairs are not read. Its default row is best-of-N (``default_decoder``): under
+ARGS every candidate's text is an encoder pass. ``k`` = 1 (the nearest output) was chosen over 3
+and every output by the macro RM accuracy on the main job's training pairs (0.707, 0.668 and
+0.580; ``benchmarks/rm_accuracy.py`` with ``profile_minilm.k`` set).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from prefalign_methods.rewards.profile_reward import ProfileRewardMethod, top_mean
 
@@ -36,6 +38,9 @@ class ProfileMiniLMConfig:
 class ProfileMiniLM(ProfileRewardMethod):
     name = "profile_minilm"
     Config = ProfileMiniLMConfig
+    # the default row, as the MiniLM heads' (minilm_bt): under ARGS each candidate's text is
+    # an encoder pass; args[profile_minilm] runs when named
+    default_decoder: ClassVar[str] = "bon"
 
     def fingerprint(self) -> str:
         from prefalign_methods.rewards.sentence_vectors import encoder_version
