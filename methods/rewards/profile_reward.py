@@ -18,7 +18,10 @@ papers): scored against a profile that holds that very entry, a reward would rea
 output of the paper it is asked about. So for a ``(user, prompt)`` every profile entry of the
 user whose input (whitespace collapsed) occurs in the prompt is left out (``left_out``); the
 test items and test pairs are about papers no profile holds (Pref-LaMP's leak rule), so nothing
-is left out for them.
+is left out for them, except a paper published twice: at 40 users one test paper has a twin
+under another Anthology id in its author's profile, with the same abstract and title, which
+the suite's rule (by paper id) keeps and this one leaves out. On the main job's 8 users every
+training pair and validation item leaves out exactly its own paper, and no test pair anything.
 
 No torch or numpy at import; ``score`` and ``prefix_rewards`` import numpy.
 """
