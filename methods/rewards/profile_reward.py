@@ -68,6 +68,7 @@ class ProfileRewardMethod(RewardMethod):
         self._ready = False
         self._left_out: dict[tuple[str, str], tuple[int, ...]] = {}
         self._memo: dict[tuple[str, tuple[int, ...], str], float] = {}
+        self._prefix_memo: dict[tuple[str, tuple[int, ...]], str] = {}  # text_prefixes.Memo
 
     def fingerprint(self) -> str:
         config = json.dumps(asdict(self.config), sort_keys=True)
@@ -132,7 +133,7 @@ class ProfileRewardMethod(RewardMethod):
 
         from prefalign_methods.rewards.text_prefixes import prefix_texts
 
-        texts = prefix_texts(lm, batch.responses)
+        texts = prefix_texts(lm, batch.responses, self._prefix_memo)
         users = [u for u, t in zip(batch.users, texts, strict=True) for _ in t]
         prompts = [p for p, t in zip(batch.prompts, texts, strict=True) for _ in t]
         flat = iter(self.rewards(users, prompts, [x for t in texts for x in t]))
