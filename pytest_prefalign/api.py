@@ -309,10 +309,18 @@ class RewardMethod:
     # set by ``fit``: True when it trained, False when it loaded what an earlier run trained;
     # None: the run judges by whether its cache folder held files
     trained: bool | None = None
+    # whether the method reads the users' profiles (``SuiteData.profiles``, their own earlier
+    # documents): the evaluation hands them to ``use_profiles`` before ``fit``, and they enter
+    # the fitted method's cache key
+    needs_profiles: ClassVar[bool] = False
 
     def fingerprint(self) -> str:
         """A stable string naming the method's configuration (part of its cache key)."""
         raise NotImplementedError
+
+    def use_profiles(self, profiles: Mapping[str, Sequence[ProfileEntry]]) -> None:
+        """Every user's profile, given before ``fit`` to a method that ``needs_profiles``."""
+        raise NotImplementedError(f"reward method {self.name!r} does not read profiles")
 
     def fit(self, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
         """Train (or load the cached parameters) on the training pairs."""

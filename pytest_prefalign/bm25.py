@@ -70,6 +70,23 @@ def scores(retriever: Any, text: str) -> np.ndarray:
     return np.asarray(retriever.get_scores(known), dtype=np.float64)
 
 
+def scores_each(retriever: Any, texts: Sequence[str], *, distinct: bool = False) -> np.ndarray:
+    """``scores`` of each text as a query, ``(len(texts), documents)``, the texts tokenized in
+    one call; ``distinct``: a word the query repeats counts once (a reward read from these
+    scores then gains nothing from saying a word again)."""
+    import numpy as np
+
+    size = retriever.size if isinstance(retriever, Wordless) else int(retriever.scores["num_docs"])
+    found = np.zeros((len(texts), size))
+    if isinstance(retriever, Wordless):
+        return found
+    for row, words in enumerate(tokens(texts) if texts else []):
+        known = retriever.get_tokens_ids(list(dict.fromkeys(words)) if distinct else words)
+        if known:
+            found[row] = retriever.get_scores(known)
+    return found
+
+
 def ranking(retriever: Any, text: str, k: int | None = None) -> np.ndarray:
     """Document positions, best score first, equal scores in index order. With ``k``, the
     documents scoring at least the k-th best score: k of them, or more when scores tie there

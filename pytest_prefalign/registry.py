@@ -59,6 +59,11 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("reward", "vpl", "prefalign_methods.rewards.vpl:VPL"),
     ("reward", "pal", "prefalign_methods.rewards.pal:PAL"),
     ("reward", "arm", "prefalign_methods.rewards.arm:ARM"),
+    ("reward", "profile_bm25", "prefalign_methods.rewards.profile_bm25:ProfileBM25"),
+    ("reward", "profile_overlap", "prefalign_methods.rewards.profile_overlap:ProfileOverlap"),
+    ("reward", "profile_minilm", "prefalign_methods.rewards.profile_minilm:ProfileMiniLM"),
+    ("reward", "global_bt_minilm", "prefalign_methods.rewards.minilm_bt:GlobalBTMiniLM"),
+    ("reward", "per_user_bt_minilm", "prefalign_methods.rewards.minilm_bt:PerUserBTMiniLM"),
     ("reward", "oracle", "prefalign_suites.synthetic.oracle:Oracle"),
     ("reward", "oracle_noisy", "prefalign_suites.synthetic.oracle:NoisyOracle"),
     ("reward", "oracle_negated", "prefalign_suites.synthetic.oracle:NegatedOracle"),
@@ -319,8 +324,9 @@ class Registry:
     def default_methods(self) -> list[MethodName]:
         """Every decoder without a reward method; each reward method with the decoder it names
         as ``default_decoder``, else the first reward-guided decoder (by ``order``) that it can
-        serve; and each reward-guided decoder left without a row, with the reward method it
-        names as ``default_reward``, else the first (by name) that it can take. So every
+        serve; and each reward-guided decoder with the reward method it names as
+        ``default_reward`` (whatever other rows it has), or, left without a row, the first
+        reward method (by name) that it can take. So every
         registered method, reward or decoder, has at least one row, except a reward method
         that sets ``in_default_methods = False`` (one made for a single suite, such as the
         synthetic suite's ``oracle``): it runs only when named."""
@@ -340,12 +346,17 @@ class Registry:
                 MethodName(dec.name, reward) for dec in sorted(guided, key=lambda e: e.name != hint)
             )
         for dec in guided:
-            if any(c.decoder == dec.name for c in combos):
-                continue
             hint = declared(dec.obj, "default_reward")
+            # a decoder's named row stays when other reward methods chose that decoder too
+            # (bon[per_user_bt] beside the MiniLM methods' bon rows)
+            has_row = any(c.decoder == dec.name for c in combos)
+            if has_row and hint not in rewards:
+                continue
+            named = [hint] if has_row else sorted(rewards, key=lambda r: (r != hint, r))
             combos += self._first_valid(
                 MethodName(dec.name, reward)
-                for reward in sorted(rewards, key=lambda r: (r != hint, r))
+                for reward in named
+                if MethodName(dec.name, reward) not in combos
             )
 
         def order(m: MethodName) -> tuple[int, str]:

@@ -471,6 +471,30 @@ def test_bf16_weights_on_the_cpu_run_every_decoder_and_recompute_what_reads_the_
         assert row["metrics"] and all(math.isfinite(v) for v in row["metrics"].values())
 
 
+def test_a_reward_method_that_reads_profiles_gets_them_and_is_keyed_by_them(project):
+    # profile_overlap declares needs_profiles: the evaluation hands it the suite's profiles
+    # before fit. Read, each preferred test title holds a word of its user's profile and no
+    # rejected one does: ann's "Cat On A Mat" and "Milk For Cats" ("The Cat And The Mouse",
+    # "Cats Purr At Night"), bob's "Dog In The Park" and "Sticks For Dogs". Unread, all tie.
+    methods = "args[global_bt],args[profile_overlap]"
+    first = run(project, methods, out="first.json")
+    rows = {r["method"]: r for r in first["results"]}
+    assert rows["args[profile_overlap]"]["metrics"]["rm_acc"] == 1.0
+    inputs = {
+        u["inputs"]["method"]: u["inputs"]
+        for r in first["results"]
+        for u in r["cache"]
+        if u["artifact"] == "rewards"
+    }
+    assert "profiles" in inputs["profile_overlap"] and "profiles" not in inputs["global_bt"]
+    records = json.loads(json.dumps(RECORDS))
+    records[1]["profile"][0][1] = "Puppies Everywhere"  # one of bob's profile outputs
+    (project.path / "data" / "toy" / "records.json").write_text(json.dumps(records))
+    second = run(project, methods, out="second.json")
+    assert ("args[profile_overlap]", "rewards", "profile_overlap") in misses(second)
+    assert ("args[global_bt]", "rewards", "global_bt") not in misses(second)
+
+
 def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):
     from prefalign_methods.rewards import features
 

@@ -382,13 +382,19 @@ def test_default_methods_cover_every_reward_method_and_decoder(toy):
             "toy/suite.toml::toy?args?lore?-tiny?",
             "toy/suite.toml::toy?args?pal?-tiny?",
             "toy/suite.toml::toy?args?per_user_bt?-tiny?",
+            "toy/suite.toml::toy?args?profile_bm25?-tiny?",
+            "toy/suite.toml::toy?args?profile_overlap?-tiny?",
             "toy/suite.toml::toy?args?vpl?-tiny?",
             "toy/suite.toml::toy?genarm?arm?-tiny?",
+            # the MiniLM methods name bon; bon keeps the row it names
+            "toy/suite.toml::toy?bon?global_bt_minilm?-tiny?",
             "toy/suite.toml::toy?bon?per_user_bt?-tiny?",
+            "toy/suite.toml::toy?bon?per_user_bt_minilm?-tiny?",
+            "toy/suite.toml::toy?bon?profile_minilm?-tiny?",
         ]
     )
     # the synthetic suite's oracles run only when named
-    assert "12 tests collected" in result.stdout.str()
+    assert "17 tests collected" in result.stdout.str()
     assert "oracle" not in result.stdout.str()
 
 
@@ -474,6 +480,44 @@ def test_broken_reward_methods_fail_their_own_tests_only(toy):
     assert sorted(r["method"] for r in rows) == ["base", "bon[bad_ok]"]
     ok = next(r for r in rows if r["method"] == "bon[bad_ok]")
     assert ok["reward"] == "bad_ok" and 0.0 <= ok["metrics"]["rm_acc"] <= 1.0
+
+
+def test_a_decoders_named_reward_keeps_its_row_beside_rows_other_rewards_chose():
+    from pytest_prefalign.registry import MethodName, Registry
+
+    class First:
+        needs = frozenset({"score"})
+        order = 1
+
+    class Second:
+        needs = frozenset({"score"})
+        order = 2
+        default_reward = "named"
+
+    class Chooser:
+        capabilities = frozenset()
+        default_decoder = "second"
+
+    class Plain:
+        capabilities = frozenset()
+
+    registry = Registry()
+    registry.add_decoder("first", First)
+    registry.add_decoder("second", Second)
+    registry.add_reward("chooser", Chooser)
+    registry.add_reward("named", Plain)
+    # "named" goes to the first decoder; "second", which "chooser" picked, keeps its own too
+    assert registry.default_methods() == [
+        MethodName("first", "named"),
+        MethodName("second", "chooser"),
+        MethodName("second", "named"),
+    ]
+    # a name that nothing registered adds no row
+    Second.default_reward = "missing"
+    assert registry.default_methods() == [
+        MethodName("first", "named"),
+        MethodName("second", "chooser"),
+    ]
 
 
 def test_default_methods_give_every_guided_decoder_a_row():

@@ -83,15 +83,22 @@ class HeadRewardMethod(RewardMethod):
             )
         load_or_train(self, lm, pairs, cache_dir)
 
+    def features(self, lm: LM, prompts: Sequence[str], responses: Sequence[str]) -> torch.Tensor:
+        """``(N, H)`` whole-response features of the heads: the base LM's final hidden state
+        after each response (``features.response_features``); a variant on another backbone
+        says what it reads instead."""
+        from prefalign_methods.rewards.features import response_features
+
+        return response_features(lm, prompts, responses)
+
     def _train(self, lm: LM, pairs: Sequence[Pair]) -> None:
         import torch
 
-        from prefalign_methods.rewards.features import response_features
         from prefalign_methods.rewards.heads import DTYPE, TrainPairs, standardiser, train
 
         # one request with both sides of each pair next to each other, so that the LM prefills
         # each prompt once for the two responses
-        both = response_features(
+        both = self.features(
             lm,
             [p.prompt for p in pairs for _ in range(2)],
             [r for p in pairs for r in (p.chosen, p.rejected)],
@@ -158,9 +165,7 @@ class HeadRewardMethod(RewardMethod):
     # -- rewards ------------------------------------------------------------------------------
 
     def score(self, lm: LM, batch: Batch) -> np.ndarray:
-        from prefalign_methods.rewards.features import response_features
-
-        feats = response_features(lm, batch.prompts, batch.responses)
+        feats = self.features(lm, batch.prompts, batch.responses)
         return self._rewards(batch.users, feats).cpu().numpy()
 
     def prefix_rewards(self, lm: LM, batch: Batch) -> list[np.ndarray]:

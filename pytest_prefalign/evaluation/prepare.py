@@ -15,6 +15,7 @@ from pytest_prefalign.api import (
     DataError,
     DataNotFound,
     Pair,
+    ProfileEntry,
     RewardMethod,
     declared,
     describe_fault,
@@ -242,7 +243,8 @@ def plan_reward(run: RunContext, name: str, state: SuiteState, lm: LM) -> Reward
     entry = run.registry.reward(name)
     try:
         reward: RewardMethod = run.method_options.reward(name, entry.obj)
-        key = reward_key(reward, entry.obj, lm, state.data.train_pairs)
+        profiles = state.data.profiles if declared(reward, "needs_profiles") else None
+        key = reward_key(reward, entry.obj, lm, state.data.train_pairs, profiles)
     except Exception as exc:  # the method's own code: its traceback is shown below
         raise MethodFailure(
             f"reward method {name!r} failed in fit: {type(exc).__name__}: {exc}"
@@ -260,6 +262,10 @@ def fit_reward(run: RunContext, plan: RewardPlan, state: SuiteState, lm: LM) -> 
     with cache.recording() as uses, events.step(f"fitting {name}"):
         try:
             folder, had_files = run.disk.folder(key, name)
+            if declared(
+                reward, "needs_profiles"
+            ):  # declared in api.RewardMethod; in the key (reward_key)
+                reward.use_profiles(state.data.profiles)
             reward.fit(lm, state.data.train_pairs, folder)
         except Exception as exc:  # the method's own code: its traceback is shown below
             raise MethodFailure(
@@ -277,8 +283,16 @@ def fit_reward(run: RunContext, plan: RewardPlan, state: SuiteState, lm: LM) -> 
     return FittedReward(standard, key, uses, plan.fingerprint, plan.package, plan.version, scale)
 
 
-def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pair]) -> cache.Key:
-    """What a fitted reward method depends on."""
+def reward_key(
+    reward: RewardMethod,
+    factory: Any,
+    lm: LM,
+    train_pairs: list[Pair],
+    profiles: dict[str, list[ProfileEntry]] | None = None,
+) -> cache.Key:
+    """What a fitted reward method depends on; ``profiles``: the users' profiles, for a method
+    that reads them (``needs_profiles``)."""
+    read = {} if profiles is None else {"profiles": cache.profiles_fingerprint(profiles)}
     return cache.make_key(
         "rewards",
         method=reward.name,
@@ -286,4 +300,5 @@ def reward_key(reward: RewardMethod, factory: Any, lm: LM, train_pairs: list[Pai
         code=versions.code_version(factory),
         model=lm.fingerprint,
         train_pairs=cache.records_fingerprint(train_pairs),
+        **read,
     )
