@@ -379,16 +379,19 @@ def test_default_methods_cover_every_reward_method_and_decoder(toy):
             "toy/suite.toml::toy?lead-tiny?",
             "toy/suite.toml::toy?profile_copy-tiny?",
             "toy/suite.toml::toy?args?global_bt?-tiny?",
+            "toy/suite.toml::toy?args?hier_bt?-tiny?",
+            "toy/suite.toml::toy?args?history_bt?-tiny?",
             "toy/suite.toml::toy?args?lore?-tiny?",
             "toy/suite.toml::toy?args?pal?-tiny?",
             "toy/suite.toml::toy?args?per_user_bt?-tiny?",
+            "toy/suite.toml::toy?args?pref?-tiny?",
             "toy/suite.toml::toy?args?vpl?-tiny?",
             "toy/suite.toml::toy?genarm?arm?-tiny?",
             "toy/suite.toml::toy?bon?per_user_bt?-tiny?",
         ]
     )
     # the synthetic suite's oracles run only when named
-    assert "12 tests collected" in result.stdout.str()
+    assert "15 tests collected" in result.stdout.str()
     assert "oracle" not in result.stdout.str()
 
 

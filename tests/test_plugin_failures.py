@@ -101,8 +101,9 @@ def test_asking_for_its_method_shows_the_import_error(broken):
             '*site/brokenrm.py", line 3, in <module>',
             "*import a_dependency_that_is_not_installed*",
             "ModuleNotFoundError: No module named 'a_dependency_that_is_not_installed'",
-            "(available: arm, global_bt, lore, oracle, oracle_negated, oracle_noise1, "
-            "oracle_noise4, oracle_noise8, oracle_noisy, pal, per_user_bt, vpl)",
+            "(available: arm, global_bt, hier_bt, history_bt, lore, oracle, oracle_negated, "
+            "oracle_noise1, oracle_noise4, oracle_noise8, oracle_noisy, pal, per_user_bt, pref, "
+            "vpl)",
         ]
     )
 
