@@ -36,12 +36,12 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class HierBTConfig:
     l2: float = 0.05  # weight of ||w||^2, the global head (as in global_bt)
-    # the candidate weights of ||w_u - w||^2, the prior's precision, log-spaced from min to max;
-    # one is chosen by held-out likelihood (the default 0.02, 0.2, 2, 20: per_user_bt's fixed
-    # 0.2 among them)
-    shrinkage_min: float = 0.02
-    shrinkage_max: float = 20.0
-    steps: int = 4
+    # the candidate weights of ||w_u - w||^2, the prior's precision, log-spaced from min to max
+    # (by default 0.01, 0.1, 1, 10, 100: from users nearly on their own to nearly the global
+    # head); one is chosen by held-out likelihood
+    shrinkage_min: float = 0.01
+    shrinkage_max: float = 100.0
+    steps: int = 5
     folds: int = 3  # folds of each user's pairs for the choice
     max_iter: int = 300  # L-BFGS iterations, per fit (convex: converges before that)
     seed: int = 0  # initialisation seed (heads start at zero, so unused; kept for the cache key)
