@@ -379,9 +379,12 @@ def test_default_methods_cover_every_reward_method_and_decoder(toy):
             "toy/suite.toml::toy?lead-tiny?",
             "toy/suite.toml::toy?profile_copy-tiny?",
             "toy/suite.toml::toy?args?global_bt?-tiny?",
+            "toy/suite.toml::toy?args?hier_bt?-tiny?",
+            "toy/suite.toml::toy?args?history_bt?-tiny?",
             "toy/suite.toml::toy?args?lore?-tiny?",
             "toy/suite.toml::toy?args?pal?-tiny?",
             "toy/suite.toml::toy?args?per_user_bt?-tiny?",
+            "toy/suite.toml::toy?args?pref?-tiny?",
             "toy/suite.toml::toy?args?profile_bm25?-tiny?",
             "toy/suite.toml::toy?args?profile_overlap?-tiny?",
             "toy/suite.toml::toy?args?vpl?-tiny?",
@@ -394,7 +397,7 @@ def test_default_methods_cover_every_reward_method_and_decoder(toy):
         ]
     )
     # the synthetic suite's oracles run only when named
-    assert "17 tests collected" in result.stdout.str()
+    assert "20 tests collected" in result.stdout.str()
     assert "oracle" not in result.stdout.str()
 
 
