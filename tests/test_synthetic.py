@@ -332,8 +332,8 @@ def test_guidance_by_the_rule_raises_policy_accuracy_and_the_negated_rule_lowers
 def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> None:
     """Where the RM is right, the tool must not report a crisis: RM accuracy falls along the
     noise ladder and below it the negated rule; policy accuracy under ``bon`` falls with it
-    (tau-b 0.97 with one tie, exact p 4/720, interval above 0), and no inversion or regret is
-    stated."""
+    (tau-b 0.97 with one tie, exact p 4/720, the estimate its projection interval's upper
+    end), and no inversion or regret is stated."""
     got = rows(synthetic_run)
     order = [*LADDER, "bon[oracle_negated]"]
     for metric in ("rm_acc", "policy_acc_mean"):
@@ -356,7 +356,10 @@ def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> Non
     assert tau["tau"] == pytest.approx(14 / math.sqrt(15 * 14))
     assert tau["n_users"] == 6 and tau["enough"]
     assert tau["p_method"] == "exact permutation" and tau["p_value"] == pytest.approx(4 / 720)
-    assert tau["ci"][0] > 0 and tau["ci"][1] == 1.0
+    # the projection interval (issue 64): at 6 users the simultaneous intervals order too few
+    # pairs to exclude 0 (the percentile bootstrap did, and did not cover where methods lie
+    # close); it holds the estimate, which (one pair tied exactly) is also its upper end
+    assert tau["ci"][0] < 0 < tau["tau"] == pytest.approx(tau["ci"][1])
     # in the run's family: five kinds of looks (tau, regret, inversions, circular, and the
     # degenerate rows' not-an-answer tests, each at p = 1 here, since the tiny model's base
     # writes no answer at all), so each tau look has a tenth of alpha; 4/720 * 10 = 0.056
