@@ -457,6 +457,37 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
     assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
 
 
+def test_a_rerun_served_from_the_cache_loads_no_model(project, tmp_path, monkeypatch):
+    from pytest_prefalign.runtime import models
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
+
+    folder = tmp_path / "model"  # a model known by its files (the tiny one hashes its weights)
+    lm = build_tiny_lm(0)
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    write_ini(project, f"tiny = {folder}")
+    first = run(project, GUIDED, out="first.json")
+    loads = []
+    real = models._load_source
+
+    def refused(*args: Any) -> Any:
+        loads.append(args)
+        raise AssertionError("a rerun served from the cache loaded a model")
+
+    monkeypatch.setattr(models, "_load_source", refused)
+    again = run(project, GUIDED, out="again.json")
+    assert loads == [] and misses(again) == set()
+    assert same_figures(again, first)
+    # the identity read from the files is the loaded model's, kernel and dtype included
+    assert again["models"] == first["models"]
+    for cold, warm in zip(first["results"], again["results"], strict=True):
+        assert warm["model"] == cold["model"] and warm["environment"] == cold["environment"]
+    # a change that needs the model loads it
+    monkeypatch.setattr(models, "_load_source", lambda *args: loads.append(args) or real(*args))
+    run(project, GUIDED, "--prefalign-seed", "7", out="seeded.json")
+    assert len(loads) == 1
+
+
 def test_bf16_weights_on_the_cpu_run_every_decoder_and_recompute_what_reads_the_model(project):
     first = run(project, GUIDED, out="first.json")
     write_ini(project, "tiny = tiny dtype=bfloat16")

@@ -69,6 +69,7 @@ class LM:
         source: str,
         fingerprint: str,
         device: str | torch.device | None = None,
+        kernel: str | None = None,
     ) -> None:
         self.label, self.name, self.source = label, name, source
         self.tokenizer = tokenizer
@@ -80,24 +81,26 @@ class LM:
             self.model = model.to(self.device).eval()
         self.batch_cap: int | None = None  # the batch size that fit after an out-of-memory
         # the kernel the linear layers run: oneDNN on packed weights for float32 on the CPU
-        # where it is available and fits (runtime/packed.py), else PyTorch's dense linear
+        # where it is available and fits (runtime/packed.py), else PyTorch's dense linear;
+        # ``kernel``, where given, is the one planned before loading (``packed.planned``), which
+        # the keys computed before loading name (``models.identity``)
         self.linear_kernel = packed.DENSE
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
-            self.linear_kernel = packed.pack(self.model, memory.pack_share())
+            if kernel is None:
+                self.linear_kernel = packed.pack(self.model, memory.pack_share())
+            elif kernel == packed.ONEDNN:
+                self.linear_kernel = packed.pack(self.model)
+        # the dtype the passes run in, by name (``float32``, ``bfloat16``)
+        self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         # positions run, their FLOPs (body, attention, output head), seconds inside
         self.meter = ForwardMeter(self.model.base_model, self.model.get_output_embeddings())
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
         # on the dtype, the device and this code with the libraries it runs on, and every cached
         # value computed with the model is keyed by all of it
         self.weights_fingerprint = fingerprint
-        self.fingerprint = content_key(
-            "lm",
-            fingerprint,
-            str(next(self.model.parameters()).dtype),
-            self.device.type,
-            self.linear_kernel,
-            code_version(LM),
+        self.fingerprint = lm_fingerprint(
+            fingerprint, self.dtype, self.device.type, self.linear_kernel
         )
         self.cache_uses: list[Any] = []  # cached values its loading used (a converted model)
         self.eos_id = end_of_turn_id(tokenizer)
@@ -444,6 +447,14 @@ class LM:
 # -------------------------------------------------------------------------------------------
 # Helpers of this module
 # -------------------------------------------------------------------------------------------
+
+
+def lm_fingerprint(weights: str, dtype: str, device: str, kernel: str) -> str:
+    """What every value computed with a model is keyed by: its weights and tokenizer
+    (``weights``), the dtype its passes run in, the device type, the kernel of its linear
+    layers and this code with the libraries it runs on. Computable before the model loads
+    (``models.identity``), so that a rerun served from the cache loads none."""
+    return content_key("lm", weights, dtype, device, kernel, code_version(LM))
 
 
 def _model_device(model: Any) -> torch.device:

@@ -9,6 +9,7 @@ local folder, or a Hugging Face id ``org/name``. Every source loads once per pro
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -19,8 +20,8 @@ from typing import Any, cast
 import torch
 
 from pytest_prefalign import cache, events, storage
-from pytest_prefalign.runtime import convert, devices
-from pytest_prefalign.runtime.lm import LM
+from pytest_prefalign.runtime import convert, devices, memory, packed
+from pytest_prefalign.runtime.lm import LM, lm_fingerprint
 from pytest_prefalign.runtime.quiet import no_progress_bars
 from pytest_prefalign.runtime.sources import (  # DEFAULT_MODELS: for code importing it from here
     DEFAULT_MODELS as DEFAULT_MODELS,
@@ -59,10 +60,7 @@ def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bo
     is given, and a spec with ``device_map`` is placed by accelerate. Weights are fp32 on the
     CPU and bf16 on CUDA. Raises ``ModelUnavailable``.
     """
-    if spec.device_map:
-        where = f"device_map={spec.device_map}"
-    else:
-        where = device or ("cpu" if spec.kind == "tiny" else devices.default_device())
+    where = _where(spec, device)
     key = (spec, where, trust_remote_code)
     labelled, sources = cache.PROCESS[_LMS], cache.PROCESS[_SOURCES]
     if key not in labelled:
@@ -78,10 +76,29 @@ def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bo
     return labelled[key]
 
 
+def loaded(spec: ModelSpec) -> LM | None:
+    """The LM ``load_lm(spec)`` would give, where this process has loaded it (or the same
+    source on the same device for another label), else None; loads nothing."""
+    where = _where(spec, None)
+    found = (spec, where, False) in cache.PROCESS[_LMS]
+    if found or (spec.source, where, False) in cache.PROCESS[_SOURCES]:
+        return load_lm(spec)
+    return None
+
+
+def _where(spec: ModelSpec, device: str | None) -> str:
+    """Where ``load_lm`` places a spec's model: ``device_map=...``, the device given, else
+    the process's default (the tiny model: the CPU)."""
+    if spec.device_map:
+        return f"device_map={spec.device_map}"
+    return device or ("cpu" if spec.kind == "tiny" else devices.default_device())
+
+
 def clear_loaded() -> None:
     """Forget the models loaded in this process (tests; freeing memory between sizes)."""
     cache.PROCESS[_LMS].clear()
     cache.PROCESS[_SOURCES].clear()
+    cache.PROCESS[_IDENTITIES].clear()
 
 
 def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
@@ -96,6 +113,112 @@ def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
     if kind == "hub":
         return _load_hub(spec, device, trust_remote_code)
     return _load_folder(spec, device, trust_remote_code)
+
+
+# -------------------------------------------------------------------------------------------
+# What a model is, before it loads
+# -------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """What ``load_lm`` would give for a spec, known from the model's files without loading
+    it: its name, its weights' fingerprint, the dtype and device its passes run on, the kernel
+    of its linear layers, and the cached values finding it used (the converted model)."""
+
+    label: str
+    name: str
+    source: str
+    weights: str
+    dtype: str  # ``float32``, ``bfloat16``
+    device: str  # where it loads: ``cpu``, ``cuda:0``
+    kernel: str  # ``packed.ONEDNN`` or ``packed.DENSE``
+    uses: tuple[cache.Use, ...] = ()
+
+    @property
+    def fingerprint(self) -> str:
+        """``LM.fingerprint`` of the model once loaded."""
+        return lm_fingerprint(self.weights, self.dtype, torch.device(self.device).type, self.kernel)
+
+
+# identities, once per process (``clear_loaded`` forgets them with the models)
+_IDENTITIES = cache.Slot("model identities by spec", dict[ModelSpec, "Identity | None"])
+
+
+def identity(spec: ModelSpec) -> Identity | None:
+    """``find_identity`` of a spec, once per process."""
+    known = cache.PROCESS[_IDENTITIES]
+    if spec not in known:
+        known[spec] = find_identity(spec)
+    return known[spec]
+
+
+def find_identity(spec: ModelSpec) -> Identity | None:
+    """The identity of the model ``load_lm(spec)`` loads on this process's default device,
+    read from its files (the embedded GGUF's checksum and its converted folder, a folder's
+    files, a hub model's snapshot in the local HF cache). None where only loading tells: the
+    tiny model (its fingerprint hashes the weights it builds), a spec that accelerate places,
+    a hub model not in the local cache, a folder whose files cannot be read. Raises
+    ``ModelUnavailable`` as loading would for an embedded model that is not installed."""
+    if spec.device_map or spec.kind == "tiny":
+        return None
+    where = devices.default_device()
+    dtype = str(_weights_dtype(spec, where)).removeprefix("torch.")
+    uses: tuple[cache.Use, ...] = ()
+    folder: Path | None = None  # where the weights' files are, for their bytes
+    if spec.kind == "embedded":
+        short = spec.source.removeprefix("embedded:")
+        entry = EMBEDDED[short]
+        digest, _ = _locate_gguf(short, entry)
+        converted, found = convert.converted_folder(digest)
+        name, weights = entry.title, converted.name
+        if found:
+            uses = (cache.Use(convert.conversion_key(digest), True),)
+    else:
+        if spec.kind == "hub":
+            folder = _hub_snapshot(spec.source)
+            name = spec.source
+        else:
+            folder = Path(spec.source).expanduser()
+            name = folder.resolve().name
+        if folder is None or not (folder / "config.json").is_file():
+            return None
+        try:
+            weights = folder_fingerprint(folder)
+        except (OSError, ValueError):  # loading it names the fault
+            return None
+    return Identity(
+        spec.label,
+        name,
+        spec.source,
+        weights,
+        dtype,
+        where,
+        _planned_kernel(spec, where, folder) or packed.DENSE,
+        uses,
+    )
+
+
+def _planned_kernel(spec: ModelSpec, device: str, folder: Path | None = None) -> str | None:
+    """The kernel a model's linear layers are to run (``packed.planned``), from the bytes of
+    its weights as loaded (``memory.weights_bytes``; a hub model's from its snapshot
+    ``folder``); None where the model decides once loaded (the tiny model, a placed one)."""
+    if spec.kind == "tiny" or device.startswith("device_map="):
+        return None
+    dtype = str(_weights_dtype(spec, device)).removeprefix("torch.")
+    sized = dataclasses.replace(spec, dtype=dtype)
+    if folder is not None and spec.kind == "hub":
+        sized = dataclasses.replace(sized, source=str(folder))
+    weights = memory.weights_bytes(sized)
+    return packed.planned(dtype, torch.device(device).type, weights, memory.pack_share())
+
+
+def _hub_snapshot(repo_id: str) -> Path | None:
+    """The folder of a hub model's snapshot in the local HF cache, or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(repo_id, "config.json")
+    return Path(config).parent if isinstance(config, str) else None
 
 
 def _weights_dtype(spec: ModelSpec, device: str) -> torch.dtype:
@@ -153,6 +276,7 @@ def _load_embedded(spec: ModelSpec, device: str) -> LM:
         source=spec.source,
         fingerprint=folder.name,
         device=device,
+        kernel=_planned_kernel(spec, device),
     )
 
 
@@ -220,6 +344,7 @@ def _load_folder(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
         source=spec.source,
         fingerprint=folder_fingerprint(folder),
         device=device,
+        kernel=_planned_kernel(spec, device),
     )
 
 
@@ -251,6 +376,7 @@ def _load_hub(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
         source=spec.source,
         fingerprint=_hub_fingerprint(spec.source, model),
         device=device,
+        kernel=_planned_kernel(spec, device, _hub_snapshot(spec.source)),
     )
 
 
@@ -277,11 +403,9 @@ def _file_digest(path: Path) -> str:
 
 
 def _hub_fingerprint(repo_id: str, model: Any) -> str:
-    from huggingface_hub import try_to_load_from_cache
-
-    config = try_to_load_from_cache(repo_id, "config.json")
-    if isinstance(config, str):
-        return folder_fingerprint(Path(config).parent)
+    snapshot = _hub_snapshot(repo_id)
+    if snapshot is not None:
+        return folder_fingerprint(snapshot)
     # loaded some other way (a custom cache_dir): the config and the commit are all we know
     return storage.content_key(
         "hub", repo_id, model.config.to_dict(), getattr(model.config, "_commit_hash", None)

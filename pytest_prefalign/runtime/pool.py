@@ -51,6 +51,14 @@ class ModelPool:
         self.check([label])
         return load_lm(self.specs[label])
 
+    def lazy(self, label: str) -> LM:
+        """The LM of a size label, loaded only when something other than its identity is asked
+        of it (``runtime/lazy.py``): a rerun served from the cache loads no model."""
+        from pytest_prefalign.runtime.lazy import lazy_lm
+
+        self.check([label])
+        return lazy_lm(self.specs[label])
+
     def writer(self, source: str) -> LM:
         """The model a suite writes its pairs with, by its source (not a size label: the pairs
         are the same whatever the ini maps the sizes to)."""
