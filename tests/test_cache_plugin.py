@@ -502,6 +502,50 @@ def test_bf16_weights_on_the_cpu_run_every_decoder_and_recompute_what_reads_the_
         assert row["metrics"] and all(math.isfinite(v) for v in row["metrics"].values())
 
 
+def test_prefalign_dtype_bfloat16_is_refused_without_native_bf16_and_runs_with_it(
+    project, monkeypatch
+):
+    from pytest_prefalign.runtime import devices
+
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: False)  # this AVX2 CPU, whatever it is
+    refused = project.runpytest_inprocess("--prefalign", "toy", "--prefalign-dtype", "bfloat16")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [x for x in refused.stderr.lines if "bfloat16" in x]
+    assert "this CPU has no native bf16" in line
+    bad = project.runpytest_inprocess("--prefalign", "toy", "--prefalign-dtype", "float16")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "expected float32 or bfloat16" in bad.stderr.str()
+    first = run(project, GUIDED, "--prefalign-dtype", "float32", out="first.json")
+    # a CPU with avx512_bf16 or AMX (torch runs bf16 on this one too, emulated and slowly)
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: True)
+    second = run(project, GUIDED, "--prefalign-dtype", "bfloat16", out="second.json")
+    assert {r["environment"]["dtype"] for r in first["results"]} == {"float32"}
+    # the passes in bf16 run PyTorch's dense linears, never the fp32 packed kernel
+    assert {(r["environment"]["dtype"], r["environment"]["linear"]) for r in second["results"]} == {
+        ("bfloat16", "dense")
+    }
+    assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
+    # every value that reads the model is computed again; the judge reads only its encoder
+    assert {u for u in uses(second) if u[1] != "judges"} == misses(second)
+    for row in second["results"]:
+        assert row["metrics"] and all(math.isfinite(v) for v in row["metrics"].values())
+    # the ini value does the same, and its rerun comes whole from the cache
+    project.makeini(
+        "[pytest]\nprefalign_models = tiny = tiny\nprefalign_sizes = tiny\n"
+        "prefalign_data = data\nprefalign_dtype = bfloat16\n"
+    )
+    result = project.runpytest_inprocess(
+        "--prefalign", "toy", "-p", "no:cacheprovider", "-p", "my_rm",
+        "--prefalign-methods", GUIDED, "--prefalign-json", "third.json",
+    )  # fmt: skip
+    assert result.ret == 0
+    third = json.loads((project.path / "third.json").read_text())
+    assert misses(third) == set() and same_figures(third, second)
+    # the leaderboard's heading names the dtype
+    (heading,) = [x for x in result.stdout.lines if x.startswith("toy · tiny · ")]
+    assert heading.endswith(" · bfloat16")
+
+
 def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):
     from prefalign_methods.rewards import features
 
