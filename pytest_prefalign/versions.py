@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
@@ -48,9 +49,25 @@ def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
     version; editing code, or upgrading a library the code imports, changes it."""
     module = _module_of(obj)
     roots = {*FIRST_PARTY, module.__name__.split(".")[0], *extra_roots}
+    return _walk(module.__name__, _defining_file(obj) or _file_of(module), roots)
+
+
+def module_version(name: str) -> str:
+    """``code_version`` of the module ``name``, found and read without importing it: a key
+    computed before the code it names is needed (a model's fingerprint, before the model
+    loads) does not pay for importing that code and its libraries."""
+    path = _find_file(name)
+    if path is None:
+        raise ValueError(f"module_version: no Python source for the module {name!r}")
+    return _walk(name, path, {*FIRST_PARTY, name.split(".")[0]})
+
+
+def _walk(name: str, path: Path | None, roots: set[str]) -> str:
+    """The hash of ``name``'s syntax tree (its file ``path``) and of every module it imports
+    from ``roots``, with the versions of the third-party distributions they import."""
     trees: dict[str, str] = {}
     libraries: set[str] = set()
-    todo = [(module.__name__, _defining_file(obj) or _file_of(module))]
+    todo = [(name, path)]
     while todo:
         name, path = todo.pop()
         if name in trees or path is None:
@@ -128,12 +145,30 @@ def _find_file(name: str) -> Path | None:
     module = sys.modules.get(name)
     if module is not None:
         return _file_of(module)
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
+    spec = _spec(name)
     origin = spec.origin if spec is not None else None
     return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of module ``name``, found without importing it or its parents:
+    ``importlib.util.find_spec`` imports a dotted name's parent, and ``from a.b import c``
+    names ``a.b.c``, which may be a function of ``a.b`` (``_imports``): looking it up would
+    import ``a.b``, however heavy, only to find no module there."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__spec__", None)
+    parent = name.rpartition(".")[0]
+    try:
+        if not parent:
+            return importlib.util.find_spec(name)  # a top-level name: nothing to import
+        owner = _spec(parent)
+        locations = owner.submodule_search_locations if owner is not None else None
+        if not locations:  # not a package: ``name`` is one of its attributes
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, list(locations))
+    except (ImportError, ValueError):
+        return None
 
 
 def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
