@@ -458,8 +458,13 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
 
 
 def test_a_rerun_served_from_the_cache_loads_no_model(project, tmp_path, monkeypatch):
-    from pytest_prefalign.runtime import models
+    import importlib
+
     from pytest_prefalign.runtime.tiny import build_tiny_lm
+
+    # the module the runs will use: pytester drops what a run imported, and an attribute of
+    # the package may still name a module that an earlier run imported and dropped
+    models = importlib.import_module("pytest_prefalign.runtime.models")
 
     folder = tmp_path / "model"  # a model known by its files (the tiny one hashes its weights)
     lm = build_tiny_lm(0)

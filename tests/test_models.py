@@ -375,6 +375,31 @@ def test_a_lazy_model_loads_on_first_use_beyond_its_identity(
     assert not isinstance(lazy_lm(ModelSpec("tiny", "tiny")), LazyLM)
 
 
+def test_a_lazy_model_imports_neither_the_loader_nor_transformers(tmp_path: Path) -> None:
+    """In a fresh process, as a rerun served from the cache runs: the identity and every key
+    computed from it, without the model's code or transformers imported."""
+    import subprocess
+
+    folder = tmp_path / "tiny-model"
+    _save_tiny(folder, seed=0)
+    script = f"""
+import sys
+from pytest_prefalign.runtime.lazy import lazy_lm
+from pytest_prefalign.runtime.sources import ModelSpec
+lm = lazy_lm(ModelSpec("f", {str(folder)!r}))
+print(lm.fingerprint, lm.dtype, lm.linear_kernel, lm.meter.reading())
+print(sorted(m for m in ("transformers", "pytest_prefalign.runtime.lm",
+                         "pytest_prefalign.runtime.models") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
+    named, imported = done.stdout.splitlines()
+    loaded = load_lm(ModelSpec("f", str(folder)))
+    assert named == f"{loaded.fingerprint} float32 {loaded.linear_kernel} {{}}"
+    assert imported == "[]"
+
+
 def test_a_lazy_model_whose_loaded_fingerprint_differs_from_its_identity_fails(
     tmp_path: Path,
 ) -> None:

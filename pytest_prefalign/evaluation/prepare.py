@@ -189,7 +189,7 @@ def load_model(run: RunContext, label: str) -> LM:
     """The LM of a size label (or the suites' reference generator), loaded when first used
     beyond its identity (``runtime/lazy.py``); an optional model that is not installed skips
     the test, any other missing model fails it with where it looked."""
-    from pytest_prefalign.runtime.models import ModelUnavailable
+    from pytest_prefalign.runtime.identity import ModelUnavailable
 
     try:
         return run.models.reference() if label == "reference" else run.models.lazy(label)

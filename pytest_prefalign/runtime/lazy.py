@@ -1,23 +1,28 @@
 """A model named before it is loaded: an ``LM`` stand-in that answers what the cache keys and the
 run file ask of a model (its fingerprint, name, dtype, device, kernel) from its identity
-(``models.identity``: the model's files), and loads the model on first use of anything else.
+(``runtime/identity.py``: the model's files), and loads the model on first use of anything else.
 
 A rerun whose values all come from the cache asks nothing else, so it loads no tokenizer and no
-weights. Once loaded, every attribute is the loaded ``LM``'s; its fingerprint must be the one
-the identity gave, or the keys computed before loading would name another model (an error, not
-a silent mismatch).
+weights, and imports neither the loader nor transformers. Once loaded, every attribute is the
+loaded ``LM``'s; its fingerprint must be the one the identity gave, or the keys computed before
+loading would name another model (an error, not a silent mismatch).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pytest_prefalign.runtime import models
-from pytest_prefalign.runtime.lm import LM
+from pytest_prefalign.runtime.identity import Identity, identity
 from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.sources import ModelSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.runtime.lm import LM
+
+LOADER = "pytest_prefalign.runtime.models"
 
 
 class Unloaded:
@@ -33,19 +38,19 @@ class Unloaded:
 class LazyLM:
     """An ``LM`` loaded on first use of anything its identity does not answer."""
 
-    def __init__(self, spec: ModelSpec, identity: models.Identity) -> None:
+    def __init__(self, spec: ModelSpec, known: Identity) -> None:
         own = object.__setattr__
         own(self, "_spec", spec)
-        own(self, "_identity", identity)
+        own(self, "_identity", known)
         own(self, "_lm", None)
         own(self, "label", spec.label)
-        own(self, "name", identity.name)
-        own(self, "source", identity.source)
-        own(self, "weights_fingerprint", identity.weights)
-        own(self, "fingerprint", identity.fingerprint)
-        own(self, "dtype", identity.dtype)
-        own(self, "device", torch.device(identity.device))
-        own(self, "linear_kernel", identity.kernel)
+        own(self, "name", known.name)
+        own(self, "source", known.source)
+        own(self, "weights_fingerprint", known.weights)
+        own(self, "fingerprint", known.fingerprint)
+        own(self, "dtype", known.dtype)
+        own(self, "device", torch.device(known.device))
+        own(self, "linear_kernel", known.kernel)
 
     def __repr__(self) -> str:
         state = "loaded" if self.loaded else "not loaded"
@@ -67,7 +72,9 @@ class LazyLM:
     def load(self) -> LM:
         """The loaded ``LM`` (``models.load_lm``, once per process)."""
         if self._lm is None:
-            lm = models.load_lm(self._spec)
+            from pytest_prefalign.runtime.models import load_lm
+
+            lm = load_lm(self._spec)
             if lm.fingerprint != self.fingerprint:
                 raise RuntimeError(
                     f"model {self.label}: loaded as {lm.fingerprint} ({lm.dtype}, "
@@ -90,11 +97,15 @@ class LazyLM:
 
 def lazy_lm(spec: ModelSpec) -> LM:
     """The spec's model: the loaded ``LM`` where this process has it, or one whose identity
-    its files do not give; else a ``LazyLM`` that loads it on first use."""
-    lm = models.loaded(spec)
+    its files do not give; else a ``LazyLM`` that loads it on first use. (A process that has
+    not imported the loader has loaded no model: it is not imported to ask.)"""
+    loader = sys.modules.get(LOADER)
+    lm = loader.loaded(spec) if loader is not None else None
     if lm is not None:
         return lm
-    known = models.identity(spec)
+    known = identity(spec)
     if known is None:
-        return models.load_lm(spec)
+        from pytest_prefalign.runtime.models import load_lm
+
+        return load_lm(spec)
     return LazyLM(spec, known)  # type: ignore[return-value]  # answers as an LM

@@ -25,6 +25,7 @@ from pytest_prefalign.runtime.batching import by_length, check_positive, read_ba
 from pytest_prefalign.runtime.chat import Prompt
 from pytest_prefalign.runtime.decoding import KV, Plain, check_top_p, decode, generator, spread
 from pytest_prefalign.runtime.devices import halving
+from pytest_prefalign.runtime.identity import lm_fingerprint
 from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.prefill import (
     Prefill,
@@ -44,7 +45,6 @@ from pytest_prefalign.runtime.window import (
     rows_for,
 )
 from pytest_prefalign.storage import content_key
-from pytest_prefalign.versions import code_version
 
 T = TypeVar("T")
 PROMPTS_KEPT = 2048  # prompts whose token ids an LM keeps (``LM.prompt_ids``), the oldest out
@@ -83,7 +83,7 @@ class LM:
         # the kernel the linear layers run: oneDNN on packed weights for float32 on the CPU
         # where it is available and fits (runtime/packed.py), else PyTorch's dense linear;
         # ``kernel``, where given, is the one planned before loading (``packed.planned``), which
-        # the keys computed before loading name (``models.identity``)
+        # the keys computed before loading name (``identity.py``)
         self.linear_kernel = packed.DENSE
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
@@ -447,14 +447,6 @@ class LM:
 # -------------------------------------------------------------------------------------------
 # Helpers of this module
 # -------------------------------------------------------------------------------------------
-
-
-def lm_fingerprint(weights: str, dtype: str, device: str, kernel: str) -> str:
-    """What every value computed with a model is keyed by: its weights and tokenizer
-    (``weights``), the dtype its passes run in, the device type, the kernel of its linear
-    layers and this code with the libraries it runs on. Computable before the model loads
-    (``models.identity``), so that a rerun served from the cache loads none."""
-    return content_key("lm", weights, dtype, device, kernel, code_version(LM))
 
 
 def _model_device(model: Any) -> torch.device:
