@@ -73,6 +73,12 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the cache and run files in this folder")
     args = parser.parse_args()
 
+    if args.dtype == "bfloat16":  # refused by the runs: say so before timing anything
+        from pytest_prefalign.runtime.devices import bf16_refusal
+
+        refusal = bf16_refusal()
+        if refusal is not None:
+            sys.exit(refusal)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="prefalign-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PREFALIGN_CACHE": str(folder / "cache")}
