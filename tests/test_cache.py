@@ -154,6 +154,33 @@ def test_code_version_reads_what_a_module_imports_without_importing_it(package: 
         versions.module_version("mypkg.absent")
 
 
+def test_parsed_code_is_kept_on_disk_and_a_rerun_parses_nothing(
+    package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ast
+
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "cache"))
+    for slot in (versions._TREES, versions._STORED):  # a new process
+        monkeypatch.setitem(cache.PROCESS._values, slot, slot.make())
+    first = version(package)
+    assert (tmp_path / "cache" / "code").is_dir()
+    monkeypatch.setitem(cache.PROCESS._values, versions._TREES, {})
+    monkeypatch.setitem(cache.PROCESS._values, versions._STORED, versions._read_stored())
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: pytest.fail("parsed again"))
+    assert version(package) == first  # every tree read from the disk
+    (package / "helper.py").write_text(HELPER.replace("2 * x", "3 * x"))
+    monkeypatch.setattr(ast, "parse", real)
+    assert version(package) != first  # a changed file is parsed, and kept too
+    # a file that cannot be read is parsed again
+    [stored] = (tmp_path / "cache" / "code").glob("trees-*.json")
+    stored.write_text("{not json")
+    monkeypatch.setitem(cache.PROCESS._values, versions._TREES, {})
+    monkeypatch.setitem(cache.PROCESS._values, versions._STORED, versions._read_stored())
+    (package / "helper.py").write_text(HELPER)
+    assert version(package) == first
+
+
 def test_code_version_leaves_out_type_checking_imports(package: Path) -> None:
     typed = MAIN.replace(
         "from mypkg import helper\n",
