@@ -183,7 +183,7 @@ def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]
     if memo_key not in trees:
         is_package = path.name == "__init__.py"
         stored_key = f"{name}|{memo_key[1]}|{int(is_package)}"
-        stored = PROCESS[_STORED].get(stored_key)
+        stored: Any = PROCESS[_STORED].get(stored_key)
         if _readable(stored):
             digest, imported, third_party = stored
             trees[memo_key] = (digest, tuple(imported), tuple(third_party))
