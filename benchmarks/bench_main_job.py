@@ -27,7 +27,10 @@ body's linear layers at the rate this machine gives their own shapes (``shapes_r
 
     python benchmarks/bench_main_job.py                 # the default user count
     python benchmarks/bench_main_job.py --limit 4 --methods base,icl,args[global_bt]
-    python benchmarks/bench_main_job.py --dtype bfloat16  # the model's weights in bf16
+    python benchmarks/bench_main_job.py --dtype bfloat16  # --prefalign-dtype bfloat16
+
+With ``--dtype bfloat16`` both runs pass ``--prefalign-dtype bfloat16`` (refused on a CPU
+without native bf16) and the floor is at the bf16 matmul rate measured in the same run.
 
 Run it on a machine doing nothing else if the figures are to be compared: it prints the load
 average beside them, and how each run's OpenMP threads waited between ops (chosen before each
@@ -64,11 +67,18 @@ def main() -> None:
     parser.add_argument(
         "--dtype",
         choices=("float32", "bfloat16"),
-        help="the 135m model's weights (default: the ini's, fp32 on the CPU)",
+        help="--prefalign-dtype of both runs, and the matmul rate of the floor (default: the "
+        "ini's, fp32 on the CPU)",
     )
     parser.add_argument("--keep", type=Path, help="keep the cache and run files in this folder")
     args = parser.parse_args()
 
+    if args.dtype == "bfloat16":  # refused by the runs: say so before timing anything
+        from pytest_prefalign.runtime.devices import bf16_refusal
+
+        refusal = bf16_refusal()
+        if refusal is not None:
+            sys.exit(refusal)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="prefalign-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PREFALIGN_CACHE": str(folder / "cache")}
@@ -358,7 +368,7 @@ def timed_run(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[
     if args.methods:
         command += ["--prefalign-methods", args.methods]
     if args.dtype:
-        command += ["-o", f"prefalign_models=135m = embedded:smollm2-135m dtype={args.dtype}"]
+        command += ["--prefalign-dtype", args.dtype]
     from peak_memory import wait  # this folder is the script's own
 
     from pytest_prefalign.plumbing import waiting as waits

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
@@ -34,6 +35,9 @@ NOT_FOLLOWED = ("pytest_prefalign.cache", __name__)
 # parsed syntax trees by (module, sha256 of its file), and import names -> distributions
 _TREES = Slot("parsed code", dict[tuple[str, str], tuple[str, tuple[str, ...], tuple[str, ...]]])
 _DISTRIBUTIONS = Slot("distributions", lambda: dict(importlib.metadata.packages_distributions()))
+# the same, as the last runs left them on disk, by (module, sha256, whether a package): a rerun
+# parses none of the files it versions (68 parses took a seventh of a warm run's time)
+_STORED = Slot("parsed code on disk", lambda: _read_stored())
 # CPython 3.11's parser is not safe to run from two threads at once (``ast.parse``, which
 # ``inspect.getsource`` also calls, can fail with "AST constructor recursion depth mismatch":
 # python/cpython#106905), and loaders may version code from threads: one parse at a time
@@ -48,9 +52,25 @@ def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
     version; editing code, or upgrading a library the code imports, changes it."""
     module = _module_of(obj)
     roots = {*FIRST_PARTY, module.__name__.split(".")[0], *extra_roots}
+    return _walk(module.__name__, _defining_file(obj) or _file_of(module), roots)
+
+
+def module_version(name: str) -> str:
+    """``code_version`` of the module ``name``, found and read without importing it: a key
+    computed before the code it names is needed (a model's fingerprint, before the model
+    loads) does not pay for importing that code and its libraries."""
+    path = _find_file(name)
+    if path is None:
+        raise ValueError(f"module_version: no Python source for the module {name!r}")
+    return _walk(name, path, {*FIRST_PARTY, name.split(".")[0]})
+
+
+def _walk(name: str, path: Path | None, roots: set[str]) -> str:
+    """The hash of ``name``'s syntax tree (its file ``path``) and of every module it imports
+    from ``roots``, with the versions of the third-party distributions they import."""
     trees: dict[str, str] = {}
     libraries: set[str] = set()
-    todo = [(module.__name__, _defining_file(obj) or _file_of(module))]
+    todo = [(name, path)]
     while todo:
         name, path = todo.pop()
         if name in trees or path is None:
@@ -128,24 +148,48 @@ def _find_file(name: str) -> Path | None:
     module = sys.modules.get(name)
     if module is not None:
         return _file_of(module)
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
+    spec = _spec(name)
     origin = spec.origin if spec is not None else None
     return Path(origin) if origin and origin.endswith(".py") else None
 
 
+def _spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of module ``name``, found without importing it or its parents:
+    ``importlib.util.find_spec`` imports a dotted name's parent, and ``from a.b import c``
+    names ``a.b.c``, which may be a function of ``a.b`` (``_imports``): looking it up would
+    import ``a.b``, however heavy, only to find no module there."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__spec__", None)
+    parent = name.rpartition(".")[0]
+    try:
+        if not parent:
+            return importlib.util.find_spec(name)  # a top-level name: nothing to import
+        owner = _spec(parent)
+        locations = owner.submodule_search_locations if owner is not None else None
+        if not locations:  # not a package: ``name`` is one of its attributes
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, list(locations))
+    except (ImportError, ValueError):
+        return None
+
+
 def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """(digest of the syntax tree, modules it imports, third-party top-level names), memoised
-    by the file's content."""
+    by the file's content, in the process and on disk (``_stored``)."""
     source = path.read_bytes()
     memo_key = (name, hashlib.sha256(source).hexdigest())
     trees = PROCESS[_TREES]
     if memo_key not in trees:
+        is_package = path.name == "__init__.py"
+        stored_key = f"{name}|{memo_key[1]}|{int(is_package)}"
+        stored: Any = PROCESS[_STORED].get(stored_key)
+        if _readable(stored):
+            digest, imported, third_party = stored
+            trees[memo_key] = (digest, tuple(imported), tuple(third_party))
+            return trees[memo_key]
         with _PARSING:
             tree = ast.parse(source, filename=str(path))
-        is_package = path.name == "__init__.py"
         imported = tuple(sorted(set(_imports(tree, name, is_package))))
         stdlib = sys.stdlib_module_names
         third_party = tuple(
@@ -157,7 +201,51 @@ def _tree(path: Path, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]
             )
         )
         trees[memo_key] = (storage.content_key(_dump(tree)), imported, third_party)
+        _store(stored_key, trees[memo_key])
     return trees[memo_key]
+
+
+def _stored_path() -> Path:
+    """The file of parsed trees kept on disk, one per parser: Python's version (its syntax
+    trees differ) and this module's code (what a tree is reduced to)."""
+    this = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    parser = storage.content_key(list(sys.version_info[:2]), this)
+    return storage.cache_dir("code") / f"trees-{parser}.json"
+
+
+def _read_stored() -> dict[str, Any]:
+    try:
+        found = storage.read_json(_stored_path())
+    except (OSError, ValueError):  # none yet, or a file that cannot be read: parse again
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _readable(entry: Any) -> bool:
+    return (
+        isinstance(entry, list)
+        and len(entry) == 3
+        and isinstance(entry[0], str)
+        and all(_names(part) for part in entry[1:])
+    )
+
+
+def _names(part: Any) -> bool:
+    return isinstance(part, list) and all(isinstance(m, str) for m in part)
+
+
+def _store(key: str, tree: tuple[str, tuple[str, ...], tuple[str, ...]]) -> None:
+    """Add a parsed tree to the file on disk (under its lock: xdist workers share it)."""
+    entry = [tree[0], list(tree[1]), list(tree[2])]
+    PROCESS[_STORED][key] = entry
+    path = _stored_path()
+    try:
+        with storage.locked(path):
+            known = _read_stored()
+            known[key] = entry
+            storage.atomic_write_json(path, known)
+    except OSError:  # a cache that cannot be written: the process's memo still has it
+        pass
 
 
 def _dump(tree: ast.AST) -> str:

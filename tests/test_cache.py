@@ -130,6 +130,57 @@ def test_code_version_changes_with_the_code_and_with_what_it_imports(package: Pa
     assert version(package) not in (first, second)
 
 
+def test_code_version_reads_what_a_module_imports_without_importing_it(package: Path) -> None:
+    """``from mypkg.heavy import fn`` inside a function names ``mypkg.heavy.fn``: looking for
+    that module must not import ``mypkg.heavy`` (a heavy import, or here a failing one), and
+    ``module_version`` versions a module that is not imported at all, as ``code_version``."""
+    (package / "heavy.py").write_text(
+        "raise RuntimeError('imported')\n\ndef fn(x):\n    return x\n"
+    )
+    (package / "main.py").write_text(
+        MAIN + "\n\ndef later(x):\n    from mypkg.heavy import fn\n\n    return fn(x)\n"
+    )
+    first = version(package)
+    assert "mypkg.heavy" not in sys.modules
+    assert versions.module_version("mypkg.main") == first
+    (package / "heavy.py").write_text(
+        "raise RuntimeError('imported')\n\ndef fn(x):\n    return -x\n"
+    )
+    assert version(package) != first and "mypkg.heavy" not in sys.modules
+    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
+        del sys.modules[name]
+    assert versions.module_version("mypkg.main") == version(package)
+    with pytest.raises(ValueError, match="no Python source for the module 'mypkg.absent'"):
+        versions.module_version("mypkg.absent")
+
+
+def test_parsed_code_is_kept_on_disk_and_a_rerun_parses_nothing(
+    package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ast
+
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "cache"))
+    for slot in (versions._TREES, versions._STORED):  # a new process
+        monkeypatch.setitem(cache.PROCESS._values, slot, slot.make())
+    first = version(package)
+    assert (tmp_path / "cache" / "code").is_dir()
+    monkeypatch.setitem(cache.PROCESS._values, versions._TREES, {})
+    monkeypatch.setitem(cache.PROCESS._values, versions._STORED, versions._read_stored())
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: pytest.fail("parsed again"))
+    assert version(package) == first  # every tree read from the disk
+    (package / "helper.py").write_text(HELPER.replace("2 * x", "3 * x"))
+    monkeypatch.setattr(ast, "parse", real)
+    assert version(package) != first  # a changed file is parsed, and kept too
+    # a file that cannot be read is parsed again
+    [stored] = (tmp_path / "cache" / "code").glob("trees-*.json")
+    stored.write_text("{not json")
+    monkeypatch.setitem(cache.PROCESS._values, versions._TREES, {})
+    monkeypatch.setitem(cache.PROCESS._values, versions._STORED, versions._read_stored())
+    (package / "helper.py").write_text(HELPER)
+    assert version(package) == first
+
+
 def test_code_version_leaves_out_type_checking_imports(package: Path) -> None:
     typed = MAIN.replace(
         "from mypkg import helper\n",

@@ -457,6 +457,42 @@ def test_another_model_recomputes_everything_that_reads_it(project, tmp_path):
     assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
 
 
+def test_a_rerun_served_from_the_cache_loads_no_model(project, tmp_path, monkeypatch):
+    import importlib
+
+    from pytest_prefalign.runtime.tiny import build_tiny_lm
+
+    # the module the runs will use: pytester drops what a run imported, and an attribute of
+    # the package may still name a module that an earlier run imported and dropped
+    models = importlib.import_module("pytest_prefalign.runtime.models")
+
+    folder = tmp_path / "model"  # a model known by its files (the tiny one hashes its weights)
+    lm = build_tiny_lm(0)
+    lm.model.save_pretrained(folder)
+    lm.tokenizer.save_pretrained(folder)
+    write_ini(project, f"tiny = {folder}")
+    first = run(project, GUIDED, out="first.json")
+    loads = []
+    real = models._load_source
+
+    def refused(*args: Any) -> Any:
+        loads.append(args)
+        raise AssertionError("a rerun served from the cache loaded a model")
+
+    monkeypatch.setattr(models, "_load_source", refused)
+    again = run(project, GUIDED, out="again.json")
+    assert loads == [] and misses(again) == set()
+    assert same_figures(again, first)
+    # the identity read from the files is the loaded model's, kernel and dtype included
+    assert again["models"] == first["models"]
+    for cold, warm in zip(first["results"], again["results"], strict=True):
+        assert warm["model"] == cold["model"] and warm["environment"] == cold["environment"]
+    # a change that needs the model loads it
+    monkeypatch.setattr(models, "_load_source", lambda *args: loads.append(args) or real(*args))
+    run(project, GUIDED, "--prefalign-seed", "7", out="seeded.json")
+    assert len(loads) == 1
+
+
 def test_bf16_weights_on_the_cpu_run_every_decoder_and_recompute_what_reads_the_model(project):
     first = run(project, GUIDED, out="first.json")
     write_ini(project, "tiny = tiny dtype=bfloat16")
@@ -493,6 +529,50 @@ def test_a_reward_method_that_reads_profiles_gets_them_and_is_keyed_by_them(proj
     second = run(project, methods, out="second.json")
     assert ("args[profile_overlap]", "rewards", "profile_overlap") in misses(second)
     assert ("args[global_bt]", "rewards", "global_bt") not in misses(second)
+
+
+def test_prefalign_dtype_bfloat16_is_refused_without_native_bf16_and_runs_with_it(
+    project, monkeypatch
+):
+    from pytest_prefalign.runtime import devices
+
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: False)  # this AVX2 CPU, whatever it is
+    refused = project.runpytest_inprocess("--prefalign", "toy", "--prefalign-dtype", "bfloat16")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [x for x in refused.stderr.lines if "bfloat16" in x]
+    assert "this CPU has no native bf16" in line
+    bad = project.runpytest_inprocess("--prefalign", "toy", "--prefalign-dtype", "float16")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "expected float32 or bfloat16" in bad.stderr.str()
+    first = run(project, GUIDED, "--prefalign-dtype", "float32", out="first.json")
+    # a CPU with avx512_bf16 or AMX (torch runs bf16 on this one too, emulated and slowly)
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: True)
+    second = run(project, GUIDED, "--prefalign-dtype", "bfloat16", out="second.json")
+    assert {r["environment"]["dtype"] for r in first["results"]} == {"float32"}
+    # the passes in bf16 run PyTorch's dense linears, never the fp32 packed kernel
+    assert {(r["environment"]["dtype"], r["environment"]["linear"]) for r in second["results"]} == {
+        ("bfloat16", "dense")
+    }
+    assert first["models"]["tiny"]["fingerprint"] != second["models"]["tiny"]["fingerprint"]
+    # every value that reads the model is computed again; the judge reads only its encoder
+    assert {u for u in uses(second) if u[1] != "judges"} == misses(second)
+    for row in second["results"]:
+        assert row["metrics"] and all(math.isfinite(v) for v in row["metrics"].values())
+    # the ini value does the same, and its rerun comes whole from the cache
+    project.makeini(
+        "[pytest]\nprefalign_models = tiny = tiny\nprefalign_sizes = tiny\n"
+        "prefalign_data = data\nprefalign_dtype = bfloat16\n"
+    )
+    result = project.runpytest_inprocess(
+        "--prefalign", "toy", "-p", "no:cacheprovider", "-p", "my_rm",
+        "--prefalign-methods", GUIDED, "--prefalign-json", "third.json",
+    )  # fmt: skip
+    assert result.ret == 0
+    third = json.loads((project.path / "third.json").read_text())
+    assert misses(third) == set() and same_figures(third, second)
+    # the leaderboard's heading names the dtype
+    (heading,) = [x for x in result.stdout.lines if x.startswith("toy · tiny · ")]
+    assert heading.endswith(" · bfloat16")
 
 
 def test_the_run_file_lists_each_tests_cached_values_with_their_inputs(project):

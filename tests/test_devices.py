@@ -134,3 +134,33 @@ def test_tiny_model_on_cuda_gives_the_cpu_tokens_and_logprobs():
         strict=True,
     ):
         np.testing.assert_allclose(a, b, atol=LOGPROB_TOLERANCE)
+
+
+def test_native_bf16_is_read_from_torchs_cpu_checks_or_the_arm_features(tmp_path, monkeypatch):
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, check, lambda: False, raising=False)
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")  # x86: torch's checks
+    monkeypatch.setattr(devices, "CPUINFO", str(info))
+    assert not devices.cpu_bf16()
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n")  # ARM's FEAT_BF16
+    assert devices.cpu_bf16()
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd svebf16\n")  # only a whole word
+    assert not devices.cpu_bf16()
+    monkeypatch.setattr(devices, "CPUINFO", str(tmp_path / "absent"))
+    assert not devices.cpu_bf16()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert devices.cpu_bf16()
+
+
+def test_bfloat16_is_refused_in_one_line_where_the_device_has_no_native_bf16(monkeypatch):
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: False)
+    refusal = devices.bf16_refusal("cpu")
+    assert refusal is not None and "\n" not in refusal
+    assert "no native bf16" in refusal and "use float32" in refusal
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: True)
+    assert devices.bf16_refusal("cpu") is None
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert "cuda:1 does not support bf16" in str(devices.bf16_refusal("cuda:1"))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert devices.bf16_refusal("cuda:1") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 from pytest_prefalign import storage
-from pytest_prefalign.runtime import convert, models
+from pytest_prefalign.runtime import convert, models, packed
 from pytest_prefalign.runtime.model_lines import parse_models
 from pytest_prefalign.runtime.models import (
     DEFAULT_MODELS,
@@ -308,6 +309,110 @@ def test_embedded_model_is_converted_once_into_a_folder_keyed_by_sha256(
         build_tiny_lm(0).response_logprobs(["Hi"], ["x"])[0],
         atol=1e-6,
     )
+
+
+def test_an_embedded_models_identity_is_the_loaded_models_read_from_its_files(
+    fake_smol: tuple[Path, FakeConverter],
+) -> None:
+    gguf, converter = fake_smol
+    key = convert.conversion_key(hashlib.sha256(gguf.read_bytes()).hexdigest())
+    known = models.identity(SMOL)  # not converted yet: its folder's name is known all the same
+    assert known is not None and converter.calls == []
+    assert (known.weights, known.uses, known.dtype, known.kernel) == (
+        key.digest,
+        (),
+        "float32",
+        packed.planned("float32", "cpu", 0, None),
+    )
+    lm = load_lm(SMOL)
+    assert (lm.fingerprint, lm.dtype, lm.linear_kernel) == (
+        known.fingerprint,
+        known.dtype,
+        known.kernel,
+    )
+    clear_loaded()
+    again = models.identity(SMOL)
+    assert again is not None and again.fingerprint == lm.fingerprint
+    assert [(u.key.digest, u.hit) for u in again.uses] == [(key.digest, True)]  # found converted
+    # in bf16 the weights are the same files; the passes, and so the fingerprint, are not, and
+    # the linears run dense: the packed kernel is float32's
+    half = dataclasses.replace(SMOL, dtype="bfloat16")
+    bf16 = models.identity(half)
+    assert bf16 is not None and (bf16.weights, bf16.dtype) == (key.digest, "bfloat16")
+    assert bf16.kernel == packed.DENSE and bf16.fingerprint != lm.fingerprint
+    loaded = load_lm(half)
+    assert loaded.fingerprint == bf16.fingerprint and loaded.model.dtype == torch.bfloat16
+    assert loaded.linear_kernel == packed.DENSE and packed.layers(loaded.model) == []
+
+
+def test_a_lazy_model_loads_on_first_use_beyond_its_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_prefalign.runtime.lazy import LazyLM, lazy_lm
+
+    folder = tmp_path / "tiny-model"
+    _save_tiny(folder, seed=0)
+    spec = ModelSpec("f", str(folder))
+    loads: list[ModelSpec] = []
+    real = models._load_source
+    monkeypatch.setattr(models, "_load_source", lambda s, *a: loads.append(s) or real(s, *a))
+    lazy = lazy_lm(spec)
+    assert isinstance(lazy, LazyLM)
+    # what the keys and the run file ask of a model: answered without loading it
+    named = (lazy.label, lazy.name, lazy.dtype, lazy.device.type, lazy.linear_kernel)
+    assert named == ("f", "tiny-model", "float32", "cpu", packed.planned("float32", "cpu", 0, None))
+    fingerprint, reading = lazy.fingerprint, lazy.meter.reading()
+    assert reading == {} and lazy.cache_uses == [] and not lazy.loaded and loads == []
+    # anything else loads it, once; its fingerprint is the identity's
+    assert lazy.render("Hi") == build_tiny_lm(0).render("Hi")
+    assert loads == [spec] and lazy.loaded and lazy.fingerprint == fingerprint
+    assert lazy.load().fingerprint == fingerprint and lazy.load() is load_lm(spec)
+    after = lazy.meter.since(reading, lazy.meter.reading())  # the passes since it loaded
+    lazy.response_logprobs(["Hi"], ["A title"])
+    assert after["forward_tokens"] == 0 and lazy.meter.reading()["forward_tokens"] > 0
+    assert lazy_lm(spec) is load_lm(spec) and len(loads) == 1  # loaded: the LM itself
+    # a model whose identity is not in its files loads at once
+    assert not isinstance(lazy_lm(ModelSpec("tiny", "tiny")), LazyLM)
+
+
+def test_a_lazy_model_imports_neither_the_loader_nor_transformers(tmp_path: Path) -> None:
+    """In a fresh process, as a rerun served from the cache runs: the identity and every key
+    computed from it, without the model's code or transformers imported."""
+    import subprocess
+
+    folder = tmp_path / "tiny-model"
+    _save_tiny(folder, seed=0)
+    script = f"""
+import sys
+from pytest_prefalign.runtime.lazy import lazy_lm
+from pytest_prefalign.runtime.sources import ModelSpec
+lm = lazy_lm(ModelSpec("f", {str(folder)!r}))
+print(lm.fingerprint, lm.dtype, lm.linear_kernel, lm.meter.reading())
+print(sorted(m for m in ("transformers", "pytest_prefalign.runtime.lm",
+                         "pytest_prefalign.runtime.models") if m in sys.modules))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
+    named, imported = done.stdout.splitlines()
+    loaded = load_lm(ModelSpec("f", str(folder)))
+    assert named == f"{loaded.fingerprint} float32 {loaded.linear_kernel} {{}}"
+    assert imported == "[]"
+
+
+def test_a_lazy_model_whose_loaded_fingerprint_differs_from_its_identity_fails(
+    tmp_path: Path,
+) -> None:
+    from pytest_prefalign.runtime.lazy import LazyLM
+
+    folder = tmp_path / "tiny-model"
+    _save_tiny(folder, seed=0)
+    spec = ModelSpec("f", str(folder))
+    known = models.identity(spec)
+    assert known is not None
+    wrong = LazyLM(spec, dataclasses.replace(known, kernel="elsewhere"))
+    with pytest.raises(RuntimeError, match="identity from its files"):
+        wrong.tokenizer  # noqa: B018  # an attribute read loads the model
 
 
 def test_a_changed_gguf_is_hashed_again(fake_smol: tuple[Path, FakeConverter]) -> None:

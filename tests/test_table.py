@@ -78,6 +78,15 @@ def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
     )
 
 
+def test_header_names_the_dtype_the_passes_ran_in() -> None:
+    rows = [result(None, "fp1"), result(None, "fp1")]
+    rows[0].environment = {"dtype": "bfloat16", "device": "cpu"}
+    rows[1].environment = {"dtype": "bfloat16", "device": "cpu"}
+    assert table.header("pref_lamp", "135m", rows)[0] == "pref_lamp · 135m · SmolLM2 · bfloat16"
+    rows[1].environment = {"dtype": "float32"}  # a merged run's rows that differ: both named
+    assert table.header("pref_lamp", "135m", rows)[0].endswith(" · bfloat16/float32")
+
+
 def test_a_win_rate_shows_its_ties_beside_it() -> None:
     """Win rates count strict wins, so the ties are printed beside them (``judge["counts"]``):
     5 wins, 2 ties and 5 losses of 12 items give 5/12 = 0.417."""

@@ -44,15 +44,19 @@ def by_suite(results: Sequence[CaseResult]) -> list[tuple[tuple[str, str], list[
 
 
 def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
-    """The table's heading: the suite, size and model; the data line (its source, counts,
-    what was dropped, the policy score's reduction, the pairs' design); and notes on the
-    design (``design_notes``)."""
+    """The table's heading: the suite, size, model and the dtype its passes ran in; the data
+    line (its source, counts, what was dropped, the policy score's reduction, the pairs'
+    design); and notes on the design (``design_notes``)."""
     model, data = rows[0].model, rows[0].data
     users = max(r.n_users for r in rows)
     items = max(r.n_items for r in rows)
     pairs = max(r.n_pairs for r in rows)
     design = pairs_design(data)
     first = f"{suite} · {size} · {model.get('name', '?')}"
+    # the dtype the passes ran in (--prefalign-dtype): figures in bf16 are not fp32's
+    dtypes = sorted({str(r.environment["dtype"]) for r in rows if "dtype" in r.environment})
+    if dtypes:
+        first += f" · {'/'.join(dtypes)}"
     second = f"  data: {data.get('source', '?')} · {users} users · {items} items · {pairs} pairs"
     if pairs and users:
         # a user's accuracy moves in steps of one over their pairs: how coarse a figure is

@@ -116,7 +116,15 @@ class Evaluator:
             _add(timings, state.pairs_cost)
         with _timed(timings, "model_s"):
             lm = prepare.load_model(self.context, case.size)
-        named = faults.of_group(self.group(case), case.suite, case.size, state.data, lm)
+        named = faults.of_group(
+            self.group(case),
+            case.suite,
+            case.size,
+            state.data,
+            lm,
+            disk=self.disk,
+            data_key=state.fingerprint["all"],
+        )
         plan = self.plan(case, state, lm)
         factory = self.registry.decoder(case.method.decoder).obj
         ctx = CaseContext(

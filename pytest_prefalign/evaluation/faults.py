@@ -10,11 +10,12 @@ suite's data source; its rule is ``context:prompt`` or ``context:response``.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pytest_prefalign import cache
+from pytest_prefalign import cache, versions
 from pytest_prefalign.api import describe_fault, fault
 from pytest_prefalign.errors import PrefalignWarning
 from pytest_prefalign.runtime.window import CHARS_PER_TOKEN
@@ -29,12 +30,22 @@ SLACK = 2  # tokens a tokenizer may add to a text beyond one per byte (a leading
 KEPT = cache.Slot("faults of the data with the model", dict[str, list[dict[str, Any]]])
 
 
-def of_group(group: cache.Scope, suite: str, size: str, data: SuiteData, lm: LM) -> list[Any]:
-    """The faults of the (suite, size): the data's own and the texts the model reads cut;
-    the first time it is asked, one warning names them."""
+def of_group(
+    group: cache.Scope,
+    suite: str,
+    size: str,
+    data: SuiteData,
+    lm: LM,
+    *,
+    disk: cache.Disk,
+    data_key: str,
+) -> list[Any]:
+    """The faults of the (suite, size): the data's own and the texts the model reads cut
+    (``cached_oversize``, from the disk cache where they were counted before); the first time
+    it is asked, one warning names them."""
     kept = group[KEPT]
     if "faults" not in kept:
-        cut = oversize(data, lm)
+        cut = cached_oversize(disk, data, data_key, lm)
         found = [*data.faults, *cut]
         total = int(data.provenance.get("faults_total", len(data.faults))) + len(cut)
         kept["faults"] = found
@@ -56,6 +67,29 @@ def message(suite: str, size: str, faults: list[dict[str, Any]], total: int) -> 
     if total > SHOWN:
         lines.append(f"  ... and {total - SHOWN} more")
     return "\n".join(lines)
+
+
+def cached_oversize(
+    disk: cache.Disk, data: SuiteData, data_key: str, lm: LM
+) -> list[dict[str, Any]]:
+    """``oversize``, kept on disk under the model's fingerprint, its label, the data (its
+    source and ``data_key``, the fingerprint of its records) and this code: counting needs the
+    tokenizer, which a rerun served from the cache does not load. Not in the test's ledger of
+    cached values: the faults are the data's description, written whole in each result."""
+    key = cache.make_key(
+        "faults",
+        model=lm.fingerprint,
+        label=lm.label,
+        source=data.source,
+        data=data_key,
+        code=versions.code_version(sys.modules[__name__]),
+    )
+    with cache.recording():  # kept out of the test's ledger
+        return disk.json(key, lambda: oversize(data, lm), valid=_valid_faults)
+
+
+def _valid_faults(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(f, dict) for f in value)
 
 
 def oversize(data: SuiteData, lm: LM) -> list[dict[str, Any]]:

@@ -157,7 +157,7 @@ def environment(lm: LM) -> dict[str, Any]:
         **versions_of,
         "python": platform.python_version(),
         "device": lm.device.type,
-        "dtype": str(next(lm.model.parameters()).dtype).removeprefix("torch."),
+        "dtype": lm.dtype,
         "linear": getattr(lm, "linear_kernel", "dense"),
     }
 
@@ -194,12 +194,13 @@ def roots(run: RunContext, state: SuiteState) -> dict[str, Path]:
 
 
 def load_model(run: RunContext, label: str) -> LM:
-    """The LM of a size label (or the suites' reference generator); an optional model that is
-    not installed skips the test, any other missing model fails it with where it looked."""
-    from pytest_prefalign.runtime.models import ModelUnavailable
+    """The LM of a size label (or the suites' reference generator), loaded when first used
+    beyond its identity (``runtime/lazy.py``); an optional model that is not installed skips
+    the test, any other missing model fails it with where it looked."""
+    from pytest_prefalign.runtime.identity import ModelUnavailable
 
     try:
-        return run.models.reference() if label == "reference" else run.models.get(label)
+        return run.models.reference() if label == "reference" else run.models.lazy(label)
     except ModelUnavailable as exc:
         if exc.skip:
             pytest.skip(f"model {label}: {exc}")

@@ -91,6 +91,15 @@ def guidance_kind(text: str) -> str:
     return text
 
 
+def dtype_kind(text: str) -> str:
+    """``--prefalign-dtype``: one of the weights' dtypes a model line may name."""
+    from pytest_prefalign.runtime.model_lines import DTYPES
+
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {' or '.join(DTYPES)}")
+    return text
+
+
 GROUP = "prefalign"
 
 
@@ -142,10 +151,20 @@ def add_run_options(parser: pytest.Parser) -> None:
         metavar="N",
         help=f"number of users per suite (default: {DEFAULT_LIMIT}; ini: prefalign_limit).",
     )
+    group.addoption(
+        "--prefalign-dtype",
+        type=dtype_kind,
+        metavar="float32|bfloat16",
+        help="the dtype the language models' passes run in, over a model line's dtype= "
+        "(default: fp32 on the CPU, bf16 on CUDA; ini: prefalign_dtype). bfloat16 is refused "
+        "on a CPU without native bf16 (avx512_bf16 or AMX); reward heads, standardisation and "
+        "every statistic stay fp32.",
+    )
     parser.addini("prefalign_methods", "methods to run (comma-separated)")
     parser.addini("prefalign_sizes", "model size labels to run (comma-separated)")
     parser.addini("prefalign_limit", "number of users per suite")
     parser.addini("prefalign_models", "size label = model source, one per line", type="linelist")
+    parser.addini("prefalign_dtype", "the language models' dtype: float32 or bfloat16")
 
 
 def add_floor_options(parser: pytest.Parser) -> None:
@@ -276,6 +295,7 @@ class Settings:
     strict_plugins: bool  # a plugin that fails to load is a usage error
     shard: Shard | None = None  # --prefalign-shard K/N
     memory: float | None = None  # GB the whole run may use (None: what the machine has)
+    dtype: str | None = None  # the models' passes: float32, bfloat16 (None: the device's)
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -323,6 +343,7 @@ def settings(config: pytest.Config) -> Settings:
         ),
         shard=config.getoption("prefalign_shard"),
         memory=pick("prefalign_memory", "prefalign_memory", memory_gb, None),
+        dtype=pick("prefalign_dtype", "prefalign_dtype", dtype_kind, None),
     )
 
 

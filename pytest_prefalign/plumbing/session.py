@@ -80,8 +80,9 @@ class PrefalignSession:
             paths.check_output_folder("--prefalign-report", self.report_dir)
         if self.data_dir is not None:
             paths.check_data_dir(self.data_dir)
-        self.models = ModelPool.from_lines(self.settings.models)
+        self.models = ModelPool.from_lines(self.settings.models, self.settings.dtype)
         self.models.check(self.settings.sizes)
+        self.models.check_dtype()
         # values kept between runs, by content; --prefalign-no-cache: neither read nor written
         self.disk = cache.Disk(storage.cache_root(), enabled=self.settings.use_cache)
         # what interrupted writes of earlier runs left (a killed conversion, say)

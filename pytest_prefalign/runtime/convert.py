@@ -60,10 +60,17 @@ def load_converted(
     return value
 
 
+def converted_folder(digest: str) -> tuple[Path, bool]:
+    """The folder the conversion of the GGUF file of sha256 ``digest`` is kept in (its name is
+    the converted model's weights fingerprint), and whether a finished conversion is there."""
+    target = storage.cache_dir("models") / conversion_key(digest).digest
+    return target, (target / "config.json").is_file()
+
+
 def _converted(digest: str, gguf: Callable[[], Path], source: str) -> tuple[Path, bool]:
-    root = storage.cache_dir("models")
-    target = root / conversion_key(digest).digest
-    if (target / "config.json").is_file():
+    target, found = converted_folder(digest)
+    root = target.parent
+    if found:
         return target, True
     with storage.locked(target):
         if (target / "config.json").is_file():  # another worker converted it meanwhile

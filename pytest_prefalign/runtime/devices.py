@@ -1,5 +1,6 @@
 """Where models run: the device of this process (one GPU per pytest-xdist worker), the dtype of a
-device, and batches that halve when the GPU runs out of memory.
+device and whether it runs bf16 natively, and batches that halve when the GPU runs out of
+memory.
 
 A run with G GPUs under ``pytest -n auto`` starts G workers (``plugin.py`` answers xdist's
 ``pytest_xdist_auto_num_workers``) and worker ``gwN`` loads its models on ``cuda:{N mod G}``.
@@ -49,6 +50,48 @@ def dtype_for(device: str | torch.device) -> torch.dtype:
     if torch.device(device).type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
+
+
+CPUINFO = "/proc/cpuinfo"
+
+
+def cpu_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively: x86 with ``avx512_bf16`` or AMX (as torch's
+    own CPU checks report), or ARM with the ``bf16`` feature (``/proc/cpuinfo``). Without it
+    PyTorch emulates bf16 in fp32 arithmetic, which is slower than fp32 itself."""
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        found = getattr(torch.cpu, check, None)
+        if found is not None and found():
+            return True
+    try:
+        with open(CPUINFO, encoding="utf-8") as info:
+            return any(
+                line.startswith("Features") and "bf16" in line.split(":", 1)[1].split()
+                for line in info
+            )
+    except OSError:
+        return False
+
+
+def native_bf16(device: str | torch.device) -> bool:
+    """Whether ``device`` runs bf16 natively: a CUDA GPU that supports it, or ``cpu_bf16``."""
+    if torch.device(device).type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return cpu_bf16()
+
+
+def bf16_refusal(device: str | None = None) -> str | None:
+    """Why ``--prefalign-dtype bfloat16`` is refused on ``device`` (this process's default),
+    or None where it runs natively."""
+    device = device or default_device()
+    if native_bf16(device):
+        return None
+    if torch.device(device).type == "cuda":
+        return f"--prefalign-dtype bfloat16: {device} does not support bf16; use float32"
+    return (
+        "--prefalign-dtype bfloat16: this CPU has no native bf16 (no avx512_bf16 or AMX), "
+        "where PyTorch emulates it more slowly than float32; use float32"
+    )
 
 
 # -------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from pytest_prefalign.runtime.batching import by_length, check_positive, read_ba
 from pytest_prefalign.runtime.chat import Prompt
 from pytest_prefalign.runtime.decoding import KV, Plain, check_top_p, decode, generator, spread
 from pytest_prefalign.runtime.devices import halving
+from pytest_prefalign.runtime.identity import lm_fingerprint
 from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.prefill import (
     Prefill,
@@ -44,7 +45,6 @@ from pytest_prefalign.runtime.window import (
     rows_for,
 )
 from pytest_prefalign.storage import content_key
-from pytest_prefalign.versions import code_version
 
 T = TypeVar("T")
 PROMPTS_KEPT = 2048  # prompts whose token ids an LM keeps (``LM.prompt_ids``), the oldest out
@@ -69,6 +69,7 @@ class LM:
         source: str,
         fingerprint: str,
         device: str | torch.device | None = None,
+        kernel: str | None = None,
     ) -> None:
         self.label, self.name, self.source = label, name, source
         self.tokenizer = tokenizer
@@ -80,24 +81,26 @@ class LM:
             self.model = model.to(self.device).eval()
         self.batch_cap: int | None = None  # the batch size that fit after an out-of-memory
         # the kernel the linear layers run: oneDNN on packed weights for float32 on the CPU
-        # where it is available and fits (runtime/packed.py), else PyTorch's dense linear
+        # where it is available and fits (runtime/packed.py), else PyTorch's dense linear;
+        # ``kernel``, where given, is the one planned before loading (``packed.planned``), which
+        # the keys computed before loading name (``identity.py``)
         self.linear_kernel = packed.DENSE
         if self.device.type == "cpu":
             use_grouped_sdpa(self.model)
-            self.linear_kernel = packed.pack(self.model, memory.pack_share())
+            if kernel is None:
+                self.linear_kernel = packed.pack(self.model, memory.pack_share())
+            elif kernel == packed.ONEDNN:
+                self.linear_kernel = packed.pack(self.model)
+        # the dtype the passes run in, by name (``float32``, ``bfloat16``)
+        self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         # positions run, their FLOPs (body, attention, output head), seconds inside
         self.meter = ForwardMeter(self.model.base_model, self.model.get_output_embeddings())
         # ``fingerprint`` names the weights and tokenizer; what the model computes also depends
         # on the dtype, the device and this code with the libraries it runs on, and every cached
         # value computed with the model is keyed by all of it
         self.weights_fingerprint = fingerprint
-        self.fingerprint = content_key(
-            "lm",
-            fingerprint,
-            str(next(self.model.parameters()).dtype),
-            self.device.type,
-            self.linear_kernel,
-            code_version(LM),
+        self.fingerprint = lm_fingerprint(
+            fingerprint, self.dtype, self.device.type, self.linear_kernel
         )
         self.cache_uses: list[Any] = []  # cached values its loading used (a converted model)
         self.eos_id = end_of_turn_id(tokenizer)

