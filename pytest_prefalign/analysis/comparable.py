@@ -12,15 +12,21 @@ one of the ``KINDS`` may be allowed when it is intended (a torch upgrade whose e
 should measure, say); it is then stated, never silent. Other method options (a decoder's ``k``,
 a reward method's configuration) are what a change under the gate may well be: they are
 compared, and stated.
+
+The runs that ``prefalign merge`` joins (a run's shards) and ``prefalign pool`` pools (a
+design's folds) are checked here too, by the same ``case_differences`` (``check_like_for_like``),
+with the configuration, code and parts they must share, and their outcomes are joined here
+(``joined_outcomes``): one place says what "like for like" is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from pytest_prefalign.runs.records import CaseResult, Key
+from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 # what may be allowed: other data under the same ids, another model, another environment, and
 # baseline tests missing from the current run
@@ -30,6 +36,11 @@ STATED = "options"  # a difference of this kind is stated, never refused
 NOT_OPTIONS = ("batch_size",)
 # the environment entries that must match (the run file records python too, for information)
 ENVIRONMENT = ("pytest-prefalign", "torch", "transformers", "device", "dtype")
+# the configuration every shard of a run and every fold of a design must share (``args``, and a
+# shard's ``shard``, are each run's own)
+SHARED_CONFIG = ("methods", "sizes", "limit", "reduce", "seed", "options")
+# what became of a test, in a run file's ``outcomes``
+OUTCOMES = ("passed", "failed", "error", "skipped", "deselected", "not_run")
 RESAVE = (
     "run files before version 2 do not record it: save the baseline again with this version "
     "(--prefalign-save)"
@@ -338,3 +349,133 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any], names: Iterable[str
 
 def _examples(ids: Sequence[str]) -> str:
     return f" (e.g. {', '.join(map(repr, ids[:3]))})" if ids else ""
+
+
+# --------------------------------------------------------------------------------------------
+# Runs joined into one: a run's shards (``prefalign merge``), a design's folds (``prefalign pool``)
+# --------------------------------------------------------------------------------------------
+
+Runs = Sequence[tuple[Path, RunFile]]  # (where each was read, the run)
+
+
+def check_parts(
+    parts: Sequence[tuple[Path, int, int]],
+    *,
+    first: int,
+    noun: str,
+    label: Callable[[int, int], str],
+    split: str,
+    error: type[Exception],
+) -> None:
+    """The run files of the parts of a whole (``(path, index, count)``: the shards of a run,
+    the folds of a design): one count, each part once, none missing (indices ``first`` to
+    ``first + count - 1``); else ``error``, naming the files and the parts by ``label``."""
+    counts = {count for _, _, count in parts}
+    if len(counts) > 1:
+        raise error(f"{split}: " + ", ".join(f"{p} is {label(k, n)}" for p, k, n in parts))
+    given: dict[int, Path] = {}
+    for path, index, count in parts:
+        if index in given:
+            raise error(f"{path}: {label(index, count)} is given twice (also {given[index]})")
+        given[index] = path
+    (count,) = counts
+    missing = [label(k, count) for k in range(first, first + count) if k not in given]
+    if missing:
+        raise error(f"{', '.join(missing)} missing: give the run files of all {count} {noun}")
+
+
+def check_config(runs: Runs, names: Sequence[str], what: str, error: type[Exception]) -> None:
+    """The runs (``what``: "shards", "folds") share the configuration ``names`` and the
+    commit; else ``error`` naming the first difference and both files."""
+    (path0, run0), rest = runs[0], runs[1:]
+    for path, run in rest:
+        for name in names:
+            if run.config.get(name) != run0.config.get(name):
+                raise error(
+                    f"the {what} were run with other options: {name} is "
+                    f"{run0.config.get(name)!r} in {path0} but {run.config.get(name)!r} in {path}"
+                )
+        if run.commit != run0.commit:
+            raise error(
+                f"the {what} ran other code: commit {run0.commit} in {path0}, "
+                f"{run.commit} in {path}"
+            )
+
+
+def check_code(runs: Runs, what: str, error: type[Exception]) -> None:
+    """The same code in every run (``what``: the shards of a run, the folds of a design), by
+    the code versions each result was keyed by (the evaluation's, each suite's, each
+    decoder's): one commit with an edit between two of them would otherwise join."""
+    seen: dict[tuple[str, str], tuple[str, Path]] = {}
+    for path, run in runs:
+        for result in run.results:
+            inputs = next(
+                (u.get("inputs") or {} for u in result.cache if u.get("artifact") == "results"),
+                {},
+            )
+            parts = (("evaluation", ""), ("suite", result.suite), ("decoder", result.decoder))
+            for part, name in parts:
+                value = inputs.get(part)
+                if value is None:
+                    continue
+                first = seen.setdefault((part, name), (str(value), path))
+                if first[0] != str(value):
+                    component = f"{part} {name}".strip()
+                    raise error(
+                        f"the {what} ran other code: the {component} code is {first[0]} in "
+                        f"{first[1]} but {value} in {path}"
+                    )
+
+
+def check_like_for_like(
+    runs: Runs,
+    relevant: Callable[[CaseResult, CaseResult], Collection[str]],
+    refused: str,
+    error: type[Exception],
+) -> None:
+    """Every two results of different runs differ in no kind of ``case_differences`` that
+    ``relevant(one, other)`` names (a difference a side cannot verify passes); else ``error``,
+    "A and B are not {refused}: what differs (which tests)"."""
+    seen: list[tuple[Path, CaseResult]] = []
+    for path, run in runs:
+        for result in run.results:
+            for other_path, other in seen:
+                if other_path == path:
+                    continue
+                kinds = relevant(other, result)
+                for difference in case_differences(other, result):
+                    if difference.kind in kinds and not difference.unverified:
+                        raise error(
+                            f"{path} and {other_path} are not {refused}: "
+                            f"{difference.text} ({key_text(other.key)} against "
+                            f"{key_text(result.key)})"
+                        )
+            seen.append((path, result))
+
+
+def joined_outcomes(runs: Runs, *, every: bool) -> dict[str, Any]:
+    """The runs' outcomes together, as one run's. Shards (``every`` false) each ran their own
+    tests: the selected are summed, each outcome's tests joined. Folds (``every`` true) each
+    ran every test: the selected are one fold's, and a test passed where it passed in every
+    fold (another outcome in any fold is that outcome)."""
+    out: dict[str, Any] = {"selected": 0, "interrupted": None, "incomplete": []}
+    tests: dict[str, list[str]] = {name: [] for name in OUTCOMES}
+    without: list[str] = []
+    for path, run in runs:
+        parts = run.outcomes
+        selected = int(parts.get("selected") or 0)
+        out["selected"] = max(out["selected"], selected) if every else out["selected"] + selected
+        for name in OUTCOMES:
+            tests[name] += parts.get(name) or []
+        without += parts.get("without_result") or []
+        out["interrupted"] = out["interrupted"] or parts.get("interrupted")
+        out["incomplete"] += [f"{path}: {reason}" for reason in parts.get("incomplete") or []]
+    if every:
+        failed = set().union(*(tests[name] for name in OUTCOMES if name != "passed"))
+        tests["passed"] = [test for test in tests["passed"] if test not in failed]
+        tests = {name: list(set(found)) for name, found in tests.items()}
+        without = list(set(without))
+    for name in OUTCOMES:
+        out[name] = sorted(tests[name])
+    out["without_result"] = sorted(without) if every else without
+    return out

@@ -29,12 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_prefalign.analysis import catalogue, comparable, crisis, merge
+from pytest_prefalign.analysis import catalogue, comparable, crisis
 from pytest_prefalign.analysis.figures import figures
-from pytest_prefalign.analysis.merge import SHARED_CONFIG, result_order
+from pytest_prefalign.analysis.merge import result_order
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
-
-OUTCOMES = ("passed", "failed", "error", "skipped", "deselected", "not_run")
 
 
 class PoolError(ValueError):
@@ -47,12 +45,10 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
     if not runs:
         raise PoolError("give the run files of the folds")
     folds = _check_folds(runs)
-    _check_config(runs)
-    try:
-        merge.check_code(runs, "folds")
-    except merge.MergeError as exc:
-        raise PoolError(str(exc)) from None
-    _check_like_for_like(runs)
+    comparable.check_config(runs, (*comparable.SHARED_CONFIG, "shard"), "folds", PoolError)
+    comparable.check_code(runs, "folds", PoolError)
+    comparable.check_like_for_like(runs, _same_design, "folds of one design", PoolError)
+    _check_suite_options(runs)
     by_key: dict[Key, list[tuple[int, CaseResult]]] = defaultdict(list)
     for (_, run), fold in zip(runs, folds, strict=True):
         for result in run.results:
@@ -86,7 +82,7 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
         crisis=found,
         version=first.version,
         complete=all(run.complete for _, run in runs),
-        outcomes=_outcomes(runs),
+        outcomes=comparable.joined_outcomes(runs, every=True),
     )
     return run_file, sorted(set(dropped))
 
@@ -250,7 +246,7 @@ def _check_folds(runs: Sequence[tuple[Path, RunFile]]) -> list[int]:
             raise PoolError(f"{path}: results of several folds ({_folds_text(seen)})")
         ((fold, count),) = seen
         folds.append((path, fold, count))
-    merge.check_parts(
+    comparable.check_parts(
         folds,
         first=0,
         noun="folds",
@@ -263,21 +259,6 @@ def _check_folds(runs: Sequence[tuple[Path, RunFile]]) -> list[int]:
 
 def _folds_text(seen: set[tuple[int, int]]) -> str:
     return ", ".join(f"fold {k} of {n}" for k, n in sorted(seen))
-
-
-def _check_config(runs: Sequence[tuple[Path, RunFile]]) -> None:
-    (path0, run0), rest = runs[0], runs[1:]
-    for path, run in rest:
-        for name in (*SHARED_CONFIG, "shard"):
-            if run.config.get(name) != run0.config.get(name):
-                raise PoolError(
-                    f"the folds were run with other options: {name} is "
-                    f"{run0.config.get(name)!r} in {path0} but {run.config.get(name)!r} in {path}"
-                )
-        if run.commit != run0.commit:
-            raise PoolError(
-                f"the folds ran other code: commit {run0.commit} in {path0}, {run.commit} in {path}"
-            )
 
 
 def _check_same_tests(folds: list[int], by_key: dict[Key, list[tuple[int, CaseResult]]]) -> None:
@@ -323,27 +304,11 @@ def judge_identity(description: str | None) -> str | None:
     return re.sub(r"\s*\(\d+ pairs, \d+ users\)$", "", description)
 
 
-def _check_like_for_like(runs: Sequence[tuple[Path, RunFile]]) -> None:
-    """One model per size and one environment: the data differ between folds by design, so
-    only their suite's options are compared (apart from ``fold``)."""
-    seen: list[tuple[Path, CaseResult]] = []
-    for path, run in runs:
-        for result in run.results:
-            for other_path, other in seen:
-                if other_path == path:
-                    continue
-                relevant = (
-                    {"environment", "model"} if other.size == result.size else {"environment"}
-                )
-                for difference in comparable.case_differences(other, result):
-                    if difference.kind in relevant and not difference.unverified:
-                        raise PoolError(
-                            f"{path} and {other_path} are not folds of one design: "
-                            f"{difference.text} ({comparable.key_text(other.key)} against "
-                            f"{comparable.key_text(result.key)})"
-                        )
-            seen.append((path, result))
-    _check_suite_options(runs)
+def _same_design(one: CaseResult, other: CaseResult) -> set[str]:
+    """What two folds' results must share: one environment, and one model per size; the data
+    differ between folds by design, so only their suite's options are compared (apart from
+    ``fold``: ``_check_suite_options``)."""
+    return {"environment", "model"} if one.size == other.size else {"environment"}
 
 
 def _check_suite_options(runs: Sequence[tuple[Path, RunFile]]) -> None:
@@ -363,22 +328,3 @@ def _check_suite_options(runs: Sequence[tuple[Path, RunFile]]) -> None:
                     f"the folds' {result.suite} was run with other options: {name} is "
                     f"{options0.get(name)!r} in {path0} but {options.get(name)!r} in {path}"
                 )
-
-
-def _outcomes(runs: Sequence[tuple[Path, RunFile]]) -> dict[str, Any]:
-    """The folds' outcomes together: a test passed where it passed in every fold."""
-    out: dict[str, Any] = {"selected": 0, "interrupted": None, "incomplete": []}
-    tests: dict[str, set[str]] = {name: set() for name in OUTCOMES}
-    for path, run in runs:
-        parts = run.outcomes
-        out["selected"] = max(out["selected"], int(parts.get("selected") or 0))
-        for name in OUTCOMES:
-            tests[name] |= set(parts.get(name) or [])
-        out["without_result"] = sorted(
-            {*out.get("without_result", []), *(parts.get("without_result") or [])}
-        )
-        out["interrupted"] = out["interrupted"] or parts.get("interrupted")
-        out["incomplete"] += [f"{path}: {reason}" for reason in parts.get("incomplete") or []]
-    tests["passed"] -= set().union(*(tests[n] for n in OUTCOMES if n != "passed"))
-    out.update({name: sorted(found) for name, found in tests.items()})
-    return out

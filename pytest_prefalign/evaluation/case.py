@@ -47,7 +47,7 @@ class Evaluator:
 
     def __init__(self, context: RunContext) -> None:
         self.context = context
-        self.registry, self.settings = context.registry, context.settings
+        self.registry = context.registry
         self.disk, self.method_options = context.disk, context.method_options
         self.memory = cache.Scope("run")  # the suites; each (suite, size) has a scope of its own
         self.groups: dict[tuple[Any, ...], cache.Scope] = {}
@@ -125,8 +125,8 @@ class Evaluator:
             data=state.data,
             reward=None,  # fitted only if the case's results are not in the cache
             options=self.method_options.decoder_options(case.method.decoder, factory),
-            seed=self.settings.seed,
-            reduce=self.settings.reduce,
+            seed=self.context.seed,
+            reduce=self.context.reduce,
             shared=self.group(case),
         )
         before = lm.meter.reading()
