@@ -78,7 +78,7 @@ def verdict_row(e: DegenerateEntry) -> list[Any]:
         f"{e.fluency_gap:+.2f}",
         f"{e.not_answer_gap:+.2f}",
         e.n_users,
-        num(e.p),
+        num(e.p_value),
         num(e.p_holm),
         "DEGENERATE" if e.flagged else "",
     ]

@@ -224,8 +224,8 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
     # resample under equal means gives 0, p = 1 / 2001): ranked first, it leaves the
     # inversion two thirds of the weight, so its adjusted p is (2/3) / (1/3) times its own
     (regret_look,) = [e for e in found.regret if e.y == "policy_acc"]
-    assert regret_look.p_value == pytest.approx(1 / 2001) and regret_look.significant
-    assert stated.p_holm == pytest.approx(2 * 2 / 1024) and stated.significant
+    assert regret_look.p_value == pytest.approx(1 / 2001) and regret_look.fires
+    assert stated.p_holm == pytest.approx(2 * 2 / 1024) and stated.fires
     # the same means, but users split: b's policy lead is 0.2 for half the users, -0.2 for the
     # other half plus a little: the sign-flip test of that difference finds nothing
     mixed = {u: (0.4 if i % 2 else 0.8) for i, u in enumerate(USERS)}
@@ -236,7 +236,7 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
     )
     _, found = crisis.analyse([a2, c])
     (unclear,) = found.inversions
-    assert unclear.p_y > 0.5 and not unclear.significant
+    assert unclear.p_y > 0.5 and not unclear.fires
     text = "\n".join(summary.inversion_lines([unclear]))
     assert "No significant ranking inversion: 1 pair(s)" in text
 
@@ -261,7 +261,7 @@ def test_circular_flag_needs_both_tests() -> None:
     # two kinds made looks: this one, and the spread's (base and the method on ROUGE-1, whose
     # effect sizes are not reached: a look that could not fire); half of alpha each
     assert found.family.by_kind == {"circular": 1, "spread": 2}
-    assert entry.flag and entry.p_holm == pytest.approx(2 * 2 / 1024)
+    assert entry.fires and entry.p_holm == pytest.approx(2 * 2 / 1024)
     assert entry.rouge1_vs_base_ci[1] < 0 and entry.gap == pytest.approx(0.6)
     # every user's gap is 0.6: so is every resample's (no item records: users weigh 1 each)
     assert entry.gap_ci == pytest.approx([0.6, 0.6])
@@ -276,7 +276,7 @@ def test_circular_flag_needs_both_tests() -> None:
     guided.metrics["win_self"] = 0.62
     _, found = crisis.analyse([base, guided])
     (weak,) = found.circular
-    assert weak.p_win > 0.05 and not weak.flag
+    assert weak.p_win > 0.05 and not weak.fires
     assert "!" not in "\n".join(summary.circular_lines([weak]))
 
 
@@ -284,7 +284,7 @@ def test_missing_independent_judge_shows_its_reason() -> None:
     r = row("args[lore]", win_self=0.8)
     r.judge = {"n": 10, "reason": "the encoder package is missing"}
     (entry,) = circular.entries([r])
-    assert entry.win_independent is None and not entry.flag
+    assert entry.win_independent is None and not entry.fires
     assert (
         "  no independent judge for args[lore]: the encoder package is missing"
         in summary.circular_lines([entry])
@@ -421,7 +421,7 @@ def test_no_regret_when_the_pick_is_the_best() -> None:
     entry = next(e for e in regret.entries(crisis.reward_groups(rows)) if e.y == "policy_acc")
     assert entry.regret == 0.0 and not entry.holds
     _, found = crisis.analyse(rows)
-    assert not any(e.significant for e in found.regret)
+    assert not any(e.fires for e in found.regret)
 
 
 def test_icl_against_the_best_reward_guided_row() -> None:

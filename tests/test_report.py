@@ -289,7 +289,7 @@ def test_report_main_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixtu
         (None, "no such file"),
         ("{not json", "not a readable JSON file"),
         ('{"version": 1, "results": [{"suite": "s", "size": "m"}]}', "results[0]: field 'method'"),
-        ('{"results": []}', "not a run file of version 1 or 2"),
+        ('{"results": []}', "not a run file of version 1, 2, 3"),
         ("[1, 2]", "expected a JSON object"),
     ],
 )

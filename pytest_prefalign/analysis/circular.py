@@ -84,7 +84,6 @@ def entries(results: Iterable[CaseResult]) -> list[CircularEntry]:
                 rouge1_vs_base=diff,
                 rouge1_vs_base_ci=diff_ci,
                 **test,
-                flag=False,
             )
         )
     return entries

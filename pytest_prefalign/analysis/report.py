@@ -318,7 +318,7 @@ def _icl_section(entries: Sequence[IclEntry]) -> str:
 
 
 def _inversion_section(entries: Sequence[InversionEntry]) -> str:
-    significant = [e for e in entries if e.significant]
+    significant = [e for e in entries if e.fires]
     note = (
         f'<p class="note">{len(entries) - len(significant)} more pair(s) ordered one way '
         "by RM accuracy and the other by the second figure, not significantly.</p>"

@@ -139,12 +139,12 @@ def tau_table(
                 e.decoder,
                 f"{e.x} ~ {e.y}",
                 e.n_methods,
-                "-" if "n_users" in e.absent else e.n_users,
+                "-" if e.n_users is None else e.n_users,
                 _marked(_num(e.tau, "+.3f"), shown),
                 _marked(_num(e.p_value), shown),
                 _num(e.p_holm if shown else None),
                 _marked(_ci(e.ci), shown),
-                e.verdict or str(e.extra.get("warning") or ""),  # "warning": an older file's
+                e.verdict,
             ]
         )
     headers = [
@@ -191,7 +191,7 @@ def regret_table(
             _ci(e.ci, "+.3f"),
             _num(e.p_value, ".3g"),
             _num(e.p_holm, ".3g"),
-            "regret" if e.significant else "no evidence of regret",
+            "regret" if e.fires else "no evidence of regret",
         ]
         for e in entries
     ]
@@ -211,7 +211,7 @@ def regret_table(
 
 
 def inversion_lines(entries: Sequence[InversionEntry], width: int | None = None) -> list[str]:
-    significant = [e for e in entries if e.significant]
+    significant = [e for e in entries if e.fires]
     if not significant:
         if not entries:
             return [
@@ -356,7 +356,7 @@ def circular_lines(entries: Sequence[CircularEntry], width: int | None = None) -
     ]
     lines += circular_table(entries, width=width).splitlines()
     for e in entries:
-        if e.flag and e.rouge1_vs_base is not None:
+        if e.fires and e.rouge1_vs_base is not None:
             lines.append(
                 f"! {e.method} ({_where(e)}): wins {e.win_self:.0%} over base "
                 f"under its own RM (interval {_ci(e.win_self_ci, '.2f')}) but its "
@@ -380,7 +380,7 @@ def circular_table(
             _num(e.gap, "+.3f"),
             e.n if e.n else "-",
             _num(e.p_holm, ".3g"),
-            "!" if e.flag else "",
+            "!" if e.fires else "",
             e.judge_independent or "-",
         ]
         for e in entries

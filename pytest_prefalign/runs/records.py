@@ -18,13 +18,19 @@ that needs one says so (analysis/comparable.py).
 A result's ``data["faults"]`` names every record of the data dropped or altered for a fault
 (``api.fault``: file, line, id, field, reason, rule). Added within version 2: a file without it
 reads as one whose data had no fault named; where present it is checked.
+
+Version 3 states each analysis entry's verdict once (``fires``; no ``significant`` beside it, no
+circular ``flag``, no degenerate ``p`` beside ``p_value``, no tau ``warning`` beside
+``verdict``) and writes every key. The writer writes version 3; the reader upgrades an older
+file on read (``upgrade``, the one place that knows the older forms), so that everything past
+it sees the current records only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +39,8 @@ from pytest_prefalign import storage
 from pytest_prefalign.runs import entries
 from pytest_prefalign.runs.entries import Crisis, TauEntry
 
-VERSION = 2
-READABLE = (1, 2)  # the versions ``read`` accepts
+VERSION = 3
+READABLE = (1, 2, 3)  # the versions ``read`` accepts: the older ones upgraded
 Key = tuple[str, str, str]  # (suite, method, size): one test
 
 
@@ -176,9 +182,11 @@ class RunFile:
         version = run.get("version")
         if version not in READABLE:
             raise RunFileError(
-                f"{where}: not a run file of version {' or '.join(map(str, READABLE))} "
+                f"{where}: not a run file of version {', '.join(map(str, READABLE))} "
                 f"(version: {version!r})"
             )
+        if version != VERSION:
+            run = upgrade(run)
         rows = _list(run.get("results"), f"{where}: field 'results'")
         results = [
             CaseResult.from_json(row, f"{where}: results[{n}]") for n, row in enumerate(rows)
@@ -213,7 +221,7 @@ class RunFile:
             models=dict(run.get("models") or {}),
             tau=tau,
             crisis=crisis,
-            version=int(version),
+            version=VERSION,
             complete=_flag(run.get("complete", True), f"{where}: field 'complete'"),
             outcomes=_object(run.get("outcomes") or {}, f"{where}: field 'outcomes'"),
         )
@@ -256,6 +264,76 @@ def read(path: Path) -> RunFile:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise RunFileError(f"{path}: not a readable JSON file ({exc})") from None
     return RunFile.from_json(data, str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Older versions, upgraded on read
+# --------------------------------------------------------------------------------------------
+
+
+def upgrade(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A run file of an older version (its JSON) as version ``VERSION`` writes it: its
+    analysis entries in their current form (``_UPGRADES``); the rest is read as it was (the
+    keys version 2 added are optional, and a check that needs one says it is missing)."""
+    crisis = dict(run.get("crisis") or {})
+    for name, upgraded in _UPGRADES.items():
+        if name in crisis:
+            crisis[name] = [upgraded(dict(entry)) for entry in crisis[name] or []]
+    tau = [_tau(dict(entry)) for entry in run.get("tau") or []]
+    return {**run, "version": VERSION, "tau": tau, "crisis": crisis}
+
+
+def _tau(entry: dict[str, Any]) -> dict[str, Any]:
+    """A tau entry: its verdict once written as ``warning``; before ``lower_95`` was kept, the
+    interval's 2.5th percentile stands for it (the stricter bound); before ``n_users`` was,
+    none (the summary shows a dash)."""
+    warning = entry.pop("warning", None)
+    if not entry.get("verdict") and warning:
+        entry["verdict"] = str(warning)
+    if "lower_95" not in entry:
+        entry["lower_95"] = entry["ci"][0] if entry.get("ci") else None
+    entry.setdefault("n_users", None)
+    return entry
+
+
+def _inversion(entry: dict[str, Any]) -> dict[str, Any]:
+    """An inversion stated ``significant`` beside ``fires``; before the inversions were
+    tested, every one written was stated."""
+    significant = entry.pop("significant", True)
+    entry.setdefault("fires", significant)
+    return entry
+
+
+def _dropped(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """An entry that kept a copy of ``fires`` under ``name``: the copy dropped."""
+
+    def upgraded(entry: dict[str, Any]) -> dict[str, Any]:
+        entry.pop(name, None)
+        return entry
+
+    return upgraded
+
+
+def _spread(entry: dict[str, Any]) -> dict[str, Any]:
+    """Before the spread flags were tested, every flag written was stated."""
+    entry.setdefault("fires", True)
+    return entry
+
+
+def _degenerate(entry: dict[str, Any]) -> dict[str, Any]:
+    """A degenerate row's p-value, first written as ``p``, then beside ``p_value``."""
+    p = entry.pop("p", None)
+    entry.setdefault("p_value", p)
+    return entry
+
+
+_UPGRADES = {
+    "inversions": _inversion,
+    "regret": _dropped("significant"),
+    "circular": _dropped("flag"),
+    "spread": _spread,
+    "degenerate": _degenerate,
+}
 
 
 # --------------------------------------------------------------------------------------------
