@@ -17,6 +17,7 @@ Real models (the size's embedded model on the CPU), real data.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -110,9 +111,12 @@ def verdicts(path: Path, rows: list[dict[str, Any]]) -> tuple[DegenerateEntry, .
             result.per_user.update(per_user)
             if [r["user"] for r in result.items] != row["users"]:
                 sys.exit(f"{path.name} {result.method}: the figures are not of the run's items")
-            result.items = [
-                {**record, **extra} for record, extra in zip(result.items, items, strict=True)
-            ]
+            result = dataclasses.replace(
+                result,
+                items=[
+                    {**record, **extra} for record, extra in zip(result.items, items, strict=True)
+                ],
+            )
         results.append(result)
     _, found = crisis.analyse(results)
     return found.degenerate

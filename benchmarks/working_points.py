@@ -140,7 +140,7 @@ def load_items(suite: str, row: Any, data_dir: Path, limit: int | None) -> list[
     manager = pytest.PytestPluginManager()
     manager.add_hookspecs(hookspec)
     found = registry.load(manager).suite(suite)
-    options = (row.data.get("provenance") or {}).get("options") or {}
+    options = row.data.provenance.options or {}
     data = found.load(data_dir / found.source, limit=limit, options=dict(options))
     return list(data.items)
 

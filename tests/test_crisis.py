@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -251,8 +252,11 @@ def test_circular_flag_needs_both_tests() -> None:
             "win_independent": dict.fromkeys(USERS, 0.3),
         },
     )
-    guided.ci = {"win_self": [0.8, 1.0], "win_independent": [0.1, 0.5]}
-    guided.judge = {"n": 10, "independent": "MiniLM judge"}
+    guided = replace(
+        guided,
+        ci={"win_self": [0.8, 1.0], "win_independent": [0.1, 0.5]},
+        judge={"n": 10, "independent": "MiniLM judge"},
+    )
     _, found = crisis.analyse([base, guided])
     (entry,) = found.circular
     assert entry.rouge1_vs_base == pytest.approx(-0.1)
@@ -272,8 +276,14 @@ def test_circular_flag_needs_both_tests() -> None:
     )
     # six users whose own RM prefers the method, four whose RM prefers base: a mean above 1/2
     # that the sign-flip test does not separate from it
-    guided.per_user["win_self"] = {u: (0.9 if i < 6 else 0.2) for i, u in enumerate(USERS)}
-    guided.metrics["win_self"] = 0.62
+    guided = replace(
+        guided,
+        per_user={
+            **guided.per_user,
+            "win_self": {u: (0.9 if i < 6 else 0.2) for i, u in enumerate(USERS)},
+        },
+        metrics={**guided.metrics, "win_self": 0.62},
+    )
     _, found = crisis.analyse([base, guided])
     (weak,) = found.circular
     assert weak.p_win > 0.05 and not weak.fires
@@ -282,7 +292,7 @@ def test_circular_flag_needs_both_tests() -> None:
 
 def test_missing_independent_judge_shows_its_reason() -> None:
     r = row("args[lore]", win_self=0.8)
-    r.judge = {"n": 10, "reason": "the encoder package is missing"}
+    r = replace(r, judge={"n": 10, "reason": "the encoder package is missing"})
     (entry,) = circular.entries([r])
     assert entry.win_independent is None and not entry.fires
     assert (

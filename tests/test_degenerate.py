@@ -5,6 +5,8 @@ words for a flagged row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -124,8 +126,7 @@ def test_a_row_that_cannot_be_above_base_is_a_look_at_p_one() -> None:
 
 
 def test_base_and_rows_without_the_figures_or_without_base_get_no_entry() -> None:
-    other_suite = row("icl", fluency=5.0, not_answer=1.0)
-    other_suite.suite = "t"
+    other_suite = replace(row("icl", fluency=5.0, not_answer=1.0), suite="t")
     older = row("args[pal]", rouge1=0.1)  # a row from before the figures were recorded
     lead = row("lead", n_pairs=0, fluency=2.5, not_answer=1.0)  # writes without the model
     _, found = crisis.analyse([BASE, other_suite, older, lead])

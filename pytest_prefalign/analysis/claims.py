@@ -177,9 +177,11 @@ def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
         low = min(rows, key=lambda r: r.metrics[x])
         if high is low or high.metrics[x] == low.metrics[x]:
             continue
-        rm = selection.paired(high, low, x)
-        rm["p_range"] = selection.range_test(rows, x)
-        rm["lower"] = selection.gap_lower(rows, x, rows.index(high), rows.index(low))
+        rm = {
+            **selection.paired(high, low, x),
+            "p_range": selection.range_test(rows, x),
+            "lower": selection.gap_lower(rows, x, rows.index(high), rows.index(low)),
+        }
         rouge = selection.paired(high, low, text)
         out.append({"suite": suite, "size": size, "decoder": decoder, "high": high, "low": low,
                     "rm": rm, "rouge": rouge, "claim": spread_verdict(rm, rouge)})  # fmt: skip

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_prefalign.runs.parts import Release
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 # what may be allowed: other data under the same ids, another model, another environment, and
@@ -226,12 +227,12 @@ def check_same_ids(old: CaseResult, new: CaseResult) -> None:
 def _data(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Same ids, other contents: per record where both runs have digests, and the training
     pairs and profiles from the data fingerprint."""
-    before, after = old.data.get("fingerprint"), new.data.get("fingerprint")
+    before, after = old.data.fingerprint, new.data.fingerprint
     if not before or not after:
         side = "baseline" if not before else "current run"
         text = f"the {side} records no data fingerprint, so the data cannot be checked"
         return [Difference("data", text, unverified=True)]
-    found = _releases(old.data.get("provenance") or {}, new.data.get("provenance") or {})
+    found = _releases(old.data.provenance.pairs_release, new.data.provenance.pairs_release)
     for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
         changed = _changed(getattr(old, section), getattr(new, section), id_field)
         if changed:
@@ -240,29 +241,29 @@ def _data(old: CaseResult, new: CaseResult) -> list[Difference]:
                 f"{len(changed)} of {total} {kind}s have other contents under the same ids"
                 f"{_examples(changed)}"
             )
-    for part, what in (("train_pairs", "training pairs"), ("profiles", "profiles")):
-        if before.get(part) != after.get(part):
-            found.append(f"the {what} differ")
-    if not found and before.get("all") != after.get("all"):
+    if before.train_pairs != after.train_pairs:
+        found.append("the training pairs differ")
+    if before.profiles != after.profiles:
+        found.append("the profiles differ")
+    if not found and before.all != after.all:
         found.append("the data fingerprints differ")
     if not found:
         return []
     return [Difference("data", "other data: " + ", ".join(found))]
 
 
-def _releases(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def _releases(before: Release | None, after: Release | None) -> list[str]:
     """The released pairs each run read (a suite's ``pairs_release``), where they differ: both
     checksums named, or which run's pairs were not released."""
-    before, after = old.get("pairs_release"), new.get("pairs_release")
     if before is None and after is None:
         return []
 
-    def named(note: Mapping[str, Any] | None, side: str) -> str:
+    def named(note: Release | None, side: str) -> str:
         if note is None:
             return f"the {side}'s pairs were written by the run, not released"
-        return f"the {side}'s released pairs {note.get('version')} (sha256 {note.get('sha256')})"
+        return f"the {side}'s released pairs {note.version} (sha256 {note.sha256})"
 
-    if before is None or after is None or before.get("sha256") != after.get("sha256"):
+    if before is None or after is None or before.sha256 != after.sha256:
         return [f"{named(before, 'baseline')}, {named(after, 'current run')}"]
     return []
 
@@ -281,12 +282,12 @@ def _changed(
 
 def _model(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Another model: its name, or its weights (and tokenizer) where both runs record them."""
-    name_old, name_new = old.model.get("name"), new.model.get("name")
+    name_old, name_new = old.model.name, new.model.name
     if name_old != name_new:
         return [
             Difference("model", f"another model: {name_old!r} in the baseline, {name_new!r} now")
         ]
-    weights_old, weights_new = old.model.get("weights"), new.model.get("weights")
+    weights_old, weights_new = old.model.weights, new.model.weights
     if not weights_old or not weights_new:
         side = "baseline" if not weights_old else "current run"
         text = f"the {side} records no model weights, so only the model's name was checked"
@@ -305,14 +306,15 @@ def _model(old: CaseResult, new: CaseResult) -> list[Difference]:
 def _environment(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Another environment: a version of the plugin, torch or transformers, the device or the
     dtype."""
-    if not old.environment or not new.environment:
-        side = "baseline" if not old.environment else "current run"
+    if not old.environment.recorded or not new.environment.recorded:
+        side = "baseline" if not old.environment.recorded else "current run"
         text = f"the {side} records no environment, so it cannot be checked"
         return [Difference("environment", text, unverified=True)]
+    before, after = old.environment.named(), new.environment.named()
     changed = [
-        f"{name} {old.environment.get(name)} -> {new.environment.get(name)}"
+        f"{name} {before[name]} -> {after[name]}"
         for name in ENVIRONMENT
-        if old.environment.get(name) != new.environment.get(name)
+        if before[name] != after[name]
     ]
     if not changed:
         return []
@@ -322,10 +324,10 @@ def _environment(old: CaseResult, new: CaseResult) -> list[Difference]:
 def _settings(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Another policy reduction (``mean`` or ``sum``: another policy accuracy) or another seed
     (other samples for best-of-N and sampled decoding)."""
-    if not old.settings or not new.settings:  # a run file from before they were recorded
-        side = "baseline" if not old.settings else "current run"
+    if not old.settings.recorded or not new.settings.recorded:  # a file from before them
+        side = "baseline" if not old.settings.recorded else "current run"
         return [Difference(STATED, f"the {side} records no policy reduction or seed: unchecked")]
-    changed = _changes(old.settings, new.settings, ("reduce", "seed"))
+    changed = _changes(old.settings.to_json(), new.settings.to_json(), ("reduce", "seed"))
     return [Difference("settings", "other settings: " + changed)] if changed else []
 
 
@@ -409,10 +411,7 @@ def check_code(runs: Runs, what: str, error: type[Exception]) -> None:
     seen: dict[tuple[str, str], tuple[str, Path]] = {}
     for path, run in runs:
         for result in run.results:
-            inputs = next(
-                (u.get("inputs") or {} for u in result.cache if u.get("artifact") == "results"),
-                {},
-            )
+            inputs = result.results_inputs()
             parts = (("evaluation", ""), ("suite", result.suite), ("decoder", result.decoder))
             for part, name in parts:
                 value = inputs.get(part)

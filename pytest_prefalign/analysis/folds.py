@@ -25,14 +25,25 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_prefalign.analysis import catalogue, comparable, crisis
 from pytest_prefalign.analysis.figures import figures
 from pytest_prefalign.analysis.merge import result_order
-from pytest_prefalign.runs.records import CaseResult, Key, RunFile
+from pytest_prefalign.runs.parts import (
+    Counts,
+    CrossFit,
+    Data,
+    Fingerprint,
+    Guidance,
+    Judge,
+    Provenance,
+    Strength,
+)
+from pytest_prefalign.runs.records import CaseResult, Key, Option, RunFile
 
 
 class PoolError(ValueError):
@@ -100,8 +111,8 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
     for part in parts:
         for name, seconds in part.timings.items():
             timings[name] += seconds
-    cross_fit = [part.data.get("provenance", {}).get("cross_fit") for part in parts]
-    provenance = {**first.data.get("provenance", {}), "cross_fit": {"pooled": cross_fit}}
+    cross_fit = CrossFit(pooled=tuple(part.data.provenance.cross_fit for part in parts))
+    provenance = replace(first.data.provenance, cross_fit=cross_fit)
     return (
         CaseResult(
             suite=first.suite,
@@ -126,100 +137,107 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
             options=per_fold([part.options for part in parts]),
             guidance=pooled_guidance(parts),
             settings=first.settings,
-            cache=[use for part in parts for use in part.cache],
-            pairs=pairs,
-            items=items,
+            cache=tuple(use for part in parts for use in part.cache),
+            pairs=tuple(pairs),
+            items=tuple(items),
         ),
         left_out,
     )
 
 
-def pooled_judge(parts: Sequence[CaseResult]) -> dict[str, Any]:
+def pooled_judge(parts: Sequence[CaseResult]) -> Judge | None:
     """The win rates' judge over the folds: its counts summed (None where no fold had the
     judge), each fold's kept. The folds' judges are the same (``_check_same_methods``)."""
-    if not parts[0].judge:
-        return {}
-    counts: dict[str, dict[str, int] | None] = {}
-    for part in parts:
-        for name, count in (part.judge.get("counts") or {}).items():
+    judges = [part.judge or Judge() for part in parts]
+    if parts[0].judge is None:
+        return None
+    counts: dict[str, Counts | None] = {}
+    for judge in judges:
+        for name, count in judge.counts.items():
             if count is None:  # that judge was unavailable (JudgeUnavailable)
                 counts.setdefault(name, None)
                 continue
-            total = counts.get(name) or {}
-            for outcome, n in count.items():
-                total[outcome] = total.get(outcome, 0) + int(n)
-            counts[name] = total
-    return {
-        **parts[0].judge,
-        "n": sum(int(part.judge.get("n") or 0) for part in parts),
-        "counts": counts,
-        "folds": [part.judge for part in parts],
-    }
+            total = counts.get(name) or Counts()
+            counts[name] = Counts(
+                wins=total.wins + count.wins,
+                ties=total.ties + count.ties,
+                losses=total.losses + count.losses,
+            )
+    return replace(
+        judges[0],
+        n=sum(judge.n or 0 for judge in judges),
+        counts=counts,
+        folds=tuple(judges),
+    )
 
 
-def pooled_guidance(parts: Sequence[CaseResult]) -> dict[str, Any]:
+def pooled_guidance(parts: Sequence[CaseResult]) -> Guidance | None:
     """Each fold's guidance kept (``folds``); ``strength`` the folds' one where they chose the
     same value, else the value each chose (``values``, ``how``: "chosen per fold")."""
-    if not parts[0].guidance:
-        return {}
-    folds = [part.guidance for part in parts]
-    pooled = {**folds[0], "folds": folds}
-    strengths = [g["strength"] for g in folds if isinstance(g.get("strength"), dict)]
+    if parts[0].guidance is None:
+        return None
+    folds = tuple(part.guidance or Guidance() for part in parts)
+    pooled = replace(folds[0], folds=folds)
+    strengths = [g.strength for g in folds if g.strength is not None]
     if len(strengths) < len(folds):
         return pooled
-    chosen = [(s.get("value"), s.get("how")) for s in strengths]
+    chosen = [(s.value, s.how) for s in strengths]
     if any(c != chosen[0] for c in chosen):
-        pooled["strength"] = {
-            "option": strengths[0].get("option"),
-            "how": "chosen per fold",
-            "values": [value for value, _ in chosen],
-        }
+        pooled = replace(
+            pooled,
+            strength=Strength(
+                option=strengths[0].option,
+                how="chosen per fold",
+                values=tuple(value for value, _ in chosen),
+            ),
+        )
     return pooled
 
 
-def per_fold(options: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def per_fold(options: Sequence[Mapping[str, Option]]) -> dict[str, Option]:
     """The folds' options: a value where every fold has it, else the list of each fold's (the
     guidance strength each fold chose)."""
     names = dict.fromkeys(name for found in options for name in found)
-    pooled = {}
+    pooled: dict[str, Option] = {}
     for name in names:
-        values = [found.get(name) for found in options]
+        values = tuple(found.get(name) for found in options)
         pooled[name] = values[0] if all(v == values[0] for v in values) else values
     return pooled
 
 
-def pooled_data(parts: Sequence[CaseResult], provenance: dict[str, Any]) -> dict[str, Any]:
+def pooled_data(parts: Sequence[CaseResult], provenance: Provenance) -> Data:
     """The row's data: fold 0's source, every fold's faults and drops, a fingerprint over the
     folds' (each part hashed over the folds, so that another pooled run with other training
     pairs in any fold differs), the pooled provenance, and each fold's data as it was."""
-    prints = [part.data.get("fingerprint") or {} for part in parts]
-    fingerprint = {
-        name: hashlib.sha256("|".join(str(p.get(name)) for p in prints).encode()).hexdigest()[:16]
-        for name in dict.fromkeys(name for p in prints for name in p)
-    }
-    dropped: dict[str, Any] = {}
+    prints = [part.data.fingerprint or Fingerprint() for part in parts]
+    fingerprint = Fingerprint(
+        **{
+            name: hashlib.sha256(
+                "|".join(str(getattr(p, name)) for p in prints).encode()
+            ).hexdigest()[:16]
+            for name in (f.name for f in fields(Fingerprint))
+        }
+    )
+    dropped: dict[str, int] = {}
     for part in parts:
-        for reason, n in (part.data.get("dropped") or {}).items():
-            if isinstance(n, int) and isinstance(dropped.get(reason, 0), int):
-                dropped[reason] = dropped.get(reason, 0) + n
-            else:
-                dropped[reason] = n
-    return {
-        **parts[0].data,
-        "dropped": dropped,
-        "faults": [fault for part in parts for fault in part.data.get("faults") or []],
-        "fingerprint": fingerprint if any(prints) else None,
-        "provenance": provenance,
-        "folds": [part.data for part in parts],
-    }
+        for reason, n in part.data.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    return replace(
+        parts[0].data,
+        dropped=dropped,
+        faults=tuple(fault for part in parts for fault in part.data.faults),
+        fingerprint=fingerprint if any(p.data.fingerprint for p in parts) else None,
+        provenance=provenance,
+        folds=tuple(part.data for part in parts),
+    )
 
 
 def fold_of(result: CaseResult) -> tuple[int, int] | None:
     """``(fold, folds)`` of a cross-fitted suite's result (its data's provenance), else None."""
-    cross_fit = (result.data.get("provenance") or {}).get("cross_fit")
-    if not isinstance(cross_fit, dict) or "fold" not in cross_fit:
+    cross_fit = result.data.provenance.cross_fit
+    if cross_fit is None or cross_fit.fold is None or cross_fit.folds is None:
         return None
-    return int(cross_fit["fold"]), int(cross_fit["folds"])
+    return cross_fit.fold, cross_fit.folds
 
 
 # -------------------------------------------------------------------------------------------
@@ -287,7 +305,7 @@ def _check_same_methods(by_key: dict[Key, list[tuple[int, CaseResult]]]) -> None
                         f"is {getattr(first, name)!r} in fold {fold0} but "
                         f"{getattr(part, name)!r} in fold {fold}"
                     )
-            judges = [(p.judge or {}).get("independent") for p in (first, part)]
+            judges = [p.judge.independent if p.judge else None for p in (first, part)]
             if judge_identity(judges[0]) != judge_identity(judges[1]):
                 raise PoolError(
                     f"{comparable.key_text(key)}: the independent judge is {judges[0]!r} in fold "
@@ -315,7 +333,7 @@ def _check_suite_options(runs: Sequence[tuple[Path, RunFile]]) -> None:
     first: dict[str, tuple[Path, dict[str, Any]]] = {}
     for path, run in runs:
         for result in run.results:
-            options = dict((result.data.get("provenance") or {}).get("options") or {})
+            options = dict(result.data.provenance.options or {})
             options.pop("fold", None)
             if result.suite not in first:
                 first[result.suite] = (path, options)

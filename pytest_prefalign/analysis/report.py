@@ -36,6 +36,7 @@ from pytest_prefalign.runs.entries import (
     SpreadEntry,
     TauEntry,
 )
+from pytest_prefalign.runs.parts import Data
 from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
 
 PAGE = "report.html"
@@ -406,16 +407,19 @@ def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Cu
 def _data_section(results: Sequence[CaseResult]) -> str:
     """Each suite's data: where it was read, its licence and the attribution its licence asks
     for (CC BY: wherever the data is used, so with every figure computed from it)."""
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, Data] = {}
     for row in results:
         seen.setdefault(row.suite, row.data)
     lines = []
     for suite, data in sorted(seen.items()):
-        provenance = data.get("provenance") or {}
-        parts = [f"<b>{html.escape(suite)}</b>: {html.escape(str(data.get('source', '?')))}"]
-        for field in ("licence", "attribution"):
-            if provenance.get(field):
-                parts.append(f"{field}: {html.escape(str(provenance[field]))}")
+        provenance = data.provenance
+        parts = [f"<b>{html.escape(suite)}</b>: {html.escape(str(data.source or '?'))}"]
+        for field, value in (
+            ("licence", provenance.licence),
+            ("attribution", provenance.attribution),
+        ):
+            if value:
+                parts.append(f"{field}: {html.escape(str(value))}")
         lines.append(f"<li>{'<br>'.join(parts)}</li>")
     return (
         f"<ul>{''.join(lines)}</ul>"

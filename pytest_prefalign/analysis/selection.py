@@ -275,7 +275,12 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
             f"figures; its methods: {', '.join(methods)}"
         )
     tested = [e for e in found if e["p_value"] is not None]
-    for entry, p_holm in zip(tested, family.holm([e["p_value"] for e in tested]), strict=True):
-        entry["p_holm"] = float(p_holm)
-        entry["verdict"] = verdict(a, b, entry["metric"], entry["diff"], p_holm, entry["n_users"])
-    return found
+    adjusted = family.holm([e["p_value"] for e in tested])
+    holm = {id(e): float(p) for e, p in zip(tested, adjusted, strict=True)}
+    return [_stated(e, a, b, holm[id(e)]) if id(e) in holm else e for e in found]
+
+
+def _stated(entry: Row, a: str, b: str, p_holm: float) -> Row:
+    """A comparison with its adjusted p-value and its verdict at it: a new row."""
+    text = verdict(a, b, entry["metric"], entry["diff"], p_holm, entry["n_users"])
+    return {**entry, "p_holm": p_holm, "verdict": text}

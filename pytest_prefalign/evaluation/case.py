@@ -14,7 +14,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,8 @@ from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation import faults, generation, guidance, pairs, prepare, scale, wins
 from pytest_prefalign.evaluation.context import Case, RunContext
 from pytest_prefalign.registry import MethodName
-from pytest_prefalign.runs.records import CaseResult
+from pytest_prefalign.runs import parts
+from pytest_prefalign.runs.records import CaseResult, Option
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Decoder
@@ -289,23 +290,27 @@ def case_result(
         metrics=values,
         ci=ci,
         per_user=per_user,
-        judge=value["judge"],
+        judge=parts.read(parts.Judge | None, value["judge"], "judge"),
         timings={k: round(v, 3) for k, v in timings.items()},
-        model=portable.relative(
-            {"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
-            roots,
+        model=parts.Model.from_json(
+            portable.relative(
+                {"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
+                roots,
+            )
         ),
-        data=portable.relative(data_record(prepared.state, prepared.faults), roots),
-        environment=prepare.environment(lm),
+        data=parts.Data.from_json(
+            portable.relative(data_record(prepared.state, prepared.faults), roots), "data"
+        ),
+        environment=parts.Environment.from_json(prepare.environment(lm), "environment"),
         reward_fingerprint=plan.fingerprint if plan else None,
         reward_package=plan.package if plan else None,
         reward_version=plan.version if plan else None,
-        options=dataclasses.asdict(ctx.options),
-        guidance=steering(prepared.chosen, value),
-        settings={"reduce": ctx.reduce, "seed": ctx.seed},
-        cache=[u.to_json() for u in used],
-        pairs=records,
-        items=items,
+        options=parts.read(Mapping[str, Option], dataclasses.asdict(ctx.options), "options"),
+        guidance=parts.read(parts.Guidance | None, steering(prepared.chosen, value), "guidance"),
+        settings=parts.Scoring(reduce=ctx.reduce, seed=ctx.seed),
+        cache=tuple(parts.CacheUse.from_json(u.to_json(), "cache") for u in used),
+        pairs=tuple(records),
+        items=tuple(items),
     )
 
 

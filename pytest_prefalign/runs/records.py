@@ -30,14 +30,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_prefalign import storage
-from pytest_prefalign.runs import entries
+from pytest_prefalign.runs import entries, parts
 from pytest_prefalign.runs.entries import Crisis, TauEntry
+from pytest_prefalign.runs.parts import (
+    CacheUse,
+    Data,
+    Environment,
+    Guidance,
+    Judge,
+    Model,
+    Scalar,
+    Scoring,
+)
 
 VERSION = 3
 READABLE = (1, 2, 3)  # the versions ``read`` accepts: the older ones upgraded
@@ -48,14 +59,22 @@ class RunFileError(ValueError):
     """A run file that cannot be used; the message names the file, the record and the field."""
 
 
-@dataclass
+Option = Scalar | tuple[Scalar, ...]  # a decoder option's value (pooled: each fold's)
+RECORDS = ("pairs", "items")  # the fields a result's row leaves to the record files
+PARTS = ("judge", "model", "data", "environment", "guidance", "settings", "cache")
+
+
+@dataclass(frozen=True)
 class CaseResult:
     """One (method, suite, size) test's result, with its per-pair and per-item records.
 
     ``metrics``: name -> value (see ``analysis.catalogue``); ``ci``: name -> [low, high];
-    ``per_user``: name -> user -> value. A pair record holds ``pair_id``, ``user`` and the
-    values of the pair fields (``rm_chosen``, ``policy_correct``, ...); an item record
-    ``item_id``, ``user``, ``output``, ``reference`` and the item fields (``rouge1``, ...).
+    ``per_user``: name -> user -> value. What the test ran on is in typed parts
+    (``runs/parts.py``): the model, the data, the environment, the scoring ``settings``, the
+    win rates' ``judge`` and the decoder's ``guidance`` (None where the method has none), the
+    cached values used. A pair record holds ``pair_id``, ``user`` and the values of the pair
+    fields (``rm_chosen``, ``policy_correct``, ...); an item record ``item_id``, ``user``,
+    ``output``, ``reference`` and the item fields (``rouge1``, ...).
     """
 
     suite: str
@@ -66,42 +85,56 @@ class CaseResult:
     n_users: int = 0
     n_items: int = 0
     n_pairs: int = 0
-    metrics: dict[str, float] = field(default_factory=dict)
-    ci: dict[str, list[float]] = field(default_factory=dict)
-    per_user: dict[str, dict[str, float]] = field(default_factory=dict)
-    judge: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)  # name, fingerprint, weights
-    # source, dropped, faults, provenance, fingerprint
-    data: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)  # versions, device, dtype
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    ci: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    per_user: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    judge: Judge | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    model: Model = field(default_factory=Model)
+    data: Data = field(default_factory=Data)
+    environment: Environment = field(default_factory=Environment)
     reward_fingerprint: str | None = None  # the reward method's fingerprint()
     reward_package: str | None = None  # the distribution that provided it (None: no package)
     reward_version: str | None = None  # that distribution's version
-    options: dict[str, Any] = field(default_factory=dict)
-    # the decoder's working point: ``strength``, how its guidance strength was set (chosen on
-    # validation items, with the grid, the rule and each strength's measures, or fixed), and
-    # ``reward_scale``, the reward method's standardisation (evaluation/guidance.py, scale.py)
-    guidance: dict[str, Any] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)  # reduce, seed
-    cache: list[dict[str, Any]] = field(default_factory=list)
-    pairs: list[dict[str, Any]] = field(default_factory=list)
-    items: list[dict[str, Any]] = field(default_factory=list)
+    options: Mapping[str, Option] = field(default_factory=dict)
+    guidance: Guidance | None = None
+    settings: Scoring = field(default_factory=Scoring)
+    cache: tuple[CacheUse, ...] = ()
+    pairs: tuple[dict[str, Any], ...] = ()
+    items: tuple[dict[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(CaseResult)
+        for name in PARTS:  # a part given as its JSON object is read as the part
+            value = getattr(self, name)
+            if isinstance(value, Mapping) or (
+                isinstance(value, list | tuple) and any(isinstance(v, Mapping) for v in value)
+            ):
+                object.__setattr__(self, name, parts.read(hints[name], value, name))
+        for name in ("cache", *RECORDS):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def key(self) -> Key:
         return (self.suite, self.method, self.size)
 
+    def results_inputs(self) -> Mapping[str, Scalar]:
+        """What the cached records of the test were keyed by (the ``results`` cache use's
+        inputs: the code versions, the options, ...); none where it was not recorded."""
+        return next((u.inputs for u in self.cache if u.artifact == "results"), {})
+
     def row(self) -> dict[str, Any]:
         """The run file's ``results`` entry: everything but the records."""
-        data = dataclasses.asdict(self)
-        del data["pairs"], data["items"]
-        return data
+        return {
+            f.name: parts.plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in RECORDS
+        }
 
     def to_json(self) -> dict[str, Any]:
         """Plain data, records included: what a test report carries to the controller (under
         pytest-xdist it crosses a process boundary)."""
-        return {**self.row(), "records": {"pairs": self.pairs, "items": self.items}}
+        return {**self.row(), "records": {"pairs": list(self.pairs), "items": list(self.items)}}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "result") -> CaseResult:
@@ -115,13 +148,23 @@ class CaseResult:
             if value is not None and not _number(value):
                 raise RunFileError(f"{where}: metrics[{name!r}] = {value!r} is not a number")
         records = _object(row.get("records") or {}, f"{where}: field 'records'")
-        known = {f.name for f in dataclasses.fields(cls)} - {"pairs", "items"}
-        values = {k: v for k, v in row.items() if k in known}
-        _faults(_object(row.get("data") or {}, f"{where}: field 'data'"), f"{where}: data")
-        result = cls(**values)
-        result.pairs = _records(records.get("pairs"), "pair_id", f"{where}: records.pairs")
-        result.items = _records(records.get("items"), "item_id", f"{where}: records.items")
-        return result
+        hints = typing.get_type_hints(cls)
+        values = {}
+        try:
+            for f in dataclasses.fields(cls):
+                if f.name in row and f.name not in RECORDS:
+                    values[f.name] = parts.read(hints[f.name], row[f.name], f"{where}: {f.name}")
+        except parts.PartError as exc:
+            raise RunFileError(str(exc)) from None
+        return cls(
+            **values,
+            pairs=_records(records.get("pairs"), "pair_id", f"{where}: records.pairs"),
+            items=_records(records.get("items"), "item_id", f"{where}: records.items"),
+        )
+
+    def with_records(self, pairs: Iterable[dict[str, Any]], items: Iterable[dict[str, Any]]):
+        """The result with these records added to its own."""
+        return dataclasses.replace(self, pairs=(*self.pairs, *pairs), items=(*self.items, *items))
 
 
 @dataclass
@@ -198,11 +241,16 @@ class RunFile:
                     f"{where}: results[{n}]: a second result for {_text(result.key)}"
                 )
             by_key[result.key] = result
+        found: dict[tuple[Key, str], list[dict[str, Any]]] = {}
         for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
             for record in _records(run.get(section), id_field, f"{where}: {section}"):
                 key = (record["suite"], record["method"], record["size"])
                 if key in by_key:
-                    getattr(by_key[key], section).append(record)
+                    found.setdefault((key, section), []).append(record)
+        results = [
+            r.with_records(found.get((r.key, "pairs"), ()), found.get((r.key, "items"), ()))
+            for r in results
+        ]
         for result in results:
             for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
                 _unique(
@@ -368,23 +416,6 @@ def _records(value: Any, id_field: str, where: str) -> list[dict[str, Any]]:
                 raise RunFileError(f"{where}[{n}]: field {name!r} is missing")
         out.append(row)
     return out
-
-
-def _faults(data: dict[str, Any], where: str) -> None:
-    """``data["faults"]``, where present: a list of objects whose ``file``, ``field`` and
-    ``reason`` are strings, ``line`` an integer, a string or null, ``id`` a string or null."""
-    if "faults" not in data:
-        return
-    for n, value in enumerate(_list(data["faults"], f"{where}: field 'faults'")):
-        fault = _object(value, f"{where}: faults[{n}]")
-        for name in ("file", "field", "reason"):
-            if not isinstance(fault.get(name), str):
-                raise RunFileError(f"{where}: faults[{n}]: field {name!r}: missing or not a string")
-        line, ident = fault.get("line"), fault.get("id")
-        if not (line is None or isinstance(line, str) or (_number(line) and line == int(line))):
-            raise RunFileError(f"{where}: faults[{n}]: field 'line': {line!r} is not a line")
-        if not (ident is None or isinstance(ident, str)):
-            raise RunFileError(f"{where}: faults[{n}]: field 'id': {ident!r} is not a string")
 
 
 def _unique(records: Iterable[Mapping[str, Any]], id_field: str, where: str) -> None:
