@@ -328,10 +328,10 @@ def with_users(results: list[CaseResult], n: int, rng: np.random.Generator) -> l
             for metric, values in r.per_user.items()
         }
         items = [
-            {**it, "user": new} for new, old in names.items() for it in r.items if it["user"] == old
+            replace(it, user=new) for new, old in names.items() for it in r.items if it.user == old
         ]
         pairs = [
-            {**p, "user": new} for new, old in names.items() for p in r.pairs if p["user"] == old
+            replace(p, user=new) for new, old in names.items() for p in r.pairs if p.user == old
         ]
         out.append(replace(r, per_user=per_user, items=items, pairs=pairs, n_users=n))
     return out
@@ -346,8 +346,8 @@ def _reflect_wins(row: CaseResult, rng: np.random.Generator) -> CaseResult:
     for user in flipped:
         wins[user] = 1.0 - wins[user]
     items = [
-        {**item, "win_self_outcome": 1.0 - item["win_self_outcome"]}
-        if item.get("user") in flipped and item.get("win_self_outcome") is not None
+        item.with_value("win_self_outcome", 1.0 - item.value("win_self_outcome"))
+        if item.user in flipped and item.value("win_self_outcome") is not None
         else item
         for item in row.items
     ]

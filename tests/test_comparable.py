@@ -168,10 +168,9 @@ def test_same_ids_other_contents_are_refused_with_the_ids() -> None:
     run = make_run(flipped(20, 2), 4)
 
     def retitle(result):
-        for pair in result.pairs[:3]:
-            pair["digest"] = "edited"
+        pairs = [replace(p, digest="edited") for p in result.pairs[:3]] + list(result.pairs[3:])
         fingerprint = replace(result.data.fingerprint, test_pairs="tp-2")
-        return replace(result, data=replace(result.data, fingerprint=fingerprint))
+        return replace(result, pairs=pairs, data=replace(result.data, fingerprint=fingerprint))
 
     other = edited(run, retitle)
     with pytest.raises(RunMismatch) as refused:

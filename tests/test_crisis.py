@@ -16,6 +16,7 @@ import pytest
 from scipy import stats as sps
 
 from pytest_prefalign.analysis import circular, crisis, regret, selection, spread, summary
+from pytest_prefalign.runs.parts import PairRecord
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
@@ -444,7 +445,7 @@ def test_icl_against_the_best_reward_guided_row() -> None:
     assert (entry.icl, entry.rgd, entry.metric) == ("icl", "args[a]", "rouge1")
     assert entry.diff == pytest.approx(0.05) and entry.verdict == "icl better"
     found = selection.compare_rows(rows, "icl", "args[b]")
-    assert [(f["metric"], round(f["diff"], 3)) for f in found] == [("rouge1", 0.1)]
+    assert [(f.metric, round(f.diff, 3)) for f in found] == [("rouge1", 0.1)]
     with pytest.raises(ValueError, match="has both 'icl' and 'bon"):
         selection.compare_rows(rows, "icl", "bon[x]")
 
@@ -562,13 +563,14 @@ def test_figures_over_other_users_get_an_interval_over_the_users_both_have() -> 
 def test_the_figures_of_a_case_round_away_the_order_of_summation() -> None:
     from pytest_prefalign.analysis.figures import figures
 
-    def records(rights: list[int]) -> list[dict[str, Any]]:
+    def records(rights: list[int]) -> list[PairRecord]:
         """Ten pairs per user, ``rights[u]`` of them right."""
         return [
-            {"user": f"u{u}", "rm_correct": float(k < r), "policy_correct": float(k < r)}
+            PairRecord("s", "m", "135m", f"p{u}-{k}", f"u{u}",
+                       values={"rm_correct": float(k < r), "policy_correct": float(k < r)})
             for u, r in enumerate(rights)
             for k in range(10)
-        ]
+        ]  # fmt: skip
 
     # the same per-user accuracies (0.1, 0.2, 0.3) held by other users: summed in user order,
     # 0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1 differ in the last bit

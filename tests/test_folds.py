@@ -82,7 +82,7 @@ def test_each_row_is_pooled_over_every_fold_s_records_as_worked_out_by_hand():
     )
     assert left_out == []
     row = run.results[0]
-    assert [p["pair_id"] for p in row.pairs] == ["a/1", "a/2", "b/1", "a/3", "b/2", "b/3", "c/1"]
+    assert [p.pair_id for p in row.pairs] == ["a/1", "a/2", "b/1", "a/3", "b/2", "b/3", "c/1"]
     assert (row.n_pairs, row.n_users) == (7, 3)
     # policy accuracy, macro: ann 2/3, bob (1 + 0 + 0.5) / 3, cat 1; their mean
     assert row.per_user["policy_acc"] == pytest.approx({"ann": 2 / 3, "bob": 0.5, "cat": 1.0})
@@ -251,13 +251,13 @@ def test_two_real_fold_runs_pooled_by_the_command(pytester: pytest.Pytester, mon
     pooled, runs = records.read(out), [records.read(Path(p)) for p in paths]
     for row in pooled.results:
         parts = [run.result(row.key) for run in runs]
-        ids = [p["pair_id"] for part in parts if part for p in part.pairs]
-        assert [p["pair_id"] for p in row.pairs] == ids and len(set(ids)) == len(ids)
+        ids = [p.pair_id for part in parts if part for p in part.pairs]
+        assert [p.pair_id for p in row.pairs] == ids and len(set(ids)) == len(ids)
         assert row.n_items == sum(part.n_items for part in parts if part)
         if row.method == "base":
             assert ids  # a policy: pairs scored in both folds
-            users = sorted({p["user"] for p in row.pairs})
-            means = [np.mean([p["policy_correct"] for p in row.pairs if p["user"] == u])
+            users = sorted({p.user for p in row.pairs})
+            means = [np.mean([p.value("policy_correct") for p in row.pairs if p.user == u])
                      for u in users]  # fmt: skip
             assert row.metrics["policy_acc"] == pytest.approx(np.mean(means), abs=1e-4)
     # a run file as any other: the report reads it

@@ -131,8 +131,9 @@ def _own_rm_shares(row: CaseResult) -> dict[str, tuple[float, float]]:
     per-user win shares, which then counted a tie 1/2."""
     outcomes: dict[str, list[float]] = defaultdict(list)
     for item in row.items:
-        if item.get("win_self_outcome") is not None:
-            outcomes[item["user"]].append(float(item["win_self_outcome"]))
+        outcome = item.value("win_self_outcome")
+        if outcome is not None:
+            outcomes[item.user].append(float(outcome))
     if outcomes:
         return {u: (float(np.mean(v)), float(len(v))) for u, v in sorted(outcomes.items())}
     t = users.table([row], catalogue.own_judge())

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_prefalign.runs.parts import Release
+from pytest_prefalign.runs.parts import Record, Release
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 # what may be allowed: other data under the same ids, another model, another environment, and
@@ -210,9 +210,9 @@ def case_differences(old: CaseResult, new: CaseResult) -> list[Difference]:
 
 def check_same_ids(old: CaseResult, new: CaseResult) -> None:
     """Refuse a test whose runs were made on different pair (or item) ids."""
-    for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
-        before = {str(r[id_field]) for r in getattr(old, section)}
-        after = {str(r[id_field]) for r in getattr(new, section)}
+    for kind, section in (("pair", "pairs"), ("item", "items")):
+        before = {str(r.record_id) for r in getattr(old, section)}
+        after = {str(r.record_id) for r in getattr(new, section)}
         only_old, only_new = sorted(before - after), sorted(after - before)
         if only_old or only_new:
             raise RunMismatch(
@@ -233,8 +233,8 @@ def _data(old: CaseResult, new: CaseResult) -> list[Difference]:
         text = f"the {side} records no data fingerprint, so the data cannot be checked"
         return [Difference("data", text, unverified=True)]
     found = _releases(old.data.provenance.pairs_release, new.data.provenance.pairs_release)
-    for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
-        changed = _changed(getattr(old, section), getattr(new, section), id_field)
+    for kind, section in (("pair", "pairs"), ("item", "items")):
+        changed = _changed(getattr(old, section), getattr(new, section))
         if changed:
             total = len(getattr(new, section))
             found.append(
@@ -268,15 +268,13 @@ def _releases(before: Release | None, after: Release | None) -> list[str]:
     return []
 
 
-def _changed(
-    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], id_field: str
-) -> list[str]:
+def _changed(old: Sequence[Record], new: Sequence[Record]) -> list[str]:
     """Ids whose record digests differ between the runs (records without a digest: none)."""
-    digests = {str(r[id_field]): r.get("digest") for r in old}
+    digests = {str(r.record_id): r.digest for r in old}
     return sorted(
-        str(r[id_field])
+        str(r.record_id)
         for r in new
-        if r.get("digest") and digests.get(str(r[id_field])) not in (None, r["digest"])
+        if r.digest and digests.get(str(r.record_id)) not in (None, r.digest)
     )
 
 

@@ -120,7 +120,7 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
             size=first.size,
             decoder=first.decoder,
             reward=first.reward,
-            n_users=len({r["user"] for r in (*pairs, *items)}),
+            n_users=len({r.user for r in (*pairs, *items)}),
             n_items=len(items),
             n_pairs=len(pairs),
             metrics=values,

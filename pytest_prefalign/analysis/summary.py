@@ -8,7 +8,7 @@ everything else is printed as what it is: no evidence, or not enough evidence an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_prefalign.analysis import family, wrap
 from pytest_prefalign.runs.entries import (
@@ -22,7 +22,9 @@ from pytest_prefalign.runs.entries import (
 )
 from pytest_prefalign.runs.records import RunFile
 
-Row = dict[str, Any]  # a comparison of two rows (``selection.compare_rows``), not stored
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.analysis.selection import RowComparison
+
 MAX_LISTED = 10  # entries printed per section before "... and N more"
 
 
@@ -327,18 +329,18 @@ def icl_table(
     return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
+def rows_table(
+    entries: Sequence[RowComparison], tablefmt: str = "simple", width: int | None = None
+) -> str:
     """``prefalign compare RUN --rows A,B``: every metric of two rows, ``A - B`` paired over
     the users both have."""
     body = [
         [
-            f"{e['suite']} · {e['size']}",
-            e["metric"],
-            _num(e["value_a"]),
-            _num(e["value_b"]),
-            *_paired(
-                e["diff"], e["ci"], e.get("p_value"), e.get("p_holm"), e["n_users"], e["verdict"]
-            ),
+            f"{e.suite} · {e.size}",
+            e.metric,
+            _num(e.value_a),
+            _num(e.value_b),
+            *_paired(e.diff, e.ci, e.p_value, e.p_holm, e.n_users, e.verdict),
         ]
         for e in entries
     ]

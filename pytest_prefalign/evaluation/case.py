@@ -164,12 +164,13 @@ class Evaluator:
         results = results_key(self.context, case, prepared.ctx, prepared.factory, plan, state)
         value = self.disk.json(results, compute, valid=_valid_results)
         # the records name their test: two sizes with one model share the cached records
-        named = {
-            "items": [{**record, **key} for record in value["items"]],
-            "pairs": [{**record, **key} for record in value["pairs"]],
-        }
-        observe({"pair": named["pairs"], "item": named["items"]})
-        return {**value, **named}, fitted_uses
+        observed = observe(
+            {
+                "pair": [parts.PairRecord.from_json({**r, **key}, "pair") for r in value["pairs"]],
+                "item": [parts.ItemRecord.from_json({**r, **key}, "item") for r in value["items"]],
+            }
+        )
+        return {**value, "pairs": observed["pair"], "items": observed["item"]}, fitted_uses
 
     def working_point(
         self,
@@ -284,7 +285,7 @@ def case_result(
         size=case.size,
         decoder=case.method.decoder,
         reward=case.method.reward,
-        n_users=len({r["user"] for r in (*items, *records)}),
+        n_users=len({r.user for r in (*items, *records)}),
         n_items=len(items),
         n_pairs=len(records),
         metrics=values,
@@ -423,23 +424,27 @@ def _kept(store: dict[Any, Any], key: Any, make: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def observe(records: dict[str, Sequence[dict[str, Any]]]) -> None:
-    """Write each computed metric's observation (a plugin's ``Metric.compute``) into the
-    records of its level as its field, in place: after the cache, so that the cached records
-    stay the evaluation's own. A field the record has already, or an observation that is not a
-    finite number or None, is a failure naming the metric."""
+def observe(records: Mapping[str, Sequence[parts.R]]) -> dict[str, list[parts.R]]:
+    """The records of each level with each computed metric's observation (a plugin's
+    ``Metric.compute``, given the typed record) as its field: new records, made after the
+    cache, so that the cached records stay the evaluation's own. A field the record has
+    already, or an observation that is not a finite number or None, is a failure naming the
+    metric."""
+    out = {}
     for level, found in records.items():
         for metric in catalogue.computed(level):
             for record in found:
-                if metric.field in record:
+                if record.has(metric.field):
                     raise PrefalignError(
                         f"metric {metric.name!r} computes the field {metric.field!r}, which "
                         "the evaluation writes: name a field of its own"
                     )
-                record[metric.field] = _observation(metric, record)
+            found = [r.with_value(metric.field, _observation(metric, r)) for r in found]
+        out[level] = list(found)
+    return out
 
 
-def _observation(metric: catalogue.Metric, record: dict[str, Any]) -> float | None:
+def _observation(metric: catalogue.Metric, record: parts.Record) -> float | None:
     assert metric.compute is not None
     value = metric.compute(record)
     if value is None:
@@ -447,7 +452,7 @@ def _observation(metric: catalogue.Metric, record: dict[str, Any]) -> float | No
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise PrefalignError(
             f"metric {metric.name!r}: compute returned {value!r} for the record of user "
-            f"{record.get('user')!r}; expected a finite number or None"
+            f"{record.user!r}; expected a finite number or None"
         )
     return float(value)
 

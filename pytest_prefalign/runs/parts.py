@@ -19,11 +19,12 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 P = TypeVar("P", bound="Part")
+R = TypeVar("R", "PairRecord", "ItemRecord")  # a record of either kind, kept as it is
 
 Scalar = str | int | float | bool | None  # a JSON value that is not a list or an object
 
@@ -62,36 +63,41 @@ class Part:
         """The part of ``data`` (a JSON object), checked: every required key present, no key
         it does not know (but in its ``rest``), every value of its field's type."""
         row = _object(data, where)
-        hints = _hints(cls)
+        fields, extra = _plan(cls)
         values: dict[str, Any] = {}
-        known: set[str] = set()
-        extra = None
-        for f in dataclasses.fields(cls):
-            if f.metadata.get("rest"):
-                extra = f
-                continue
-            name = _key(f)
-            known.add(name)
-            if name in row:
-                values[f.name] = read(hints[f.name], row[name], f"{where}: field {name!r}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise PartError(f"{where}: field {name!r} is missing")
-        unknown = {k: v for k, v in row.items() if k not in known}
-        if extra is not None:
-            values[extra.name] = read(hints[extra.name], unknown, where)
-        elif unknown:
-            raise PartError(f"{where}: unknown field(s) {', '.join(map(repr, sorted(unknown)))}")
+        for name, key_, reader, required in fields:
+            if key_ in row:
+                values[name] = reader(row[key_], f"{where}: field {key_!r}")
+            elif required:
+                raise PartError(f"{where}: field {key_!r} is missing")
+        if len(values) < len(row):
+            known = {key_ for _, key_, _, _ in fields}
+            unknown = {k: v for k, v in row.items() if k not in known}
+            if extra is not None:
+                values[extra[0]] = extra[1](unknown, where)
+            elif unknown:
+                names = ", ".join(map(repr, sorted(unknown)))
+                raise PartError(f"{where}: unknown field(s) {names}")
         return cls(**values)
+
+
+@functools.cache
+def _plan(cls: type) -> tuple[list[tuple[str, str, Reader, bool]], tuple[str, Reader] | None]:
+    """A part's fields as read: (name, key, reader, required), and its ``rest``."""
+    hints = typing.get_type_hints(cls)
+    fields, extra = [], None
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("rest"):
+            extra = (f.name, _reader(hints[f.name]))
+            continue
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        fields.append((f.name, _key(f), _reader(hints[f.name]), required))
+    return fields, extra
 
 
 # --------------------------------------------------------------------------------------------
 # Reading and writing by declared type
 # --------------------------------------------------------------------------------------------
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
 
 
 def _key(f: dataclasses.Field[Any]) -> str:
@@ -117,51 +123,80 @@ _SCALARS: dict[Any, tuple[str, Any]] = {
     type(None): ("null", lambda v: v is None),
 }
 
+Reader = Callable[[Any, str], Any]
+
 
 def read(tp: Any, value: Any, where: str) -> Any:
-    """``value`` read as the declared type ``tp``."""
+    """``value`` read as the declared type ``tp`` (``where`` names it in an error)."""
+    return _reader(tp)(value, where)
+
+
+@functools.cache
+def _reader(tp: Any) -> Reader:
+    """How a value of the declared type ``tp`` is read, made once per type."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
-        return value
+        return lambda value, where: value
     if origin in (types.UnionType, typing.Union):
-        return __read_union(args, value, where)
+        return _union_reader(args)
     if isinstance(tp, type) and issubclass(tp, Part):
-        return tp.from_json(value, where)
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise PartError(f"{where}: expected a list, got {type(value).__name__}")
-        return tuple(read(args[0], v, f"{where}[{n}]") for n, v in enumerate(value))
-    if origin in (list, Sequence):
-        if not isinstance(value, list | tuple):
-            raise PartError(f"{where}: expected a list, got {type(value).__name__}")
-        return [read(args[0], v, f"{where}[{n}]") for n, v in enumerate(value)]
+        return tp.from_json
+    if origin in (tuple, list, Sequence):
+        inner, make = _reader(args[0]), tuple if origin is tuple else list
+
+        def sequence(value: Any, where: str) -> Any:
+            if not isinstance(value, list | tuple):
+                raise PartError(f"{where}: expected a list, got {type(value).__name__}")
+            return make(inner(v, f"{where}[{n}]") for n, v in enumerate(value))
+
+        return sequence
     if origin in (Mapping, dict):
-        return {
-            str(k): read(args[1], v, f"{where}[{k!r}]") for k, v in _object(value, where).items()
-        }
-    described, accepts = _SCALARS[tp]
-    if not accepts(value):
-        raise PartError(f"{where}: {value!r} is not {described}")
-    return value
+        inner = _reader(args[1])
+
+        def mapping(value: Any, where: str) -> Any:
+            return {str(k): inner(v, where) for k, v in _object(value, where).items()}
+
+        return mapping
+    return _scalar_reader((tp,))
 
 
-def __read_union(args: tuple[Any, ...], value: Any, where: str) -> Any:
-    """A value of one of ``args``: null where null is one; an empty object for an optional
-    part reads as none (an older file's absent part); else the first that reads."""
-    if value is None and type(None) in args:
-        return None
-    parts = [a for a in args if isinstance(a, type) and issubclass(a, Part)]
-    if parts and value == {} and type(None) in args:
-        return None
-    errors = []
-    for tp in args:
-        if tp is type(None):
-            continue
-        try:
-            return read(tp, value, where)
-        except PartError as exc:
-            errors.append(str(exc))
-    raise PartError(errors[0] if len(errors) == 1 else f"{where}: {value!r} is not of its type")
+def _scalar_reader(args: tuple[Any, ...]) -> Reader:
+    accepts = [_SCALARS[tp][1] for tp in args]
+    described = " or ".join(_SCALARS[tp][0] for tp in args)
+
+    def scalar(value: Any, where: str) -> Any:
+        if not any(accept(value) for accept in accepts):
+            raise PartError(f"{where}: {value!r} is not {described}")
+        return value
+
+    return scalar
+
+
+def _union_reader(args: tuple[Any, ...]) -> Reader:
+    """A value of one of ``args``: a scalar of one of them; null where null is one; an empty
+    object for an optional part reads as none (an older file's absent part); else the first
+    that reads."""
+    if all(tp in _SCALARS for tp in args):
+        return _scalar_reader(args)
+    optional = type(None) in args
+    readers = [_reader(tp) for tp in args if tp is not type(None)]
+
+    def union(value: Any, where: str) -> Any:
+        if value is None and optional:
+            return None
+        if optional and value == {}:
+            return None
+        errors = []
+        for reader in readers:
+            try:
+                return reader(value, where)
+            except PartError as exc:
+                errors.append(str(exc))
+        if len(errors) == 1:
+            raise PartError(errors[0])
+        raise PartError(f"{where}: {value!r} is not of its type")
+
+    return union
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
@@ -410,3 +445,74 @@ class Data(Part):
     provenance: Provenance = field(default_factory=Provenance)
     fingerprint: Fingerprint | None = None
     folds: tuple[Data, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# The per-pair and per-item records
+# --------------------------------------------------------------------------------------------
+
+
+class Record(Part):
+    """What a pair's and an item's record share: the test (``suite``, ``method``, ``size``),
+    the ``user``, the ``digest`` of its texts, and the values measured on it by field name
+    (``values``: ``rm_correct``, ``rouge1``, ..., a plugin metric's too)."""
+
+    suite: str
+    method: str
+    size: str
+    user: str
+    digest: str | None
+    values: Mapping[str, Scalar]
+
+    @property
+    def record_id(self) -> str:
+        raise NotImplementedError
+
+    def value(self, name: str) -> Scalar:
+        """The value of the field ``name`` (None where the record has none)."""
+        return self.values.get(name)
+
+    def has(self, name: str) -> bool:
+        """Whether the record has a field ``name``, a value or one of its own."""
+        return name in self.values or name in {f.name for f in dataclasses.fields(self)}
+
+    def with_value(self: P, name: str, value: Scalar) -> P:
+        """The record with one more value."""
+        return dataclasses.replace(self, values={**self.values, name: value})  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class PairRecord(Record):
+    """A test pair's record (``evaluation/pairs.py``): its id and the scores of its sides."""
+
+    suite: str
+    method: str
+    size: str
+    pair_id: str
+    user: str
+    digest: str | None = None
+    values: Mapping[str, Scalar] = rest()
+
+    @property
+    def record_id(self) -> str:
+        return self.pair_id
+
+
+@dataclass(frozen=True)
+class ItemRecord(Record):
+    """A generation item's record (``evaluation/generation.py``): its id, the output, the
+    user's own text (``reference``, None where the suite has none) and the measures."""
+
+    suite: str
+    method: str
+    size: str
+    item_id: str
+    user: str
+    digest: str | None = None
+    output: str | None = None
+    reference: str | None = None
+    values: Mapping[str, Scalar] = rest()
+
+    @property
+    def record_id(self) -> str:
+        return self.item_id

@@ -44,8 +44,10 @@ from pytest_prefalign.runs.parts import (
     Data,
     Environment,
     Guidance,
+    ItemRecord,
     Judge,
     Model,
+    PairRecord,
     Scalar,
     Scoring,
 )
@@ -61,7 +63,7 @@ class RunFileError(ValueError):
 
 Option = Scalar | tuple[Scalar, ...]  # a decoder option's value (pooled: each fold's)
 RECORDS = ("pairs", "items")  # the fields a result's row leaves to the record files
-PARTS = ("judge", "model", "data", "environment", "guidance", "settings", "cache")
+PARTS = ("judge", "model", "data", "environment", "guidance", "settings", "cache", *RECORDS)
 
 
 @dataclass(frozen=True)
@@ -100,13 +102,16 @@ class CaseResult:
     guidance: Guidance | None = None
     settings: Scoring = field(default_factory=Scoring)
     cache: tuple[CacheUse, ...] = ()
-    pairs: tuple[dict[str, Any], ...] = ()
-    items: tuple[dict[str, Any], ...] = ()
+    pairs: tuple[PairRecord, ...] = ()
+    items: tuple[ItemRecord, ...] = ()
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(CaseResult)
+        test = {"suite": self.suite, "method": self.method, "size": self.size}
         for name in PARTS:  # a part given as its JSON object is read as the part
             value = getattr(self, name)
+            if name in RECORDS:  # a record given without its test is the result's
+                value = [{**test, **r} if isinstance(r, Mapping) else r for r in value]
             if isinstance(value, Mapping) or (
                 isinstance(value, list | tuple) and any(isinstance(v, Mapping) for v in value)
             ):
@@ -134,7 +139,8 @@ class CaseResult:
     def to_json(self) -> dict[str, Any]:
         """Plain data, records included: what a test report carries to the controller (under
         pytest-xdist it crosses a process boundary)."""
-        return {**self.row(), "records": {"pairs": list(self.pairs), "items": list(self.items)}}
+        records = {name: parts.plain(getattr(self, name)) for name in RECORDS}
+        return {**self.row(), "records": records}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "result") -> CaseResult:
@@ -158,11 +164,11 @@ class CaseResult:
             raise RunFileError(str(exc)) from None
         return cls(
             **values,
-            pairs=_records(records.get("pairs"), "pair_id", f"{where}: records.pairs"),
-            items=_records(records.get("items"), "item_id", f"{where}: records.items"),
+            pairs=_records(records.get("pairs"), PairRecord, f"{where}: records.pairs"),
+            items=_records(records.get("items"), ItemRecord, f"{where}: records.items"),
         )
 
-    def with_records(self, pairs: Iterable[dict[str, Any]], items: Iterable[dict[str, Any]]):
+    def with_records(self, pairs: Iterable[PairRecord], items: Iterable[ItemRecord]) -> CaseResult:
         """The result with these records added to its own."""
         return dataclasses.replace(self, pairs=(*self.pairs, *pairs), items=(*self.items, *items))
 
@@ -187,11 +193,11 @@ class RunFile:
     outcomes: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def pairs(self) -> list[dict[str, Any]]:
+    def pairs(self) -> list[PairRecord]:
         return [record for result in self.results for record in result.pairs]
 
     @property
-    def items(self) -> list[dict[str, Any]]:
+    def items(self) -> list[ItemRecord]:
         return [record for result in self.results for record in result.items]
 
     def result(self, key: Key) -> CaseResult | None:
@@ -213,8 +219,8 @@ class RunFile:
             "crisis": self.crisis.to_json(),
             "complete": self.complete,
             "outcomes": self.outcomes,
-            "pairs": self.pairs,
-            "items": self.items,
+            "pairs": parts.plain(self.pairs),
+            "items": parts.plain(self.items),
         }
 
     @classmethod
@@ -241,10 +247,10 @@ class RunFile:
                     f"{where}: results[{n}]: a second result for {_text(result.key)}"
                 )
             by_key[result.key] = result
-        found: dict[tuple[Key, str], list[dict[str, Any]]] = {}
-        for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
-            for record in _records(run.get(section), id_field, f"{where}: {section}"):
-                key = (record["suite"], record["method"], record["size"])
+        found: dict[tuple[Key, str], list[parts.Record]] = {}
+        for section, kind in (("pairs", PairRecord), ("items", ItemRecord)):
+            for record in _records(run.get(section), kind, f"{where}: {section}"):
+                key = (record.suite, record.method, record.size)
                 if key in by_key:
                     found.setdefault((key, section), []).append(record)
         results = [
@@ -285,8 +291,8 @@ def write(run: RunFile, path: Path) -> None:
     it (``NAME.pairs.jsonl``, ``NAME.items.jsonl``): a reader sees a whole file or none."""
     path = Path(path)
     stem = path.with_suffix("")
-    storage.atomic_write_jsonl(stem.with_name(stem.name + ".pairs.jsonl"), run.pairs)
-    storage.atomic_write_jsonl(stem.with_name(stem.name + ".items.jsonl"), run.items)
+    storage.atomic_write_jsonl(stem.with_name(stem.name + ".pairs.jsonl"), parts.plain(run.pairs))
+    storage.atomic_write_jsonl(stem.with_name(stem.name + ".items.jsonl"), parts.plain(run.items))
     storage.atomic_write_json(path, run.to_json())
 
 
@@ -407,24 +413,27 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
-def _records(value: Any, id_field: str, where: str) -> list[dict[str, Any]]:
+def _records(value: Any, kind: type[parts.R], where: str) -> list[parts.R]:
+    id_field = "pair_id" if kind is PairRecord else "item_id"
     out = []
     for n, record in enumerate(value or []):
         row = _object(record, f"{where}[{n}]")
         for name in ("suite", "method", "size", id_field, "user"):
             if row.get(name) is None:
                 raise RunFileError(f"{where}[{n}]: field {name!r} is missing")
-        out.append(row)
+        try:
+            out.append(kind.from_json(row, f"{where}[{n}]"))
+        except parts.PartError as exc:
+            raise RunFileError(str(exc)) from None
     return out
 
 
-def _unique(records: Iterable[Mapping[str, Any]], id_field: str, where: str) -> None:
+def _unique(records: Iterable[parts.Record], id_field: str, where: str) -> None:
     seen: set[str] = set()
     for record in records:
-        record_id = str(record[id_field])
-        if record_id in seen:
-            raise RunFileError(f"{where}: {id_field} {record_id!r} appears twice")
-        seen.add(record_id)
+        if record.record_id in seen:
+            raise RunFileError(f"{where}: {id_field} {record.record_id!r} appears twice")
+        seen.add(record.record_id)
 
 
 def _number(value: Any) -> bool:
