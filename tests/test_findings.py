@@ -475,13 +475,11 @@ def test_the_page_is_written_again_from_the_kept_runs_unchanged(findings: Module
 
 def fold_file(fold: int, pairs: list, path: Path) -> None:
     """A fold's run file as a fold's pytest writes it (test_folds's rows, whose pair records
-    name their test as a run's do)."""
+    name their test as a run's do: a record given without it takes its result's)."""
     from tests.test_folds import fold_run
 
     run = fold_run(fold, pairs)
-    for row in run.results:
-        for record in row.pairs:
-            record.update(suite=row.suite, method=row.method, size=row.size)
+    assert all(record.suite == row.suite for row in run.results for record in row.pairs)
     records.write(run, path)
 
 
