@@ -304,8 +304,8 @@ def real_null(results: list[CaseResult], rng: np.random.Generator) -> list[CaseR
                 values = [r.per_user[metric][user] for r in holders]
                 for r, v in zip(holders, rng.permutation(values), strict=True):
                     r.per_user[metric][user] = float(v)
-        for r in rows:
-            _reflect_wins(r, rng)
+        reflected = {id(r): _reflect_wins(r, rng) for r in rows}
+        out = [reflected.get(id(r), r) for r in out]
     for r in out:
         for metric, values in r.per_user.items():
             if metric in (*EXCHANGED, "win_self") and values and metric in r.metrics:
@@ -338,16 +338,16 @@ def with_users(results: list[CaseResult], n: int, rng: np.random.Generator) -> l
             for metric, values in r.per_user.items()
         }
         items = [
-            {**it, "user": new} for new, old in names.items() for it in r.items if it["user"] == old
+            replace(it, user=new) for new, old in names.items() for it in r.items if it.user == old
         ]
         pairs = [
-            {**p, "user": new} for new, old in names.items() for p in r.pairs if p["user"] == old
+            replace(p, user=new) for new, old in names.items() for p in r.pairs if p.user == old
         ]
         out.append(replace(r, per_user=per_user, items=items, pairs=pairs, n_users=n))
     return out
 
 
-def _reflect_wins(row: CaseResult, rng: np.random.Generator) -> None:
+def _reflect_wins(row: CaseResult, rng: np.random.Generator) -> CaseResult:
     """Each user's own-RM outcomes reflected about 1/2 (win and loss exchanged: the method's
     output and base's swapped) with probability 1/2, in the per-user shares and in the items'
     ``win_self_outcome`` records alike."""
@@ -355,12 +355,13 @@ def _reflect_wins(row: CaseResult, rng: np.random.Generator) -> None:
     flipped = {user for user in sorted(wins) if rng.random() < 0.5}
     for user in flipped:
         wins[user] = 1.0 - wins[user]
-    row.items = [
-        {**item, "win_self_outcome": 1.0 - item["win_self_outcome"]}
-        if item.get("user") in flipped and item.get("win_self_outcome") is not None
+    items = [
+        item.with_value("win_self_outcome", 1.0 - item.value("win_self_outcome"))
+        if item.user in flipped and item.value("win_self_outcome") is not None
         else item
         for item in row.items
     ]
+    return replace(row, items=items)
 
 
 # --------------------------------------------------------------------------------------------

@@ -702,7 +702,7 @@ def _p(value: Any) -> str:
 
 def _users(entry: TauEntry) -> str:
     """A tau entry's users ("-" where its run file did not record them)."""
-    return "-" if "n_users" in entry.absent else str(entry.n_users)
+    return "-" if entry.n_users is None else str(entry.n_users)
 
 
 def tau_verdict(entry: TauEntry) -> str:

@@ -17,6 +17,7 @@ Real models (the size's embedded model on the CPU), real data.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -78,7 +79,7 @@ def verdict_row(e: DegenerateEntry) -> list[Any]:
         f"{e.fluency_gap:+.2f}",
         f"{e.not_answer_gap:+.2f}",
         e.n_users,
-        num(e.p),
+        num(e.p_value),
         num(e.p_holm),
         "DEGENERATE" if e.flagged else "",
     ]
@@ -98,21 +99,21 @@ def verdicts(path: Path, rows: list[dict[str, Any]]) -> tuple[DegenerateEntry, .
     for result in run.results:
         row = measured.get((result.suite, result.size, result.method))
         if row is not None:
+            measured_items = {
+                "fluency": row["fluency_items"],
+                "not_answer": [float(rule is not None) for rule in row["not_answer_items"]],
+            }
             items = [
-                {"user": u, "fluency": f, "not_answer": float(rule is not None)}
-                for u, f, rule in zip(
-                    row["users"], row["fluency_items"], row["not_answer_items"], strict=True
-                )
+                record.with_value("fluency", f).with_value("not_answer", answer)
+                for record, f, answer in zip(result.items, *measured_items.values(), strict=True)
             ]
             values, ci, per_user = figures({"item": items})
             result.metrics.update(values)
             result.ci.update(ci)
             result.per_user.update(per_user)
-            if [r["user"] for r in result.items] != row["users"]:
+            if [r.user for r in result.items] != row["users"]:
                 sys.exit(f"{path.name} {result.method}: the figures are not of the run's items")
-            result.items = [
-                {**record, **extra} for record, extra in zip(result.items, items, strict=True)
-            ]
+            result = dataclasses.replace(result, items=items)
         results.append(result)
     _, found = crisis.analyse(results)
     return found.degenerate

@@ -79,19 +79,19 @@ def examine_group(
     lm = load_model(size)
     figures = []
     for row in sorted(rows, key=lambda r: r.method):
-        records = [r for r in row.items if r["item_id"] in items]
+        records = [r for r in row.items if r.item_id in items]
         if len(records) < len(row.items):
             missing = len(row.items) - len(records)
             print(f"{row.method}: {missing} items not in the data read again", file=sys.stderr)
-        prompts = [items[r["item_id"]].prompt for r in records]
-        outputs = [r["output"] for r in records]
+        prompts = [items[r.item_id].prompt for r in records]
+        outputs = [r.output for r in records]
         nll = fluency(lm, prompts, outputs, 16)
         rules = [
-            not_an_answer(r["output"], input=items[r["item_id"]].input, prompt=p)
+            not_an_answer(r.output, input=items[r.item_id].input, prompt=p)
             for r, p in zip(records, prompts, strict=True)
         ]
         broken = Counter(rule for rule in rules if rule is not None)
-        strength = (getattr(row, "guidance", None) or {}).get("strength") or {}
+        strength = row.guidance.strength if row.guidance else None
         figures.append(
             {
                 "method": row.method,
@@ -102,15 +102,15 @@ def examine_group(
                 "rouge1": row.metrics.get("rouge1"),
                 "win_independent": row.metrics.get("win_independent"),
                 "strength": (
-                    f"{strength['option']}={strength['value']:g} ({strength['how']}"
-                    f"{', none passed' if strength.get('fallback') else ''})"
+                    f"{strength.option}={strength.value:g} ({strength.how}"
+                    f"{', none passed' if strength.fallback else ''})"
                     if strength
                     else ""
                 ),
-                "outputs": {r["item_id"]: r["output"] for r in records},
+                "outputs": {r.item_id: r.output for r in records},
             }
         )
-    first = sorted({r["item_id"]: r["user"] for r in rows[0].items}.items(), key=lambda kv: kv[0])
+    first = sorted({r.item_id: r.user for r in rows[0].items}.items(), key=lambda kv: kv[0])
     picked: list[str] = []
     for user in sorted({u for _, u in first}):
         own = [i for i, u in first if u == user]
@@ -140,7 +140,7 @@ def load_items(suite: str, row: Any, data_dir: Path, limit: int | None) -> list[
     manager = pytest.PytestPluginManager()
     manager.add_hookspecs(hookspec)
     found = registry.load(manager).suite(suite)
-    options = (row.data.get("provenance") or {}).get("options") or {}
+    options = row.data.provenance.options or {}
     data = found.load(data_dir / found.source, limit=limit, options=dict(options))
     return list(data.items)
 

@@ -97,8 +97,7 @@ def _entry(row: CaseResult, base: CaseResult) -> DegenerateEntry:
         not_answer_gap_ci=answer_ci,
         n_users=len(shared),
         test="one-sided sign flip over users of the not-an-answer share minus base's",
-        p=p_value,
-        p_value=p_value,  # the field the family reads
+        p_value=p_value,
         holds=answer_gap > 0,
         flagged=False,
         reason="",
