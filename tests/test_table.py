@@ -80,11 +80,11 @@ def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
 
 
 def test_header_names_the_dtype_the_passes_ran_in() -> None:
-    rows = [result(None, "fp1"), result(None, "fp1")]
-    rows[0].environment = {"dtype": "bfloat16", "device": "cpu"}
-    rows[1].environment = {"dtype": "bfloat16", "device": "cpu"}
+    bf16 = replace(result(None, "fp1"), environment={"dtype": "bfloat16", "device": "cpu"})
+    rows = [bf16, bf16]
     assert table.header("pref_lamp", "135m", rows)[0] == "pref_lamp · 135m · SmolLM2 · bfloat16"
-    rows[1].environment = {"dtype": "float32"}  # a merged run's rows that differ: both named
+    # a merged run's rows that differ: both named
+    rows[1] = replace(bf16, environment={"dtype": "float32"})
     assert table.header("pref_lamp", "135m", rows)[0].endswith(" · bfloat16/float32")
 
 
