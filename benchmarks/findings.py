@@ -702,7 +702,7 @@ def _p(value: Any) -> str:
 
 def _users(entry: TauEntry) -> str:
     """A tau entry's users ("-" where its run file did not record them)."""
-    return "-" if "n_users" in entry.absent else str(entry.n_users)
+    return "-" if entry.n_users is None else str(entry.n_users)
 
 
 def tau_verdict(entry: TauEntry) -> str:
@@ -728,8 +728,9 @@ def claim_tau(loaded: list, power: dict[str, Any] | None = None) -> list[str]:
         "not imposed, which can only widen it). It covers the true tau of these methods wherever",
         "the methods lie, however close (the percentile bootstrap of tau it replaces, 90% bounds,",
         "covered a true tau of 1 in 0.298 of runs simulated at the kept Pref-LaMP 135m run's",
-        "spacing, the projection in 0.998: `benchmarks/tau_coverage.py`, docs/metrics.md). pairs",
-        "ordered: the pairs of methods both intervals resolve, of n(n-1)/2.",
+        "spacing, the projection in 0.998: `benchmarks/calibration.py --tau-coverage`,",
+        "docs/metrics.md). pairs ordered: the pairs of methods both intervals resolve, of",
+        "n(n-1)/2.",
         "",
         "**The estimand**: tau over these methods, users the unit, not the paper's claim about",
         "methods in general. Even with unlimited users, tau from N methods drawn from a",

@@ -36,7 +36,8 @@ def pytest_prefalign_result(result: CaseResult, config: pytest.Config) -> None:
     """Called on the controller with each finished (method, suite, size) result, as its row
     will be written to the run file (``suite``, ``method``, ``size``, ``metrics``, ``ci``,
     counts, ``model``, ``data``, ``environment``, ``reward_fingerprint``, ``reward_package``,
-    ``reward_version``, ...), without the per-pair and per-item records.
+    ``reward_version``, ...), a frozen record (``result.row()`` is its row of the run file as
+    plain data).
 
     Use it to send results to an experiment tracker. The return value is ignored.
     """

@@ -50,9 +50,9 @@ def code_version(obj: Any, *, extra_roots: Iterable[str] = ()) -> str:
     own top-level package (type-checking imports left out), with the installed versions of the
     third-party distributions those modules import. Editing a comment or a docstring keeps the
     version; editing code, or upgrading a library the code imports, changes it."""
-    module = _module_of(obj)
-    roots = {*FIRST_PARTY, module.__name__.split(".")[0], *extra_roots}
-    return _walk(module.__name__, _defining_file(obj) or _file_of(module), roots)
+    name = _module_name(obj)
+    roots = {*FIRST_PARTY, name.split(".")[0], *extra_roots}
+    return _walk(name, _defining_file(obj) or _module_file(name, obj), roots)
 
 
 def module_version(name: str) -> str:
@@ -106,14 +106,24 @@ def library_versions(*names: str) -> dict[str, str | None]:
     return out
 
 
-def _module_of(obj: Any) -> ModuleType:
+def _module_name(obj: Any) -> str:
     if isinstance(obj, ModuleType):
-        return obj
-    name = getattr(obj, "__module__", None) or type(obj).__module__
-    module = sys.modules.get(name)
-    if module is None:
-        raise ValueError(f"code_version: the module {name!r} of {obj!r} is not imported")
-    return module
+        return obj.__name__
+    return getattr(obj, "__module__", None) or type(obj).__module__
+
+
+def _module_file(name: str, obj: Any) -> Path | None:
+    """The source file of the module ``name``: the imported module's, or, where the module
+    has left ``sys.modules`` while its classes live on (pytester's in-process runs restore
+    ``sys.modules`` afterwards, keeping the attribute on the parent package), found without
+    importing it."""
+    module = obj if isinstance(obj, ModuleType) else sys.modules.get(name)
+    if module is not None:
+        return _file_of(module)
+    path = _find_file(name)
+    if path is None:
+        raise ValueError(f"code_version: no source found for the module {name!r} of {obj!r}")
+    return path
 
 
 def _defining_file(obj: Any) -> Path | None:

@@ -15,6 +15,7 @@ from test_suite_pref_lamp import paper
 
 from pytest_prefalign.datadir import data_main
 from pytest_prefalign.runs import records
+from pytest_prefalign.runs.parts import Data
 
 SUITE_TOML = '[suite]\nname = "pref_lamp"\n\n[options]\nnegatives = "other_author"\n'
 HUGE = 1_000_000  # characters: over the data's limit, the record is dropped
@@ -126,7 +127,7 @@ def test_every_fault_is_named_and_the_rest_is_evaluated(project: pytest.Pytester
     run = records.read(project.path / "run.json")  # complete and readable
     (row,) = run.results
     assert row.n_users == 3 and row.n_items == 6 and row.n_pairs == 6
-    faults = row.data["faults"]
+    faults = [fault.to_json() for fault in row.data.faults]
     # named from the data's root in the run file, as the terminal names them in full above
     assert_named(faults, Path("{data}") / "acl-anthology")
     cut = {(f["id"], f["field"]): f for f in faults if f["rule"].startswith("context:")}
@@ -134,7 +135,7 @@ def test_every_fault_is_named_and_the_rest_is_evaluated(project: pytest.Pytester
     prompt = cut[("acl:Cy/Cy4", "prompt")]
     assert "more than the 3,072 a prompt of model tiny may have" in prompt["reason"]
     assert "its middle is cut" in prompt["reason"]
-    assert row.data["dropped"]["record:bad_paper"] == 4
+    assert row.data.dropped["record:bad_paper"] == 4
 
 
 def test_the_data_command_lists_the_faults(tmp_path, monkeypatch, capsys) -> None:
@@ -151,11 +152,11 @@ def test_the_data_command_lists_the_faults(tmp_path, monkeypatch, capsys) -> Non
 
 def test_the_run_file_checks_its_faults_and_reads_older_files() -> None:
     row = {"suite": "s", "method": "base", "size": "tiny", "data": {"source": "d"}}
-    assert records.CaseResult.from_json(row).data == {"source": "d"}  # written before faults
+    assert records.CaseResult.from_json(row).data == Data(source="d")  # written before faults
     good = {"file": "f", "line": 3, "id": None, "field": "title", "reason": "empty"}
     records.CaseResult.from_json({**row, "data": {"faults": [good, {**good, "line": None}]}})
     for bad, message in (
-        ({**good, "file": None}, "field 'file': missing or not a string"),
+        ({**good, "file": None}, "field 'file': None is not a string"),
         ({**good, "line": 1.5}, "field 'line'"),
         ({**good, "id": 7}, "field 'id'"),
     ):

@@ -154,6 +154,25 @@ def test_code_version_reads_what_a_module_imports_without_importing_it(package: 
         versions.module_version("mypkg.absent")
 
 
+def test_code_version_of_a_class_whose_module_left_sys_modules(package: Path) -> None:
+    """pytester's in-process runs restore ``sys.modules`` afterwards, while the parent package
+    keeps the submodule as an attribute: a class from it is still versioned, from its file,
+    the same as before; a module with no source anywhere is named."""
+    (package / "main.py").write_text(MAIN + "\n\nclass Method:\n    name = 'm'\n")
+    version(package)
+    import mypkg.main
+
+    cls = mypkg.main.Method
+    first = versions.code_version(cls)
+    del sys.modules["mypkg.main"]
+    assert versions.code_version(cls) == first
+    (package / "main.py").write_text(MAIN + "\n\nclass Method:\n    name = 'n'\n")
+    assert versions.code_version(cls) != first
+    ghost = type("Ghost", (), {"__module__": "mypkg.gone"})
+    with pytest.raises(ValueError, match="no source found for the module 'mypkg.gone'"):
+        versions.code_version(ghost)
+
+
 def test_parsed_code_is_kept_on_disk_and_a_rerun_parses_nothing(
     package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -361,6 +361,27 @@ def test_a_run_of_more_users_is_drawn_from_the_runs_own(calibration: ModuleType)
                 assert before.per_user[metric][user.split("#")[0]] == value
 
 
+def test_the_tau_coverage_worlds_keep_the_runs_means_in_the_order_asked(
+    calibration: ModuleType,
+) -> None:
+    # --tau-coverage: the kept polis 135m run's ARGS rows, policy accuracy's own means
+    # reassigned so that tau against RM accuracy is 1 (the same order) or -1 (reversed)
+    run = calibration.kept_run(calibration.KEPT / "polis-135m.json.gz")
+    (name, (rm, policy)), *_ = calibration.tau_groups(run.results).items()
+    assert name == "polis 135m args" and rm.values.shape == policy.values.shape
+    for tau in (1.0, -1.0):
+        w = calibration.world(name, rm, policy, tau)
+        assert w.true_tau == tau and w.n_users == rm.values.shape[1]
+        assert sorted(w.policy.means()) == pytest.approx(sorted(policy.means()))
+        order = np.argsort(rm.means())
+        moved = w.policy.means()[order]
+        assert list(moved) == sorted(moved, reverse=tau < 0)
+    # a few simulated runs: a share of runs is a share, and the projection's interval is wide
+    found = calibration.tau_coverage(w, sims=3, seed=0, n_boot=200)
+    assert found["users"] == w.n_users and 0 <= found["coverage"][0] <= 1
+    assert found["mean_width"] > 0
+
+
 def test_the_weak_tau_claim_holds_rarely_where_tau_is_not_weak(calibration: ModuleType) -> None:
     # docs/findings.md's claim 1 holds on an equivalence bound (tau's one-sided 95% upper bound
     # below the paper's 0.31); five reward methods whose policy accuracy follows RM accuracy

@@ -13,6 +13,7 @@ from pytest_prefalign.analysis import catalogue, crisis, regret, table
 from pytest_prefalign.analysis.figures import figures
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation import case
+from pytest_prefalign.runs.parts import ItemRecord, PairRecord
 from pytest_prefalign.runs.records import CaseResult
 
 USERS = [f"u{i}" for i in range(8)]
@@ -23,6 +24,11 @@ def clean_catalogue() -> Iterator[None]:
     catalogue.reset()
     yield
     catalogue.reset()
+
+
+def pair(n: int, user: str, **values: str) -> PairRecord:
+    """A pair record of user ``user`` with these values."""
+    return PairRecord("s", "m", "135m", f"p{n}", user, values=values)
 
 
 def novelty(**changes: object) -> catalogue.Metric:
@@ -155,18 +161,19 @@ def test_a_registered_metric_is_a_leaderboard_column() -> None:
 def test_a_computed_metric_is_observed_in_each_record_and_pooled() -> None:
     catalogue.register(
         novelty(
-            compute=lambda r: float(len(r["chosen_text"]) < len(r["rejected_text"])),
+            compute=lambda r: float(len(r.value("chosen_text")) < len(r.value("rejected_text"))),
             pooling="micro",
         )
     )
     pairs = [
-        {"user": "a", "chosen_text": "ab", "rejected_text": "abc"},
-        {"user": "a", "chosen_text": "abcd", "rejected_text": "abc"},
-        {"user": "b", "chosen_text": "a", "rejected_text": "ab"},
+        pair(0, "a", chosen_text="ab", rejected_text="abc"),
+        pair(1, "a", chosen_text="abcd", rejected_text="abc"),
+        pair(2, "b", chosen_text="a", rejected_text="ab"),
     ]
-    case.observe({"pair": pairs, "item": []})
-    assert [p["shorter_chosen"] for p in pairs] == [1.0, 0.0, 1.0]
-    values, ci, per_user = figures({"pair": pairs, "item": []})
+    observed = case.observe({"pair": pairs, "item": []})["pair"]
+    assert [p.value("shorter_chosen") for p in observed] == [1.0, 0.0, 1.0]
+    assert all(not p.has("shorter_chosen") for p in pairs)  # new records, not edited ones
+    values, ci, per_user = figures({"pair": observed, "item": []})
     assert values["shorter_chosen"] == pytest.approx(2 / 3)
     assert per_user["shorter_chosen"] == {"a": 0.5, "b": 1.0} and "shorter_chosen" in ci
 
@@ -174,8 +181,9 @@ def test_a_computed_metric_is_observed_in_each_record_and_pooled() -> None:
 def test_a_computation_that_returns_no_number_or_clobbers_a_field_fails_naming_the_metric() -> None:
     catalogue.register(novelty(compute=lambda r: "long"))
     with pytest.raises(PrefalignError, match="'shorter_chosen': compute returned 'long'"):
-        case.observe({"pair": [{"user": "a"}]})
+        case.observe({"pair": [pair(0, "a")]})
     catalogue.reset()
     catalogue.register(novelty(field="output", level="item", compute=lambda r: 1.0))
     with pytest.raises(PrefalignError, match="the field 'output', which the evaluation writes"):
-        case.observe({"item": [{"user": "a", "output": "x"}]})
+        item = ItemRecord("s", "m", "135m", "i0", "a", output="x")
+        case.observe({"item": [item]})

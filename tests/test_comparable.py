@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+from dataclasses import replace
 
 import pytest
 from test_gate import KEY, flipped, make_run
@@ -18,6 +19,7 @@ from pytest_prefalign.analysis.stats import (
     sign_test_floor,
     smallest_detectable_drop,
 )
+from pytest_prefalign.runs.parts import Data
 from pytest_prefalign.runs.records import RunFile
 
 GATE = [Threshold("policy_acc", 2.0)]
@@ -158,17 +160,17 @@ def test_parse_allow() -> None:
 
 def edited(run: RunFile, change) -> RunFile:
     other = copy.deepcopy(run)
-    change(other.results[0])
+    other.results[0] = change(other.results[0])
     return other
 
 
 def test_same_ids_other_contents_are_refused_with_the_ids() -> None:
     run = make_run(flipped(20, 2), 4)
 
-    def retitle(result) -> None:
-        for pair in result.pairs[:3]:
-            pair["digest"] = "edited"
-        result.data["fingerprint"] = {**result.data["fingerprint"], "test_pairs": "tp-2"}
+    def retitle(result):
+        pairs = [replace(p, digest="edited") for p in result.pairs[:3]] + list(result.pairs[3:])
+        fingerprint = replace(result.data.fingerprint, test_pairs="tp-2")
+        return replace(result, pairs=pairs, data=replace(result.data, fingerprint=fingerprint))
 
     other = edited(run, retitle)
     with pytest.raises(RunMismatch) as refused:
@@ -191,9 +193,11 @@ def test_a_baseline_on_other_released_pairs_is_refused_naming_both_checksums() -
     run = make_run(flipped(20, 2), 4)
 
     def released(sha: str):
-        def change(result) -> None:
+        def change(result):
             note = {"version": "2026.12.02", "sha256": sha, "briefs_released": 8}
-            result.data["provenance"] = {"pairs_release": note}
+            return replace(
+                result, data={**result.data.to_json(), "provenance": {"pairs_release": note}}
+            )
 
         return change
 
@@ -216,10 +220,14 @@ def test_a_baseline_on_other_released_pairs_is_refused_naming_both_checksums() -
 def test_other_training_pairs_model_and_environment_are_named() -> None:
     run = make_run(flipped(20, 2), 4)
 
-    def change(result) -> None:
-        result.data["fingerprint"] = {**result.data["fingerprint"], "train_pairs": "tr-2"}
-        result.model["weights"] = "w-2"
-        result.environment = {**result.environment, "torch": "2.14.0", "dtype": "bfloat16"}
+    def change(result):
+        fingerprint = replace(result.data.fingerprint, train_pairs="tr-2")
+        return replace(
+            result,
+            data=replace(result.data, fingerprint=fingerprint),
+            model=replace(result.model, weights="w-2"),
+            environment=replace(result.environment, torch="2.14.0", dtype="bfloat16"),
+        )
 
     differences = comparable.case_differences(run.results[0], edited(run, change).results[0])
     assert [(d.kind, d.text) for d in differences] == [
@@ -228,18 +236,19 @@ def test_other_training_pairs_model_and_environment_are_named() -> None:
                   "baseline, w-2 now)"),
         ("environment", "another environment: torch 2.13.0 -> 2.14.0, dtype float32 -> bfloat16"),
     ]  # fmt: skip
-    renamed = edited(run, lambda r: r.model.update(name="Qwen"))
+    renamed = edited(run, lambda r: replace(r, model=replace(r.model, name="Qwen")))
     assert comparable.case_differences(run.results[0], renamed.results[0]) == [
         comparable.Difference("model", "another model: 'SmolLM2' in the baseline, 'Qwen' now")
     ]
     # python and the code's own fingerprint are recorded, not checked
-    same = edited(run, lambda r: r.environment.update(python="3.12.0"))
+    same = edited(run, lambda r: replace(r, environment=replace(r.environment, python="3.12.0")))
     assert comparable.case_differences(run.results[0], same.results[0]) == []
 
 
 def test_a_version_1_baseline_says_what_it_lacks() -> None:
     old, new = make_run(flipped(20, 2), 4, version=1), make_run(flipped(20, 2), 4)
-    assert old.version == 1 and old.results[0].data == {}
+    # read and upgraded: the version it was written as is gone, what it lacks is not
+    assert old.version == 3 and old.results[0].data == Data()
     with pytest.raises(RunMismatch) as refused:
         compare_runs(old, new, GATE)
     assert str(refused.value) == (
@@ -254,8 +263,8 @@ def test_a_version_1_baseline_says_what_it_lacks() -> None:
 
 def test_judge_collects_every_problem_instead_of_stopping() -> None:
     run = make_run(flipped(20, 2), 4)
-    other = edited(run, lambda r: r.environment.update(device="cuda"))
-    other.results.append(edited(run, lambda r: setattr(r, "method", "bon[x]")).results[0])
+    other = edited(run, lambda r: replace(r, environment=replace(r.environment, device="cuda")))
+    other.results.append(edited(run, lambda r: replace(r, method="bon[x]")).results[0])
     verdict = judge(run, other, GATE)
     assert verdict.comparisons == []
     assert verdict.errors == [
@@ -295,8 +304,8 @@ def test_a_gate_on_a_metric_no_shared_test_has_is_an_error() -> None:
 
 def test_another_reduction_or_seed_is_refused_and_other_options_are_stated() -> None:
     run = make_run(flipped(20, 2), 4)
-    run.results[0].options = {"k": 10, "w": 1.0, "batch_size": 48}
-    summed = edited(run, lambda r: r.settings.update(reduce="sum", seed=7))
+    run.results[0] = replace(run.results[0], options={"k": 10, "w": 1.0, "batch_size": 48})
+    summed = edited(run, lambda r: replace(r, settings=replace(r.settings, reduce="sum", seed=7)))
     # policy accuracy by the sum of token log-likelihoods is another metric than by their mean
     with pytest.raises(RunMismatch, match=r"other settings: reduce mean -> sum, seed 0 -> 7 \("):
         comparable.check_case(run.results[0], summed.results[0])
@@ -308,9 +317,9 @@ def test_another_reduction_or_seed_is_refused_and_other_options_are_stated() -> 
 
     # the change a gate is there to judge may be an option: compared, and stated; a batch size
     # changes no figure and is not mentioned
-    def retune(result) -> None:
-        result.options.update(k=5, batch_size=16)
-        result.reward_fingerprint = "lore-v2"
+    def retune(result):
+        options = {**result.options, "k": 5, "batch_size": 16}
+        return replace(result, options=options, reward_fingerprint="lore-v2")
 
     verdict = judge(run, edited(run, retune), GATE)
     assert verdict.errors == [] and verdict.comparisons
@@ -318,7 +327,7 @@ def test_another_reduction_or_seed_is_refused_and_other_options_are_stated() -> 
         "args[lore] on pref_lamp (135m): other options: k 10 -> 5, reward method None -> lore-v2"
     ]
     # a run file from before the settings were recorded: stated, not refused
-    unrecorded = edited(run, lambda r: setattr(r, "settings", {}))
+    unrecorded = edited(run, lambda r: replace(r, settings={}))
     assert judge(unrecorded, run, GATE).notes == [
         "args[lore] on pref_lamp (135m): the baseline records no policy reduction or seed: "
         "unchecked"

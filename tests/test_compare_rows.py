@@ -62,7 +62,7 @@ def run_path(tmp_path: Path) -> Path:
 
 
 def by_metric(found: list[dict]) -> dict[str, dict]:
-    return {f["metric"]: f for f in found}
+    return {f.metric: f for f in found}
 
 
 def test_known_answers(run_path: Path) -> None:
@@ -71,19 +71,19 @@ def test_known_answers(run_path: Path) -> None:
     assert sorted(got) == ["policy_acc", "rm_acc", "rouge1"]  # the metrics with per-user figures
     policy, rm, rouge = got["policy_acc"], got["rm_acc"], got["rouge1"]
     # every user moved the same way: the exact sign-flip p is 2 / 2^8, the interval one point
-    assert policy["diff"] == pytest.approx(0.10) and policy["n_users"] == 8
-    assert policy["p_value"] == pytest.approx(2 / 256)
-    assert policy["test"] == "exact sign flip over users"
+    assert policy.diff == pytest.approx(0.10) and policy.n_users == 8
+    assert policy.p_value == pytest.approx(2 / 256)
+    assert policy.test == "exact sign flip over users"
     # the command's three comparisons are one family: Holm multiplies the smallest p by 3
-    assert policy["p_holm"] == pytest.approx(3 * 2 / 256) and rouge["p_holm"] == 1.0
-    assert policy["ci"] == pytest.approx([0.10, 0.10])
-    assert policy["verdict"] == "args[a] better"
-    assert rm["diff"] == pytest.approx(-0.20) and rm["p_value"] == pytest.approx(2 / 256)
-    assert rm["verdict"] == "args[b] better"
+    assert policy.p_holm == pytest.approx(3 * 2 / 256) and rouge.p_holm == 1.0
+    assert policy.ci == pytest.approx([0.10, 0.10])
+    assert policy.verdict == "args[a] better"
+    assert rm.diff == pytest.approx(-0.20) and rm.p_value == pytest.approx(2 / 256)
+    assert rm.verdict == "args[b] better"
     # both ways in turn: the mean difference is 0 and every sign pattern is as far from 0
-    assert rouge["diff"] == pytest.approx(0.0, abs=1e-12) and rouge["p_value"] == 1.0
-    assert rouge["ci"][0] < 0 < rouge["ci"][1]
-    assert rouge["verdict"] == "no significant difference"
+    assert rouge.diff == pytest.approx(0.0, abs=1e-12) and rouge.p_value == 1.0
+    assert rouge.ci[0] < 0 < rouge.ci[1]
+    assert rouge.verdict == "no significant difference"
 
 
 def test_the_p_value_is_the_share_of_sign_patterns_as_far_from_zero() -> None:
@@ -111,8 +111,8 @@ def test_too_few_users_is_not_enough_evidence() -> None:
     b = result("args[b]", {"policy_acc": [0.1] * 5}, users)
     (found,) = selection.compare_rows([a, b], "args[a]", "args[b]")
     # every user moved the same way, yet 2 / 2^5 = 0.0625: no five users can be significant
-    assert found["p_value"] == pytest.approx(0.0625) and found["ci"] == pytest.approx([0.8, 0.8])
-    assert found["verdict"] == (
+    assert found.p_value == pytest.approx(0.0625) and found.ci == pytest.approx([0.8, 0.8])
+    assert found.verdict == (
         "not enough evidence: 5 users: p >= 0.062 even if every user moved one way"
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from scipy import stats as sps
 
 from pytest_prefalign.analysis import circular, crisis, regret, selection, spread, summary
+from pytest_prefalign.runs.parts import PairRecord
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
@@ -224,8 +226,8 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
     # resample under equal means gives 0, p = 1 / 2001): ranked first, it leaves the
     # inversion two thirds of the weight, so its adjusted p is (2/3) / (1/3) times its own
     (regret_look,) = [e for e in found.regret if e.y == "policy_acc"]
-    assert regret_look.p_value == pytest.approx(1 / 2001) and regret_look.significant
-    assert stated.p_holm == pytest.approx(2 * 2 / 1024) and stated.significant
+    assert regret_look.p_value == pytest.approx(1 / 2001) and regret_look.fires
+    assert stated.p_holm == pytest.approx(2 * 2 / 1024) and stated.fires
     # the same means, but users split: b's policy lead is 0.2 for half the users, -0.2 for the
     # other half plus a little: the sign-flip test of that difference finds nothing
     mixed = {u: (0.4 if i % 2 else 0.8) for i, u in enumerate(USERS)}
@@ -236,7 +238,7 @@ def test_inversion_is_significant_only_when_both_differences_are() -> None:
     )
     _, found = crisis.analyse([a2, c])
     (unclear,) = found.inversions
-    assert unclear.p_y > 0.5 and not unclear.significant
+    assert unclear.p_y > 0.5 and not unclear.fires
     text = "\n".join(summary.inversion_lines([unclear]))
     assert "No significant ranking inversion: 1 pair(s)" in text
 
@@ -251,8 +253,11 @@ def test_circular_flag_needs_both_tests() -> None:
             "win_independent": dict.fromkeys(USERS, 0.3),
         },
     )
-    guided.ci = {"win_self": [0.8, 1.0], "win_independent": [0.1, 0.5]}
-    guided.judge = {"n": 10, "independent": "MiniLM judge"}
+    guided = replace(
+        guided,
+        ci={"win_self": [0.8, 1.0], "win_independent": [0.1, 0.5]},
+        judge={"n": 10, "independent": "MiniLM judge"},
+    )
     _, found = crisis.analyse([base, guided])
     (entry,) = found.circular
     assert entry.rouge1_vs_base == pytest.approx(-0.1)
@@ -261,7 +266,7 @@ def test_circular_flag_needs_both_tests() -> None:
     # two kinds made looks: this one, and the spread's (base and the method on ROUGE-1, whose
     # effect sizes are not reached: a look that could not fire); half of alpha each
     assert found.family.by_kind == {"circular": 1, "spread": 2}
-    assert entry.flag and entry.p_holm == pytest.approx(2 * 2 / 1024)
+    assert entry.fires and entry.p_holm == pytest.approx(2 * 2 / 1024)
     assert entry.rouge1_vs_base_ci[1] < 0 and entry.gap == pytest.approx(0.6)
     # every user's gap is 0.6: so is every resample's (no item records: users weigh 1 each)
     assert entry.gap_ci == pytest.approx([0.6, 0.6])
@@ -272,19 +277,25 @@ def test_circular_flag_needs_both_tests() -> None:
     )
     # six users whose own RM prefers the method, four whose RM prefers base: a mean above 1/2
     # that the sign-flip test does not separate from it
-    guided.per_user["win_self"] = {u: (0.9 if i < 6 else 0.2) for i, u in enumerate(USERS)}
-    guided.metrics["win_self"] = 0.62
+    guided = replace(
+        guided,
+        per_user={
+            **guided.per_user,
+            "win_self": {u: (0.9 if i < 6 else 0.2) for i, u in enumerate(USERS)},
+        },
+        metrics={**guided.metrics, "win_self": 0.62},
+    )
     _, found = crisis.analyse([base, guided])
     (weak,) = found.circular
-    assert weak.p_win > 0.05 and not weak.flag
+    assert weak.p_win > 0.05 and not weak.fires
     assert "!" not in "\n".join(summary.circular_lines([weak]))
 
 
 def test_missing_independent_judge_shows_its_reason() -> None:
     r = row("args[lore]", win_self=0.8)
-    r.judge = {"n": 10, "reason": "the encoder package is missing"}
+    r = replace(r, judge={"n": 10, "reason": "the encoder package is missing"})
     (entry,) = circular.entries([r])
-    assert entry.win_independent is None and not entry.flag
+    assert entry.win_independent is None and not entry.fires
     assert (
         "  no independent judge for args[lore]: the encoder package is missing"
         in summary.circular_lines([entry])
@@ -421,7 +432,7 @@ def test_no_regret_when_the_pick_is_the_best() -> None:
     entry = next(e for e in regret.entries(crisis.reward_groups(rows)) if e.y == "policy_acc")
     assert entry.regret == 0.0 and not entry.holds
     _, found = crisis.analyse(rows)
-    assert not any(e.significant for e in found.regret)
+    assert not any(e.fires for e in found.regret)
 
 
 def test_icl_against_the_best_reward_guided_row() -> None:
@@ -434,7 +445,7 @@ def test_icl_against_the_best_reward_guided_row() -> None:
     assert (entry.icl, entry.rgd, entry.metric) == ("icl", "args[a]", "rouge1")
     assert entry.diff == pytest.approx(0.05) and entry.verdict == "icl better"
     found = selection.compare_rows(rows, "icl", "args[b]")
-    assert [(f["metric"], round(f["diff"], 3)) for f in found] == [("rouge1", 0.1)]
+    assert [(f.metric, round(f.diff, 3)) for f in found] == [("rouge1", 0.1)]
     with pytest.raises(ValueError, match="has both 'icl' and 'bon"):
         selection.compare_rows(rows, "icl", "bon[x]")
 
@@ -552,13 +563,14 @@ def test_figures_over_other_users_get_an_interval_over_the_users_both_have() -> 
 def test_the_figures_of_a_case_round_away_the_order_of_summation() -> None:
     from pytest_prefalign.analysis.figures import figures
 
-    def records(rights: list[int]) -> list[dict[str, Any]]:
+    def records(rights: list[int]) -> list[PairRecord]:
         """Ten pairs per user, ``rights[u]`` of them right."""
         return [
-            {"user": f"u{u}", "rm_correct": float(k < r), "policy_correct": float(k < r)}
+            PairRecord("s", "m", "135m", f"p{u}-{k}", f"u{u}",
+                       values={"rm_correct": float(k < r), "policy_correct": float(k < r)})
             for u, r in enumerate(rights)
             for k in range(10)
-        ]
+        ]  # fmt: skip
 
     # the same per-user accuracies (0.1, 0.2, 0.3) held by other users: summed in user order,
     # 0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1 differ in the last bit

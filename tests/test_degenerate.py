@@ -5,6 +5,8 @@ words for a flagged row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -62,7 +64,7 @@ def test_the_one_sided_floor_and_sign_flip_by_hand() -> None:
 def test_a_row_like_base_is_not_flagged() -> None:
     e = entry_of([BASE, row("icl", fluency=2.3, not_answer=0.1)], "icl")
     assert e.fluency_gap == pytest.approx(0.3) and e.not_answer_gap == pytest.approx(0.0)
-    assert e.p == e.p_value == 1.0 and not e.fires and not e.flagged
+    assert e.p_value == 1.0 and not e.fires and not e.flagged
     assert e.reason.startswith("fluent within the margin")
 
 
@@ -95,13 +97,13 @@ def test_a_share_above_base_flags_when_its_adjusted_test_fires() -> None:
     ]
     _, found = crisis.analyse(results)
     e = next(x for x in found.degenerate if x.method == "args[pal]")
-    assert e.p == pytest.approx(1 / 1024)
+    assert e.p_value == pytest.approx(1 / 1024)
     assert e.p_holm == pytest.approx(3 / 1024)
     assert e.fires and e.flagged
     assert "60% of its outputs are not an answer against base's 10%" in e.reason
     assert found.family.by_kind == {"degenerate": 3}
     written = e.to_json()
-    for key in ("suite", "size", "method", "fluency_gap", "not_answer_gap", "p", "p_holm"):
+    for key in ("suite", "size", "method", "fluency_gap", "not_answer_gap", "p_value", "p_holm"):
         assert key in written
     assert isinstance(e.flagged, bool) and isinstance(e.reason, str)
 
@@ -110,7 +112,7 @@ def test_a_share_above_base_in_too_few_users_makes_no_look() -> None:
     few = USERS[:4]
     base = row("base", few, fluency=2.0, not_answer=0.0)
     e = entry_of([base, row("icl", few, fluency=2.0, not_answer=1.0)], "icl")
-    assert e.p is None and e.p_holm is None and not e.flagged
+    assert e.p_value is None and e.p_holm is None and not e.flagged
     assert "4 users: too few" in e.reason
 
 
@@ -119,13 +121,12 @@ def test_a_row_that_cannot_be_above_base_is_a_look_at_p_one() -> None:
     base = row("base", fluency=2.0, not_answer=1.0)
     _, found = crisis.analyse([base, row("icl", fluency=2.0, not_answer=[0.5] * 10)])
     (e,) = found.degenerate
-    assert e.p == pytest.approx(1.0) and not e.fires
+    assert e.p_value == pytest.approx(1.0) and not e.fires
     assert found.family.by_kind == {"degenerate": 1}
 
 
 def test_base_and_rows_without_the_figures_or_without_base_get_no_entry() -> None:
-    other_suite = row("icl", fluency=5.0, not_answer=1.0)
-    other_suite.suite = "t"
+    other_suite = replace(row("icl", fluency=5.0, not_answer=1.0), suite="t")
     older = row("args[pal]", rouge1=0.1)  # a row from before the figures were recorded
     lead = row("lead", n_pairs=0, fluency=2.5, not_answer=1.0)  # writes without the model
     _, found = crisis.analyse([BASE, other_suite, older, lead])

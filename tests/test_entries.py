@@ -1,7 +1,7 @@
-"""The typed records of a run's analysis (``runs/entries.py``): the kept run files read and
-write back byte for byte, the analysis computed now writes the keys they have in their order,
-an older file's missing keys and a later version's (or a plugin's) unknown keys round-trip as
-they were, and an unusable entry is refused naming the key."""
+"""The typed records of a run's analysis (``runs/entries.py``): the kept run files (version 2) read
+with every value they hold, upgraded to the current version, which writes and reads back byte
+for byte; an older file's forms read as the readers took them; the analysis computed now writes
+every field; an unusable entry is refused naming the key."""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ from pytest_prefalign.runs import entries, records
 from pytest_prefalign.runs.entries import (
     Crisis,
     EntryError,
-    Family,
     InversionEntry,
     RegretEntry,
-    SpreadEntry,
     TauEntry,
 )
 from pytest_prefalign.runs.records import RunFile, RunFileError
@@ -54,47 +52,67 @@ def test_the_kept_files_are_there() -> None:
     assert "degenerate" in stored(FIGURES)["crisis"]
 
 
+def upgraded(data: dict[str, Any]) -> tuple[tuple[TauEntry, ...], Crisis]:
+    """The analysis of a kept (older) run file's JSON, as the reader makes it."""
+    run = records.upgrade(data)
+    return entries.tau_from_json(run["tau"]), entries.crisis_from_json(run["crisis"])
+
+
+DROPPED = {"significant", "flag", "p", "warning"}  # an older file's copies of other fields
+
+
 @pytest.mark.parametrize(("name", "data"), analyses(), ids=[n for n, _ in analyses()])
-def test_a_kept_analysis_round_trips_byte_for_byte(name: str, data: dict[str, Any]) -> None:
-    tau = entries.tau_from_json(data["tau"], f"{name}: tau")
-    crisis = entries.crisis_from_json(data["crisis"], f"{name}: crisis")
+def test_a_kept_analysis_reads_every_value_it_holds(name: str, data: dict[str, Any]) -> None:
+    tau, crisis = upgraded(data)
     assert tau and all(isinstance(e, TauEntry) for e in tau)
     assert crisis.inversions and crisis.family is not None
-    # to_json(from_json(d)) == d, the keys in the same order
-    assert text([e.to_json() for e in tau]) == text(data["tau"])
-    assert text(crisis.to_json()) == text(data["crisis"])
-    # from_json(to_json(x)) == x
+    # every value the file holds is the record's, but the copies version 3 dropped
+    pairs = [(data["tau"], tau)] + [
+        (data["crisis"].get(s, []), crisis.section(s)) for s in entries.SECTIONS
+    ]
+    for kept, read in pairs:
+        assert len(kept) == len(read)
+        for before, entry in zip(kept, read, strict=True):
+            now = entry.to_json()
+            assert {k: v for k, v in before.items() if k not in DROPPED} == {
+                k: now[k] for k in before if k not in DROPPED
+            }
+    # the dropped copies were the same verdict: fires
+    for kept, entry in zip(data["crisis"]["inversions"], crisis.inversions, strict=True):
+        assert entry.fires is kept["significant"] is kept["fires"]
+    for kept, entry in zip(data["crisis"]["circular"], crisis.circular, strict=True):
+        assert entry.fires is kept["flag"]
+    # the current form round-trips: from_json(to_json(x)) == x
     assert entries.tau_from_json([e.to_json() for e in tau]) == tau
     assert entries.crisis_from_json(crisis.to_json()) == crisis
-    # nothing unknown was met on the way: every key is a field
-    assert all(
-        not e.extra for e in [*tau, *(e for s in entries.SECTIONS for e in crisis.section(s))]
-    )
 
 
 @pytest.mark.parametrize("path", KEPT, ids=[p.name for p in KEPT])
-def test_a_kept_run_file_written_again_has_the_same_analysis(path: Path, tmp_path: Path) -> None:
+def test_a_kept_run_file_written_again_is_the_current_version(path: Path, tmp_path: Path) -> None:
     data = stored(path)
-    records.write(records.RunFile.from_json(data, path.name), tmp_path / "again.json")
+    run = records.RunFile.from_json(data, path.name)
+    assert data["version"] == 2 and run.version == records.VERSION == 3
+    records.write(run, tmp_path / "again.json")
     again = json.loads((tmp_path / "again.json").read_text())
-    assert list(again) == list(data)
-    for key in ("tau", "crisis"):
-        assert text(again[key]) == text(data[key])
+    assert list(again) == list(data) and again["version"] == 3
+    # read and written again: byte for byte, and the same records
+    read = records.read(tmp_path / "again.json")
+    assert (read.tau, read.crisis) == (run.tau, run.crisis)
+    records.write(read, tmp_path / "third.json")
+    assert (tmp_path / "third.json").read_bytes() == (tmp_path / "again.json").read_bytes()
 
 
-def test_the_findings_runs_lack_degenerate_entries_and_write_none_back() -> None:
-    # written before the degenerate rows were checked: the section is absent, not empty
-    data = stored(OLDER)["crisis"]
-    assert "degenerate" not in data
-    crisis = Crisis.from_json(data)
-    assert crisis.degenerate == () and crisis.absent == {"degenerate"}
-    assert "degenerate" not in crisis.to_json()
-    # an analysis computed now has the section, empty or not
-    assert "degenerate" in dataclasses.replace(crisis, absent=frozenset()).to_json()
+def test_the_findings_runs_lack_degenerate_entries_and_read_them_as_none() -> None:
+    # written before the degenerate rows were checked: the section is absent; read, empty;
+    # written now, an empty section
+    data = stored(OLDER)
+    assert "degenerate" not in data["crisis"]
+    _, crisis = upgraded(data)
+    assert crisis.degenerate == () and crisis.to_json()["degenerate"] == []
 
 
 def test_records_are_frozen_and_hold_tuples() -> None:
-    entry = entries.tau_from_json(stored(OLDER)["tau"])[0]
+    entry = upgraded(stored(OLDER))[0][0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.verdict = "changed"  # type: ignore[misc]
     assert isinstance(entry.methods, tuple) and isinstance(entry.ci, tuple)
@@ -107,11 +125,13 @@ def test_records_are_frozen_and_hold_tuples() -> None:
 
 
 def test_an_empty_analysis_is_no_analysis() -> None:
-    assert Crisis.none().to_json() == {}
+    assert Crisis.none().family is None and not any(map(Crisis.none().section, entries.SECTIONS))
     assert entries.crisis_from_json(None) == entries.crisis_from_json({}) == Crisis.none()
     run = RunFile([])
-    assert run.to_json()["tau"] == [] and run.to_json()["crisis"] == {}
+    assert run.to_json()["tau"] == [] and run.to_json()["crisis"] == Crisis.none().to_json()
     assert RunFile.from_json({**run.to_json(), "crisis": None}).crisis == Crisis.none()
+    # a version 2 file wrote no analysis as {}
+    assert RunFile.from_json({**run.to_json(), "version": 2, "crisis": {}}).crisis == Crisis.none()
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,52 +140,55 @@ def test_an_empty_analysis_is_no_analysis() -> None:
 
 
 def inversion() -> dict[str, Any]:
-    """An inversion as a run file stores it today."""
-    return dict(stored(OLDER)["crisis"]["inversions"][0])
+    """An inversion as version 3 stores it."""
+    (entry,) = records.upgrade(older_run(inversions=[stored(OLDER)["crisis"]["inversions"][0]]))[
+        "crisis"]["inversions"]  # fmt: skip
+    return entry
 
 
-def test_an_older_entry_reads_its_missing_keys_as_the_readers_did_and_writes_them_out() -> None:
+def older_run(**crisis: list[dict[str, Any]]) -> dict[str, Any]:
+    """A version 2 run file's JSON with these crisis sections."""
+    return {"version": 2, "results": [], "tau": [], "crisis": crisis}
+
+
+def test_an_older_entry_reads_its_missing_keys_as_the_readers_did() -> None:
     # written before the run's looks were one family (no p_holm, fires) and before inversions
     # were tested (no significant): every inversion was stated then
     older = {k: v for k, v in inversion().items() if k not in ("significant", "p_holm", "fires")}
-    entry = InversionEntry.from_json(older)
-    assert entry.significant is True and entry.p_holm is None and entry.fires is False
-    assert entry.absent == {"significant", "p_holm", "fires"}
-    assert text(entry.to_json()) == text(older)
+    (entry,) = RunFile.from_json(older_run(inversions=[older])).crisis.inversions
+    assert entry.fires is True and entry.p_holm is None
+    # written back, in the current form: every key, no copy of fires
+    assert set(entry.to_json()) == {f.name for f in dataclasses.fields(InversionEntry)}
+    assert "significant" not in entry.to_json()
     # a spread flag of that time was stated too
     flag = {k: v for k, v in stored(OLDER)["crisis"]["spread"][0].items() if k != "fires"}
-    assert SpreadEntry.from_json(flag).fires is True
+    assert RunFile.from_json(older_run(spread=[flag])).crisis.spread[0].fires is True
 
 
-def test_a_computed_inversion_is_not_significant_until_the_family_says_so() -> None:
-    fresh = InversionEntry(
-        "s", "135m", "args", "rm_acc", "policy_acc", "a", "b", 0.9, 0.7, 0.4, 0.6
-    )
-    assert fresh.significant is False and fresh.absent == frozenset()
+def test_an_older_tau_reads_its_warning_as_the_verdict_and_its_interval_as_the_bound() -> None:
+    kept = {k: v for k, v in stored(OLDER)["tau"][0].items() if k not in ("verdict", "n_users")}
+    assert "lower_95" not in kept and kept["ci"]
+    data = {"version": 1, "results": [], "tau": [{**kept, "warning": "too few users"}]}
+    (entry,) = RunFile.from_json(data).tau
+    assert entry.verdict == "too few users" and entry.lower_95 == kept["ci"][0]
+    assert entry.n_users is None and "warning" not in entry.to_json()
 
 
-def test_unknown_keys_are_kept_as_read_and_written_after_the_known_ones() -> None:
-    # a key a later version (or a plugin) wrote: kept in ``extra``, as it was, at the end
-    later = {**inversion(), "effect_size": {"kind": "cliff", "value": 0.4}}
-    entry = InversionEntry.from_json(later)
-    assert entry.extra == {"effect_size": {"kind": "cliff", "value": 0.4}}
-    assert text(entry.to_json()) == text(later)
-    assert InversionEntry.from_json(entry.to_json()) == entry
-    # the same in the crisis itself, and in the family
-    crisis = {**stored(OLDER)["crisis"], "plugin_section": [1, 2]}
-    assert text(Crisis.from_json(crisis).to_json()) == text(crisis)
-    family = {**stored(OLDER)["crisis"]["family"], "note": "x"}
-    assert Family.from_json(family).extra == {"note": "x"}
+def test_an_older_degenerate_entry_reads_its_p_as_the_p_value() -> None:
+    kept = {**stored(FIGURES)["crisis"]["degenerate"][0], "p": 0.25, "p_value": 0.25}
+    first = {k: v for k, v in kept.items() if k != "p_value"}  # written as ``p`` only
+    for older in (kept, first):
+        (entry,) = RunFile.from_json(older_run(degenerate=[older])).crisis.degenerate
+        assert entry.p_value == kept["p"] and "p" not in entry.to_json()
 
 
-def test_a_tau_without_users_shows_a_dash() -> None:
-    # the summary read an absent n_users as "-": it still does
-    from pytest_prefalign.analysis import summary
-
-    older = {k: v for k, v in stored(OLDER)["tau"][0].items() if k != "n_users"}
-    entry = TauEntry.from_json(older)
-    row = summary.tau_table([entry]).splitlines()[2]
-    assert " - " in row and entry.n_users == 0 and "n_users" in entry.absent
+def test_a_current_file_with_an_unknown_key_is_refused_naming_it() -> None:
+    current = InversionEntry.from_json(records.upgrade(older_run(inversions=[inversion()]))[
+        "crisis"]["inversions"][0]).to_json()  # fmt: skip
+    with pytest.raises(EntryError, match=r"^inv: unknown field\(s\) 'effect_size'$"):
+        InversionEntry.from_json({**current, "effect_size": 0.4}, "inv")
+    with pytest.raises(EntryError, match=r"^inv: unknown field\(s\) 'significant'$"):
+        InversionEntry.from_json({**current, "significant": True}, "inv")
 
 
 def test_a_plugin_metric_is_a_name_like_any_other() -> None:
@@ -188,7 +211,7 @@ def test_a_plugin_metric_is_a_name_like_any_other() -> None:
             {"x_diff_ci": [0.1]},
             "inv: field 'x_diff_ci': [0.1] is not an interval [low, high] or null",
         ),
-        ({"significant": 1}, "inv: field 'significant': 1 is not true or false"),
+        ({"fires": 1}, "inv: field 'fires': 1 is not true or false"),
     ],
 )
 def test_a_value_of_the_wrong_type_is_refused_naming_the_key(
@@ -233,21 +256,16 @@ def test_the_analysis_computed_now_writes_the_keys_the_kept_files_have(name: str
     run = RunFile.from_json(data)
     tau, found = crisis.analyse(run.results)
     again = RunFile(run.results, tau=tau, crisis=found).to_json()
-    # a kept file written before tau's one-sided lower bound was kept (issue 38) gains it, and
-    # one written before the projection interval (issue 64) its method and resolved pairs
-    with_lower = set()
-    for keys in orders(data["tau"]):
-        at = keys.index("upper_95") + 1
-        keys = keys if "lower_95" in keys else (*keys[:at], "lower_95", *keys[at:])
-        with_lower.add(keys if "interval" in keys else (*keys, "interval", "resolved_pairs"))
-    assert orders(again["tau"]) == with_lower
-    # one written before the degenerate rows were checked gains their section
-    sections = list(data["crisis"])
-    if "degenerate" not in sections:
-        sections = [*sections[:5], "degenerate", *sections[5:]]
-    assert list(again["crisis"]) == sections
+    assert (
+        orders(again["tau"])
+        == orders([e.to_json() for e in run.tau])
+        == {tuple(f.name for f in dataclasses.fields(TauEntry))}
+    )
+    assert list(again["crisis"]) == [f.name for f in dataclasses.fields(Crisis)]
     for section in entries.SECTIONS:
         if data["crisis"].get(section):  # a kind the kept run has entries of
-            assert orders(again["crisis"][section]) == orders(data["crisis"][section]), section
+            assert orders(again["crisis"][section]) == orders(
+                [e.to_json() for e in run.crisis.section(section)]
+            ), section
     for kept in ("silent_looks", "family"):
         assert list(again["crisis"][kept]) == list(data["crisis"][kept])

@@ -5,6 +5,7 @@ not one design are refused naming what differs. End to end: two real fold runs o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from pytest_prefalign import cli
 from pytest_prefalign.analysis import comparable, table
 from pytest_prefalign.analysis.folds import PoolError, pool
 from pytest_prefalign.runs import records
+from pytest_prefalign.runs.parts import Counts, Fingerprint, Strength
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -44,7 +46,14 @@ def result(
             "independent": "minilm",
             "counts": {"win_self": {"wins": 1, "ties": 0, "losses": fold}, "win_independent": None},
         },
-        cache=[{"artifact": "results", "inputs": {"evaluation": "e1", "decoder": "d1"}}],
+        cache=[
+            {
+                "artifact": "results",
+                "key": "k",
+                "hit": False,
+                "inputs": {"evaluation": "e1", "decoder": "d1"},
+            }
+        ],  # fmt: skip
         timings={"generate_s": 1.0 + fold},
         pairs=[
             {"pair_id": p, "user": u, "policy_correct": pc, "rm_correct": rm}
@@ -73,7 +82,7 @@ def test_each_row_is_pooled_over_every_fold_s_records_as_worked_out_by_hand():
     )
     assert left_out == []
     row = run.results[0]
-    assert [p["pair_id"] for p in row.pairs] == ["a/1", "a/2", "b/1", "a/3", "b/2", "b/3", "c/1"]
+    assert [p.pair_id for p in row.pairs] == ["a/1", "a/2", "b/1", "a/3", "b/2", "b/3", "c/1"]
     assert (row.n_pairs, row.n_users) == (7, 3)
     # policy accuracy, macro: ann 2/3, bob (1 + 0 + 0.5) / 3, cat 1; their mean
     assert row.per_user["policy_acc"] == pytest.approx({"ann": 2 / 3, "bob": 0.5, "cat": 1.0})
@@ -84,17 +93,16 @@ def test_each_row_is_pooled_over_every_fold_s_records_as_worked_out_by_hand():
     assert low <= row.metrics["policy_acc"] <= high
     # each fold's working point and provenance kept, in fold order; the times summed; the
     # strength each fold chose named in the options and the working-points line
-    assert [g["strength"]["value"] for g in row.guidance["folds"]] == [0.5, 1.5]
-    assert row.guidance["strength"] == {"option": "w", "how": "chosen per fold",
-                                        "values": [0.5, 1.5]}  # fmt: skip
-    assert row.options == {"w": [0.5, 1.5], "k": 10}
+    assert [g.strength.value for g in row.guidance.folds] == [0.5, 1.5]
+    assert row.guidance.strength == Strength(option="w", how="chosen per fold", values=(0.5, 1.5))
+    assert row.options == {"w": (0.5, 1.5), "k": 10}
     assert table.working_points([row]) == [
         "  working points: bon[global_bt] w=0.5/1.5 (chosen per fold)"
     ]
     # the judge's counts summed; one it could not ask in any fold stays None
-    assert row.judge["n"] == 7 and row.judge["counts"]["win_independent"] is None
-    assert row.judge["counts"]["win_self"] == {"wins": 2, "ties": 0, "losses": 1}
-    assert [f["fold"] for f in row.data["provenance"]["cross_fit"]["pooled"]] == [0, 1]
+    assert row.judge.n == 7 and row.judge.counts["win_independent"] is None
+    assert row.judge.counts["win_self"] == Counts(wins=2, ties=0, losses=1)
+    assert [f.fold for f in row.data.provenance.cross_fit.pooled] == [0, 1]
     assert row.timings["generate_s"] == 3.0
     assert [f["fold"] for f in run.config["pooled_folds"]] == [1, 0]
     # the run's analysis is made again over the pooled rows (two reward methods: tau needs
@@ -105,9 +113,22 @@ def test_each_row_is_pooled_over_every_fold_s_records_as_worked_out_by_hand():
 def test_a_plugins_metric_not_installed_here_is_left_out_and_named():
     runs = [fold_run(0, FOLD0), fold_run(1, FOLD1)]
     for run in runs:
-        run.results[0].metrics["my_metric"] = 0.5
+        metrics = {**run.results[0].metrics, "my_metric": 0.5}
+        run.results[0] = replace(run.results[0], metrics=metrics)
     _, left_out = pool([(Path(f"f{k}.json"), run) for k, run in enumerate(runs)])
     assert left_out == ["my_metric (bon[global_bt])"]
+
+
+def refit(result: CaseResult, cross_fit: dict | None) -> CaseResult:
+    """The result with another fold in its provenance (None: none)."""
+    data = result.data.to_json()
+    data["provenance"]["cross_fit"] = cross_fit
+    return replace(result, data=data)
+
+
+def rejudge(result: CaseResult, independent: str | None) -> CaseResult:
+    """The result with another independent judge."""
+    return replace(result, judge=replace(result.judge, independent=independent))
 
 
 def mismatched(kind: str) -> list[RunFile]:
@@ -117,10 +138,9 @@ def mismatched(kind: str) -> list[RunFile]:
     elif kind == "missing":
         return [zero]
     elif kind == "count":
-        cross_fit = one.results[0].data["provenance"]["cross_fit"]
-        cross_fit["folds"] = 3
+        one.results[0] = refit(one.results[0], {"folds": 3, "fold": 1})
     elif kind == "not a fold":
-        del one.results[1].data["provenance"]["cross_fit"]
+        one.results[1] = refit(one.results[1], None)
     elif kind == "test":  # it failed in fold 1
         one.results = one.results[:1]
     elif kind == "option":
@@ -131,15 +151,17 @@ def mismatched(kind: str) -> list[RunFile]:
     elif kind == "commit":
         one.commit = "c2"
     elif kind == "model":
-        one.results[0].model = {"name": "m", "fingerprint": "f", "weights": "w2"}
+        model = {"name": "m", "fingerprint": "f", "weights": "w2"}
+        one.results[0] = replace(one.results[0], model=model)
     elif kind == "code":
-        one.results[0].cache = [{"artifact": "results", "inputs": {"evaluation": "e2"}}]
+        cache = [{"artifact": "results", "key": "k", "hit": False, "inputs": {"evaluation": "e2"}}]
+        one.results[0] = replace(one.results[0], cache=cache)
     elif kind == "reward":
-        one.results[1].reward_version = "2.0"
+        one.results[1] = replace(one.results[1], reward_version="2.0")
     elif kind == "judge":
-        one.results[0].judge = {**one.results[0].judge, "independent": None}
+        one.results[0] = rejudge(one.results[0], None)
     elif kind == "other judge":
-        one.results[0].judge = {**one.results[0].judge, "independent": "e5 (12 pairs, 2 users)"}
+        one.results[0] = rejudge(one.results[0], "e5 (12 pairs, 2 users)")
     return [zero, one]
 
 
@@ -173,10 +195,9 @@ def test_a_judge_fitted_on_each_fold_s_own_training_pairs_pools_though_its_count
     # (the findings run of 2026-12-06: 328 pairs in fold 0, 333 in fold 1)
     zero, one = fold_run(0, FOLD0), fold_run(1, FOLD1)
     for run, count in ((zero, 328), (one, 333)):
-        for row in run.results:
-            row.judge = {**row.judge, "independent": f"minilm ({count} pairs, 40 users)"}
+        run.results = [rejudge(row, f"minilm ({count} pairs, 40 users)") for row in run.results]
     pooled, _ = pool([(Path("f0.json"), zero), (Path("f1.json"), one)])
-    folds_judges = [part["independent"] for part in pooled.results[0].judge["folds"]]
+    folds_judges = [part.independent for part in pooled.results[0].judge.folds]
     assert folds_judges == ["minilm (328 pairs, 40 users)", "minilm (333 pairs, 40 users)"]
 
 
@@ -184,8 +205,10 @@ def test_two_pooled_runs_whose_training_pairs_differ_in_one_fold_are_told_apart(
     def pooled(train_fingerprint: str) -> CaseResult:
         zero, one = fold_run(0, FOLD0), fold_run(1, FOLD1)
         for run, train in ((zero, "t0"), (one, train_fingerprint)):
-            for row in run.results:
-                row.data["fingerprint"] = {"all": "a" + train, "train_pairs": train}
+            fingerprint = Fingerprint(all="a" + train, train_pairs=train)
+            run.results = [
+                replace(row, data=replace(row.data, fingerprint=fingerprint)) for row in run.results
+            ]
         return pool([(Path("f0.json"), zero), (Path("f1.json"), one)])[0].results[0]
 
     same = comparable.case_differences(pooled("t1"), pooled("t1"))
@@ -228,13 +251,13 @@ def test_two_real_fold_runs_pooled_by_the_command(pytester: pytest.Pytester, mon
     pooled, runs = records.read(out), [records.read(Path(p)) for p in paths]
     for row in pooled.results:
         parts = [run.result(row.key) for run in runs]
-        ids = [p["pair_id"] for part in parts if part for p in part.pairs]
-        assert [p["pair_id"] for p in row.pairs] == ids and len(set(ids)) == len(ids)
+        ids = [p.pair_id for part in parts if part for p in part.pairs]
+        assert [p.pair_id for p in row.pairs] == ids and len(set(ids)) == len(ids)
         assert row.n_items == sum(part.n_items for part in parts if part)
         if row.method == "base":
             assert ids  # a policy: pairs scored in both folds
-            users = sorted({p["user"] for p in row.pairs})
-            means = [np.mean([p["policy_correct"] for p in row.pairs if p["user"] == u])
+            users = sorted({p.user for p in row.pairs})
+            means = [np.mean([p.value("policy_correct") for p in row.pairs if p.user == u])
                      for u in users]  # fmt: skip
             assert row.metrics["policy_acc"] == pytest.approx(np.mean(means), abs=1e-4)
     # a run file as any other: the report reads it

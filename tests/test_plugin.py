@@ -344,14 +344,14 @@ def test_result_hook_sees_each_result(toy):
     toy.makepyfile(
         logger=textwrap.dedent("""
         def pytest_prefalign_result(result, config):
-            print("LOGGED", result["method"], sorted(result["metrics"]))
+            print("LOGGED", result.method, sorted(result.metrics), result.model.name)
     """)
     )
     result = run(toy, "--prefalign", "toy", "--prefalign-methods", "base", "-p", "logger", "-s")
     result.stdout.fnmatch_lines(
         [
             "*LOGGED base ?'fluency', 'not_answer', 'policy_acc', 'policy_acc_mean', "
-            "'policy_acc_micro', 'policy_acc_sum', 'rouge1', 'rougeL'?*"
+            "'policy_acc_micro', 'policy_acc_sum', 'rouge1', 'rougeL'? *"
         ]
     )
 

@@ -158,7 +158,7 @@ def test_the_run_file_records_the_reward_methods_provenance(toy):
     )  # fmt: skip
     result.assert_outcomes(passed=3)
     run_file = json.loads((toy.path / "out.json").read_text())
-    assert run_file["version"] == 2
+    assert run_file["version"] == 3
     rows = {r["method"]: r for r in run_file["results"]}
     provenance = {
         m: (r["reward_fingerprint"], r["reward_package"], r["reward_version"])

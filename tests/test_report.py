@@ -246,9 +246,14 @@ def test_a_leaderboard_with_the_models_own_pairs_carries_the_header_note(
     # the pairs written by the evaluated model (the design's writer): the header has a note
     run = analysed(RUN)
     design = {"label": "generated", "note": "", "writer_fingerprint": "fp"}
-    for result in run.results:
-        result.model = {"name": "SmolLM2-135M", "fingerprint": "fp"}
-        result.data = {"source": "x", "provenance": {"design": design}}
+    run.results = [
+        dataclasses.replace(
+            result,
+            model={"name": "SmolLM2-135M", "fingerprint": "fp"},
+            data={"source": "x", "provenance": {"design": design}},
+        )
+        for result in run.results
+    ]
     text = report.write_report(run, tmp_path / "out").read_text()
     assert "pairs: generated" in text
     assert "the pairs were written by this very model (generated)" in text
@@ -289,7 +294,7 @@ def test_report_main_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixtu
         (None, "no such file"),
         ("{not json", "not a readable JSON file"),
         ('{"version": 1, "results": [{"suite": "s", "size": "m"}]}', "results[0]: field 'method'"),
-        ('{"results": []}', "not a run file of version 1 or 2"),
+        ('{"results": []}', "not a run file of version 1, 2, 3"),
         ("[1, 2]", "expected a JSON object"),
     ],
 )

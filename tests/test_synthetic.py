@@ -379,7 +379,7 @@ def test_the_analysis_ranks_the_oracles_as_the_rules_imply(synthetic_run) -> Non
     ]
     assert regret["picked"] == ["bon[oracle]"] and regret["regret_in_sample"] == 0.0
     assert abs(regret["regret"]) < 0.05 and regret["p_value"] > 0.05
-    assert not regret["significant"]
+    assert not regret["fires"]
 
 
 def test_compare_two_rows_of_the_run(synthetic_run) -> None:

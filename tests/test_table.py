@@ -3,6 +3,7 @@ describes in its provenance) and when they were written by the model under evalu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pytest_prefalign.analysis import catalogue, table
@@ -61,7 +62,8 @@ def test_data_without_a_design_has_no_pairs_line() -> None:
     """Data from before suites described their design (or a suite that does not): the
     counts alone, and no guess from suite-specific keys."""
     old = result(None, "fp1")
-    old.data["provenance"] = {"negatives": "generated", "reference_fingerprint": "fp1"}
+    provenance = {"negatives": "generated", "reference_fingerprint": "fp1"}
+    old = replace(old, data={**old.data.to_json(), "provenance": provenance})
     assert table.header("pref_lamp", "135m", [old]) == [
         "pref_lamp · 135m · SmolLM2",
         "  data: acl-anthology · 2 users · 5 items · 5 pairs (2.5 per user)",
@@ -70,8 +72,7 @@ def test_data_without_a_design_has_no_pairs_line() -> None:
 
 def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
     row = result(None, "fp1")
-    row.metrics = {"policy_acc": 0.5}
-    row.settings = {"reduce": "sum", "seed": 0}
+    row = replace(row, metrics={"policy_acc": 0.5}, settings={"reduce": "sum", "seed": 0})
     assert table.header("pref_lamp", "135m", [row])[1] == (
         "  data: acl-anthology · 2 users · 5 items · 5 pairs (2.5 per user) · policy score: sum "
         "over tokens"
@@ -79,11 +80,11 @@ def test_header_says_which_policy_score_policy_accuracy_compares() -> None:
 
 
 def test_header_names_the_dtype_the_passes_ran_in() -> None:
-    rows = [result(None, "fp1"), result(None, "fp1")]
-    rows[0].environment = {"dtype": "bfloat16", "device": "cpu"}
-    rows[1].environment = {"dtype": "bfloat16", "device": "cpu"}
+    bf16 = replace(result(None, "fp1"), environment={"dtype": "bfloat16", "device": "cpu"})
+    rows = [bf16, bf16]
     assert table.header("pref_lamp", "135m", rows)[0] == "pref_lamp · 135m · SmolLM2 · bfloat16"
-    rows[1].environment = {"dtype": "float32"}  # a merged run's rows that differ: both named
+    # a merged run's rows that differ: both named
+    rows[1] = replace(bf16, environment={"dtype": "float32"})
     assert table.header("pref_lamp", "135m", rows)[0].endswith(" · bfloat16/float32")
 
 
@@ -91,21 +92,24 @@ def test_a_win_rate_shows_its_ties_beside_it() -> None:
     """Win rates count strict wins, so the ties are printed beside them (``judge["counts"]``):
     5 wins, 2 ties and 5 losses of 12 items give 5/12 = 0.417."""
     row = result(None, "fp1")
-    row.metrics = {"win_independent": 5 / 12, "win_self": 0.5, "policy_acc": 0.5}
-    row.ci = {"win_independent": [0.2, 0.63]}
-    row.judge = {
-        "counts": {
-            "win_independent": {"wins": 5, "ties": 2, "losses": 5},
-            "win_self": {"wins": 6, "ties": 1, "losses": 5},
-        }
-    }
+    row = replace(
+        row,
+        metrics={"win_independent": 5 / 12, "win_self": 0.5, "policy_acc": 0.5},
+        ci={"win_independent": [0.2, 0.63]},
+        judge={
+            "counts": {
+                "win_independent": {"wins": 5, "ties": 2, "losses": 5},
+                "win_self": {"wins": 6, "ties": 1, "losses": 5},
+            }
+        },
+    )
     column = catalogue.find("win_independent")
     assert column is not None and column.title == "win vs base"
     assert table.fmt(row, column) == "0.417 [0.20,0.63] (2 ties)"
     assert table.fmt(row, catalogue.find("win_self")) == "0.500 (1 tie)"
     # another metric, or a row from before ties were counted: the figure alone
     assert table.fmt(row, catalogue.find("policy_acc")) == "0.500"
-    row.judge = {}
+    row = replace(row, judge=None)
     assert table.fmt(row, column) == "0.417 [0.20,0.63]"
     lines = table.table([row]).splitlines()
     assert "win vs base" in lines[0]
@@ -115,8 +119,11 @@ def test_fluency_and_not_answer_sit_beside_rouge() -> None:
     """The two figures of docs/metrics.md, "Fluency and answers", are columns right after
     ROUGE-L, each with its interval: NLL per token to two decimals, the share to three."""
     row = result(None, "fp1")
-    row.metrics = {"rouge1": 0.25, "rougeL": 0.2, "fluency": 1.234, "not_answer": 0.125}
-    row.ci = {"fluency": [1.1, 1.4], "not_answer": [0.05, 0.2]}
+    row = replace(
+        row,
+        metrics={"rouge1": 0.25, "rougeL": 0.2, "fluency": 1.234, "not_answer": 0.125},
+        ci={"fluency": [1.1, 1.4], "not_answer": [0.05, 0.2]},
+    )
     headers = table.table([row]).splitlines()[0].split()
     assert headers == ["#", "method", "ROUGE-1", "ROUGE-L", "NLL/tok", "not", "ans", "time"]
     assert table.fmt(row, catalogue.find("fluency")) == "1.23 [1.10,1.40]"
@@ -134,7 +141,9 @@ def test_fluency_and_not_answer_sit_beside_rouge() -> None:
 
 def test_the_data_line_names_the_released_pairs_version_and_checksum() -> None:
     row = result(design("style", None), "fp1")
-    row.data["provenance"]["pairs_release"] = {"version": "2026.12.02", "sha256": "ab" * 32}
+    data = row.data.to_json()
+    data["provenance"]["pairs_release"] = {"version": "2026.12.02", "sha256": "ab" * 32}
+    row = replace(row, data=data)
     line = table.header("pref_lamp", "135m", [row])[1]
     assert line.endswith("pairs: style (released 2026.12.02, sha256 abababababab)")
 
@@ -145,7 +154,7 @@ def test_released_pairs_written_by_the_evaluated_models_weights_are_noted() -> N
     released = design("style", "fp-of-old-code")
     released["writer_weights"] = "w1"
     row = result(released, "fp-now")
-    row.model["weights"] = "w1"
+    row = replace(row, model=replace(row.model, weights="w1"))
     assert "this very model" in table.header("pref_lamp", "270m", [row])[2]
-    row.model["weights"] = "w2"
+    row = replace(row, model=replace(row.model, weights="w2"))
     assert len(table.header("pref_lamp", "270m", [row])) == 2

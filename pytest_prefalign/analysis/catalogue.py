@@ -14,7 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.runs.parts import Record
 
 Level = Literal["pair", "item"]
 Pooling = Literal["macro", "micro"]
@@ -58,9 +61,9 @@ class Metric:
     fmt: str = ".3f"
     roles: tuple[str, ...] = ()  # what it is in the analysis (``ROLES``)
     # for a metric whose field the evaluation does not write (a plugin's): the observation of
-    # one record (a pair's or an item's, as the run file keeps it), None where it has none;
-    # written into each record as ``field`` before the figures are pooled
-    compute: Callable[[dict[str, Any]], float | None] | None = dataclasses.field(
+    # one record (a ``runs.parts.PairRecord`` or ``ItemRecord``), None where it has none;
+    # added to each record as ``field`` before the figures are pooled
+    compute: Callable[[Record], float | None] | None = dataclasses.field(
         default=None, compare=False
     )
 

@@ -78,13 +78,12 @@ def entries(results: Iterable[CaseResult]) -> list[CircularEntry]:
                 win_independent_ci=row.ci.get(independent),
                 gap=round(float(win_self) - indep, FIGURE_DIGITS) if indep is not None else None,
                 gap_ci=_gap_interval(row) if indep is not None else None,
-                n=row.judge.get("n", row.n_items),
-                judge_independent=row.judge.get("independent"),
-                reason=row.judge.get("reason"),
+                n=row.judge.n if row.judge and row.judge.n is not None else row.n_items,
+                judge_independent=row.judge.independent if row.judge else None,
+                reason=row.judge.reason if row.judge else None,
                 rouge1_vs_base=diff,
                 rouge1_vs_base_ci=diff_ci,
                 **test,
-                flag=False,
             )
         )
     return entries
@@ -132,8 +131,9 @@ def _own_rm_shares(row: CaseResult) -> dict[str, tuple[float, float]]:
     per-user win shares, which then counted a tie 1/2."""
     outcomes: dict[str, list[float]] = defaultdict(list)
     for item in row.items:
-        if item.get("win_self_outcome") is not None:
-            outcomes[item["user"]].append(float(item["win_self_outcome"]))
+        outcome = item.value("win_self_outcome")
+        if outcome is not None:
+            outcomes[item.user].append(float(outcome))
     if outcomes:
         return {u: (float(np.mean(v)), float(len(v))) for u, v in sorted(outcomes.items())}
     t = users.table([row], catalogue.own_judge())

@@ -78,13 +78,9 @@ def tau_claim(enough: bool, lower: float | None, upper: float | None) -> str:
 
 
 def tau_entry_claim(entry: TauEntry) -> str:
-    """Claim 1 on a run's tau entry. A run file written before ``lower_95`` was kept gives the
-    interval's 2.5th percentile instead (``ci[0]``: the stricter bound); one written before
-    the projection interval is given it by ``projected`` first."""
-    lower = entry.lower_95
-    if "lower_95" in entry.absent and entry.ci:
-        lower = entry.ci[0]
-    return tau_claim(entry.enough, lower, entry.upper_95)
+    """Claim 1 on a run's tau entry (a run file written before ``lower_95`` was kept reads
+    with the interval's 2.5th percentile in its place: ``runs/records.py``'s upgrader)."""
+    return tau_claim(entry.enough, entry.lower_95, entry.upper_95)
 
 
 def projected(entry: TauEntry, results: Iterable[CaseResult]) -> TauEntry:
@@ -92,7 +88,7 @@ def projected(entry: TauEntry, results: Iterable[CaseResult]) -> TauEntry:
     seed and resamples), computed again from the run's results where its file was written
     before the projection interval was kept (issue 64: the percentile bootstrap of tau it
     holds does not cover where methods lie close); as it is otherwise."""
-    if "interval" not in entry.absent:
+    if entry.interval:  # kept in the file
         return entry
     group = crisis.reward_groups(results).get((entry.suite, entry.size, entry.decoder), [])
     rows = [r for r in group if r.method in entry.methods]
@@ -101,7 +97,7 @@ def projected(entry: TauEntry, results: Iterable[CaseResult]) -> TauEntry:
     found = crisis.tau_interval(rows, entry.y)
     return replace(
         entry, ci=found.ci, lower_95=found.lower, upper_95=found.upper,
-        interval=projection.METHOD, resolved_pairs=found.resolved, absent=frozenset(),
+        interval=projection.METHOD, resolved_pairs=found.resolved,
     )  # fmt: skip
 
 
@@ -211,9 +207,11 @@ def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
         low = min(rows, key=lambda r: r.metrics[x])
         if high is low or high.metrics[x] == low.metrics[x]:
             continue
-        rm = selection.paired(high, low, x)
-        rm["p_range"] = selection.range_test(rows, x)
-        rm["lower"] = selection.gap_lower(rows, x, rows.index(high), rows.index(low))
+        rm = {
+            **selection.paired(high, low, x),
+            "p_range": selection.range_test(rows, x),
+            "lower": selection.gap_lower(rows, x, rows.index(high), rows.index(low)),
+        }
         rouge = selection.paired(high, low, text)
         out.append({"suite": suite, "size": size, "decoder": decoder, "high": high, "low": low,
                     "rm": rm, "rouge": rouge, "claim": spread_verdict(rm, rouge)})  # fmt: skip

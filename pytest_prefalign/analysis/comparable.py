@@ -12,15 +12,22 @@ one of the ``KINDS`` may be allowed when it is intended (a torch upgrade whose e
 should measure, say); it is then stated, never silent. Other method options (a decoder's ``k``,
 a reward method's configuration) are what a change under the gate may well be: they are
 compared, and stated.
+
+The runs that ``prefalign merge`` joins (a run's shards) and ``prefalign pool`` pools (a
+design's folds) are checked here too, by the same ``case_differences`` (``check_like_for_like``),
+with the configuration, code and parts they must share, and their outcomes are joined here
+(``joined_outcomes``): one place says what "like for like" is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from pytest_prefalign.runs.records import CaseResult, Key
+from pytest_prefalign.runs.parts import Record, Release
+from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 # what may be allowed: other data under the same ids, another model, another environment, and
 # baseline tests missing from the current run
@@ -30,6 +37,11 @@ STATED = "options"  # a difference of this kind is stated, never refused
 NOT_OPTIONS = ("batch_size",)
 # the environment entries that must match (the run file records python too, for information)
 ENVIRONMENT = ("pytest-prefalign", "torch", "transformers", "device", "dtype")
+# the configuration every shard of a run and every fold of a design must share (``args``, and a
+# shard's ``shard``, are each run's own)
+SHARED_CONFIG = ("methods", "sizes", "limit", "reduce", "seed", "options")
+# what became of a test, in a run file's ``outcomes``
+OUTCOMES = ("passed", "failed", "error", "skipped", "deselected", "not_run")
 RESAVE = (
     "run files before version 2 do not record it: save the baseline again with this version "
     "(--prefalign-save)"
@@ -198,9 +210,9 @@ def case_differences(old: CaseResult, new: CaseResult) -> list[Difference]:
 
 def check_same_ids(old: CaseResult, new: CaseResult) -> None:
     """Refuse a test whose runs were made on different pair (or item) ids."""
-    for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
-        before = {str(r[id_field]) for r in getattr(old, section)}
-        after = {str(r[id_field]) for r in getattr(new, section)}
+    for kind, section in (("pair", "pairs"), ("item", "items")):
+        before = {str(r.record_id) for r in getattr(old, section)}
+        after = {str(r.record_id) for r in getattr(new, section)}
         only_old, only_new = sorted(before - after), sorted(after - before)
         if only_old or only_new:
             raise RunMismatch(
@@ -215,67 +227,65 @@ def check_same_ids(old: CaseResult, new: CaseResult) -> None:
 def _data(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Same ids, other contents: per record where both runs have digests, and the training
     pairs and profiles from the data fingerprint."""
-    before, after = old.data.get("fingerprint"), new.data.get("fingerprint")
+    before, after = old.data.fingerprint, new.data.fingerprint
     if not before or not after:
         side = "baseline" if not before else "current run"
         text = f"the {side} records no data fingerprint, so the data cannot be checked"
         return [Difference("data", text, unverified=True)]
-    found = _releases(old.data.get("provenance") or {}, new.data.get("provenance") or {})
-    for kind, section, id_field in (("pair", "pairs", "pair_id"), ("item", "items", "item_id")):
-        changed = _changed(getattr(old, section), getattr(new, section), id_field)
+    found = _releases(old.data.provenance.pairs_release, new.data.provenance.pairs_release)
+    for kind, section in (("pair", "pairs"), ("item", "items")):
+        changed = _changed(getattr(old, section), getattr(new, section))
         if changed:
             total = len(getattr(new, section))
             found.append(
                 f"{len(changed)} of {total} {kind}s have other contents under the same ids"
                 f"{_examples(changed)}"
             )
-    for part, what in (("train_pairs", "training pairs"), ("profiles", "profiles")):
-        if before.get(part) != after.get(part):
-            found.append(f"the {what} differ")
-    if not found and before.get("all") != after.get("all"):
+    if before.train_pairs != after.train_pairs:
+        found.append("the training pairs differ")
+    if before.profiles != after.profiles:
+        found.append("the profiles differ")
+    if not found and before.all != after.all:
         found.append("the data fingerprints differ")
     if not found:
         return []
     return [Difference("data", "other data: " + ", ".join(found))]
 
 
-def _releases(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def _releases(before: Release | None, after: Release | None) -> list[str]:
     """The released pairs each run read (a suite's ``pairs_release``), where they differ: both
     checksums named, or which run's pairs were not released."""
-    before, after = old.get("pairs_release"), new.get("pairs_release")
     if before is None and after is None:
         return []
 
-    def named(note: Mapping[str, Any] | None, side: str) -> str:
+    def named(note: Release | None, side: str) -> str:
         if note is None:
             return f"the {side}'s pairs were written by the run, not released"
-        return f"the {side}'s released pairs {note.get('version')} (sha256 {note.get('sha256')})"
+        return f"the {side}'s released pairs {note.version} (sha256 {note.sha256})"
 
-    if before is None or after is None or before.get("sha256") != after.get("sha256"):
+    if before is None or after is None or before.sha256 != after.sha256:
         return [f"{named(before, 'baseline')}, {named(after, 'current run')}"]
     return []
 
 
-def _changed(
-    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], id_field: str
-) -> list[str]:
+def _changed(old: Sequence[Record], new: Sequence[Record]) -> list[str]:
     """Ids whose record digests differ between the runs (records without a digest: none)."""
-    digests = {str(r[id_field]): r.get("digest") for r in old}
+    digests = {str(r.record_id): r.digest for r in old}
     return sorted(
-        str(r[id_field])
+        str(r.record_id)
         for r in new
-        if r.get("digest") and digests.get(str(r[id_field])) not in (None, r["digest"])
+        if r.digest and digests.get(str(r.record_id)) not in (None, r.digest)
     )
 
 
 def _model(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Another model: its name, or its weights (and tokenizer) where both runs record them."""
-    name_old, name_new = old.model.get("name"), new.model.get("name")
+    name_old, name_new = old.model.name, new.model.name
     if name_old != name_new:
         return [
             Difference("model", f"another model: {name_old!r} in the baseline, {name_new!r} now")
         ]
-    weights_old, weights_new = old.model.get("weights"), new.model.get("weights")
+    weights_old, weights_new = old.model.weights, new.model.weights
     if not weights_old or not weights_new:
         side = "baseline" if not weights_old else "current run"
         text = f"the {side} records no model weights, so only the model's name was checked"
@@ -294,14 +304,15 @@ def _model(old: CaseResult, new: CaseResult) -> list[Difference]:
 def _environment(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Another environment: a version of the plugin, torch or transformers, the device or the
     dtype."""
-    if not old.environment or not new.environment:
-        side = "baseline" if not old.environment else "current run"
+    if not old.environment.recorded or not new.environment.recorded:
+        side = "baseline" if not old.environment.recorded else "current run"
         text = f"the {side} records no environment, so it cannot be checked"
         return [Difference("environment", text, unverified=True)]
+    before, after = old.environment.named(), new.environment.named()
     changed = [
-        f"{name} {old.environment.get(name)} -> {new.environment.get(name)}"
+        f"{name} {before[name]} -> {after[name]}"
         for name in ENVIRONMENT
-        if old.environment.get(name) != new.environment.get(name)
+        if before[name] != after[name]
     ]
     if not changed:
         return []
@@ -311,10 +322,10 @@ def _environment(old: CaseResult, new: CaseResult) -> list[Difference]:
 def _settings(old: CaseResult, new: CaseResult) -> list[Difference]:
     """Another policy reduction (``mean`` or ``sum``: another policy accuracy) or another seed
     (other samples for best-of-N and sampled decoding)."""
-    if not old.settings or not new.settings:  # a run file from before they were recorded
-        side = "baseline" if not old.settings else "current run"
+    if not old.settings.recorded or not new.settings.recorded:  # a file from before them
+        side = "baseline" if not old.settings.recorded else "current run"
         return [Difference(STATED, f"the {side} records no policy reduction or seed: unchecked")]
-    changed = _changes(old.settings, new.settings, ("reduce", "seed"))
+    changed = _changes(old.settings.to_json(), new.settings.to_json(), ("reduce", "seed"))
     return [Difference("settings", "other settings: " + changed)] if changed else []
 
 
@@ -338,3 +349,130 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any], names: Iterable[str
 
 def _examples(ids: Sequence[str]) -> str:
     return f" (e.g. {', '.join(map(repr, ids[:3]))})" if ids else ""
+
+
+# --------------------------------------------------------------------------------------------
+# Runs joined into one: a run's shards (``prefalign merge``), a design's folds (``prefalign pool``)
+# --------------------------------------------------------------------------------------------
+
+Runs = Sequence[tuple[Path, RunFile]]  # (where each was read, the run)
+
+
+def check_parts(
+    parts: Sequence[tuple[Path, int, int]],
+    *,
+    first: int,
+    noun: str,
+    label: Callable[[int, int], str],
+    split: str,
+    error: type[Exception],
+) -> None:
+    """The run files of the parts of a whole (``(path, index, count)``: the shards of a run,
+    the folds of a design): one count, each part once, none missing (indices ``first`` to
+    ``first + count - 1``); else ``error``, naming the files and the parts by ``label``."""
+    counts = {count for _, _, count in parts}
+    if len(counts) > 1:
+        raise error(f"{split}: " + ", ".join(f"{p} is {label(k, n)}" for p, k, n in parts))
+    given: dict[int, Path] = {}
+    for path, index, count in parts:
+        if index in given:
+            raise error(f"{path}: {label(index, count)} is given twice (also {given[index]})")
+        given[index] = path
+    (count,) = counts
+    missing = [label(k, count) for k in range(first, first + count) if k not in given]
+    if missing:
+        raise error(f"{', '.join(missing)} missing: give the run files of all {count} {noun}")
+
+
+def check_config(runs: Runs, names: Sequence[str], what: str, error: type[Exception]) -> None:
+    """The runs (``what``: "shards", "folds") share the configuration ``names`` and the
+    commit; else ``error`` naming the first difference and both files."""
+    (path0, run0), rest = runs[0], runs[1:]
+    for path, run in rest:
+        for name in names:
+            if run.config.get(name) != run0.config.get(name):
+                raise error(
+                    f"the {what} were run with other options: {name} is "
+                    f"{run0.config.get(name)!r} in {path0} but {run.config.get(name)!r} in {path}"
+                )
+        if run.commit != run0.commit:
+            raise error(
+                f"the {what} ran other code: commit {run0.commit} in {path0}, "
+                f"{run.commit} in {path}"
+            )
+
+
+def check_code(runs: Runs, what: str, error: type[Exception]) -> None:
+    """The same code in every run (``what``: the shards of a run, the folds of a design), by
+    the code versions each result was keyed by (the evaluation's, each suite's, each
+    decoder's): one commit with an edit between two of them would otherwise join."""
+    seen: dict[tuple[str, str], tuple[str, Path]] = {}
+    for path, run in runs:
+        for result in run.results:
+            inputs = result.results_inputs()
+            parts = (("evaluation", ""), ("suite", result.suite), ("decoder", result.decoder))
+            for part, name in parts:
+                value = inputs.get(part)
+                if value is None:
+                    continue
+                first = seen.setdefault((part, name), (str(value), path))
+                if first[0] != str(value):
+                    component = f"{part} {name}".strip()
+                    raise error(
+                        f"the {what} ran other code: the {component} code is {first[0]} in "
+                        f"{first[1]} but {value} in {path}"
+                    )
+
+
+def check_like_for_like(
+    runs: Runs,
+    relevant: Callable[[CaseResult, CaseResult], Collection[str]],
+    refused: str,
+    error: type[Exception],
+) -> None:
+    """Every two results of different runs differ in no kind of ``case_differences`` that
+    ``relevant(one, other)`` names (a difference a side cannot verify passes); else ``error``,
+    "A and B are not {refused}: what differs (which tests)"."""
+    seen: list[tuple[Path, CaseResult]] = []
+    for path, run in runs:
+        for result in run.results:
+            for other_path, other in seen:
+                if other_path == path:
+                    continue
+                kinds = relevant(other, result)
+                for difference in case_differences(other, result):
+                    if difference.kind in kinds and not difference.unverified:
+                        raise error(
+                            f"{path} and {other_path} are not {refused}: "
+                            f"{difference.text} ({key_text(other.key)} against "
+                            f"{key_text(result.key)})"
+                        )
+            seen.append((path, result))
+
+
+def joined_outcomes(runs: Runs, *, every: bool) -> dict[str, Any]:
+    """The runs' outcomes together, as one run's. Shards (``every`` false) each ran their own
+    tests: the selected are summed, each outcome's tests joined. Folds (``every`` true) each
+    ran every test: the selected are one fold's, and a test passed where it passed in every
+    fold (another outcome in any fold is that outcome)."""
+    out: dict[str, Any] = {"selected": 0, "interrupted": None, "incomplete": []}
+    tests: dict[str, list[str]] = {name: [] for name in OUTCOMES}
+    without: list[str] = []
+    for path, run in runs:
+        parts = run.outcomes
+        selected = int(parts.get("selected") or 0)
+        out["selected"] = max(out["selected"], selected) if every else out["selected"] + selected
+        for name in OUTCOMES:
+            tests[name] += parts.get(name) or []
+        without += parts.get("without_result") or []
+        out["interrupted"] = out["interrupted"] or parts.get("interrupted")
+        out["incomplete"] += [f"{path}: {reason}" for reason in parts.get("incomplete") or []]
+    if every:
+        failed = set().union(*(tests[name] for name in OUTCOMES if name != "passed"))
+        tests["passed"] = [test for test in tests["passed"] if test not in failed]
+        tests = {name: list(set(found)) for name, found in tests.items()}
+        without = list(set(without))
+    for name in OUTCOMES:
+        out[name] = sorted(tests[name])
+    out["without_result"] = sorted(without) if every else without
+    return out

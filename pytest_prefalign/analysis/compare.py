@@ -45,6 +45,7 @@ from pytest_prefalign.analysis.thresholds import (
     parse_threshold,
     parse_thresholds,
 )
+from pytest_prefalign.runs.parts import Record
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 # re-exported: the gate, the command and the tests import them from here
@@ -299,10 +300,10 @@ def _compare(
 ) -> Comparison:
     """One Comparison: figures from the results, interval and p-value from the paired records."""
     old_value, new_value = values
-    section, id_field = ("pairs", "pair_id") if metric.level == "pair" else ("items", "item_id")
+    section = "pairs" if metric.level == "pair" else "items"
     users, before, after = _paired_values(
-        _by_id(getattr(old, section), id_field),
-        _by_id(getattr(new, section), id_field),
+        _by_id(getattr(old, section)),
+        _by_id(getattr(new, section)),
         metric.field,
     )
     ci, p_value, note, detectable = (math.nan, math.nan), math.nan, "", math.nan
@@ -352,19 +353,19 @@ def too_few_users(key: Key, metric: str, n_users: int, alpha: float) -> str:
     )
 
 
-def _by_id(records: Sequence[Mapping[str, Any]], id_field: str) -> dict[str, Mapping[str, Any]]:
-    return {str(r[id_field]): r for r in records}
+def _by_id(records: Sequence[Record]) -> dict[str, Record]:
+    return {str(r.record_id): r for r in records}
 
 
 def _paired_values(
-    old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]], field: str
+    old: Mapping[str, Record], new: Mapping[str, Record], field: str
 ) -> tuple[list[str], list[float], list[float]]:
     """Users and both runs' values of ``field`` on the shared ids where neither value is null."""
     users, before, after = [], [], []
     for record_id in sorted(old.keys() & new.keys()):
-        a, b = old[record_id].get(field), new[record_id].get(field)
+        a, b = old[record_id].value(field), new[record_id].value(field)
         if a is not None and b is not None:
-            users.append(str(old[record_id]["user"]))
+            users.append(str(old[record_id].user))
             before.append(float(a))
             after.append(float(b))
     return users, before, after

@@ -84,9 +84,6 @@ def _state_verdicts(tau: Sequence[TauEntry], found: Crisis) -> tuple[tuple[TauEn
     tau = tuple(replace(e, verdict=_tau_verdict(e, e.p_holm)) if e.enough else e for e in tau)
     return tau, replace(
         found,
-        regret=tuple(replace(e, significant=e.fires) for e in found.regret),
-        inversions=tuple(replace(e, significant=e.fires) for e in found.inversions),
-        circular=tuple(replace(e, flag=e.fires) for e in found.circular),
         icl_vs_rgd=tuple(
             replace(e, verdict=selection.icl_verdict(e, e.p_holm)) for e in found.icl_vs_rgd
         ),
@@ -254,7 +251,7 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[InversionEntry]:
     """Pairs of reward methods of one decoder that RM accuracy orders one way and policy
     accuracy (or ROUGE-1) the other way, with both differences, their intervals over the
     shared users and the intersection-union p-value of the two sign-flip tests (each
-    two-sided; an inversion needs both). ``significant`` (set by ``analyse``): that p-value,
+    two-sided; an inversion needs both). ``fires`` (set by ``analyse``): that p-value,
     adjusted with the run's other looks, below ``ALPHA``. Clearest first."""
     x = catalogue.x_metric()
     entries = []
@@ -314,7 +311,6 @@ def _inversion_test(a: CaseResult, b: CaseResult, y: str) -> dict[str, Any]:
         "p_x": p_x,
         "p_y": p_y,
         "p_value": nulls.intersection_union(p_x, p_y),
-        "significant": False,
     }
 
 

@@ -8,8 +8,8 @@ pair records where base has some), have no decoding setting to break and no entr
 
 - ``fluency_gap``: the row's mean negative log-likelihood per token minus base's (nats; both
   read by the same scorer, the base model on the plain prompt). Beyond ``MARGIN`` the row is
-  degenerate: a stated margin, set from the stored runs (``benchmarks/fluency_margin.py``), not
-  a test;
+  degenerate: a stated margin, set from the stored runs
+  (``benchmarks/working_points.py --margin``), not a test;
 - ``not_answer_gap``: the row's share of outputs that are not an answer minus base's, tested
   by the one-sided sign-flip test over users (``nulls.sign_flip_greater``: each user's share
   minus base's, weighted by the user's items; the null: the row and base exchangeable within
@@ -36,7 +36,7 @@ from pytest_prefalign.runs.entries import DegenerateEntry
 from pytest_prefalign.runs.records import CaseResult
 
 ALPHA = 0.05
-# nats per token above base's fluency. Set from the stored runs (benchmarks/fluency_margin.py,
+# nats per token above base's fluency. Set from the stored runs (working_points.py --margin,
 # docs/metrics.md): the users' own Pref-LaMP titles cost 2.2 more than base's greedy outputs
 # (2.22 at 135m, 2.25 at 270m), so a row must be less fluent than the users' own writing, by a
 # quarter of a nat, to be flagged on fluency; the gibberish rows of the 135m run (args[pal],
@@ -97,8 +97,7 @@ def _entry(row: CaseResult, base: CaseResult) -> DegenerateEntry:
         not_answer_gap_ci=answer_ci,
         n_users=len(shared),
         test="one-sided sign flip over users of the not-an-answer share minus base's",
-        p=p_value,
-        p_value=p_value,  # the field the family reads
+        p_value=p_value,
         holds=answer_gap > 0,
         flagged=False,
         reason="",

@@ -5,16 +5,16 @@ again from the records of a suite's folds (``analysis/folds.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from pytest_prefalign.analysis import catalogue, metrics
+from pytest_prefalign.runs.parts import Record
 
 
 def figures(
-    records: dict[str, Sequence[dict[str, Any]]],
+    records: Mapping[str, Sequence[Record]],
 ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, dict[str, float]]]:
     """``(metrics, ci, per_user)``: each catalogue metric whose record field has observations,
     pooled over users (macro) or over observations (micro), with a 95% bootstrap interval over
@@ -22,9 +22,9 @@ def figures(
     values, ci, per_user = {}, {}, {}
     for metric in catalogue.metrics():
         observed = [
-            (r[metric.field], r["user"])
+            (r.value(metric.field), r.user)
             for r in records.get(metric.level, ())
-            if r.get(metric.field) is not None
+            if r.value(metric.field) is not None
         ]
         if not observed:
             continue

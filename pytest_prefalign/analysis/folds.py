@@ -25,16 +25,25 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_prefalign.analysis import catalogue, comparable, crisis, merge
+from pytest_prefalign.analysis import catalogue, comparable, crisis
 from pytest_prefalign.analysis.figures import figures
-from pytest_prefalign.analysis.merge import SHARED_CONFIG, result_order
-from pytest_prefalign.runs.records import CaseResult, Key, RunFile
-
-OUTCOMES = ("passed", "failed", "error", "skipped", "deselected", "not_run")
+from pytest_prefalign.analysis.merge import result_order
+from pytest_prefalign.runs.parts import (
+    Counts,
+    CrossFit,
+    Data,
+    Fingerprint,
+    Guidance,
+    Judge,
+    Provenance,
+    Strength,
+)
+from pytest_prefalign.runs.records import CaseResult, Key, Option, RunFile
 
 
 class PoolError(ValueError):
@@ -47,12 +56,10 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
     if not runs:
         raise PoolError("give the run files of the folds")
     folds = _check_folds(runs)
-    _check_config(runs)
-    try:
-        merge.check_code(runs, "folds")
-    except merge.MergeError as exc:
-        raise PoolError(str(exc)) from None
-    _check_like_for_like(runs)
+    comparable.check_config(runs, (*comparable.SHARED_CONFIG, "shard"), "folds", PoolError)
+    comparable.check_code(runs, "folds", PoolError)
+    comparable.check_like_for_like(runs, _same_design, "folds of one design", PoolError)
+    _check_suite_options(runs)
     by_key: dict[Key, list[tuple[int, CaseResult]]] = defaultdict(list)
     for (_, run), fold in zip(runs, folds, strict=True):
         for result in run.results:
@@ -86,7 +93,7 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
         crisis=found,
         version=first.version,
         complete=all(run.complete for _, run in runs),
-        outcomes=_outcomes(runs),
+        outcomes=comparable.joined_outcomes(runs, every=True),
     )
     return run_file, sorted(set(dropped))
 
@@ -104,8 +111,8 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
     for part in parts:
         for name, seconds in part.timings.items():
             timings[name] += seconds
-    cross_fit = [part.data.get("provenance", {}).get("cross_fit") for part in parts]
-    provenance = {**first.data.get("provenance", {}), "cross_fit": {"pooled": cross_fit}}
+    cross_fit = CrossFit(pooled=tuple(part.data.provenance.cross_fit for part in parts))
+    provenance = replace(first.data.provenance, cross_fit=cross_fit)
     return (
         CaseResult(
             suite=first.suite,
@@ -113,7 +120,7 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
             size=first.size,
             decoder=first.decoder,
             reward=first.reward,
-            n_users=len({r["user"] for r in (*pairs, *items)}),
+            n_users=len({r.user for r in (*pairs, *items)}),
             n_items=len(items),
             n_pairs=len(pairs),
             metrics=values,
@@ -130,100 +137,107 @@ def pooled_result(parts: Sequence[CaseResult]) -> tuple[CaseResult, list[str]]:
             options=per_fold([part.options for part in parts]),
             guidance=pooled_guidance(parts),
             settings=first.settings,
-            cache=[use for part in parts for use in part.cache],
-            pairs=pairs,
-            items=items,
+            cache=tuple(use for part in parts for use in part.cache),
+            pairs=tuple(pairs),
+            items=tuple(items),
         ),
         left_out,
     )
 
 
-def pooled_judge(parts: Sequence[CaseResult]) -> dict[str, Any]:
+def pooled_judge(parts: Sequence[CaseResult]) -> Judge | None:
     """The win rates' judge over the folds: its counts summed (None where no fold had the
     judge), each fold's kept. The folds' judges are the same (``_check_same_methods``)."""
-    if not parts[0].judge:
-        return {}
-    counts: dict[str, dict[str, int] | None] = {}
-    for part in parts:
-        for name, count in (part.judge.get("counts") or {}).items():
+    judges = [part.judge or Judge() for part in parts]
+    if parts[0].judge is None:
+        return None
+    counts: dict[str, Counts | None] = {}
+    for judge in judges:
+        for name, count in judge.counts.items():
             if count is None:  # that judge was unavailable (JudgeUnavailable)
                 counts.setdefault(name, None)
                 continue
-            total = counts.get(name) or {}
-            for outcome, n in count.items():
-                total[outcome] = total.get(outcome, 0) + int(n)
-            counts[name] = total
-    return {
-        **parts[0].judge,
-        "n": sum(int(part.judge.get("n") or 0) for part in parts),
-        "counts": counts,
-        "folds": [part.judge for part in parts],
-    }
+            total = counts.get(name) or Counts()
+            counts[name] = Counts(
+                wins=total.wins + count.wins,
+                ties=total.ties + count.ties,
+                losses=total.losses + count.losses,
+            )
+    return replace(
+        judges[0],
+        n=sum(judge.n or 0 for judge in judges),
+        counts=counts,
+        folds=tuple(judges),
+    )
 
 
-def pooled_guidance(parts: Sequence[CaseResult]) -> dict[str, Any]:
+def pooled_guidance(parts: Sequence[CaseResult]) -> Guidance | None:
     """Each fold's guidance kept (``folds``); ``strength`` the folds' one where they chose the
     same value, else the value each chose (``values``, ``how``: "chosen per fold")."""
-    if not parts[0].guidance:
-        return {}
-    folds = [part.guidance for part in parts]
-    pooled = {**folds[0], "folds": folds}
-    strengths = [g["strength"] for g in folds if isinstance(g.get("strength"), dict)]
+    if parts[0].guidance is None:
+        return None
+    folds = tuple(part.guidance or Guidance() for part in parts)
+    pooled = replace(folds[0], folds=folds)
+    strengths = [g.strength for g in folds if g.strength is not None]
     if len(strengths) < len(folds):
         return pooled
-    chosen = [(s.get("value"), s.get("how")) for s in strengths]
+    chosen = [(s.value, s.how) for s in strengths]
     if any(c != chosen[0] for c in chosen):
-        pooled["strength"] = {
-            "option": strengths[0].get("option"),
-            "how": "chosen per fold",
-            "values": [value for value, _ in chosen],
-        }
+        pooled = replace(
+            pooled,
+            strength=Strength(
+                option=strengths[0].option,
+                how="chosen per fold",
+                values=tuple(value for value, _ in chosen),
+            ),
+        )
     return pooled
 
 
-def per_fold(options: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def per_fold(options: Sequence[Mapping[str, Option]]) -> dict[str, Option]:
     """The folds' options: a value where every fold has it, else the list of each fold's (the
     guidance strength each fold chose)."""
     names = dict.fromkeys(name for found in options for name in found)
-    pooled = {}
+    pooled: dict[str, Option] = {}
     for name in names:
-        values = [found.get(name) for found in options]
+        values = tuple(found.get(name) for found in options)
         pooled[name] = values[0] if all(v == values[0] for v in values) else values
     return pooled
 
 
-def pooled_data(parts: Sequence[CaseResult], provenance: dict[str, Any]) -> dict[str, Any]:
+def pooled_data(parts: Sequence[CaseResult], provenance: Provenance) -> Data:
     """The row's data: fold 0's source, every fold's faults and drops, a fingerprint over the
     folds' (each part hashed over the folds, so that another pooled run with other training
     pairs in any fold differs), the pooled provenance, and each fold's data as it was."""
-    prints = [part.data.get("fingerprint") or {} for part in parts]
-    fingerprint = {
-        name: hashlib.sha256("|".join(str(p.get(name)) for p in prints).encode()).hexdigest()[:16]
-        for name in dict.fromkeys(name for p in prints for name in p)
-    }
-    dropped: dict[str, Any] = {}
+    prints = [part.data.fingerprint or Fingerprint() for part in parts]
+    fingerprint = Fingerprint(
+        **{
+            name: hashlib.sha256(
+                "|".join(str(getattr(p, name)) for p in prints).encode()
+            ).hexdigest()[:16]
+            for name in (f.name for f in fields(Fingerprint))
+        }
+    )
+    dropped: dict[str, int] = {}
     for part in parts:
-        for reason, n in (part.data.get("dropped") or {}).items():
-            if isinstance(n, int) and isinstance(dropped.get(reason, 0), int):
-                dropped[reason] = dropped.get(reason, 0) + n
-            else:
-                dropped[reason] = n
-    return {
-        **parts[0].data,
-        "dropped": dropped,
-        "faults": [fault for part in parts for fault in part.data.get("faults") or []],
-        "fingerprint": fingerprint if any(prints) else None,
-        "provenance": provenance,
-        "folds": [part.data for part in parts],
-    }
+        for reason, n in part.data.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    return replace(
+        parts[0].data,
+        dropped=dropped,
+        faults=tuple(fault for part in parts for fault in part.data.faults),
+        fingerprint=fingerprint if any(p.data.fingerprint for p in parts) else None,
+        provenance=provenance,
+        folds=tuple(part.data for part in parts),
+    )
 
 
 def fold_of(result: CaseResult) -> tuple[int, int] | None:
     """``(fold, folds)`` of a cross-fitted suite's result (its data's provenance), else None."""
-    cross_fit = (result.data.get("provenance") or {}).get("cross_fit")
-    if not isinstance(cross_fit, dict) or "fold" not in cross_fit:
+    cross_fit = result.data.provenance.cross_fit
+    if cross_fit is None or cross_fit.fold is None or cross_fit.folds is None:
         return None
-    return int(cross_fit["fold"]), int(cross_fit["folds"])
+    return cross_fit.fold, cross_fit.folds
 
 
 # -------------------------------------------------------------------------------------------
@@ -250,7 +264,7 @@ def _check_folds(runs: Sequence[tuple[Path, RunFile]]) -> list[int]:
             raise PoolError(f"{path}: results of several folds ({_folds_text(seen)})")
         ((fold, count),) = seen
         folds.append((path, fold, count))
-    merge.check_parts(
+    comparable.check_parts(
         folds,
         first=0,
         noun="folds",
@@ -263,21 +277,6 @@ def _check_folds(runs: Sequence[tuple[Path, RunFile]]) -> list[int]:
 
 def _folds_text(seen: set[tuple[int, int]]) -> str:
     return ", ".join(f"fold {k} of {n}" for k, n in sorted(seen))
-
-
-def _check_config(runs: Sequence[tuple[Path, RunFile]]) -> None:
-    (path0, run0), rest = runs[0], runs[1:]
-    for path, run in rest:
-        for name in (*SHARED_CONFIG, "shard"):
-            if run.config.get(name) != run0.config.get(name):
-                raise PoolError(
-                    f"the folds were run with other options: {name} is "
-                    f"{run0.config.get(name)!r} in {path0} but {run.config.get(name)!r} in {path}"
-                )
-        if run.commit != run0.commit:
-            raise PoolError(
-                f"the folds ran other code: commit {run0.commit} in {path0}, {run.commit} in {path}"
-            )
 
 
 def _check_same_tests(folds: list[int], by_key: dict[Key, list[tuple[int, CaseResult]]]) -> None:
@@ -306,7 +305,7 @@ def _check_same_methods(by_key: dict[Key, list[tuple[int, CaseResult]]]) -> None
                         f"is {getattr(first, name)!r} in fold {fold0} but "
                         f"{getattr(part, name)!r} in fold {fold}"
                     )
-            judges = [(p.judge or {}).get("independent") for p in (first, part)]
+            judges = [p.judge.independent if p.judge else None for p in (first, part)]
             if judge_identity(judges[0]) != judge_identity(judges[1]):
                 raise PoolError(
                     f"{comparable.key_text(key)}: the independent judge is {judges[0]!r} in fold "
@@ -323,34 +322,18 @@ def judge_identity(description: str | None) -> str | None:
     return re.sub(r"\s*\(\d+ pairs, \d+ users\)$", "", description)
 
 
-def _check_like_for_like(runs: Sequence[tuple[Path, RunFile]]) -> None:
-    """One model per size and one environment: the data differ between folds by design, so
-    only their suite's options are compared (apart from ``fold``)."""
-    seen: list[tuple[Path, CaseResult]] = []
-    for path, run in runs:
-        for result in run.results:
-            for other_path, other in seen:
-                if other_path == path:
-                    continue
-                relevant = (
-                    {"environment", "model"} if other.size == result.size else {"environment"}
-                )
-                for difference in comparable.case_differences(other, result):
-                    if difference.kind in relevant and not difference.unverified:
-                        raise PoolError(
-                            f"{path} and {other_path} are not folds of one design: "
-                            f"{difference.text} ({comparable.key_text(other.key)} against "
-                            f"{comparable.key_text(result.key)})"
-                        )
-            seen.append((path, result))
-    _check_suite_options(runs)
+def _same_design(one: CaseResult, other: CaseResult) -> set[str]:
+    """What two folds' results must share: one environment, and one model per size; the data
+    differ between folds by design, so only their suite's options are compared (apart from
+    ``fold``: ``_check_suite_options``)."""
+    return {"environment", "model"} if one.size == other.size else {"environment"}
 
 
 def _check_suite_options(runs: Sequence[tuple[Path, RunFile]]) -> None:
     first: dict[str, tuple[Path, dict[str, Any]]] = {}
     for path, run in runs:
         for result in run.results:
-            options = dict((result.data.get("provenance") or {}).get("options") or {})
+            options = dict(result.data.provenance.options or {})
             options.pop("fold", None)
             if result.suite not in first:
                 first[result.suite] = (path, options)
@@ -363,22 +346,3 @@ def _check_suite_options(runs: Sequence[tuple[Path, RunFile]]) -> None:
                     f"the folds' {result.suite} was run with other options: {name} is "
                     f"{options0.get(name)!r} in {path0} but {options.get(name)!r} in {path}"
                 )
-
-
-def _outcomes(runs: Sequence[tuple[Path, RunFile]]) -> dict[str, Any]:
-    """The folds' outcomes together: a test passed where it passed in every fold."""
-    out: dict[str, Any] = {"selected": 0, "interrupted": None, "incomplete": []}
-    tests: dict[str, set[str]] = {name: set() for name in OUTCOMES}
-    for path, run in runs:
-        parts = run.outcomes
-        out["selected"] = max(out["selected"], int(parts.get("selected") or 0))
-        for name in OUTCOMES:
-            tests[name] |= set(parts.get(name) or [])
-        out["without_result"] = sorted(
-            {*out.get("without_result", []), *(parts.get("without_result") or [])}
-        )
-        out["interrupted"] = out["interrupted"] or parts.get("interrupted")
-        out["incomplete"] += [f"{path}: {reason}" for reason in parts.get("incomplete") or []]
-    tests["passed"] -= set().union(*(tests[n] for n in OUTCOMES if n != "passed"))
-    out.update({name: sorted(found) for name, found in tests.items()})
-    return out

@@ -36,6 +36,7 @@ from pytest_prefalign.runs.entries import (
     SpreadEntry,
     TauEntry,
 )
+from pytest_prefalign.runs.parts import Data
 from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
 
 PAGE = "report.html"
@@ -189,10 +190,10 @@ def shown_items(rows: Sequence[CaseResult], most: int = SHOWN_ITEMS) -> list[str
     seen: set[str] = set()
     for row in rows:
         for record in row.items:
-            ident = str(record["item_id"])
+            ident = str(record.item_id)
             if ident not in seen:
                 seen.add(ident)
-                by_user.setdefault(str(record["user"]), []).append(ident)
+                by_user.setdefault(str(record.user), []).append(ident)
     chosen: list[str] = []
     depth = 0
     while len(chosen) < most and any(len(ids) > depth for ids in by_user.values()):
@@ -232,18 +233,17 @@ def _outputs(
     title = f"<h3>{html.escape(suite)} · {html.escape(size)}</h3>"
     if not shown:
         return title + '<p class="note">No row of this suite and size has item outputs.</p>'
-    records = {r.method: {str(x["item_id"]): x for x in r.items} for r in with_items}
+    records = {r.method: {str(x.item_id): x for x in r.items} for r in with_items}
     first = {
         i: next(records[r.method][i] for r in with_items if i in records[r.method]) for i in shown
     }
     head = "".join(
-        f'<th>{html.escape(i)}<br><span class="meta">{html.escape(str(first[i]["user"]))}'
-        "</span></th>"
+        f'<th>{html.escape(i)}<br><span class="meta">{html.escape(str(first[i].user))}</span></th>'
         for i in shown
     )
     lines = [f"<tr><th>row</th>{head}</tr>"]
-    if any(first[i].get("reference") is not None for i in shown):
-        cells = "".join(f"<td>{_text(first[i].get('reference'))}</td>" for i in shown)
+    if any(first[i].reference is not None for i in shown):
+        cells = "".join(f"<td>{_text(first[i].reference)}</td>" for i in shown)
         lines.append(f'<tr class="reference"><td>reference (the user\'s own)</td>{cells}</tr>')
     for row in with_items:
         reason = flagged.get((suite, size, row.method))
@@ -251,7 +251,7 @@ def _outputs(
         if reason is not None:
             name += f'<br><span class="warn" title="{html.escape(reason)}">degenerate</span>'
         cells = "".join(
-            f"<td>{_text(records[row.method][i].get('output'))}</td>"
+            f"<td>{_text(records[row.method][i].output)}</td>"
             if i in records[row.method]
             else "<td>-</td>"
             for i in shown
@@ -323,7 +323,7 @@ def _icl_section(entries: Sequence[IclEntry]) -> str:
 
 
 def _inversion_section(entries: Sequence[InversionEntry]) -> str:
-    significant = [e for e in entries if e.significant]
+    significant = [e for e in entries if e.fires]
     note = (
         f'<p class="note">{len(entries) - len(significant)} more pair(s) ordered one way '
         "by RM accuracy and the other by the second figure, not significantly.</p>"
@@ -411,16 +411,19 @@ def _claims_section(run: RunFile, curves: dict[tuple[power.Where, str], power.Cu
 def _data_section(results: Sequence[CaseResult]) -> str:
     """Each suite's data: where it was read, its licence and the attribution its licence asks
     for (CC BY: wherever the data is used, so with every figure computed from it)."""
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, Data] = {}
     for row in results:
         seen.setdefault(row.suite, row.data)
     lines = []
     for suite, data in sorted(seen.items()):
-        provenance = data.get("provenance") or {}
-        parts = [f"<b>{html.escape(suite)}</b>: {html.escape(str(data.get('source', '?')))}"]
-        for field in ("licence", "attribution"):
-            if provenance.get(field):
-                parts.append(f"{field}: {html.escape(str(provenance[field]))}")
+        provenance = data.provenance
+        parts = [f"<b>{html.escape(suite)}</b>: {html.escape(str(data.source or '?'))}"]
+        for field, value in (
+            ("licence", provenance.licence),
+            ("attribution", provenance.attribution),
+        ):
+            if value:
+                parts.append(f"{field}: {html.escape(str(value))}")
         lines.append(f"<li>{'<br>'.join(parts)}</li>")
     return (
         f"<ul>{''.join(lines)}</ul>"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,28 @@ ICL_DECODERS = ("icl", "icl_rag")
 ALPHA = 0.05
 
 Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RowComparison:
+    """Two rows of one run on one metric (``compare_rows``): their figures, ``a - b`` paired
+    over their shared users with its interval and test, the p-value adjusted over the
+    command's comparisons (``p_holm``) and the verdict at it."""
+
+    suite: str
+    size: str
+    metric: str
+    a: str
+    b: str
+    value_a: float | None
+    value_b: float | None
+    diff: float | None
+    ci: Sequence[float] | None
+    n_users: int
+    test: str
+    p_value: float | None
+    verdict: str
+    p_holm: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,7 +266,7 @@ def verdict(a: str, b: str, metric: str, diff: float, p_value: float | None, n_u
 # --------------------------------------------------------------------------------------------
 
 
-def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
+def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[RowComparison]:
     """Every metric both rows have, ``a - b`` paired over their shared users, per (suite,
     size) where both methods ran; ValueError naming what is missing. The comparisons of one
     command are one family: each gets ``p_holm`` (Holm over them) and its verdict at it."""
@@ -257,16 +279,16 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
         for metric in (m for m in catalogue.metrics() if not m.alternative):
             if metric.name in rows[a].per_user and metric.name in rows[b].per_user:
                 found.append(
-                    {
-                        "suite": suite,
-                        "size": size,
-                        "metric": metric.name,
-                        "a": a,
-                        "b": b,
-                        "value_a": rows[a].metrics.get(metric.name),
-                        "value_b": rows[b].metrics.get(metric.name),
+                    RowComparison(
+                        suite=suite,
+                        size=size,
+                        metric=metric.name,
+                        a=a,
+                        b=b,
+                        value_a=rows[a].metrics.get(metric.name),
+                        value_b=rows[b].metrics.get(metric.name),
                         **paired(rows[a], rows[b], metric.name),
-                    }
+                    )
                 )
     if not found:
         methods = sorted({r.method for r in results})
@@ -274,8 +296,13 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[Row]:
             f"no (suite, size) of the run has both {a!r} and {b!r} with per-user "
             f"figures; its methods: {', '.join(methods)}"
         )
-    tested = [e for e in found if e["p_value"] is not None]
-    for entry, p_holm in zip(tested, family.holm([e["p_value"] for e in tested]), strict=True):
-        entry["p_holm"] = float(p_holm)
-        entry["verdict"] = verdict(a, b, entry["metric"], entry["diff"], p_holm, entry["n_users"])
-    return found
+    tested = [e for e in found if e.p_value is not None]
+    adjusted = family.holm([e.p_value for e in tested])
+    holm = {id(e): float(p) for e, p in zip(tested, adjusted, strict=True)}
+    return [_stated(e, holm[id(e)]) if id(e) in holm else e for e in found]
+
+
+def _stated(entry: RowComparison, p_holm: float) -> RowComparison:
+    """A comparison with its adjusted p-value and its verdict at it: a new record."""
+    text = verdict(entry.a, entry.b, entry.metric, entry.diff, p_holm, entry.n_users)
+    return replace(entry, p_holm=p_holm, verdict=text)

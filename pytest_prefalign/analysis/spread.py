@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -112,7 +112,24 @@ def _mean_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a - b).mean(axis=1)
 
 
-def _compare(a: CaseResult, b: CaseResult, metric: str, test: bool = True) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Contrast:
+    """Two rows' user means and worst-decile means over their shared users (``tail_users`` of
+    ``n_users`` in the decile); tested, the differences' intervals and swap tests' p-values."""
+
+    mean_a: float
+    mean_b: float
+    tail_a: float
+    tail_b: float
+    tail_users: int
+    n_users: int
+    mean_ci: Sequence[float] | None = None
+    tail_ci: Sequence[float] | None = None
+    p_mean: float | None = None
+    p_tail: float | None = None
+
+
+def _compare(a: CaseResult, b: CaseResult, metric: str, test: bool = True) -> Contrast | None:
     """Means and worst deciles of ``a`` and ``b`` over their shared users, the differences
     ``a - b`` of both, their intervals with users resampled, and (``test``) the p-values of
     the swap tests of both differences."""
@@ -123,14 +140,7 @@ def _compare(a: CaseResult, b: CaseResult, metric: str, test: bool = True) -> di
     vb = np.array([b.per_user[metric][u] for u in shared])
     tail_a, k = tail_mean(va)
     tail_b, _ = tail_mean(vb)
-    found: dict[str, Any] = {
-        "mean_a": float(va.mean()),
-        "mean_b": float(vb.mean()),
-        "tail_a": tail_a,
-        "tail_b": tail_b,
-        "tail_users": k,
-        "n_users": len(shared),
-    }
+    found = Contrast(float(va.mean()), float(vb.mean()), tail_a, tail_b, k, len(shared))
     if not test:
         return found
     mean_d, tail_d = [], []
@@ -138,13 +148,13 @@ def _compare(a: CaseResult, b: CaseResult, metric: str, test: bool = True) -> di
         n = counts.sum(1)
         mean_d.append((counts @ va - counts @ vb) / n)
         tail_d.append(resampled_tails(va, counts) - resampled_tails(vb, counts))
-    return {
-        **found,
-        "mean_ci": users.interval(np.concatenate(mean_d)),
-        "tail_ci": users.interval(np.concatenate(tail_d)),
-        "p_mean": nulls.swap(va, vb, _mean_difference)[0],
-        "p_tail": nulls.swap(va, vb, _tail_difference)[0],
-    }
+    return replace(
+        found,
+        mean_ci=users.interval(np.concatenate(mean_d)),
+        tail_ci=users.interval(np.concatenate(tail_d)),
+        p_mean=nulls.swap(va, vb, _mean_difference)[0],
+        p_tail=nulls.swap(va, vb, _tail_difference)[0],
+    )
 
 
 def _flag(
@@ -152,7 +162,7 @@ def _flag(
     where: tuple[str, str, str],
     a: str,
     b: str,
-    c: dict[str, Any],
+    c: Contrast,
     text: str,
     test: str,
     p_value: float | None,
@@ -167,7 +177,7 @@ def _flag(
         kind=kind,
         a=a,
         b=b,
-        **c,
+        **asdict(c),
         text=text,
         test=test,
         p_value=p_value,
@@ -179,27 +189,21 @@ def _close_means(suite: str, size: str, metric: str, rows: list[CaseResult]) -> 
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
             c = _compare(a, b, metric, test=False)
-            if (
-                c is None
-                or abs(c["mean_a"] - c["mean_b"]) > CLOSE
-                or abs(c["tail_a"] - c["tail_b"]) < APART
-            ):
+            if c is None or abs(c.mean_a - c.mean_b) > CLOSE or abs(c.tail_a - c.tail_b) < APART:
                 continue
-            lo, hi = (b, a) if c["tail_a"] > c["tail_b"] else (a, b)  # the worse tail first
+            lo, hi = (b, a) if c.tail_a > c.tail_b else (a, b)  # the worse tail first
             c = _compare(lo, hi, metric)
             assert c is not None  # the same users, perhaps the other way round
             text = (
                 f"{metric}: {lo.method} and {hi.method} have close user means "
-                f"({c['mean_a']:.3f} vs {c['mean_b']:.3f}) but different worst deciles "
-                f"({c['tail_a']:.3f} vs {c['tail_b']:.3f}, difference interval "
-                f"{_ci(c['tail_ci'])}, p {c['p_tail']:.3g}; worst {c['tail_users']} of "
-                f"{c['n_users']} users)"
+                f"({c.mean_a:.3f} vs {c.mean_b:.3f}) but different worst deciles "
+                f"({c.tail_a:.3f} vs {c.tail_b:.3f}, difference interval "
+                f"{_ci(c.tail_ci)}, p {c.p_tail:.3g}; worst {c.tail_users} of "
+                f"{c.n_users} users)"
             )
             test = "swap test of the worst deciles"
             where = (suite, size, metric)
-            out.append(
-                _flag("close_means", where, lo.method, hi.method, c, text, test, c["p_tail"])
-            )
+            out.append(_flag("close_means", where, lo.method, hi.method, c, text, test, c.p_tail))
     return out
 
 
@@ -212,18 +216,18 @@ def _mean_only_gain(
     out = []
     for row in rows:
         c = _compare(row, base, metric, test=False) if row is not base else None
-        if c is None or c["mean_a"] <= c["mean_b"] or c["tail_b"] - c["tail_a"] < APART:
+        if c is None or c.mean_a <= c.mean_b or c.tail_b - c.tail_a < APART:
             continue
         c = _compare(row, base, metric)
         assert c is not None
         text = (
-            f"{metric}: {row.method} beats base on the user mean ({c['mean_a']:.3f} vs "
-            f"{c['mean_b']:.3f}, interval {_ci(c['mean_ci'])}, p {c['p_mean']:.3g}) but its "
-            f"worst decile is lower ({c['tail_a']:.3f} vs {c['tail_b']:.3f}, interval "
-            f"{_ci(c['tail_ci'])}, p {c['p_tail']:.3g}): it helps on average and hurts the "
+            f"{metric}: {row.method} beats base on the user mean ({c.mean_a:.3f} vs "
+            f"{c.mean_b:.3f}, interval {_ci(c.mean_ci)}, p {c.p_mean:.3g}) but its "
+            f"worst decile is lower ({c.tail_a:.3f} vs {c.tail_b:.3f}, interval "
+            f"{_ci(c.tail_ci)}, p {c.p_tail:.3g}): it helps on average and hurts the "
             "worst-served users"
         )
-        p_value = nulls.intersection_union(c["p_mean"], c["p_tail"])
+        p_value = nulls.intersection_union(c.p_mean, c.p_tail)
         test = "intersection-union of two swap tests"
         where = (suite, size, metric)
         out.append(_flag("mean_only_gain", where, row.method, base.method, c, text, test, p_value))

@@ -8,7 +8,7 @@ everything else is printed as what it is: no evidence, or not enough evidence an
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_prefalign.analysis import claims, family, power, projection, wrap
 from pytest_prefalign.runs.entries import (
@@ -22,7 +22,9 @@ from pytest_prefalign.runs.entries import (
 )
 from pytest_prefalign.runs.records import RunFile
 
-Row = dict[str, Any]  # a comparison of two rows (``selection.compare_rows``), not stored
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.analysis.selection import RowComparison
+
 MAX_LISTED = 10  # entries printed per section before "... and N more"
 
 
@@ -177,12 +179,12 @@ def tau_table(
                 e.decoder,
                 f"{e.x} ~ {e.y}",
                 e.n_methods,
-                "-" if "n_users" in e.absent else e.n_users,
+                "-" if e.n_users is None else e.n_users,
                 _marked(_num(e.tau, "+.3f"), shown),
                 _marked(_num(e.p_value), shown),
                 _num(e.p_holm if shown else None),
                 _marked(_ci(e.ci), shown),
-                e.verdict or str(e.extra.get("warning") or ""),  # "warning": an older file's
+                e.verdict,
             ]
         )
     headers = [
@@ -229,7 +231,7 @@ def regret_table(
             _ci(e.ci, "+.3f"),
             _num(e.p_value, ".3g"),
             _num(e.p_holm, ".3g"),
-            "regret" if e.significant else "no evidence of regret",
+            "regret" if e.fires else "no evidence of regret",
         ]
         for e in entries
     ]
@@ -249,7 +251,7 @@ def regret_table(
 
 
 def inversion_lines(entries: Sequence[InversionEntry], width: int | None = None) -> list[str]:
-    significant = [e for e in entries if e.significant]
+    significant = [e for e in entries if e.fires]
     if not significant:
         if not entries:
             return [
@@ -365,18 +367,18 @@ def icl_table(
     return wrap.table(body, headers, tablefmt=tablefmt, width=width)
 
 
-def rows_table(entries: list[Row], tablefmt: str = "simple", width: int | None = None) -> str:
+def rows_table(
+    entries: Sequence[RowComparison], tablefmt: str = "simple", width: int | None = None
+) -> str:
     """``prefalign compare RUN --rows A,B``: every metric of two rows, ``A - B`` paired over
     the users both have."""
     body = [
         [
-            f"{e['suite']} · {e['size']}",
-            e["metric"],
-            _num(e["value_a"]),
-            _num(e["value_b"]),
-            *_paired(
-                e["diff"], e["ci"], e.get("p_value"), e.get("p_holm"), e["n_users"], e["verdict"]
-            ),
+            f"{e.suite} · {e.size}",
+            e.metric,
+            _num(e.value_a),
+            _num(e.value_b),
+            *_paired(e.diff, e.ci, e.p_value, e.p_holm, e.n_users, e.verdict),
         ]
         for e in entries
     ]
@@ -394,7 +396,7 @@ def circular_lines(entries: Sequence[CircularEntry], width: int | None = None) -
     ]
     lines += circular_table(entries, width=width).splitlines()
     for e in entries:
-        if e.flag and e.rouge1_vs_base is not None:
+        if e.fires and e.rouge1_vs_base is not None:
             lines.append(
                 f"! {e.method} ({_where(e)}): wins {e.win_self:.0%} over base "
                 f"under its own RM (interval {_ci(e.win_self_ci, '.2f')}) but its "
@@ -418,7 +420,7 @@ def circular_table(
             _num(e.gap, "+.3f"),
             e.n if e.n else "-",
             _num(e.p_holm, ".3g"),
-            "!" if e.flag else "",
+            "!" if e.fires else "",
             e.judge_independent or "-",
         ]
         for e in entries

@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from pytest_prefalign.analysis import catalogue, wrap
 from pytest_prefalign.analysis.compare import Comparison, fraction, p_text, signed, tolerance_text
+from pytest_prefalign.runs.parts import Data, Design, Model
 from pytest_prefalign.runs.records import CaseResult
 
 Row = dict[str, Any]
@@ -52,24 +53,24 @@ def header(suite: str, size: str, rows: Sequence[CaseResult]) -> list[str]:
     items = max(r.n_items for r in rows)
     pairs = max(r.n_pairs for r in rows)
     design = pairs_design(data)
-    first = f"{suite} · {size} · {model.get('name', '?')}"
+    first = f"{suite} · {size} · {model.name or '?'}"
     # the dtype the passes ran in (--prefalign-dtype): figures in bf16 are not fp32's
-    dtypes = sorted({str(r.environment["dtype"]) for r in rows if "dtype" in r.environment})
+    dtypes = sorted({r.environment.dtype for r in rows if r.environment.dtype})
     if dtypes:
         first += f" · {'/'.join(dtypes)}"
-    second = f"  data: {data.get('source', '?')} · {users} users · {items} items · {pairs} pairs"
+    second = f"  data: {data.source or '?'} · {users} users · {items} items · {pairs} pairs"
     if pairs and users:
         # a user's accuracy moves in steps of one over their pairs: how coarse a figure is
         second += f" ({pairs / users:.1f} per user)"
     if design is not None:
-        second += f" · pairs: {design['label']}"
-    release = (data.get("provenance") or {}).get("pairs_release")
+        second += f" · pairs: {design.label or '?'}"
+    release = data.provenance.pairs_release
     if release:  # which released pairs, so that two runs' pairs can be told apart at a glance
-        second += f" (released {release.get('version')}, sha256 {str(release.get('sha256'))[:12]})"
-    dropped = {k: v for k, v in (data.get("dropped") or {}).items() if v}
+        second += f" (released {release.version}, sha256 {str(release.sha256)[:12]})"
+    dropped = {k: v for k, v in data.dropped.items() if v}
     if dropped:
         second += " · dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
-    reduce = (rows[0].settings or {}).get("reduce")
+    reduce = rows[0].settings.reduce
     if reduce and any(name in r.metrics for r in rows for name in catalogue.reduced()):
         second += f" · policy score: {reduce} over tokens"  # what policy accuracy compares
     return [first, second, *working_points(rows), *design_notes(design, model)]
@@ -81,52 +82,44 @@ def working_points(rows: Sequence[CaseResult]) -> list[str]:
     no row has one."""
     found = []
     for row in sorted(rows, key=lambda r: r.method):
-        strength = (row.guidance or {}).get("strength")
-        if not isinstance(strength, dict):
+        strength = row.guidance.strength if row.guidance else None
+        if strength is None:
             continue
-        how = strength.get("how", "?")
-        if how == "chosen" and strength.get("fallback"):
+        how = strength.how or "?"
+        if how == "chosen" and strength.fallback:
             how = "chosen, none passed"
-        values = strength.get("values") or [strength.get("value", 0)]  # a pooled run's folds
+        values = strength.values or [strength.value or 0]  # a pooled run's folds
         shown = "/".join(f"{v:g}" if isinstance(v, (int, float)) else "?" for v in values)
-        found.append(f"{row.method} {strength.get('option', '?')}={shown} ({how})")
+        found.append(f"{row.method} {strength.option or '?'}={shown} ({how})")
     if not found:
         return []
     return ["  working points: " + ", ".join(found)]
 
 
-def pairs_design(data: dict[str, Any]) -> dict[str, Any] | None:
+def pairs_design(data: Data) -> Design | None:
     """How the suite made its pairs, as it describes it in its provenance (``design``: a
     ``label``, a ``note``, the ``writer_fingerprint`` of the model that wrote a side, if one
     did, and its ``writer_weights``; docs/suites.md); None for data that does not say."""
-    design = (data.get("provenance") or {}).get("design")
-    if not isinstance(design, dict):
-        return None
-    return {
-        "label": str(design.get("label") or "?"),
-        "note": str(design.get("note") or ""),
-        "writer_fingerprint": design.get("writer_fingerprint"),
-        "writer_weights": design.get("writer_weights"),
-    }
+    return data.provenance.design
 
 
-def design_notes(design: dict[str, Any] | None, model: dict[str, Any]) -> list[str]:
+def design_notes(design: Design | None, model: Model) -> list[str]:
     """The header's notes on the pairs: that the evaluated model wrote them (its fingerprint
     is the design's writer's, or its weights the writer's weights), and the design's own
     note."""
     if design is None:
         return []
     notes = []
-    writer, weights = design["writer_fingerprint"], design.get("writer_weights")
-    same_weights = weights is not None and weights == model.get("weights")
-    if same_weights or (writer is not None and writer == model.get("fingerprint")):
+    writer, weights = design.writer_fingerprint, design.writer_weights
+    same_weights = weights is not None and weights == model.weights
+    if same_weights or (writer is not None and writer == model.fingerprint):
         notes.append(
-            f"  note: the pairs were written by this very model ({design['label']}): its "
+            f"  note: the pairs were written by this very model ({design.label or '?'}): its "
             "policy accuracy measures distance from its own writing, not only the users' "
             "preference"
         )
-    if design["note"]:
-        notes.append(f"  note: {design['note']}")
+    if design.note:
+        notes.append(f"  note: {design.note}")
     return notes
 
 
@@ -173,10 +166,10 @@ def fmt(row: CaseResult, metric: catalogue.Metric) -> str:
 
 
 def tie_count(row: CaseResult, metric: catalogue.Metric) -> int | None:
-    """The ties beside a win rate, which counts strict wins (the row's ``judge["counts"]``);
+    """The ties beside a win rate, which counts strict wins (the row's judge's ``counts``);
     None for another metric, or a row from before ties were counted."""
-    counts = (row.judge.get("counts") or {}).get(metric.name)
-    return counts.get("ties") if isinstance(counts, dict) else None
+    counts = row.judge.counts.get(metric.name) if row.judge else None
+    return counts.ties if counts is not None else None
 
 
 # --------------------------------------------------------------------------------------------

@@ -161,6 +161,6 @@ def _observations(row: CaseResult, metric: str) -> dict[str, float]:
     records = row.items if found.level == "item" else row.pairs
     counts: dict[str, float] = {}
     for record in records:
-        if record.get(found.field) is not None:
-            counts[record["user"]] = counts.get(record["user"], 0.0) + 1.0
+        if record.value(found.field) is not None:
+            counts[record.user] = counts.get(record.user, 0.0) + 1.0
     return counts

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,8 @@ from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation import faults, generation, guidance, pairs, prepare, scale, wins
 from pytest_prefalign.evaluation.context import Case, RunContext
 from pytest_prefalign.registry import MethodName
-from pytest_prefalign.runs.records import CaseResult
+from pytest_prefalign.runs import parts
+from pytest_prefalign.runs.records import CaseResult, Option
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import Decoder
@@ -47,7 +48,7 @@ class Evaluator:
 
     def __init__(self, context: RunContext) -> None:
         self.context = context
-        self.registry, self.settings = context.registry, context.settings
+        self.registry = context.registry
         self.disk, self.method_options = context.disk, context.method_options
         self.memory = cache.Scope("run")  # the suites; each (suite, size) has a scope of its own
         self.groups: dict[tuple[Any, ...], cache.Scope] = {}
@@ -133,8 +134,8 @@ class Evaluator:
             data=state.data,
             reward=None,  # fitted only if the case's results are not in the cache
             options=self.method_options.decoder_options(case.method.decoder, factory),
-            seed=self.settings.seed,
-            reduce=self.settings.reduce,
+            seed=self.context.seed,
+            reduce=self.context.reduce,
             shared=self.group(case),
         )
         before = lm.meter.reading()
@@ -171,12 +172,13 @@ class Evaluator:
         results = results_key(self.context, case, prepared.ctx, prepared.factory, plan, state)
         value = self.disk.json(results, compute, valid=_valid_results)
         # the records name their test: two sizes with one model share the cached records
-        named = {
-            "items": [{**record, **key} for record in value["items"]],
-            "pairs": [{**record, **key} for record in value["pairs"]],
-        }
-        observe({"pair": named["pairs"], "item": named["items"]})
-        return {**value, **named}, fitted_uses
+        observed = observe(
+            {
+                "pair": [parts.PairRecord.from_json({**r, **key}, "pair") for r in value["pairs"]],
+                "item": [parts.ItemRecord.from_json({**r, **key}, "item") for r in value["items"]],
+            }
+        )
+        return {**value, "pairs": observed["pair"], "items": observed["item"]}, fitted_uses
 
     def working_point(
         self,
@@ -291,29 +293,33 @@ def case_result(
         size=case.size,
         decoder=case.method.decoder,
         reward=case.method.reward,
-        n_users=len({r["user"] for r in (*items, *records)}),
+        n_users=len({r.user for r in (*items, *records)}),
         n_items=len(items),
         n_pairs=len(records),
         metrics=values,
         ci=ci,
         per_user=per_user,
-        judge=value["judge"],
+        judge=parts.read(parts.Judge | None, value["judge"], "judge"),
         timings={k: round(v, 3) for k, v in timings.items()},
-        model=portable.relative(
-            {"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
-            roots,
+        model=parts.Model.from_json(
+            portable.relative(
+                {"name": lm.name, "fingerprint": lm.fingerprint, "weights": lm.weights_fingerprint},
+                roots,
+            )
         ),
-        data=portable.relative(data_record(prepared.state, prepared.faults), roots),
-        environment=prepare.environment(lm),
+        data=parts.Data.from_json(
+            portable.relative(data_record(prepared.state, prepared.faults), roots), "data"
+        ),
+        environment=parts.Environment.from_json(prepare.environment(lm), "environment"),
         reward_fingerprint=plan.fingerprint if plan else None,
         reward_package=plan.package if plan else None,
         reward_version=plan.version if plan else None,
-        options=dataclasses.asdict(ctx.options),
-        guidance=steering(prepared.chosen, value),
-        settings={"reduce": ctx.reduce, "seed": ctx.seed},
-        cache=[u.to_json() for u in used],
-        pairs=records,
-        items=items,
+        options=parts.read(Mapping[str, Option], dataclasses.asdict(ctx.options), "options"),
+        guidance=parts.read(parts.Guidance | None, steering(prepared.chosen, value), "guidance"),
+        settings=parts.Scoring(reduce=ctx.reduce, seed=ctx.seed),
+        cache=tuple(parts.CacheUse.from_json(u.to_json(), "cache") for u in used),
+        pairs=tuple(records),
+        items=tuple(items),
     )
 
 
@@ -426,23 +432,27 @@ def _kept(store: dict[Any, Any], key: Any, make: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def observe(records: dict[str, Sequence[dict[str, Any]]]) -> None:
-    """Write each computed metric's observation (a plugin's ``Metric.compute``) into the
-    records of its level as its field, in place: after the cache, so that the cached records
-    stay the evaluation's own. A field the record has already, or an observation that is not a
-    finite number or None, is a failure naming the metric."""
+def observe(records: Mapping[str, Sequence[parts.R]]) -> dict[str, list[parts.R]]:
+    """The records of each level with each computed metric's observation (a plugin's
+    ``Metric.compute``, given the typed record) as its field: new records, made after the
+    cache, so that the cached records stay the evaluation's own. A field the record has
+    already, or an observation that is not a finite number or None, is a failure naming the
+    metric."""
+    out = {}
     for level, found in records.items():
         for metric in catalogue.computed(level):
             for record in found:
-                if metric.field in record:
+                if record.has(metric.field):
                     raise PrefalignError(
                         f"metric {metric.name!r} computes the field {metric.field!r}, which "
                         "the evaluation writes: name a field of its own"
                     )
-                record[metric.field] = _observation(metric, record)
+            found = [r.with_value(metric.field, _observation(metric, r)) for r in found]
+        out[level] = list(found)
+    return out
 
 
-def _observation(metric: catalogue.Metric, record: dict[str, Any]) -> float | None:
+def _observation(metric: catalogue.Metric, record: parts.Record) -> float | None:
     assert metric.compute is not None
     value = metric.compute(record)
     if value is None:
@@ -450,7 +460,7 @@ def _observation(metric: catalogue.Metric, record: dict[str, Any]) -> float | No
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise PrefalignError(
             f"metric {metric.name!r}: compute returned {value!r} for the record of user "
-            f"{record.get('user')!r}; expected a finite number or None"
+            f"{record.user!r}; expected a finite number or None"
         )
     return float(value)
 

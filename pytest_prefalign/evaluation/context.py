@@ -1,5 +1,6 @@
-"""What evaluating a case needs of the run, and nothing more: the case itself, the settings,
-and the run's registry, models, disk cache and method options."""
+"""What evaluating a case needs of the run, and nothing more: the case itself, and the run's
+registry, models, disk cache, method options and the few of its settings (``plumbing/options.py``'s
+``Settings``, the one record of a run's options) that an evaluation reads."""
 
 from __future__ import annotations
 
@@ -32,24 +33,18 @@ class Case:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The run's options an evaluation needs."""
-
-    limit: int  # users per suite
-    seed: int
-    reduce: str  # policy score: sum or mean of token log-likelihoods
-    guidance: str  # guidance strengths chosen on validation items, or fixed by the options
-    data: str | None  # --prefalign-data
-    data_ini: str | None  # the ini value prefalign_data
-    rootdir: Path
-
-
-@dataclass(frozen=True)
 class RunContext:
     """The run as the evaluation sees it."""
 
     registry: Registry
-    settings: Settings
     models: ModelPool
     disk: Disk
     method_options: Resolved
+    # the run's settings an evaluation reads
+    limit: int  # users per suite
+    seed: int
+    reduce: str  # policy score: sum or mean of token log-likelihoods
+    guidance: str  # guidance strengths chosen on validation items, or fixed by the options
+    data: str | None  # the data folder the run found (--prefalign-data, resolved)
+    data_ini: str | None  # the ini value prefalign_data
+    rootdir: Path

@@ -204,7 +204,7 @@ def choose(
     current = float(getattr(ctx.options, option))
     if option in run.method_options.decoders.get(case.method.decoder, {}):
         return Choice(option, current, "set")
-    if run.settings.guidance == "fixed" or not grid:
+    if run.guidance == "fixed" or not grid:
         return Choice(option, current, "fixed")
     items = validation_items(ctx.suite, ctx.data, ctx.seed)
     if not items:

@@ -69,7 +69,7 @@ def load_suite(run: RunContext, name: str, options: dict[str, str]) -> SuiteStat
             typed = suite_options.for_suite(suite, options)  # its dataclass, where it has one
             data_dir, missing = locate_data(run, suite, options)
             try:
-                data = suite.load(data_dir, limit=run.settings.limit, options=typed)
+                data = suite.load(data_dir, limit=run.limit, options=typed)
             except DataNotFound as exc:
                 # a suite reading a Hugging Face cache names its own places; add ours to them
                 raise DataNotFound(f"{exc}\n{missing}" if missing else str(exc)) from None
@@ -170,13 +170,12 @@ def locate_data(
     from pytest_prefalign.api import requires_data_dir
     from pytest_prefalign.datadir import find_data_dir
 
-    settings = run.settings
     try:
         root = find_data_dir(
             suite.source,
-            option=settings.data,
-            ini=settings.data_ini,
-            rootdir=settings.rootdir,
+            option=run.data,
+            ini=run.data_ini,
+            rootdir=run.rootdir,
             fetch=requires_data_dir(suite, options),
         )
     except DataNotFound as exc:
@@ -190,7 +189,7 @@ def roots(run: RunContext, state: SuiteState) -> dict[str, Path]:
     """The roots a result's paths are written from (``portable.py``): the place that held the
     suite's data folder, the cache, the rootdir, the temporary and the home folder."""
     data = state.data_dir.parent if state.data_dir is not None else None
-    return portable.machine_roots(data=data, rootdir=run.settings.rootdir)
+    return portable.machine_roots(data=data, rootdir=run.rootdir)
 
 
 def load_model(run: RunContext, label: str) -> LM:

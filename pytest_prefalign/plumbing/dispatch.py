@@ -48,19 +48,21 @@ class Dispatch:
         if self._evaluator is None:
             from pytest_prefalign.evaluation.case import Evaluator
             from pytest_prefalign.evaluation.context import RunContext
-            from pytest_prefalign.evaluation.context import Settings as EvaluationSettings
 
-            settings = EvaluationSettings(
-                limit=self.settings.limit,
-                seed=self.settings.seed,
-                reduce=self.settings.reduce,
-                guidance=self.settings.guidance,
-                data=str(self.data_dir) if self.data_dir is not None else None,
-                data_ini=self.settings.data_ini,
-                rootdir=Path(self.config.rootpath),
-            )
             self._evaluator = Evaluator(
-                RunContext(self.registry, settings, self.models, self.disk, self.method_options)
+                RunContext(
+                    self.registry,
+                    self.models,
+                    self.disk,
+                    self.method_options,
+                    limit=self.settings.limit,
+                    seed=self.settings.seed,
+                    reduce=self.settings.reduce,
+                    guidance=self.settings.guidance,
+                    data=str(self.data_dir) if self.data_dir is not None else None,
+                    data_ini=self.settings.data_ini,
+                    rootdir=Path(self.config.rootpath),
+                )
             )
         return self._evaluator
 

@@ -80,7 +80,7 @@ def build(
             "shard": str(settings.shard) if settings.shard else None,
             "roots": dict(portable.NAMES),
         },
-        models={r.size: r.model for r in results},
+        models={r.size: r.model.to_json() for r in results},
         tau=tau,
         crisis=found,
         complete=complete,

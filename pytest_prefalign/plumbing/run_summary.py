@@ -64,7 +64,7 @@ def write(
 
 def cache_line(results: list[CaseResult], use_cache: bool) -> str:
     """How many of the distinct cached values the tests used came from the cache."""
-    used = {(u["artifact"], u["key"]): u["hit"] for r in results for u in r.cache}
+    used = {(u.artifact, u.key): u.hit for r in results for u in r.cache}
     reused = sum(used.values())
     if not use_cache:
         return f"cache: off (--prefalign-no-cache), {len(used) - reused} values computed" + (

@@ -209,7 +209,7 @@ class PrefalignSession:
             # come) counts once, with its last result: one result per (suite, method, size)
             self.results = [r for r in self.results if r.key != result.key]
             self.results.append(result)
-            self.config.hook.pytest_prefalign_result(result=result.row(), config=self.config)
+            self.config.hook.pytest_prefalign_result(result=result, config=self.config)
 
     # -- the end: the run file and the summary -------------------------------------------------
 

@@ -9,21 +9,12 @@ makes a new one with ``dataclasses.replace`` where it used to edit a dict in pla
 adjusted p-value, its verdict). The statistics and the verdict rules stay in the analysis; this
 module knows only the fields and their order.
 
-The format is the run file's as it was before the records were typed (docs/usage.md):
-``to_json`` writes the same keys in the same order, so a stored run file reads and writes back
-byte for byte (``tests/test_entries.py`` checks the kept ones). The fields of each record are
-declared in the order of the file's keys. A JSON list reads as a tuple (an interval, the
-methods of a group), and writes back as a list.
-
-Two kinds of key are not simply fields, and both round-trip as they were read:
-
-- a key an older run file lacks (the adjusted p-value before the run's looks were one family,
-  the ``degenerate`` section before degenerate rows were checked): it reads as its field's
-  default (``ABSENT_READS_AS`` where the readers took another: an inversion or a spread flag
-  written before their tests was stated, so ``significant`` and ``fires`` read true), and the
-  record keeps the key's name in ``absent``, so that writing it back leaves the key out;
-- a key this version does not know (written by a later version, or added by a plugin): kept in
-  ``extra``, as read, and written back after the known keys.
+``to_json`` writes the current version of the run file (``runs/records.py``): every field, in
+declaration order; a JSON list reads as a tuple (an interval, the methods of a group) and writes
+back as a list. ``from_json`` reads that version: a key it does not know is refused, a key that
+is not required and missing reads as its field's default. An older file's forms (a key since
+renamed or dropped, a key it lacked that the readers took as something else) are the
+upgrader's, in ``runs/records.py``, which hands this module the current form.
 
 The keys an entry cannot do without (which suite, size and methods it is about, the figures
 it states) are required: a file without one is refused with an ``EntryError`` that names the
@@ -106,25 +97,14 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# The common part: fields in the file's order, absent and unknown keys
+# The common part: fields in the file's order
 # --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Entry:
     """A record of the analysis, written as one JSON object whose keys are its fields in
-    declaration order, then ``extra``'s; ``absent`` names the fields the file it was read from
-    lacked (written back without them). ``dataclasses.replace`` keeps both: a record read
-    from an older file and changed is written back with that file's keys (pass
-    ``absent=frozenset()`` to write every field)."""
-
-    # keys this version does not know, as read; written after the known ones
-    extra: Mapping[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
-    # the fields the file lacked: they hold their default and are not written back
-    absent: frozenset[str] = field(default=frozenset(), kw_only=True, repr=False)
-
-    # what a field an older file lacks reads as, where not its default
-    ABSENT_READS_AS: ClassVar[Mapping[str, Any]] = {}
+    declaration order."""
 
     def __post_init__(self) -> None:
         for f in _fields(type(self)):
@@ -133,12 +113,7 @@ class Entry:
                 object.__setattr__(self, f.name, _freeze(value))
 
     def to_json(self) -> dict[str, Any]:
-        out = {
-            f.name: self._field_json(getattr(self, f.name))
-            for f in _fields(type(self))
-            if f.name not in self.absent
-        }
-        return {**out, **self.extra}
+        return {f.name: self._field_json(getattr(self, f.name)) for f in _fields(type(self))}
 
     @staticmethod
     def _field_json(value: Any) -> Any:
@@ -146,23 +121,20 @@ class Entry:
 
     @classmethod
     def from_json(cls: type[E], data: Any, where: str = "entry") -> E:
-        """The record of ``data`` (a JSON object), checked: every required key present, every
-        value of its field's type."""
+        """The record of ``data`` (a JSON object of the current version), checked: every
+        required key present, no key it does not know, every value of its field's type."""
         row = _object(data, where)
         values: dict[str, Any] = {}
-        absent = set()
         for f in _fields(cls):
             if f.name not in row:
                 if _required(f):
                     raise EntryError(f"{where}: field {f.name!r} is missing")
-                absent.add(f.name)
-                if f.name in cls.ABSENT_READS_AS:
-                    values[f.name] = cls.ABSENT_READS_AS[f.name]
                 continue
             values[f.name] = cls._field_from_json(f, row[f.name], f"{where}: field {f.name!r}")
-        known = {f.name for f in _fields(cls)}
-        extra = {k: v for k, v in row.items() if k not in known}
-        return cls(**values, extra=extra, absent=frozenset(absent))
+        unknown = sorted(set(row) - {f.name for f in _fields(cls)})
+        if unknown:
+            raise EntryError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}")
+        return cls(**values)
 
     @classmethod
     def _field_from_json(cls, f: dataclasses.Field[Any], value: Any, where: str) -> Any:
@@ -172,9 +144,9 @@ class Entry:
         return _freeze(value)
 
 
-def _fields(cls: type) -> list[dataclasses.Field[Any]]:
-    """The fields written to the file, in its order (``extra`` and ``absent`` are not)."""
-    return [f for f in dataclasses.fields(cls) if f.name not in ("extra", "absent")]
+def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    """The fields written to the file, in its order."""
+    return dataclasses.fields(cls)
 
 
 def _required(f: dataclasses.Field[Any]) -> bool:
@@ -192,7 +164,7 @@ class Look:
     """What the run's family (``analysis/family.py``) reads of an entry that can be a look:
     its p-value, and whether its statement is observed in its direction (``holds``: a kind
     without such a field states whatever its test finds); it writes back ``p_holm`` and
-    ``fires``."""
+    ``fires``, the one flag of whether the entry's statement stands."""
 
     __dataclass_fields__: ClassVar[dict[str, Any]]  # every look is one of the records below
     p_value: float | None
@@ -231,9 +203,9 @@ class TauEntry(Entry, Look):
     test: str = ""
     ci: Interval | None = None
     upper_95: float | None = None  # the one-sided 95% upper bound of tau
-    lower_95: float | None = None  # the one-sided 95% lower bound (absent in older run files)
+    lower_95: float | None = None  # the one-sided 95% lower bound
     n_methods: int = 0
-    n_users: int = 0
+    n_users: int | None = 0  # None: a run file that did not record it
     methods: tuple[str, ...] = ()
     enough: bool = True
     verdict: str = ""
@@ -274,12 +246,8 @@ class InversionEntry(Entry, Look):
     p_x: float | None = None
     p_y: float | None = None
     p_value: float | None = None
-    significant: bool = False
     p_holm: float | None = None
     fires: bool = False
-
-    # written before the inversions were tested, every inversion was stated
-    ABSENT_READS_AS: ClassVar[Mapping[str, Any]] = {"significant": True}
 
 
 @dataclass(frozen=True)
@@ -304,7 +272,6 @@ class RegretEntry(Entry, Look):
     n_users: int = 0
     p_holm: float | None = None
     fires: bool = False
-    significant: bool = False
 
 
 @dataclass(frozen=True)
@@ -353,7 +320,6 @@ class CircularEntry(Entry, Look):
     p_rouge: float | None = None
     p_value: float | None = None
     holds: bool = False  # a field here, a property in Look
-    flag: bool = False
     p_holm: float | None = None
     fires: bool = False
 
@@ -386,9 +352,6 @@ class SpreadEntry(Entry, Look):
     p_holm: float | None = None
     fires: bool = False
 
-    # written before the spread flags were tested, every flag was stated
-    ABSENT_READS_AS: ClassVar[Mapping[str, Any]] = {"fires": True}
-
 
 @dataclass(frozen=True)
 class DegenerateEntry(Entry, Look):
@@ -411,7 +374,6 @@ class DegenerateEntry(Entry, Look):
     not_answer_gap_ci: Interval | None
     n_users: int
     test: str = ""
-    p: float | None = None  # the same as ``p_value``, under the name it was first written
     p_value: float | None = None
     holds: bool = False  # a field here, a property in Look
     flagged: bool = False
@@ -460,8 +422,8 @@ SECTIONS: dict[str, type[Entry]] = {
 @dataclass(frozen=True)
 class Crisis(Entry):
     """The run's analysis beside tau: each section's entries, the looks per kind that could not
-    fire (``silent_looks``, counted in the family with p = 1) and the ``family``. A run file
-    without an analysis reads as ``Crisis.none()``, every section empty and absent."""
+    fire (``silent_looks``, counted in the family with p = 1) and the ``family`` (None: no
+    analysis was made, ``Crisis.none()``)."""
 
     inversions: tuple[InversionEntry, ...] = ()
     circular: tuple[CircularEntry, ...] = ()
@@ -479,8 +441,8 @@ class Crisis(Entry):
 
     @classmethod
     def none(cls) -> Crisis:
-        """No analysis: what a run file with an empty ``crisis`` holds (written as ``{}``)."""
-        return cls(absent=frozenset(f.name for f in _fields(cls)))
+        """No analysis: every section empty, no family."""
+        return cls()
 
     def section(self, name: str) -> tuple[Any, ...]:
         """The entries of the section ``name`` (a key of ``SECTIONS``)."""
@@ -511,5 +473,5 @@ def tau_from_json(data: Any, where: str = "tau") -> tuple[TauEntry, ...]:
 
 
 def crisis_from_json(data: Any, where: str = "crisis") -> Crisis:
-    """The run file's ``crisis`` (null or ``{}``: ``Crisis.none()``)."""
+    """The run file's ``crisis`` (null: ``Crisis.none()``)."""
     return Crisis.from_json({} if data is None else data, where)

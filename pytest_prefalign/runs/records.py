@@ -18,23 +18,42 @@ that needs one says so (analysis/comparable.py).
 A result's ``data["faults"]`` names every record of the data dropped or altered for a fault
 (``api.fault``: file, line, id, field, reason, rule). Added within version 2: a file without it
 reads as one whose data had no fault named; where present it is checked.
+
+Version 3 states each analysis entry's verdict once (``fires``; no ``significant`` beside it, no
+circular ``flag``, no degenerate ``p`` beside ``p_value``, no tau ``warning`` beside
+``verdict``) and writes every key. The writer writes version 3; the reader upgrades an older
+file on read (``upgrade``, the one place that knows the older forms), so that everything past
+it sees the current records only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_prefalign import storage
-from pytest_prefalign.runs import entries
+from pytest_prefalign.runs import entries, parts
 from pytest_prefalign.runs.entries import Crisis, TauEntry
+from pytest_prefalign.runs.parts import (
+    CacheUse,
+    Data,
+    Environment,
+    Guidance,
+    ItemRecord,
+    Judge,
+    Model,
+    PairRecord,
+    Scalar,
+    Scoring,
+)
 
-VERSION = 2
-READABLE = (1, 2)  # the versions ``read`` accepts
+VERSION = 3
+READABLE = (1, 2, 3)  # the versions ``read`` accepts: the older ones upgraded
 Key = tuple[str, str, str]  # (suite, method, size): one test
 
 
@@ -42,14 +61,22 @@ class RunFileError(ValueError):
     """A run file that cannot be used; the message names the file, the record and the field."""
 
 
-@dataclass
+Option = Scalar | tuple[Scalar, ...]  # a decoder option's value (pooled: each fold's)
+RECORDS = ("pairs", "items")  # the fields a result's row leaves to the record files
+PARTS = ("judge", "model", "data", "environment", "guidance", "settings", "cache", *RECORDS)
+
+
+@dataclass(frozen=True)
 class CaseResult:
     """One (method, suite, size) test's result, with its per-pair and per-item records.
 
     ``metrics``: name -> value (see ``analysis.catalogue``); ``ci``: name -> [low, high];
-    ``per_user``: name -> user -> value. A pair record holds ``pair_id``, ``user`` and the
-    values of the pair fields (``rm_chosen``, ``policy_correct``, ...); an item record
-    ``item_id``, ``user``, ``output``, ``reference`` and the item fields (``rouge1``, ...).
+    ``per_user``: name -> user -> value. What the test ran on is in typed parts
+    (``runs/parts.py``): the model, the data, the environment, the scoring ``settings``, the
+    win rates' ``judge`` and the decoder's ``guidance`` (None where the method has none), the
+    cached values used. A pair record holds ``pair_id``, ``user`` and the values of the pair
+    fields (``rm_chosen``, ``policy_correct``, ...); an item record ``item_id``, ``user``,
+    ``output``, ``reference`` and the item fields (``rouge1``, ...).
     """
 
     suite: str
@@ -60,42 +87,60 @@ class CaseResult:
     n_users: int = 0
     n_items: int = 0
     n_pairs: int = 0
-    metrics: dict[str, float] = field(default_factory=dict)
-    ci: dict[str, list[float]] = field(default_factory=dict)
-    per_user: dict[str, dict[str, float]] = field(default_factory=dict)
-    judge: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)  # name, fingerprint, weights
-    # source, dropped, faults, provenance, fingerprint
-    data: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)  # versions, device, dtype
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    ci: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    per_user: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    judge: Judge | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    model: Model = field(default_factory=Model)
+    data: Data = field(default_factory=Data)
+    environment: Environment = field(default_factory=Environment)
     reward_fingerprint: str | None = None  # the reward method's fingerprint()
     reward_package: str | None = None  # the distribution that provided it (None: no package)
     reward_version: str | None = None  # that distribution's version
-    options: dict[str, Any] = field(default_factory=dict)
-    # the decoder's working point: ``strength``, how its guidance strength was set (chosen on
-    # validation items, with the grid, the rule and each strength's measures, or fixed), and
-    # ``reward_scale``, the reward method's standardisation (evaluation/guidance.py, scale.py)
-    guidance: dict[str, Any] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)  # reduce, seed
-    cache: list[dict[str, Any]] = field(default_factory=list)
-    pairs: list[dict[str, Any]] = field(default_factory=list)
-    items: list[dict[str, Any]] = field(default_factory=list)
+    options: Mapping[str, Option] = field(default_factory=dict)
+    guidance: Guidance | None = None
+    settings: Scoring = field(default_factory=Scoring)
+    cache: tuple[CacheUse, ...] = ()
+    pairs: tuple[PairRecord, ...] = ()
+    items: tuple[ItemRecord, ...] = ()
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(CaseResult)
+        test = {"suite": self.suite, "method": self.method, "size": self.size}
+        for name in PARTS:  # a part given as its JSON object is read as the part
+            value = getattr(self, name)
+            if name in RECORDS:  # a record given without its test is the result's
+                value = [{**test, **r} if isinstance(r, Mapping) else r for r in value]
+            if isinstance(value, Mapping) or (
+                isinstance(value, list | tuple) and any(isinstance(v, Mapping) for v in value)
+            ):
+                object.__setattr__(self, name, parts.read(hints[name], value, name))
+        for name in ("cache", *RECORDS):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def key(self) -> Key:
         return (self.suite, self.method, self.size)
 
+    def results_inputs(self) -> Mapping[str, Scalar]:
+        """What the cached records of the test were keyed by (the ``results`` cache use's
+        inputs: the code versions, the options, ...); none where it was not recorded."""
+        return next((u.inputs for u in self.cache if u.artifact == "results"), {})
+
     def row(self) -> dict[str, Any]:
         """The run file's ``results`` entry: everything but the records."""
-        data = dataclasses.asdict(self)
-        del data["pairs"], data["items"]
-        return data
+        return {
+            f.name: parts.plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in RECORDS
+        }
 
     def to_json(self) -> dict[str, Any]:
         """Plain data, records included: what a test report carries to the controller (under
         pytest-xdist it crosses a process boundary)."""
-        return {**self.row(), "records": {"pairs": self.pairs, "items": self.items}}
+        records = {name: parts.plain(getattr(self, name)) for name in RECORDS}
+        return {**self.row(), "records": records}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "result") -> CaseResult:
@@ -109,13 +154,23 @@ class CaseResult:
             if value is not None and not _number(value):
                 raise RunFileError(f"{where}: metrics[{name!r}] = {value!r} is not a number")
         records = _object(row.get("records") or {}, f"{where}: field 'records'")
-        known = {f.name for f in dataclasses.fields(cls)} - {"pairs", "items"}
-        values = {k: v for k, v in row.items() if k in known}
-        _faults(_object(row.get("data") or {}, f"{where}: field 'data'"), f"{where}: data")
-        result = cls(**values)
-        result.pairs = _records(records.get("pairs"), "pair_id", f"{where}: records.pairs")
-        result.items = _records(records.get("items"), "item_id", f"{where}: records.items")
-        return result
+        hints = typing.get_type_hints(cls)
+        values = {}
+        try:
+            for f in dataclasses.fields(cls):
+                if f.name in row and f.name not in RECORDS:
+                    values[f.name] = parts.read(hints[f.name], row[f.name], f"{where}: {f.name}")
+        except parts.PartError as exc:
+            raise RunFileError(str(exc)) from None
+        return cls(
+            **values,
+            pairs=_records(records.get("pairs"), PairRecord, f"{where}: records.pairs"),
+            items=_records(records.get("items"), ItemRecord, f"{where}: records.items"),
+        )
+
+    def with_records(self, pairs: Iterable[PairRecord], items: Iterable[ItemRecord]) -> CaseResult:
+        """The result with these records added to its own."""
+        return dataclasses.replace(self, pairs=(*self.pairs, *pairs), items=(*self.items, *items))
 
 
 @dataclass
@@ -138,11 +193,11 @@ class RunFile:
     outcomes: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def pairs(self) -> list[dict[str, Any]]:
+    def pairs(self) -> list[PairRecord]:
         return [record for result in self.results for record in result.pairs]
 
     @property
-    def items(self) -> list[dict[str, Any]]:
+    def items(self) -> list[ItemRecord]:
         return [record for result in self.results for record in result.items]
 
     def result(self, key: Key) -> CaseResult | None:
@@ -164,8 +219,8 @@ class RunFile:
             "crisis": self.crisis.to_json(),
             "complete": self.complete,
             "outcomes": self.outcomes,
-            "pairs": self.pairs,
-            "items": self.items,
+            "pairs": parts.plain(self.pairs),
+            "items": parts.plain(self.items),
         }
 
     @classmethod
@@ -176,9 +231,11 @@ class RunFile:
         version = run.get("version")
         if version not in READABLE:
             raise RunFileError(
-                f"{where}: not a run file of version {' or '.join(map(str, READABLE))} "
+                f"{where}: not a run file of version {', '.join(map(str, READABLE))} "
                 f"(version: {version!r})"
             )
+        if version != VERSION:
+            run = upgrade(run)
         rows = _list(run.get("results"), f"{where}: field 'results'")
         results = [
             CaseResult.from_json(row, f"{where}: results[{n}]") for n, row in enumerate(rows)
@@ -190,11 +247,16 @@ class RunFile:
                     f"{where}: results[{n}]: a second result for {_text(result.key)}"
                 )
             by_key[result.key] = result
-        for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
-            for record in _records(run.get(section), id_field, f"{where}: {section}"):
-                key = (record["suite"], record["method"], record["size"])
+        found: dict[tuple[Key, str], list[parts.Record]] = {}
+        for section, kind in (("pairs", PairRecord), ("items", ItemRecord)):
+            for record in _records(run.get(section), kind, f"{where}: {section}"):
+                key = (record.suite, record.method, record.size)
                 if key in by_key:
-                    getattr(by_key[key], section).append(record)
+                    found.setdefault((key, section), []).append(record)
+        results = [
+            r.with_records(found.get((r.key, "pairs"), ()), found.get((r.key, "items"), ()))
+            for r in results
+        ]
         for result in results:
             for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
                 _unique(
@@ -213,7 +275,7 @@ class RunFile:
             models=dict(run.get("models") or {}),
             tau=tau,
             crisis=crisis,
-            version=int(version),
+            version=VERSION,
             complete=_flag(run.get("complete", True), f"{where}: field 'complete'"),
             outcomes=_object(run.get("outcomes") or {}, f"{where}: field 'outcomes'"),
         )
@@ -229,8 +291,8 @@ def write(run: RunFile, path: Path) -> None:
     it (``NAME.pairs.jsonl``, ``NAME.items.jsonl``): a reader sees a whole file or none."""
     path = Path(path)
     stem = path.with_suffix("")
-    storage.atomic_write_jsonl(stem.with_name(stem.name + ".pairs.jsonl"), run.pairs)
-    storage.atomic_write_jsonl(stem.with_name(stem.name + ".items.jsonl"), run.items)
+    storage.atomic_write_jsonl(stem.with_name(stem.name + ".pairs.jsonl"), parts.plain(run.pairs))
+    storage.atomic_write_jsonl(stem.with_name(stem.name + ".items.jsonl"), parts.plain(run.items))
     storage.atomic_write_json(path, run.to_json())
 
 
@@ -259,6 +321,76 @@ def read(path: Path) -> RunFile:
 
 
 # --------------------------------------------------------------------------------------------
+# Older versions, upgraded on read
+# --------------------------------------------------------------------------------------------
+
+
+def upgrade(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A run file of an older version (its JSON) as version ``VERSION`` writes it: its
+    analysis entries in their current form (``_UPGRADES``); the rest is read as it was (the
+    keys version 2 added are optional, and a check that needs one says it is missing)."""
+    crisis = dict(run.get("crisis") or {})
+    for name, upgraded in _UPGRADES.items():
+        if name in crisis:
+            crisis[name] = [upgraded(dict(entry)) for entry in crisis[name] or []]
+    tau = [_tau(dict(entry)) for entry in run.get("tau") or []]
+    return {**run, "version": VERSION, "tau": tau, "crisis": crisis}
+
+
+def _tau(entry: dict[str, Any]) -> dict[str, Any]:
+    """A tau entry: its verdict once written as ``warning``; before ``lower_95`` was kept, the
+    interval's 2.5th percentile stands for it (the stricter bound); before ``n_users`` was,
+    none (the summary shows a dash)."""
+    warning = entry.pop("warning", None)
+    if not entry.get("verdict") and warning:
+        entry["verdict"] = str(warning)
+    if "lower_95" not in entry:
+        entry["lower_95"] = entry["ci"][0] if entry.get("ci") else None
+    entry.setdefault("n_users", None)
+    return entry
+
+
+def _inversion(entry: dict[str, Any]) -> dict[str, Any]:
+    """An inversion stated ``significant`` beside ``fires``; before the inversions were
+    tested, every one written was stated."""
+    significant = entry.pop("significant", True)
+    entry.setdefault("fires", significant)
+    return entry
+
+
+def _dropped(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """An entry that kept a copy of ``fires`` under ``name``: the copy dropped."""
+
+    def upgraded(entry: dict[str, Any]) -> dict[str, Any]:
+        entry.pop(name, None)
+        return entry
+
+    return upgraded
+
+
+def _spread(entry: dict[str, Any]) -> dict[str, Any]:
+    """Before the spread flags were tested, every flag written was stated."""
+    entry.setdefault("fires", True)
+    return entry
+
+
+def _degenerate(entry: dict[str, Any]) -> dict[str, Any]:
+    """A degenerate row's p-value, first written as ``p``, then beside ``p_value``."""
+    p = entry.pop("p", None)
+    entry.setdefault("p_value", p)
+    return entry
+
+
+_UPGRADES = {
+    "inversions": _inversion,
+    "regret": _dropped("significant"),
+    "circular": _dropped("flag"),
+    "spread": _spread,
+    "degenerate": _degenerate,
+}
+
+
+# --------------------------------------------------------------------------------------------
 # Checks
 # --------------------------------------------------------------------------------------------
 
@@ -281,41 +413,27 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
-def _records(value: Any, id_field: str, where: str) -> list[dict[str, Any]]:
+def _records(value: Any, kind: type[parts.R], where: str) -> list[parts.R]:
+    id_field = "pair_id" if kind is PairRecord else "item_id"
     out = []
     for n, record in enumerate(value or []):
         row = _object(record, f"{where}[{n}]")
         for name in ("suite", "method", "size", id_field, "user"):
             if row.get(name) is None:
                 raise RunFileError(f"{where}[{n}]: field {name!r} is missing")
-        out.append(row)
+        try:
+            out.append(kind.from_json(row, f"{where}[{n}]"))
+        except parts.PartError as exc:
+            raise RunFileError(str(exc)) from None
     return out
 
 
-def _faults(data: dict[str, Any], where: str) -> None:
-    """``data["faults"]``, where present: a list of objects whose ``file``, ``field`` and
-    ``reason`` are strings, ``line`` an integer, a string or null, ``id`` a string or null."""
-    if "faults" not in data:
-        return
-    for n, value in enumerate(_list(data["faults"], f"{where}: field 'faults'")):
-        fault = _object(value, f"{where}: faults[{n}]")
-        for name in ("file", "field", "reason"):
-            if not isinstance(fault.get(name), str):
-                raise RunFileError(f"{where}: faults[{n}]: field {name!r}: missing or not a string")
-        line, ident = fault.get("line"), fault.get("id")
-        if not (line is None or isinstance(line, str) or (_number(line) and line == int(line))):
-            raise RunFileError(f"{where}: faults[{n}]: field 'line': {line!r} is not a line")
-        if not (ident is None or isinstance(ident, str)):
-            raise RunFileError(f"{where}: faults[{n}]: field 'id': {ident!r} is not a string")
-
-
-def _unique(records: Iterable[Mapping[str, Any]], id_field: str, where: str) -> None:
+def _unique(records: Iterable[parts.Record], id_field: str, where: str) -> None:
     seen: set[str] = set()
     for record in records:
-        record_id = str(record[id_field])
-        if record_id in seen:
-            raise RunFileError(f"{where}: {id_field} {record_id!r} appears twice")
-        seen.add(record_id)
+        if record.record_id in seen:
+            raise RunFileError(f"{where}: {id_field} {record.record_id!r} appears twice")
+        seen.add(record.record_id)
 
 
 def _number(value: Any) -> bool:
