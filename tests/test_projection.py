@@ -4,6 +4,7 @@ methods), and tau's spread from the choice of methods against its exact value at
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -228,3 +229,28 @@ def test_the_summarys_simulations_are_bounded() -> None:
     assert {name for _, name in curves} == {"tau", "spread", "spread@0.01"}
     assert all(c.grid[-1] <= power.SUMMARY_GRID[-1] and c.sims == power.SUMMARY_SIMS
                for c in curves.values())  # fmt: skip
+
+
+def test_no_tau_power_where_every_method_has_the_same_policy_accuracy() -> None:
+    # best-of-N's policy accuracy is base's for every reward method: tau there is undefined
+    # (the analysis says "y is the same for every method"), and the summary simulates no claim
+    # 1 for it, instead of looking for an order of equal means (the main job's bon group)
+    from pytest_prefalign.runs.records import RunFile
+
+    results = rows(4, 12, 0.05)
+    same = dict(results[0].per_user["policy_acc"])
+    results = [
+        dataclasses.replace(
+            r,
+            per_user={**r.per_user, "policy_acc": same},
+            metrics={**r.metrics, "policy_acc": results[0].metrics["policy_acc"]},
+        )
+        for r in results
+    ]
+    tau, found = crisis.analyse(results)
+    (entry,) = [e for e in tau if e.y == "policy_acc"]
+    assert entry.tau is None and "the same for every method" in entry.verdict
+    assert power.summary_curves(RunFile(results, tau=tau, crisis=found)) == {}
+    # the RM accuracies differing is not enough, nor the policy accuracies alone
+    varied = rows(4, 12, 0.05)
+    assert {name for _, name in power.run_curves(varied, grid=(6,), sims=2)} == {"tau"}

@@ -176,7 +176,8 @@ def run_curves(
     sims: int = SIMS,
 ) -> dict[tuple[Where, str], Curve]:
     """Every claim's power curve that the run's rows allow, by ((suite, size, decoder),
-    claim): claim 1 per decoder with 3 reward methods or more, claim 2 per decoder with 2 or
+    claim): claim 1 per decoder with 3 reward methods or more whose RM accuracies differ and
+    whose policy accuracies differ, claim 2 per decoder with 2 or
     more, claim 3 per ICL row (its decoder) against the reward-guided rows of its (suite,
     size), at the ICL look's share of alpha in the run's family (``family_by_kind``: the looks
     per kind, as the run file's family stores them; alpha shared equally by the kinds, then
@@ -187,8 +188,9 @@ def run_curves(
     for where, rows in crisis.reward_groups(results).items():
         with_y = [r for r in rows if x in r.per_user and y in r.per_user]
         if len(with_y) >= 3:
-            rm, policy = users.tables(with_y, x, y)
-            found[(where, "tau")] = tau_curve(_figures(rm), _figures(policy), grid=grid, sims=sims)
+            rm, policy = (_figures(t) for t in users.tables(with_y, x, y))
+            if _spread(rm) and _spread(policy):
+                found[(where, "tau")] = tau_curve(rm, policy, grid=grid, sims=sims)
         with_text = [r for r in rows if x in r.per_user and text in r.per_user]
         if len(with_text) >= 2:
             rm, rouge = users.tables(with_text, x, text)
@@ -210,6 +212,13 @@ def run_curves(
                         _figures(table), share, grid=grid, sims=sims
                     )
     return found
+
+
+def _spread(figures: Figures) -> bool:
+    """Whether the methods' means differ: a tau needs both figures to (best-of-N's policy
+    accuracy is base's for every reward method, so tau there is undefined, with no power to
+    find)."""
+    return bool(np.ptp(figures.means()) > 0)
 
 
 def summary_curves(run: RunFile) -> dict[tuple[Where, str], Curve]:
