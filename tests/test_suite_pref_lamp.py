@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -142,6 +143,18 @@ def test_leak_rule_on_real_data_keeps_test_papers_out_of_every_profile():
     assert data.provenance["leak_rule_removed_profile_papers"] > 0  # co-authors in 40 authors
 
 
+def test_leak_rule_on_real_data_keeps_a_test_papers_twin_out_of_every_profile():
+    """Dan Roth's test paper 2020.findings-emnlp.439 ("Do Language Embeddings capture
+    Scales?") was also published as 2020.blackboxnlp-1.27, which his profile held: retrieval
+    would hand the reference to the prompt. No profile title is a test item's title."""
+    data = load(real_data(), limit=40)
+    norm = lambda title: " ".join(re.findall(r"[^\W_]+", title.casefold()))  # noqa: E731
+    tested = {norm(i.reference) for i in data.items}
+    titles = {e.doc_id: norm(e.output) for entries in data.profiles.values() for e in entries}
+    assert not [doc for doc, title in titles.items() if title in tested]
+    assert "2020.blackboxnlp-1.27" not in titles
+
+
 # -- the rules on small files ---------------------------------------------------------------------
 
 
@@ -163,6 +176,24 @@ def test_a_co_authors_test_paper_leaves_the_other_profile(tmp_path):
         "acl:Bob/b5",
     ]
     assert [e.doc_id for e in data.profiles["acl:Bob"]] == ["b1", "b2", "b3"]
+    assert data.provenance["leak_rule_removed_profile_papers"] == 1
+
+
+def test_a_test_papers_twin_under_another_id_leaves_every_profile(tmp_path):
+    """The same paper published twice (two ids, one title up to case and punctuation): the
+    twin leaves every profile, as the test paper itself would."""
+    twin = paper("T1", "Do embeddings capture Scales?", "a workshop version", ["Ann"])
+    root = corpus(
+        tmp_path,
+        {
+            "Ann": own("Ann", "T1", "a1", "a2", "a3", "a4", "a5"),
+            "Bob": [*own("Bob", "b1", "b2", "b3", "b4"), ("T2", "the findings version", ["Bob"])],
+        },
+        extra=[twin, paper("T2", "Do Embeddings Capture scales", "the findings version", ["Bob"])],
+    )
+    data = load(root)
+    assert "acl:Bob/T2" in [i.item_id for i in data.items]
+    assert [e.doc_id for e in data.profiles["acl:Ann"]] == ["a1", "a2", "a3"]
     assert data.provenance["leak_rule_removed_profile_papers"] == 1
 
 

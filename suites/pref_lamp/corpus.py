@@ -4,6 +4,7 @@ them into a suite's records: the leak rule and the minimum profile size."""
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,16 @@ class Paper:
     key: str
     people: frozenset[str]
 
+    @property
+    def title_key(self) -> str:
+        """The title case-folded, every run of other characters than letters and digits one
+        space: a paper published twice under two ids (a workshop and a Findings version, say)
+        has two keys and one ``title_key``."""
+        return " ".join(_WORDS.findall(self.title.casefold()))
+
+
+_WORDS = re.compile(r"[^\W_]+")
+
 
 @dataclass
 class UserPapers:
@@ -45,7 +56,8 @@ def apply_rules(
     cleaned) and the number of profile papers the leak rule removed.
 
     Leak rule: a paper that is a test item of any user in the run leaves every profile, so that
-    no co-author's history holds it. Users with fewer than ``min_profile`` profile papers are
+    no co-author's history holds it, and so does its twin: a paper of another key with the same
+    title (``Paper.title_key``), which would otherwise hand retrieval the reference. Users with fewer than ``min_profile`` profile papers are
     dropped: first those that are short even before the leak rule, then, if none is, those the
     rule made short. A dropped user's test papers no longer count, which can give others their
     papers back, so the two steps repeat until nobody is dropped.
@@ -92,23 +104,35 @@ def cross_fit(
     users: dict[str, UserPapers], folds: int, fold: int, *, min_profile: int
 ) -> dict[str, UserPapers]:
     """Every user's papers (profile and test items, oldest first) split by ``fold_of``: the
-    papers of fold ``fold`` are the test items, the others the profile. Over the folds every
+    papers of fold ``fold`` are the test items, the others the profile, less the twins of any
+    user's test items (the leak rule's: the same title under another key). Over the folds every
     paper is a test item once. A user with no paper in the fold, or fewer than ``min_profile``
     outside it, is left out of this fold."""
+    tested = {
+        paper.title_key
+        for papers in users.values()
+        for paper in (*papers.profile, *papers.tests)
+        if fold_of(paper, folds) == fold
+    }
     found = {}
     for user, papers in users.items():
         history = [*papers.profile, *papers.tests]
         tests = [p for p in history if fold_of(p, folds) == fold]
-        profile = [p for p in history if fold_of(p, folds) != fold]
+        profile = [p for p in history if fold_of(p, folds) != fold and p.title_key not in tested]
         if tests and len(profile) >= max(min_profile, 1):
             found[user] = UserPapers(profile, tests)
     return found
 
 
 def _without_tests(users: dict[str, UserPapers]) -> dict[str, UserPapers]:
-    test_keys = {paper.key for papers in users.values() for paper in papers.tests}
+    tests = [paper for papers in users.values() for paper in papers.tests]
+    keys = {paper.key for paper in tests}
+    titles = {paper.title_key for paper in tests}
     return {
-        u: UserPapers([p for p in papers.profile if p.key not in test_keys], papers.tests)
+        u: UserPapers(
+            [p for p in papers.profile if p.key not in keys and p.title_key not in titles],
+            papers.tests,
+        )
         for u, papers in users.items()
     }
 
