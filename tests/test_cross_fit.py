@@ -179,7 +179,10 @@ def test_a_user_short_of_profile_papers_in_a_fold_sits_it_out():
     from prefalign_suites.pref_lamp.corpus import Paper, UserPapers, cross_fit
 
     def papers(prefix: str, n: int) -> list[Paper]:
-        return [Paper(f"{prefix}{i}", "t", "a", f"{prefix}{i}", frozenset()) for i in range(n)]
+        return [
+            Paper(f"{prefix}{i}", f"title {prefix}{i}", "a", f"{prefix}{i}", frozenset())
+            for i in range(n)
+        ]
 
     users = {"many": UserPapers(papers("m", 30), []), "few": UserPapers(papers("f", 4), [])}
     for fold in range(FOLDS):
@@ -207,3 +210,24 @@ def test_on_real_data_no_brief_is_without_examples():
     assert train and test and all(b.examples for b in [*train, *test])
     crossed = data.provenance["cross_fit"]
     assert crossed["test_briefs"] + crossed["training_briefs"] == len(train) + len(test)
+
+
+def test_a_test_papers_twin_in_the_other_fold_leaves_the_profile():
+    """The same paper under two ids (one title up to case and punctuation) may hash to two
+    folds: in the fold that tests one, the other leaves the profile (the leak rule's twin)."""
+    from prefalign_suites.pref_lamp.corpus import Paper, UserPapers, cross_fit
+
+    keys = [f"k{i}" for i in range(40)]
+    first = next(k for k in keys if fold_of_key(k) == 0)
+    second = next(k for k in keys if fold_of_key(k) == 1)
+    mine = [Paper(k, f"title {k}", "a", k, frozenset()) for k in keys if k not in (first, second)]
+    twins = [
+        Paper(first, "Do Embeddings capture Scales?", "a", first, frozenset()),
+        Paper(second, "Do embeddings capture scales", "b", second, frozenset()),
+    ]
+    users = {"ann": UserPapers([*mine, *twins], [])}
+    for fold, tested, twin in ((0, first, second), (1, second, first)):
+        (kept,) = cross_fit(users, FOLDS, fold, min_profile=1).values()
+        assert tested in {p.key for p in kept.tests}
+        assert twin not in {p.key for p in kept.profile}
+        assert [p.key for p in kept.profile] == [p.key for p in mine if fold_of_key(p.key) != fold]

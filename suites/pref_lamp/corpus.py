@@ -57,10 +57,11 @@ def apply_rules(
 
     Leak rule: a paper that is a test item of any user in the run leaves every profile, so that
     no co-author's history holds it, and so does its twin: a paper of another key with the same
-    title (``Paper.title_key``), which would otherwise hand retrieval the reference. Users with fewer than ``min_profile`` profile papers are
-    dropped: first those that are short even before the leak rule, then, if none is, those the
-    rule made short. A dropped user's test papers no longer count, which can give others their
-    papers back, so the two steps repeat until nobody is dropped.
+    title (``Paper.title_key``), which would otherwise hand retrieval the reference. Users with
+    fewer than ``min_profile`` profile papers are dropped: first those that are short even
+    before the leak rule, then, if none is, those the rule made short. A dropped user's test
+    papers no longer count, which can give others their papers back, so the two steps repeat
+    until nobody is dropped.
     """
     current = {u: p for u, p in users.items() if p.tests}
     problems.drop("user:no_papers", len(users) - len(current))
