@@ -179,3 +179,42 @@ def test_prefalign_data_build_pairs_names_the_suites_that_release_pairs(capsys):
     assert data_main(["build-pairs", "polis"]) == 2  # Polis' pairs are votes: nothing to write
     err = capsys.readouterr().err
     assert "suites with released pairs: pref_lamp" in err
+
+
+def test_build_pairs_writes_only_what_the_packaged_release_lacks(shipped, tmp_path, monkeypatch):
+    """A changed paper: the build takes every other brief from the packaged release and writes
+    only the changed ones; the new release holds the same pairs for the rest. ``--again``
+    writes every brief; a writer other than the release's is refused."""
+    root, before = shipped
+    papers = root / "acl-anthology" / "papers-00.jsonl"
+    edited = [json.loads(line) for line in papers.read_text().splitlines()]
+    for p in edited:
+        if p["anthology_id"] == "a4":
+            p["abstract"] += " Revised."
+    papers.write_text("\n".join(json.dumps(p) for p in edited) + "\n")
+    fakes: list[FakeWriter] = []
+    monkeypatch.setattr(
+        build_pairs, "load_writer", lambda source: fakes.append(FakeWriter()) or fakes[-1]
+    )
+
+    def build(out: Path, *more: str) -> release.Release:
+        with cache.using(cache.Disk(tmp_path / f"cache-{out.stem}")):
+            argv = ["--authors", "1-2", "--data", str(root), "--out", str(out), *more]
+            assert build_pairs.build_main(argv) == 0
+        found = release.read(out)
+        assert found is not None
+        return found
+
+    after = build(tmp_path / "grown.json.gz")
+    assert any("Revised." in p for p in fakes[0].prompts)
+    changed = {pid for pid, held in after.sources.items() if before.sources.get(pid) != held}
+    assert changed and len(changed) < len(after.sources)
+    assert all(after.sources[pid] == before.sources[pid] for pid in set(after.sources) - changed)
+    build(tmp_path / "again.json.gz", "--again")
+    assert len(fakes[1].prompts) > len(fakes[0].prompts)
+    monkeypatch.setattr(
+        build_pairs, "load_writer", lambda source: FakeWriter(fingerprint="another")
+    )
+    with cache.using(cache.Disk(tmp_path / "cache-other")):
+        argv = ["--authors", "1-2", "--data", str(root), "--out", str(tmp_path / "x.json.gz")]
+        assert build_pairs.build_main(argv) == 2

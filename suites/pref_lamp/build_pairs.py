@@ -5,9 +5,12 @@ the main job's 8, the findings runs' 40, and the 8 that ``benchmarks/pair_design
 out). The data is read with a run's rules over every author, the suite's default options (or
 ``--option KEY=VALUE``), and the writer writes every brief of those authors, ``CHUNK`` prompts at
 a time, into the same cache a run uses: an interrupted build resumes, and titles a run already
-wrote are not written again. Progress goes to the standard error.
+wrote are not written again. Briefs the packaged release already holds with the same texts are
+taken from it, so a data change rewrites only the briefs it changed (``--again`` writes every
+brief). Progress goes to the standard error.
 
     prefalign data build-pairs pref_lamp [--authors 1-40,101-108] [--data DIR] [--out FILE]
+        [--again]
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ def build_main(argv: list[str]) -> int:
     )
     parser.add_argument("--version", help="the release's version (default: today, UTC)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="write every brief, not only those the packaged release lacks or holds changed",
+    )
     args = parser.parse_args(argv)
     from pytest_prefalign.datadir import holding, places_searched
 
@@ -59,16 +67,17 @@ def build_main(argv: list[str]) -> int:
         return 2
     train, test = briefs(found, options, positions(args.authors))
     writing = writer_options(options)
-    lm = load_writer(writing.writer)
-    folder, _ = cache.active().folder(cache.make_key("pairs", suite=PrefLamp.name))
     every = [*train, *test]
     # cross-fitting: every brief is a test brief in its own fold's run
     tested = every if writing.folds > 1 else test
-    made, who = writer.sides(
-        every, lm, folder, writing, tests={b.source for b in tested}, progress=Progress()
-    )
-    version = args.version or datetime.now(UTC).strftime("%Y.%m.%d")
     out = args.out or release.packaged(writing.pairing, writing.folds, writing.rivals)
+    kept = None if args.again else release.matching(writing)
+    try:
+        made, who = write_missing(every, tested, writing, kept)
+    except WriterChanged as exc:
+        print(f"prefalign: {exc}", file=sys.stderr)
+        return 2
+    version = args.version or datetime.now(UTC).strftime("%Y.%m.%d")
     written = release.write(out, version, who, writing, every, made)
     pairs = sum(len(m.pairs) for m in made.values())
     print(
@@ -76,6 +85,34 @@ def build_main(argv: list[str]) -> int:
         f"sha256 {written.checksum}"
     )
     return 0
+
+
+class WriterChanged(Exception):
+    """The packaged release was written by another writer than the one loaded now."""
+
+
+def write_missing(
+    every: list[Brief], tested: list[Brief], writing: writer.Options, kept: release.Release | None
+) -> tuple[dict[str, writer.Made], writer.Written]:
+    """Each brief's pairs: those the packaged release ``kept`` holds with the same texts taken
+    from it, the others written (a changed paper's briefs, a new author's); the writer loaded
+    only where some are missing, and only the same writer as the release's."""
+    taken = kept.taken(every) if kept is not None else {}
+    todo = [b for b in every if b.source.pair_id not in taken]
+    print(f"{len(taken)} of {len(every)} briefs from the packaged release", file=sys.stderr)
+    if not todo:
+        assert kept is not None
+        return taken, kept.writer
+    lm = load_writer(writing.writer)
+    folder, _ = cache.active().folder(cache.make_key("pairs", suite=PrefLamp.name))
+    tests = {b.source for b in tested}
+    found, who = writer.sides(todo, lm, folder, writing, tests=tests, progress=Progress())
+    if kept is not None and taken and who.fingerprint != kept.writer.fingerprint:
+        raise WriterChanged(
+            f"the packaged release was written by {kept.writer.name} ({kept.writer.fingerprint}), "
+            f"the writer loaded is {who.name} ({who.fingerprint}): use --again to write every brief"
+        )
+    return {**taken, **found}, who
 
 
 def positions(text: str) -> list[int]:
