@@ -212,9 +212,14 @@ def test_build_pairs_writes_only_what_the_packaged_release_lacks(shipped, tmp_pa
     assert all(after.sources[pid] == before.sources[pid] for pid in set(after.sources) - changed)
     build(tmp_path / "again.json.gz", "--again")
     assert len(fakes[1].prompts) > len(fakes[0].prompts)
-    monkeypatch.setattr(
-        build_pairs, "load_writer", lambda source: FakeWriter(fingerprint="another")
-    )
+    # the same weights under newer code (another fingerprint): the release grows, naming its
+    # first writer; other weights: refused
+    newer = FakeWriter(fingerprint="w-2")
+    monkeypatch.setattr(build_pairs, "load_writer", lambda source: newer)
+    assert build(tmp_path / "newer.json.gz").writer == before.writer
+    other = FakeWriter(fingerprint="w-3")
+    other.weights_fingerprint = "other-weights"
+    monkeypatch.setattr(build_pairs, "load_writer", lambda source: other)
     with cache.using(cache.Disk(tmp_path / "cache-other")):
         argv = ["--authors", "1-2", "--data", str(root), "--out", str(tmp_path / "x.json.gz")]
         assert build_pairs.build_main(argv) == 2

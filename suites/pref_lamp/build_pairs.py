@@ -96,7 +96,8 @@ def write_missing(
 ) -> tuple[dict[str, writer.Made], writer.Written]:
     """Each brief's pairs: those the packaged release ``kept`` holds with the same texts taken
     from it, the others written (a changed paper's briefs, a new author's); the writer loaded
-    only where some are missing, and only the same writer as the release's."""
+    only where some are missing, and only with the release's weights (the writer's
+    ``fingerprint`` also versions the code, which may have changed since)."""
     taken = kept.taken(every) if kept is not None else {}
     todo = [b for b in every if b.source.pair_id not in taken]
     print(f"{len(taken)} of {len(every)} briefs from the packaged release", file=sys.stderr)
@@ -107,12 +108,16 @@ def write_missing(
     folder, _ = cache.active().folder(cache.make_key("pairs", suite=PrefLamp.name))
     tests = {b.source for b in tested}
     found, who = writer.sides(todo, lm, folder, writing, tests=tests, progress=Progress())
-    if kept is not None and taken and who.fingerprint != kept.writer.fingerprint:
+    if kept is None or not taken:
+        return found, who
+    if (who.source, who.weights) != (kept.writer.source, kept.writer.weights):
         raise WriterChanged(
-            f"the packaged release was written by {kept.writer.name} ({kept.writer.fingerprint}), "
-            f"the writer loaded is {who.name} ({who.fingerprint}): use --again to write every brief"
+            f"the packaged release was written by {kept.writer.source} (weights "
+            f"{kept.writer.weights}), the writer loaded is {who.source} (weights {who.weights}): "
+            "use --again to write every brief"
         )
-    return {**taken, **found}, who
+    # the same weights: the release keeps naming the writer it was first written with
+    return {**taken, **found}, kept.writer
 
 
 def positions(text: str) -> list[int]:
