@@ -913,7 +913,11 @@ def baselines(loaded: list) -> list[str]:
     for _, run in loaded:
         for (suite, size), rows in table.by_suite(run.results):
             by_name = {r.method: r for r in rows if text in r.per_user}
-            models = [r for name, r in by_name.items() if name not in ("lead", "profile_copy")]
+            models = [  # at their working points, as the ICL comparison's
+                r
+                for name, r in by_name.items()
+                if name not in ("lead", "profile_copy") and r.sweep is None
+            ]
             if not models:
                 continue
             for name in ("lead", "profile_copy"):

@@ -218,7 +218,9 @@ def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
     return out
 
 
-Where = tuple[str, str, str]  # (suite, size, decoder): claim 3's decoder is the ICL row's
+# (suite, size, decoder): the decoder at one strength for the strength sweep's rows
+# (``CaseResult.panel``, ``args@w=0.25``); claim 3's decoder is the ICL row's
+Where = tuple[str, str, str]
 
 
 def run_claims(run: RunFile) -> dict[tuple[Where, str], str]:

@@ -13,7 +13,9 @@ adjusted by Holm (``family``): a statement fires only when its adjusted p-value 
 ``ALPHA``. The intervals (users resampled) describe; they do not decide. Where the data cannot
 say (saturated or tied RM accuracies, too few methods or users), the entry says "not enough
 evidence" and why, and makes no look. Groups never mix decoders, so no reward method is
-counted twice.
+counted twice; nor strengths: the tests of the strength sweep (``--prefalign-guidance sweep``)
+are grouped per decoder and strength (``reward_groups``), and stay out of the looks across
+every method of a (suite, size) (``working_points``).
 
 Pure computation on the results of a run, done once when it ends (``analyse``); the run file
 stores what it finds, the summary and the report print it.
@@ -60,19 +62,20 @@ def analyse(results: Iterable[CaseResult]) -> tuple[tuple[TauEntry, ...], Crisis
     ``family`` of all their looks (Holm), each entry's ``p_holm``, ``fires`` and verdict set
     from it."""
     results = list(results)
+    working = working_points(results)
     tau = tau_entries(results)
     inversions = inversion_entries(results)
-    spread_found = spread.flags(results)
+    spread_found = spread.flags(working)
     found = Crisis(
         inversions=tuple(inversions),
         circular=tuple(circular.entries(results)),
         spread=tuple(spread_found),
         regret=tuple(regret.entries(reward_groups(results))),
-        icl_vs_rgd=tuple(selection.icl_entries(results)),
+        icl_vs_rgd=tuple(selection.icl_entries(working)),
         degenerate=tuple(degenerate.entries(results)),
         silent_looks={
             "inversions": inversion_looks(results) - sum(e.p_value is not None for e in inversions),
-            "spread": spread.silent_looks(results, spread_found),
+            "spread": spread.silent_looks(working, spread_found),
         },
     )
     adjusted_tau, adjusted = family.adjust(tau, found, alpha=ALPHA)
@@ -92,9 +95,13 @@ def _state_verdicts(tau: Sequence[TauEntry], found: Crisis) -> tuple[tuple[TauEn
 
 
 def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], list[CaseResult]]:
-    """Rows of reward-guided methods with an RM accuracy, by (suite, size, decoder). A method
-    listed twice keeps its last row; decoders are never pooled (a reward method run under two
-    decoders would count twice, and decoder effects would pass for reward effects)."""
+    """Rows of reward-guided methods with an RM accuracy, by (suite, size, panel): the panel
+    is the decoder, and for the tests of the strength sweep the decoder at one strength
+    (``CaseResult.panel``: ``args@w=0.25``), so that every entry grouped here (tau, the
+    inversions, the regret, the claims) comes per strength, its ``decoder`` the panel. A
+    method listed twice keeps its last row; decoders are never pooled (a reward method run
+    under two decoders would count twice, and decoder effects would pass for reward effects),
+    nor strengths (a strength's effect would pass for the reward's)."""
     x = catalogue.x_metric()
     by_method: dict[tuple[str, str, str], CaseResult] = {}
     for row in results:
@@ -102,8 +109,15 @@ def reward_groups(results: Iterable[CaseResult]) -> dict[tuple[str, str, str], l
             by_method[(row.suite, row.size, row.method)] = row
     groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
     for (suite, size, _), row in sorted(by_method.items()):
-        groups[(suite, size, row.decoder)].append(row)
+        groups[(suite, size, row.panel)].append(row)
     return dict(sorted(groups.items()))
+
+
+def working_points(results: Iterable[CaseResult]) -> list[CaseResult]:
+    """The rows that are not tests of the strength sweep: what the looks across all the
+    methods of a (suite, size) compare (in-context learning against the best reward-guided
+    row, the per-user spread), so that each method counts once, at its working point."""
+    return [r for r in results if r.sweep is None]
 
 
 def _with_both(rows: list[CaseResult], y: str) -> list[CaseResult]:

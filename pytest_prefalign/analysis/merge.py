@@ -131,16 +131,21 @@ def _same_run(one: CaseResult, other: CaseResult) -> set[str]:
 
 
 def result_order(config: dict[str, Any]):
-    """A single run's order of results: by suite, size, then method as collected."""
+    """A single run's order of results: by suite, size, then method as collected (a test of
+    the strength sweep after its method's own, by strength)."""
     sizes = list(config.get("sizes") or [])
     methods = list(config.get("methods") or [])
 
     def key(result: CaseResult) -> tuple[Any, ...]:
+        method = result.method.partition("@")[0]  # a swept test's: args[pref]@w=0.25
+        swept = result.sweep
         return (
             result.suite,
             sizes.index(result.size) if result.size in sizes else len(sizes),
             result.size,
-            methods.index(result.method) if result.method in methods else len(methods),
+            methods.index(method) if method in methods else len(methods),
+            method,
+            (swept is not None, swept.value or 0.0 if swept is not None else 0.0),
             result.method,
         )
 

@@ -25,12 +25,12 @@ Point = tuple[str, float, float]  # (method, RM accuracy, policy accuracy)
 
 def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[Point]]:
     """One point per reward method with both figures (the catalogue's x and plotted), per
-    (suite, size)."""
+    (suite, size), at its working point (the strength sweep's rows are in their own tables)."""
     x_metric, y_metric = catalogue.x_metric(), catalogue.plotted()
     points: dict[tuple[str, str], list[Point]] = defaultdict(list)
     for row in results:
         x, y = row.metrics.get(x_metric), row.metrics.get(y_metric)
-        if row.reward and finite(x) and finite(y):
+        if row.reward and row.sweep is None and finite(x) and finite(y):
             points[(row.suite, row.size)].append((row.method, float(x), float(y)))
     return dict(sorted(points.items()))
 

@@ -201,8 +201,10 @@ def run_curves(
                 found[(where, found_curve.claim)] = found_curve
     share = _icl_share(family_by_kind or {})
     for (suite, size), rows in _by_suite(results).items():
-        guided = [
-            r for r in rows if r.reward and text in r.per_user and finite(r.metrics.get(text))
+        guided = [  # at their working points, as the run's ICL comparison (crisis.py)
+            r
+            for r in rows
+            if r.reward and r.sweep is None and text in r.per_user and finite(r.metrics.get(text))
         ]
         for icl in (r for r in rows if r.decoder in ICL_DECODERS and not r.reward):
             if guided and text in icl.per_user:

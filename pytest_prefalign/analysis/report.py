@@ -104,7 +104,11 @@ def render_page(
     """The page, from the run's results and the analysis stored with them (and the claims'
     power curves, where simulated)."""
     body = [f"<h1>pytest-prefalign report</h1>{_meta(run)}", "<h2>Leaderboards</h2>"]
-    body += [_leaderboard(suite, size, rows) for (suite, size), rows in table.by_suite(run.results)]
+    body += [
+        _leaderboard(suite, size, board, heading)
+        for (suite, size), rows in table.by_suite(run.results)
+        for heading, board in table.boards(rows)
+    ]
     body += ["<h2>Outputs</h2>", _outputs_note()]
     flagged = degenerate_rows(run.crisis)
     body += [
@@ -155,7 +159,9 @@ def _extra_columns() -> list[catalogue.Metric]:
     ]
 
 
-def _leaderboard(suite: str, size: str, rows: list[CaseResult]) -> str:
+def _leaderboard(suite: str, size: str, rows: list[CaseResult], heading: str | None = None) -> str:
+    """One table of ``table.boards``: the rows at their working points under the suite's
+    heading, or the rows at one strength of the sweep under ``heading``."""
     present = table.columns(rows, _extra_columns())
     body = [
         [
@@ -167,8 +173,13 @@ def _leaderboard(suite: str, size: str, rows: list[CaseResult]) -> str:
         for rank, row in enumerate(table.ordered(rows), 1)
     ]
     headers = ["#", "method", *(m.title for m in present), "time"]
-    first, second, *notes = table.header(suite, size, rows)  # a note on the pairs, maybe
     key = table.sort_key(rows)
+    if heading is not None:
+        return (
+            f'<h3>{html.escape(heading)}</h3><p class="meta">sorted by {html.escape(key)}; '
+            "[95% CI, users resampled]</p>" + _html_table(body, headers)
+        )
+    first, second, *notes = table.header(suite, size, rows)  # a note on the pairs, maybe
     return (
         f'<h3>{html.escape(first)}</h3><p class="meta">{html.escape(second.strip())}; '
         f"sorted by {html.escape(key)}; [95% CI, users resampled]</p>"

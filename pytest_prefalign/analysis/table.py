@@ -25,16 +25,43 @@ Row = dict[str, Any]
 
 def leaderboards(results: Sequence[CaseResult], width: int | None = None) -> list[str]:
     """One table per (suite, size), best first: by ROUGE-1 where the suite has the users' own
-    text (what the tool is about: writing what the user wants), else by policy accuracy. With
+    text (what the tool is about: writing what the user wants), else by policy accuracy; and
+    after it one table per strength of the sweep (``boards``), where the run has one. With
     a ``width`` (the terminal's), a row wider than it has its cells wrapped (``wrap``), and a
     heading line wider than it is wrapped under its indent."""
     lines: list[str] = []
     for (suite, size), rows in by_suite(results):
-        lines.append("")
-        for line in header(suite, size, rows):
-            lines += wrap.prose(line, width, indent=" " * (len(line) - len(line.lstrip()) + 2))
-        lines += table(rows, width).splitlines()
+        for heading, board in boards(rows):
+            lines.append("")
+            for line in [heading] if heading else header(suite, size, board):
+                indent = " " * (len(line) - len(line.lstrip()) + 2)
+                lines += wrap.prose(line, width, indent=indent)
+            lines += table(board, width).splitlines()
     return lines
+
+
+def boards(rows: Sequence[CaseResult]) -> list[tuple[str | None, list[CaseResult]]]:
+    """The tables of one (suite, size): its rows at their working points (heading None: the
+    suite's ``header``), then, for ``--prefalign-guidance sweep``, one table per strength of
+    the sweep with the reward-guided rows at that strength, its heading naming it."""
+    working = [r for r in rows if r.sweep is None]
+    by_strength: dict[float, list[CaseResult]] = defaultdict(list)
+    for row in rows:
+        if row.sweep is not None:
+            by_strength[row.sweep.value or 0.0].append(row)
+    found: list[tuple[str | None, list[CaseResult]]] = [(None, working)] if working else []
+    for value, swept in sorted(by_strength.items()):
+        found.append((sweep_heading(rows[0], value, swept), swept))
+    return found
+
+
+def sweep_heading(first: CaseResult, value: float, swept: Sequence[CaseResult]) -> str:
+    """The heading of the sweep's table at ``value``: which option of which decoder it sets."""
+    options = sorted({f"{r.decoder}.{r.sweep.option or '?'}" for r in swept if r.sweep})
+    return (
+        f"{first.suite} · {first.size} · strength sweep: {', '.join(options)} = {value:g} of "
+        "the standardised reward, every reward method alike (tau and the claims per strength)"
+    )
 
 
 def by_suite(results: Sequence[CaseResult]) -> list[tuple[tuple[str, str], list[CaseResult]]]:
@@ -83,7 +110,7 @@ def working_points(rows: Sequence[CaseResult]) -> list[str]:
     found = []
     for row in sorted(rows, key=lambda r: r.method):
         strength = row.guidance.strength if row.guidance else None
-        if strength is None:
+        if strength is None or strength.swept:  # the sweep's rows: in tables of their own
             continue
         how = strength.how or "?"
         if how == "chosen" and strength.fallback:

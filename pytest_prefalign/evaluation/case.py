@@ -151,7 +151,7 @@ class Evaluator:
         cache, or computed: the reward method fitted, the items generated and judged, the pairs
         scored; and the cached values the fitting used."""
         case, state, lm, plan = prepared.case, prepared.state, prepared.lm, prepared.plan
-        key = {"suite": case.suite, "method": str(case.method), "size": case.size}
+        key = {"suite": case.suite, "method": case.row, "size": case.size}
         fitted_uses: list[cache.Use] = []
 
         def compute() -> dict[str, Any]:
@@ -220,9 +220,13 @@ class Evaluator:
         with _timed(timings, "generate_s"):
             # the outputs depend on the fitted method and on the scale its rewards are read on
             outputs = generation.cached_generate(
-                self.context, ctx, case.method, scale.scale_key(fitted.key) if fitted else None
+                self.context,
+                ctx,
+                case.method,
+                scale.scale_key(fitted.key) if fitted else None,
+                row=case.row,
             )
-        _, got = ctx.shared[generation.OUTPUTS][str(case.method)]
+        _, got = ctx.shared[generation.OUTPUTS][case.row]
         if not got.hit:  # generated here: its tokens give the decoder's rate
             timings["generate_tokens"] = float(sum(len(ctx.lm.response_ids(o)) for o in outputs))
         with _timed(timings, "rouge_s"):
@@ -289,7 +293,7 @@ def case_result(
     values, ci, per_user = figures({"pair": records, "item": items})
     return CaseResult(
         suite=case.suite,
-        method=str(case.method),
+        method=case.row,
         size=case.size,
         decoder=case.method.decoder,
         reward=case.method.reward,

@@ -25,12 +25,19 @@ OUTPUTS = cache.Slot("outputs by method", dict[str, tuple[list[str], cache.Use]]
 
 
 def cached_generate(
-    run: RunContext, ctx: CaseContext, method: MethodName, reward: cache.Key | None
+    run: RunContext,
+    ctx: CaseContext,
+    method: MethodName,
+    reward: cache.Key | None,
+    *,
+    row: str | None = None,
 ) -> list[str]:
     """The method's outputs for the suite's items, from the cache or generated (and kept in
-    the (suite, size)'s shared state: the win rates compare with base's)."""
+    the (suite, size)'s shared state under the test's ``row``, the method's name unless given:
+    the win rates compare with base's; a test of the strength sweep keeps its own)."""
     memo = ctx.shared[OUTPUTS]
-    if str(method) not in memo:
+    row = str(method) if row is None else row
+    if row not in memo:
         factory = run.registry.decoder(method.decoder).obj
         key = generation_key(ctx, method, factory, reward)
         items = ctx.data.items
@@ -45,8 +52,8 @@ def cached_generate(
                 generate,
                 valid=lambda cached: isinstance(cached, list) and len(cached) == len(items),
             )
-        memo[str(method)] = outputs, uses[-1]
-    outputs, use = memo[str(method)]
+        memo[row] = outputs, uses[-1]
+    outputs, use = memo[row]
     cache.note(use.key, use.hit)  # listed by every test that uses them, as they were got
     return outputs
 

@@ -41,6 +41,11 @@ was (``tests/test_guidance.py``, ``tests/test_cache_plugin.py``).
 A strength set by hand (``--prefalign-option args.w=1``) or ``--prefalign-guidance fixed``
 keeps the options as they are; the record says so. The choice is cached on disk like every
 other value, under a key of everything it depends on.
+
+``--prefalign-guidance sweep`` chooses every working point as ``chosen`` does, and runs each
+reward method once more at each strength of the sweep (``plumbing/options.py``'s ``SWEEP``),
+common to every method of a decoder: such a test's strength is the sweep's, nothing chosen
+(``how`` ``sweep``), and its results are cached under its options, the strength among them.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from pytest_prefalign.analysis.answers import not_an_answer, not_text
 from pytest_prefalign.api import Batch, Item, declared
 from pytest_prefalign.errors import PrefalignError
 from pytest_prefalign.evaluation.fluency import fluency
+from pytest_prefalign.runs.parts import SWEPT
 
 if TYPE_CHECKING:  # pragma: no cover
     from pytest_prefalign.api import CaseContext, Suite, SuiteData
@@ -130,7 +136,8 @@ class Outputs:
 @dataclass(frozen=True)
 class Choice:
     """How a case's guidance strength was set: ``how`` is ``chosen`` (on validation items),
-    ``fixed`` (``--prefalign-guidance fixed``) or ``set`` (by ``--prefalign-option``)."""
+    ``fixed`` (``--prefalign-guidance fixed``), ``set`` (by ``--prefalign-option``) or ``sweep``
+    (a test of the strength sweep, at one of its common strengths)."""
 
     option: str
     value: float
@@ -201,6 +208,8 @@ def choose(
             f"decoder {case.method.decoder!r} names {option!r} as its strength, "
             "which is not one of its options"
         )
+    if case.sweep is not None:  # a test of the strength sweep: the sweep's strength
+        return Choice(option, case.sweep[1], SWEPT)
     current = float(getattr(ctx.options, option))
     if option in run.method_options.decoders.get(case.method.decoder, {}):
         return Choice(option, current, "set")

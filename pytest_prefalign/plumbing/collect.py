@@ -1,4 +1,6 @@
-"""Collection: a suite folder's ``suite.toml`` becomes one test per (method, size).
+"""Collection: a suite folder's ``suite.toml`` becomes one test per (method, size), and under
+``--prefalign-guidance sweep`` one more per strength of the sweep for each reward-guided method
+whose decoder declares a strength.
 
 The items ask their ``Host`` (the run's session) to evaluate their case and to check the result;
 the host is handed down at collection, so nothing here imports the session.
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import pytest
 
 from pytest_prefalign.errors import MethodFailure, PrefalignError
+from pytest_prefalign.evaluation.context import row_name
 from pytest_prefalign.registry import MethodName, UnknownName
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +37,10 @@ class Host(Protocol):
     registry: Registry
     methods: list[MethodName]
     sizes: list[str]
+
+    def sweep(self, method: MethodName) -> list[tuple[str, float]]:
+        """The (option, value) of each test of the strength sweep the method has beside its
+        own (none unless ``--prefalign-guidance sweep``)."""
 
     def evaluate(self, item: CaseItem) -> CaseResult:
         """Evaluate the item's case."""
@@ -67,20 +74,22 @@ class SuiteFile(pytest.File):
         options = tuple(sorted(suite_options.items()))
         for size in self.host.sizes:
             for method in self.host.methods:
-                name = case_name(suite_name, method, size)
-                yield CaseItem.from_parent(
-                    self,
-                    name=name,
-                    # as pytest builds a parametrized test's id ("name[params]" read as params,
-                    # not as part of the name), so that the id written to the cache by --lf and
-                    # the id collected again compare equal
-                    nodeid=f"{self.nodeid}::{name}",
-                    suite=suite_name,
-                    suite_options=options,
-                    method=method,
-                    size=size,
-                    host=self.host,
-                )
+                for sweep in (None, *self.host.sweep(method)):
+                    name = case_name(suite_name, method, size, sweep)
+                    yield CaseItem.from_parent(
+                        self,
+                        name=name,
+                        # as pytest builds a parametrized test's id ("name[params]" read as
+                        # params, not as part of the name), so that the id written to the cache
+                        # by --lf and the id collected again compare equal
+                        nodeid=f"{self.nodeid}::{name}",
+                        suite=suite_name,
+                        suite_options=options,
+                        method=method,
+                        size=size,
+                        host=self.host,
+                        sweep=sweep,
+                    )
 
     class CollectError(Exception):
         pass
@@ -121,10 +130,13 @@ def group_name(suite: str, options: tuple[tuple[str, str], ...], size: str) -> s
     return f"{suite}[{where}]-{size}" if where else f"{suite}-{size}"
 
 
-def case_name(suite: str, method: MethodName, size: str) -> str:
+def case_name(
+    suite: str, method: MethodName, size: str, sweep: tuple[str, float] | None = None
+) -> str:
     """A test's name, ``pref_lamp[args[lore]-135m]``: the suite with the method and the size as
-    its parameters (``-k lore``, ``-k args`` and ``-k 135m`` select by them)."""
-    return f"{suite}[{method}-{size}]"
+    its parameters (``-k lore``, ``-k args`` and ``-k 135m`` select by them); a test of the
+    strength sweep names its strength after the method (``pref_lamp[args[lore]@w=0.25-135m]``)."""
+    return f"{suite}[{row_name(method, sweep)}-{size}]"
 
 
 def read_suite_toml(path: Path) -> tuple[str, dict[str, str]]:
@@ -152,12 +164,19 @@ class CaseItem(pytest.Item):
         method: MethodName,
         size: str,
         host: Host,
+        sweep: tuple[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.suite, self.suite_options = suite, suite_options
         self.method, self.size, self.host = method, size, host
+        self.sweep = sweep  # (option, value): a test of the strength sweep
         self.add_marker(pytest.mark.prefalign)
+
+    @property
+    def row(self) -> str:
+        """The method its result names: the method, with a swept test's strength."""
+        return row_name(self.method, self.sweep)
 
     def runtest(self) -> None:
         result = self.host.evaluate(self)

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_prefalign import cache, method_options
+from pytest_prefalign.api import declared
 from pytest_prefalign.errors import PrefalignError, SuiteUnavailable
+from pytest_prefalign.plumbing import options
 from pytest_prefalign.plumbing.collect import CaseItem
 from pytest_prefalign.plumbing.options import Settings
 from pytest_prefalign.registry import MethodName, Registry
@@ -43,6 +45,15 @@ class Dispatch:
     def sizes(self) -> list[str]:
         return self.settings.sizes
 
+    def sweep(self, method: MethodName) -> list[tuple[str, float]]:
+        """Under ``--prefalign-guidance sweep``, a reward-guided method whose decoder declares a
+        strength (``Decoder.strength``: ``args.w``, ``genarm.alpha``) has one test per common
+        strength of ``options.SWEEP`` beside its own: (option, value) each; else none."""
+        if self.settings.guidance != "sweep" or method.reward is None:
+            return []
+        option = declared(self.registry.decoder(method.decoder).obj, "strength")
+        return [(option, value) for value in options.SWEEP] if option else []
+
     @property
     def evaluator(self) -> Evaluator:
         if self._evaluator is None:
@@ -70,7 +81,8 @@ class Dispatch:
         from pytest_prefalign.evaluation.context import Case
 
         try:
-            return self.evaluator.run(Case(item.suite, item.suite_options, item.method, item.size))
+            case = Case(item.suite, item.suite_options, item.method, item.size, item.sweep)
+            return self.evaluator.run(case)
         except SuiteUnavailable as exc:
             # in full once per suite; its other tests point there in one line
             first = self.unavailable.setdefault((item.suite, item.suite_options), item.name)

@@ -81,13 +81,18 @@ def reduce_kind(text: str) -> str:
     return text
 
 
-GUIDANCE = ("chosen", "fixed")  # how a decoder's guidance strength is set
+GUIDANCE = ("chosen", "fixed", "sweep")  # how a decoder's guidance strength is set
 DEFAULT_GUIDANCE = "chosen"
+# ``sweep``: the common strengths of the standardised rewards at which every reward-guided
+# decoder that declares a strength runs each of its reward methods, beside its working point
+SWEEP = (0.25, 1.0, 4.0)
 
 
 def guidance_kind(text: str) -> str:
     if text not in GUIDANCE:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {' or '.join(GUIDANCE)}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected {', '.join(GUIDANCE[:-1])} or {GUIDANCE[-1]}"
+        )
     return text
 
 
@@ -194,12 +199,15 @@ def add_evaluation_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--prefalign-guidance",
         type=guidance_kind,
-        metavar="chosen|fixed",
+        metavar="chosen|fixed|sweep",
         help="the guidance strength of reward-guided decoders (args.w, genarm.alpha): chosen "
         "per (reward method, decoder, suite, size) on validation items of the training users "
         "by the rule of docs/metrics.md, or fixed at the option's value (the paper's "
-        f"constants unless set with --prefalign-option; default: {DEFAULT_GUIDANCE}). A "
-        "strength set with --prefalign-option is always kept as set.",
+        f"constants unless set with --prefalign-option; default: {DEFAULT_GUIDANCE}); sweep: "
+        "chosen, and beside each such row one test per common strength "
+        f"({', '.join(f'{v:g}' for v in SWEEP)}) of the standardised reward. A strength set "
+        "with --prefalign-option is always kept as set (a swept test's strength is the "
+        "sweep's).",
     )
     group.addoption(
         "--prefalign-seed",
@@ -229,7 +237,7 @@ def add_evaluation_options(parser: pytest.Parser) -> None:
         "(repeatable; ini: prefalign_options, one per line).",
     )
     parser.addini("prefalign_reduce", "sum or mean")
-    parser.addini("prefalign_guidance", "chosen or fixed")
+    parser.addini("prefalign_guidance", "chosen, fixed or sweep")
     parser.addini(
         "prefalign_options",
         "decoder and reward method options TARGET.FIELD=VALUE, one per line",
@@ -289,7 +297,7 @@ class Settings:
     reduce: str
     seed: int
     use_cache: bool
-    guidance: str  # chosen (on validation items) or fixed (as the options say)
+    guidance: str  # chosen (on validation items), fixed (as the options say) or sweep
     models: list[str]
     assignments: list[method_options.Assignment]  # ini lines first, the command line after
     strict_plugins: bool  # a plugin that fails to load is a usage error

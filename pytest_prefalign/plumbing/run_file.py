@@ -75,6 +75,7 @@ def build(
             "limit": settings.limit,
             "reduce": settings.reduce,
             "seed": settings.seed,
+            "guidance": settings.guidance,
             "options": [str(a) for a in settings.assignments],
             "args": portable.relative(list(config.invocation_params.args), roots),
             "shard": str(settings.shard) if settings.shard else None,

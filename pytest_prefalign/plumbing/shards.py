@@ -98,9 +98,7 @@ class Sharding:
         if not left:
             return
         self.left_out.update(item.nodeid for item in left)
-        self.left_keys.update(
-            (i.suite, str(i.method), i.size) for i in left if isinstance(i, CaseItem)
-        )
+        self.left_keys.update((i.suite, i.row, i.size) for i in left if isinstance(i, CaseItem))
         if hasattr(self.config, "workerinput"):
             self.config.workeroutput[SHARDED] = sorted(self.left_out)  # type: ignore[attr-defined]
             self.config.workeroutput[SHARDED_KEYS] = sorted(self.left_keys)  # type: ignore[attr-defined]

@@ -317,11 +317,21 @@ class Trial(Part):
     intact: bool = True
 
 
+SWEPT = "sweep"  # ``Strength.how`` of a test of the strength sweep (--prefalign-guidance sweep)
+
+
+def at_strength(name: str, option: str, value: float) -> str:
+    """``name`` at one strength of the sweep: a swept test's method (``args[pref]@w=0.25``),
+    and the panel its reward method is compared in (``args@w=0.25``)."""
+    return f"{name}@{option}={value:g}"
+
+
 @dataclass(frozen=True)
 class Strength(Part):
     """How the decoder's guidance strength was set: the option, its value, ``how`` (chosen on
-    validation items, fixed, set; pooled over folds that chose differently, "chosen per fold"
-    with each fold's ``values``), the grid, the rule and each strength's measures."""
+    validation items, fixed, set, ``sweep`` (one of the strength sweep's common strengths);
+    pooled over folds that chose differently, "chosen per fold" with each fold's ``values``),
+    the grid, the rule and each strength's measures."""
 
     option: str | None = None
     value: float | None = None
@@ -335,6 +345,12 @@ class Strength(Part):
     fallback: bool = False
     note: str = ""
     values: tuple[float, ...] = ()
+
+    @property
+    def swept(self) -> bool:
+        """Set by the strength sweep, not chosen for the row: a strength common to every
+        reward method of the decoder."""
+        return self.how == SWEPT
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from pytest_prefalign.runs.parts import (
     PairRecord,
     Scalar,
     Scoring,
+    Strength,
 )
 
 VERSION = 3
@@ -122,6 +123,24 @@ class CaseResult:
     @property
     def key(self) -> Key:
         return (self.suite, self.method, self.size)
+
+    @property
+    def sweep(self) -> Strength | None:
+        """The strength of a test of the strength sweep (``--prefalign-guidance sweep``), None
+        for any other row (a working point among them)."""
+        strength = self.guidance.strength if self.guidance else None
+        return strength if strength is not None and strength.swept else None
+
+    @property
+    def panel(self) -> str:
+        """What the row's reward method is compared within, beside its suite and size: its
+        decoder, and for a test of the strength sweep its strength too (``args@w=0.25``), so
+        that tau, the inversions, the regret and the claims come per strength, and a swept row
+        is never ranked against the working points."""
+        found = self.sweep
+        if found is None or found.value is None:
+            return self.decoder
+        return parts.at_strength(self.decoder, found.option or "?", found.value)
 
     def results_inputs(self) -> Mapping[str, Scalar]:
         """What the cached records of the test were keyed by (the ``results`` cache use's
