@@ -563,9 +563,9 @@ def users_needed(
 ) -> str:
     """Where a claim has not enough evidence: the users its power curves, simulated from the
     run's own noise, need (the fewest of its grid at which power reaches its target, with the
-    Monte Carlo error of the powers behind it: ``power.needed_text``), or that none of the grid
-    reaches it; "-" where the run decided or no curve covers it. Claim 2 has one curve per
-    ROUGE-1 difference simulated (``power.SPREAD_DIFFS``), each named by its effect."""
+    Monte Carlo error of the powers behind it: ``power.Curve.needed_text``), or that none of
+    the grid reaches it; "-" where the run decided or no curve covers it. Claim 2 has one curve
+    per ROUGE-1 difference simulated (``power.SPREAD_DIFFS``), each named by its effect."""
     from pytest_prefalign.analysis import power as simulated
 
     if verdict != "not enough evidence":
@@ -575,8 +575,9 @@ def users_needed(
         if tuple(at) == where and claims.base(name) == claim
     ]  # fmt: skip
     if len(found) == 1:
-        return simulated.needed_text(found[0])
-    return "; ".join(f"{c['effect']}: {simulated.needed_text(c)}" for c in found) or "-"
+        return simulated.Curve.from_json(found[0]).needed_text()
+    curves = [simulated.Curve.from_json(c) for c in found]
+    return "; ".join(f"{c.effect}: {c.needed_text()}" for c in curves) or "-"
 
 
 def power_table(power: dict[str, Any] | None) -> list[str]:
