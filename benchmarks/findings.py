@@ -46,6 +46,7 @@ from pytest_prefalign.analysis import claims
 from pytest_prefalign.analysis.claims import ALPHA, MIN_GAP, NEAR, PAPER_TAU
 
 if TYPE_CHECKING:
+    from pytest_prefalign.analysis.selection import Paired
     from pytest_prefalign.runs.entries import IclEntry, TauEntry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -789,7 +790,7 @@ def _choice_spreads(loaded: list, projection: Any) -> list[str]:
     return out
 
 
-def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
+def spread_verdict(rm: claims.Gap, rouge: Paired) -> str:
     """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder
     (``claims.spread_verdict``)."""
 
@@ -832,16 +833,16 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
     ]
     for _, run in loaded:
         for e in spread_entries(run.results):
-            high, low, rm, rouge = e["high"], e["low"], e["rm"], e["rouge"]
-            where = (e["suite"], e["size"], e["decoder"])
+            high, low, rm, rouge = e.high, e.low, e.rm, e.rouge
+            where = (e.suite, e.size, e.decoder)
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['decoder']} | {high.method} "
-                f"{high.metrics[x]:.3f} | {low.method} {low.metrics[x]:.3f} | {rm['diff']:+.3f} "
-                f"{_ci(rm['ci'], '+.3f')} {_bound(rm.get('lower'))}, p {_p(rm['p_value'])}, "
-                f"{_p(rm['p_range'])} | "
-                f"{rouge['diff']:+.3f} "
-                f"{_ci(rouge['ci'], '+.3f')} p {_p(rouge['p_value'])} | {rm['n_users']} | "
-                f"{e['claim']} | {users_needed(power, where, 'spread', e['claim'])} |"
+                f"| {e.suite} · {e.size} | {e.decoder} | {high.method} "
+                f"{high.metrics[x]:.3f} | {low.method} {low.metrics[x]:.3f} | {rm.diff:+.3f} "
+                f"{_ci(rm.ci, '+.3f')} {_bound(rm.lower)}, p {_p(rm.p_value)}, "
+                f"{_p(rm.p_range)} | "
+                f"{rouge.diff:+.3f} "
+                f"{_ci(rouge.ci, '+.3f')} p {_p(rouge.p_value)} | {rm.n_users} | "
+                f"{e.claim} | {users_needed(power, where, 'spread', e.claim)} |"
             )
     return lines + [""]
 
@@ -851,7 +852,7 @@ def _bound(lower: float | None) -> str:
     return "bound -" if lower is None else f">= {lower:+.3f}"
 
 
-def spread_entries(results: list) -> list[dict[str, Any]]:
+def spread_entries(results: list) -> list[claims.SpreadEntry]:
     """Claim 2 per (suite, size, decoder) with two reward methods or more
     (``claims.spread_entries``)."""
 
