@@ -852,7 +852,7 @@ def _bound(lower: float | None) -> str:
     return "bound -" if lower is None else f">= {lower:+.3f}"
 
 
-def spread_entries(results: list) -> list[claims.SpreadEntry]:
+def spread_entries(results: list) -> list[claims.SpreadClaim]:
     """Claim 2 per (suite, size, decoder) with two reward methods or more
     (``claims.spread_entries``)."""
 

@@ -537,7 +537,7 @@ def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
     assert (run.note, run.path, run.returncode) == ("", "pref_lamp-135m.json", 0)
     pooled = records.read(tmp_path / run.path)
     assert [r.n_pairs for r in pooled.results] == [7, 7]  # every pair of both folds
-    assert [f["file"] for f in pooled.config["pooled_folds"]] == [
+    assert [f.file for f in pooled.config.pooled_folds] == [
         "pref_lamp-135m-fold0.json", "pref_lamp-135m-fold1.json"
     ]  # fmt: skip
     assert (tmp_path / "pref_lamp-135m-fold1.log").read_text() == "fold 1 ran\n"

@@ -192,7 +192,7 @@ class Gap(Paired):
 
 
 @dataclass(frozen=True)
-class SpreadEntry:
+class SpreadClaim:
     """Claim 2 on one (suite, size, decoder): the methods with the highest and the lowest RM
     accuracy (``high``, ``low``), their paired differences on RM accuracy (``rm``) and on
     ROUGE-1 (``rouge``), and the claim's verdict (``claim``)."""
@@ -213,7 +213,7 @@ def spread_verdict(rm: Gap, rouge: Paired) -> str:
     return spread_claim(rm.p_range, rm.diff, rm.ci, rouge.diff, rouge.ci, rm.p_value, rm.lower)
 
 
-def spread_entries(results: Iterable[CaseResult]) -> list[SpreadEntry]:
+def spread_entries(results: Iterable[CaseResult]) -> list[SpreadClaim]:
     """Claim 2 per (suite, size, decoder) with two reward methods or more."""
     x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
     out = []
@@ -232,7 +232,7 @@ def spread_entries(results: Iterable[CaseResult]) -> list[SpreadEntry]:
         )
         rouge = selection.paired(high, low, text)
         claim = spread_verdict(rm, rouge)
-        out.append(SpreadEntry(suite, size, decoder, high, low, rm, rouge, claim))
+        out.append(SpreadClaim(suite, size, decoder, high, low, rm, rouge, claim))
     return out
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from pytest_prefalign.analysis import catalogue, comparable, crisis
 from pytest_prefalign.analysis.figures import figures
 from pytest_prefalign.analysis.merge import result_order
+from pytest_prefalign.runs.header import FoldFile, RunConfig
 from pytest_prefalign.runs.parts import (
     Counts,
     CrossFit,
@@ -81,13 +82,14 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
         results=pooled,
         created=max(run.created for _, run in runs),
         commit=first.commit,
-        config={
-            **{k: v for k, v in first.config.items() if k != "args"},
-            "pooled_folds": [
-                {"file": str(path), "fold": fold, "args": run.config.get("args")}
+        config=replace(
+            first.config or RunConfig(),
+            args=None,
+            pooled_folds=tuple(
+                FoldFile(str(path), fold, run.config.args if run.config else None)
                 for (path, run), fold in zip(runs, folds, strict=True)
-            ],
-        },
+            ),
+        ),
         models=models,
         tau=tau,
         crisis=found,

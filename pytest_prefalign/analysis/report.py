@@ -146,9 +146,10 @@ def render_page(
 
 def _meta(run: RunFile) -> str:
     parts = [f"created {run.created or '?'}", f"commit {run.commit or '-'}"]
+    config = run.config.to_json() if run.config else {}
     for key in ("sizes", "limit", "reduce", "seed"):
-        if key in run.config:
-            parts.append(f"{key} {run.config[key]}")
+        if key in config:
+            parts.append(f"{key} {config[key]}")
     parts += [f"{size}: {m.get('name', '?')}" for size, m in sorted(run.models.items())]
     return f'<p class="meta">{html.escape(" · ".join(str(p) for p in parts))}</p>'
 
