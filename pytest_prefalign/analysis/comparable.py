@@ -24,11 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_prefalign.runs.header import OUTCOMES, RunOutcomes
 from pytest_prefalign.runs.parts import Record, Release
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.analysis.compare import CaseOutcome
 
 # what may be allowed: other data under the same ids, another model, another environment, and
 # baseline tests missing from the current run
@@ -117,22 +120,22 @@ def coverage(
 
 def whole_run(
     baseline: Iterable[Key],
-    outcomes: Sequence[Mapping[str, Any]],
+    outcomes: Sequence[CaseOutcome],
     thresholds: Sequence[Any],
     allow: Collection[str],
 ) -> tuple[list[str], list[str]]:
-    """``coverage`` for the pytest gate, from its tests' outcomes (plain data, as workers send
-    them: ``key`` and the ``comparisons``' dicts) and its run-wide ``thresholds``."""
-    comparisons = [c for o in outcomes for c in o["comparisons"]]
+    """``coverage`` for the pytest gate, from its tests' outcomes and its run-wide
+    ``thresholds``."""
+    comparisons = [c for o in outcomes for c in o.comparisons]
     # a test that could not be compared fails, saying why: no gate is idle then
-    failed = any(o.get("status") == "error" for o in outcomes)
+    failed = any(o.status == "error" for o in outcomes)
     return coverage(
         baseline,
-        [tuple(o["key"]) for o in outcomes],
+        [o.key for o in outcomes],
         allow,
-        gated=bool(thresholds) or any(c["gated"] for c in comparisons),
+        gated=bool(thresholds) or any(c.gated for c in comparisons),
         gates=[] if failed else [str(t) for t in thresholds],
-        compared=[c["metric"] for c in comparisons],
+        compared=[c.metric for c in comparisons],
     )
 
 
