@@ -358,9 +358,8 @@ def upgrade(run: Mapping[str, Any]) -> dict[str, Any]:
 class Upgrade:
     """How an older analysis entry takes its current form: each key of ``renamed`` gives its
     value (where it has one) to the current key it names, where that has none (absent, null or
-    empty); each key
-    of ``dropped`` (a copy of another key) goes; each key of ``defaults`` an older entry lacks
-    reads as the value given."""
+    empty); each key of ``dropped`` (a copy of another key) goes; each key of ``defaults`` an
+    older entry lacks reads as the value given."""
 
     renamed: Mapping[str, str] = field(default_factory=dict)
     dropped: tuple[str, ...] = ()
