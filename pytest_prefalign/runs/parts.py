@@ -4,14 +4,14 @@ provenance, the cached values used, and the per-pair and per-item records; and t
 (de)serialisation.
 
 Each part is a frozen dataclass written as one JSON object whose keys are its fields, in
-declaration order (a field made by ``key`` is written under a key that is not a Python name:
-the environment's ``pytest-prefalign``, the judge's ``self``; one made by ``absent``, a key a
-file may lack, is left out where it is None). ``from_json`` reads
-the object by the fields' declared types: a part, a part or null, a tuple of parts, a mapping
-of names to values; a key no field names is refused, unless the part has a ``rest`` field,
-which holds what a suite, a method or a plugin adds beside the fields the analysis reads (the
-suite's own provenance, a record's measured fields), written back after the others. What an
-older file wrote otherwise is the reader's to upgrade (``runs/records.py``).
+declaration order (a field made by ``key`` is written under a key that is not a Python name: the
+environment's ``pytest-prefalign``, the judge's ``self``; one made by ``absent``, a key a file
+may lack, is left out where it is None). ``from_json`` reads the object by the fields' declared
+types: a part, a part or null, a tuple of parts, a mapping of names to values; a key no field
+names is refused, unless the part has a ``rest`` field, which holds what a suite, a method or a
+plugin adds beside the fields the analysis reads (the suite's own provenance, a record's
+measured fields), written back after the others. What an older file wrote otherwise is the
+reader's to upgrade (``runs/records.py``).
 """
 
 from __future__ import annotations
