@@ -146,16 +146,13 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         """Plain data (the interval a list) for a test report's ``user_properties``, which
         pytest-xdist sends from the worker to the controller."""
-        data = asdict(self)
-        data["ci"] = list(self.ci)
-        return data
+        return {**asdict(self), "ci": list(self.ci)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
         """The inverse of ``as_dict``."""
-        fields = dict(data)
-        fields["ci"] = tuple(fields["ci"])
-        return cls(**fields)
+        low, high = data["ci"]
+        return cls(**{**data, "ci": (low, high)})
 
 
 @dataclass(frozen=True)
