@@ -13,10 +13,17 @@ from typing import Any
 import pytest
 
 from pytest_prefalign.analysis import comparable
+from pytest_prefalign.analysis.merge import MergeError, merge
 from pytest_prefalign.plumbing.outcomes import describe
 from pytest_prefalign.runs import records
-from pytest_prefalign.runs.header import FoldFile, RunConfig, RunOutcomes, ShardTests
-from pytest_prefalign.runs.records import RunFile, RunFileError
+from pytest_prefalign.runs.header import (
+    FoldFile,
+    RunConfig,
+    RunOutcomes,
+    ShardFile,
+    ShardTests,
+)
+from pytest_prefalign.runs.records import CaseResult, RunFile, RunFileError
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = sorted((ROOT / "benchmarks" / "findings-runs").glob("*.json.gz"))
@@ -91,3 +98,46 @@ def test_shards_outcomes_join_each_shard_s_tests() -> None:
     joined = comparable.joined_outcomes([(Path("1.json"), one), (Path("2.json"), two)], every=False)
     assert (joined.selected, joined.passed, joined.failed) == (3, ("a", "b"), ("c",))
     assert (joined.interrupted, joined.incomplete) == ("stop", ("1.json: x",))
+
+
+def shard_run(k: int, method: str, other: str) -> RunFile:
+    """Shard ``k`` of 2: one test of ``method``, the other shard's test ``other``."""
+    model = {"name": "m", "fingerprint": "f", "weights": "w"}
+    row = CaseResult("s", method, "135m", decoder="bon", reward=method, n_users=1, model=model)
+    config = RunConfig(methods=("a", "b"), sizes=("135m",), limit=8, reduce="mean", seed=0,
+                       args=("--prefalign-shard", f"{k}/2"), shard=f"{k}/2",
+                       roots={"rootdir": "the project"})  # fmt: skip
+    outcomes = RunOutcomes(selected=1, passed=(method,), shard=ShardTests(f"{k}/2", (other,)))
+    return RunFile([row], commit="c1", config=config, outcomes=outcomes)
+
+
+def test_a_merged_run_names_its_shards_and_has_no_shard_or_command_line_of_its_own(
+    tmp_path: Path,
+) -> None:
+    merged = merge([(Path("s1.json"), shard_run(1, "a", "b")),
+                    (Path("s2.json"), shard_run(2, "b", "a"))])  # fmt: skip
+    config = merged.config
+    assert config is not None and (config.shard, config.args) == (None, None)
+    assert config.merged == (
+        ShardFile("s1.json", "1/2", ("--prefalign-shard", "1/2")),
+        ShardFile("s2.json", "2/2", ("--prefalign-shard", "2/2")),
+    )
+    assert (config.methods, config.limit, config.roots) == (
+        ("a", "b"),
+        8,
+        {"rootdir": "the project"},
+    )
+    assert merged.outcomes == RunOutcomes(selected=2, passed=("a", "b"))
+    # written: no command line, the shard null, and it reads back as written
+    records.write(merged, tmp_path / "merged.json")
+    written = json.loads((tmp_path / "merged.json").read_text())["config"]
+    assert "args" not in written and written["shard"] is None
+    assert written["merged"][0] == {"file": "s1.json", "shard": "1/2",
+                                    "args": ["--prefalign-shard", "1/2"]}  # fmt: skip
+    assert records.read(tmp_path / "merged.json").config == config
+
+
+def test_shards_that_collected_other_tests_are_refused() -> None:
+    with pytest.raises(MergeError, match="collected other tests"):
+        merge([(Path("s1.json"), shard_run(1, "a", "b")),
+               (Path("s2.json"), shard_run(2, "b", "c"))])  # fmt: skip
