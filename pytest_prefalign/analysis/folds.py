@@ -41,6 +41,7 @@ from pytest_prefalign.runs.parts import (
     Fingerprint,
     Guidance,
     Judge,
+    Model,
     Provenance,
     Strength,
 )
@@ -75,7 +76,7 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
     first = runs[0][1]
     pooled.sort(key=result_order(first.config))
     tau, found = crisis.analyse(pooled)
-    models: dict[str, Any] = {}
+    models: dict[str, Model] = {}
     for _, run in runs:
         models.update(run.models)
     run_file = RunFile(

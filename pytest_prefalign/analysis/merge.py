@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_prefalign.analysis import comparable, crisis
 from pytest_prefalign.runs.header import OUTCOMES, RunConfig, ShardFile
+from pytest_prefalign.runs.parts import Model
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 
@@ -38,7 +39,7 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
     order = result_order(first.config)
     results.sort(key=order)
     tau, found = crisis.analyse(results)
-    models: dict[str, Any] = {}
+    models: dict[str, Model] = {}
     for _, run in runs:
         models.update(run.models)
     complete = all(run.complete for _, run in runs)

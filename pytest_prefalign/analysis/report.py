@@ -150,7 +150,7 @@ def _meta(run: RunFile) -> str:
     for key in ("sizes", "limit", "reduce", "seed"):
         if key in config:
             parts.append(f"{key} {config[key]}")
-    parts += [f"{size}: {m.get('name', '?')}" for size, m in sorted(run.models.items())]
+    parts += [f"{size}: {m.name or '?'}" for size, m in sorted(run.models.items())]
     return f'<p class="meta">{html.escape(" · ".join(str(p) for p in parts))}</p>'
 
 

@@ -82,7 +82,7 @@ def build(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         commit=git_commit(rootdir),
         config=run_config,
-        models={r.size: r.model.to_json() for r in results},
+        models={r.size: r.model for r in results},
         tau=tau,
         crisis=found,
         complete=complete,

@@ -185,7 +185,7 @@ class RunFile:
     created: str = ""
     commit: str | None = None
     config: RunConfig | None = None
-    models: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Model] = field(default_factory=dict)  # by size
     tau: Sequence[TauEntry] = ()
     crisis: Crisis = field(default_factory=Crisis.none)
     version: int = VERSION
@@ -223,7 +223,7 @@ class RunFile:
             "created": self.created,
             "commit": self.commit,
             "config": parts.plain(self.config) or {},
-            "models": self.models,
+            "models": parts.plain(self.models),
             "results": [r.row() for r in self.results],
             "tau": [entry.to_json() for entry in self.tau],
             "crisis": self.crisis.to_json(),
