@@ -517,7 +517,7 @@ def large_rate(
     for _ in range(sims):
         results = simulate(n_users, scenario, rng)
         for entry in claims.spread_entries(results):
-            if entry["decoder"] == "args" and claims.gap_shown(entry["rm"]):
+            if entry.decoder == "args" and claims.gap_shown(entry.rm):
                 hits += 1
     rate = hits / sims
     return rate, math.sqrt(rate * (1 - rate) / sims)

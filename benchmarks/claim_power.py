@@ -103,8 +103,8 @@ def tau_reached(results: list[CaseResult]) -> bool:
 
 def spread_said(results: list[CaseResult]) -> str:
     """Claim 2's verdict on the ``args`` decoder."""
-    (entry,) = [e for e in findings.spread_entries(results) if e["decoder"] == "args"]
-    return str(entry["claim"])
+    (entry,) = [e for e in findings.spread_entries(results) if e.decoder == "args"]
+    return entry.claim
 
 
 def spread_reached(results: list[CaseResult]) -> bool:

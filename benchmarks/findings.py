@@ -46,6 +46,7 @@ from pytest_prefalign.analysis import claims
 from pytest_prefalign.analysis.claims import ALPHA, MIN_GAP, NEAR, PAPER_TAU
 
 if TYPE_CHECKING:
+    from pytest_prefalign.analysis.selection import Paired
     from pytest_prefalign.runs.entries import IclEntry, TauEntry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -563,9 +564,9 @@ def users_needed(
 ) -> str:
     """Where a claim has not enough evidence: the users its power curves, simulated from the
     run's own noise, need (the fewest of its grid at which power reaches its target, with the
-    Monte Carlo error of the powers behind it: ``power.needed_text``), or that none of the grid
-    reaches it; "-" where the run decided or no curve covers it. Claim 2 has one curve per
-    ROUGE-1 difference simulated (``power.SPREAD_DIFFS``), each named by its effect."""
+    Monte Carlo error of the powers behind it: ``power.Curve.needed_text``), or that none of
+    the grid reaches it; "-" where the run decided or no curve covers it. Claim 2 has one curve
+    per ROUGE-1 difference simulated (``power.SPREAD_DIFFS``), each named by its effect."""
     from pytest_prefalign.analysis import power as simulated
 
     if verdict != "not enough evidence":
@@ -575,8 +576,9 @@ def users_needed(
         if tuple(at) == where and claims.base(name) == claim
     ]  # fmt: skip
     if len(found) == 1:
-        return simulated.needed_text(found[0])
-    return "; ".join(f"{c['effect']}: {simulated.needed_text(c)}" for c in found) or "-"
+        return simulated.Curve.from_json(found[0]).needed_text()
+    curves = [simulated.Curve.from_json(c) for c in found]
+    return "; ".join(f"{c.effect}: {c.needed_text()}" for c in curves) or "-"
 
 
 def power_table(power: dict[str, Any] | None) -> list[str]:
@@ -788,7 +790,7 @@ def _choice_spreads(loaded: list, projection: Any) -> list[str]:
     return out
 
 
-def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
+def spread_verdict(rm: claims.Gap, rouge: Paired) -> str:
     """Claim 2 on the methods with the highest and the lowest RM accuracy of a decoder
     (``claims.spread_verdict``)."""
 
@@ -831,16 +833,16 @@ def claim_spread(loaded: list, power: dict[str, Any] | None = None) -> list[str]
     ]
     for _, run in loaded:
         for e in spread_entries(run.results):
-            high, low, rm, rouge = e["high"], e["low"], e["rm"], e["rouge"]
-            where = (e["suite"], e["size"], e["decoder"])
+            high, low, rm, rouge = e.high, e.low, e.rm, e.rouge
+            where = (e.suite, e.size, e.decoder)
             lines.append(
-                f"| {e['suite']} · {e['size']} | {e['decoder']} | {high.method} "
-                f"{high.metrics[x]:.3f} | {low.method} {low.metrics[x]:.3f} | {rm['diff']:+.3f} "
-                f"{_ci(rm['ci'], '+.3f')} {_bound(rm.get('lower'))}, p {_p(rm['p_value'])}, "
-                f"{_p(rm['p_range'])} | "
-                f"{rouge['diff']:+.3f} "
-                f"{_ci(rouge['ci'], '+.3f')} p {_p(rouge['p_value'])} | {rm['n_users']} | "
-                f"{e['claim']} | {users_needed(power, where, 'spread', e['claim'])} |"
+                f"| {e.suite} · {e.size} | {e.decoder} | {high.method} "
+                f"{high.metrics[x]:.3f} | {low.method} {low.metrics[x]:.3f} | {rm.diff:+.3f} "
+                f"{_ci(rm.ci, '+.3f')} {_bound(rm.lower)}, p {_p(rm.p_value)}, "
+                f"{_p(rm.p_range)} | "
+                f"{rouge.diff:+.3f} "
+                f"{_ci(rouge.ci, '+.3f')} p {_p(rouge.p_value)} | {rm.n_users} | "
+                f"{e.claim} | {users_needed(power, where, 'spread', e.claim)} |"
             )
     return lines + [""]
 
@@ -850,7 +852,7 @@ def _bound(lower: float | None) -> str:
     return "bound -" if lower is None else f">= {lower:+.3f}"
 
 
-def spread_entries(results: list) -> list[dict[str, Any]]:
+def spread_entries(results: list) -> list[claims.SpreadClaim]:
     """Claim 2 per (suite, size, decoder) with two reward methods or more
     (``claims.spread_entries``)."""
 

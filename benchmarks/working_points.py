@@ -95,7 +95,7 @@ def examine(path: Path, data_dir: Path, shown: int) -> dict[str, Any]:
     for result in run.results:
         if result.items:
             groups.setdefault((result.suite, result.size), []).append(result)
-    limit = int(run.config.get("limit") or 0) or None
+    limit = (run.config.limit if run.config else None) or None
     return {
         "run": str(path),
         "commit": run.commit,

@@ -130,7 +130,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         print(table.comparison_table(verdict.comparisons))
     for side, run in (("baseline", baseline), ("current run", current)):
         if not run.complete:
-            why = "; ".join(run.outcomes.get("incomplete") or []) or "no record of why"
+            why = "; ".join(run.outcomes.incomplete if run.outcomes else ()) or "no record of why"
             print(f"note: the {side} is a partial run ({why}): tests it lacks are not compared")
     for note in verdict.notes:
         print(note)
@@ -299,9 +299,12 @@ def write_joined(run: Any, out: Path) -> Any:
     from pytest_prefalign import portable
     from pytest_prefalign.datadir import project_root
     from pytest_prefalign.runs import records
+    from pytest_prefalign.runs.header import RunConfig
 
     roots = portable.machine_roots(rootdir=project_root(Path.cwd()))
-    run = dataclasses.replace(run, config=portable.relative(run.config, roots))
+    if run.config is not None:
+        config = portable.relative(run.config.to_json(), roots)
+        run = dataclasses.replace(run, config=RunConfig.from_json(config, "config"))
     records.write(run, out)
     return run
 

@@ -13,7 +13,13 @@ import pytest
 from test_gate import KEY, flipped, make_run
 
 from pytest_prefalign.analysis import comparable
-from pytest_prefalign.analysis.compare import RunMismatch, Threshold, compare_runs, judge
+from pytest_prefalign.analysis.compare import (
+    CaseOutcome,
+    RunMismatch,
+    Threshold,
+    compare_runs,
+    judge,
+)
 from pytest_prefalign.analysis.stats import (
     mcnemar_exact,
     sign_test_floor,
@@ -288,17 +294,14 @@ def test_a_gate_on_a_metric_no_shared_test_has_is_an_error() -> None:
     with_rouge = make_run(flipped(24, 2), 6, rouge1=[0.5] * 24)
     assert judge(with_rouge, with_rouge, gates).errors == []
     # the pytest gate's judgement of the whole run, from its tests' outcomes, says the same
-    outcomes = [
-        {
-            "key": list(KEY),
-            "status": "compared",
-            "comparisons": [{"metric": "policy_acc", "gated": True}],
-        }
-    ]
+    gated = tuple(c for c in verdict.comparisons if c.metric == "policy_acc" and c.gated)
+    # as the tests' reports carry them to the controller
+    outcomes = [CaseOutcome.from_dict(CaseOutcome(KEY, comparisons=gated).as_dict())]
+    assert outcomes[0].comparisons == gated and gated
     problems, _ = comparable.whole_run([KEY], outcomes, gates, ())
     assert problems == verdict.errors
     # a test that could not be compared already fails the run, saying why
-    failed = [{**outcomes[0], "status": "error", "comparisons": []}]
+    failed = [CaseOutcome(KEY, "error", problems=("cannot compare",))]
     assert comparable.whole_run([KEY], failed, gates, ())[0] == []
 
 

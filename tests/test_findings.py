@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -15,6 +16,8 @@ import numpy as np
 import pytest
 
 from pytest_prefalign.analysis import crisis
+from pytest_prefalign.analysis.claims import Gap
+from pytest_prefalign.analysis.selection import Paired
 from pytest_prefalign.plumbing.collect import read_suite_toml
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.entries import TauEntry
@@ -246,12 +249,12 @@ def test_tau_verdicts(findings: ModuleType, entry: dict, claim: str) -> None:
     assert findings.tau_verdict(TauEntry(**read)) == claim
 
 
-def paired(diff: float, ci: list[float], p: float, verdict: str = "") -> dict:
-    return {"diff": diff, "ci": ci, "p_value": p, "verdict": verdict}
+def paired(diff: float, ci: list[float], p: float, verdict: str = "") -> Paired:
+    return Paired(diff=diff, ci=ci, n_users=20, test="sign flip", p_value=p, verdict=verdict)
 
 
 # the pair's own interval and its selection-aware lower bound (``lower``) above 0.10
-LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001, "lower": 0.12}
+LARGE = Gap(**asdict(paired(0.2, [0.15, 0.25], 0.001)), p_range=0.001, lower=0.12)
 
 
 @pytest.mark.parametrize(
@@ -259,25 +262,25 @@ LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001, "lower": 0.12}
     [
         (LARGE, paired(0.001, [-0.01, 0.012], 0.7), "holds"),
         # the range test not significant: no large difference shown
-        ({**LARGE, "p_range": 0.2}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        (replace(LARGE, p_range=0.2), paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
         # significant, but not shown to be 10 points or more apart
         (
-            {**LARGE, "ci": [0.04, 0.2], "lower": 0.02},
+            replace(LARGE, ci=[0.04, 0.2], lower=0.02),
             paired(0.0, [-0.01, 0.01], 0.9),
             "not enough evidence",
         ),  # fmt: skip
         # the pair's own interval above 0.10, but not the bound that holds for whichever pair
         # the data chose (the extremes of several are apart by more than their truths)
-        ({**LARGE, "lower": 0.08}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        (replace(LARGE, lower=0.08), paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
         # a comparison written before the bound was kept shows no gap
         (
-            {k: v for k, v in LARGE.items() if k != "lower"},
+            replace(LARGE, lower=None),
             paired(0.0, [-0.01, 0.01], 0.9),
             "not enough evidence",
         ),
         # significant and shown to be less than 10 points apart: the claim is not about them
         (
-            {**LARGE, "diff": 0.05, "ci": [0.02, 0.08]},
+            replace(LARGE, diff=0.05, ci=[0.02, 0.08]),
             paired(0.0, [-0.01, 0.01], 0.9),
             "no large RM-accuracy gap (below 0.10)",
         ),  # fmt: skip
@@ -287,7 +290,7 @@ LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001, "lower": 0.12}
         # the direction is read from the numbers, never from the verdict strings: a ROUGE-1
         # verdict naming a method is not "the other way"
         (
-            {**LARGE, "verdict": ""},
+            replace(LARGE, verdict=""),
             paired(0.04, [0.021, 0.06], 0.01, "args[a] better"),
             "does not hold (ROUGE-1 follows RM accuracy)",
         ),
@@ -299,11 +302,11 @@ LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001, "lower": 0.12}
         (LARGE, paired(0.045, [0.02, 0.07], 0.003), "not enough evidence"),
         # the range test finds the methods apart but the two extremes' own paired test does
         # not: no large gap shown for this pair, so ROUGE-1 decides nothing, either way
-        ({**LARGE, "p_value": 0.08}, paired(0.03, [0.01, 0.05], 0.01), "not enough evidence"),
-        ({**LARGE, "p_value": 0.08}, paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
+        (replace(LARGE, p_value=0.08), paired(0.03, [0.01, 0.05], 0.01), "not enough evidence"),
+        (replace(LARGE, p_value=0.08), paired(0.0, [-0.01, 0.01], 0.9), "not enough evidence"),
         # a paired test written before it was kept (no p_value): no gap shown either
         (
-            {k: v for k, v in LARGE.items() if k != "p_value"},
+            replace(LARGE, p_value=None),
             paired(0.0, [-0.01, 0.01], 0.9),
             "not enough evidence",
         ),
@@ -311,7 +314,7 @@ LARGE = {**paired(0.2, [0.15, 0.25], 0.001), "p_range": 0.001, "lower": 0.12}
         (LARGE, paired(0.0, [-0.04, 0.04], 0.9), "not enough evidence"),
     ],
 )
-def test_spread_verdicts(findings: ModuleType, rm: dict, rouge: dict, claim: str) -> None:
+def test_spread_verdicts(findings: ModuleType, rm: Gap, rouge: Paired, claim: str) -> None:
     assert findings.spread_verdict(rm, rouge) == claim
 
 
@@ -342,17 +345,18 @@ def test_a_range_apart_without_the_pair_apart_is_not_a_large_gap(findings: Modul
     rouge = {m: base for m in rm}
     rouge["args[pal]"] = [b + 0.01 for b in base[:5]] + [base[5] - 0.005]
     (entry,) = findings.spread_entries(spread_rows(rm, rouge))
-    assert (entry["high"].method, entry["low"].method) == ("args[pal]", "args[global_bt]")
-    assert entry["rm"]["p_range"] < 0.01 and entry["rm"]["ci"][0] > 0.10
-    assert entry["rm"]["p_value"] == pytest.approx(4 / 64)
-    assert entry["claim"] == "not enough evidence"
+    assert (entry.high.method, entry.low.method) == ("args[pal]", "args[global_bt]")
+    assert entry.rm.p_range is not None and entry.rm.p_range < 0.01
+    assert entry.rm.ci is not None and entry.rm.ci[0] > 0.10
+    assert entry.rm.p_value == pytest.approx(4 / 64)
+    assert entry.claim == "not enough evidence"
     # the sixth user moves with the others: the pair's p is 2/64, the gap large, and ROUGE-1
     # (within 1 point on every user, its sign-flip p 4/64) nearly the same
     rm["args[pal]"] = [1.0] * 6
     (entry,) = findings.spread_entries(spread_rows(rm, rouge))
-    assert entry["rm"]["p_value"] == pytest.approx(2 / 64)
-    assert entry["rouge"]["p_value"] == pytest.approx(4 / 64)
-    assert entry["claim"] == "holds"
+    assert entry.rm.p_value == pytest.approx(2 / 64)
+    assert entry.rouge.p_value == pytest.approx(4 / 64)
+    assert entry.claim == "holds"
 
 
 def test_the_positive_control_passes_where_rm_accuracy_orders_policy_accuracy(
@@ -533,7 +537,7 @@ def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
     assert (run.note, run.path, run.returncode) == ("", "pref_lamp-135m.json", 0)
     pooled = records.read(tmp_path / run.path)
     assert [r.n_pairs for r in pooled.results] == [7, 7]  # every pair of both folds
-    assert [f["file"] for f in pooled.config["pooled_folds"]] == [
+    assert [f.file for f in pooled.config.pooled_folds] == [
         "pref_lamp-135m-fold0.json", "pref_lamp-135m-fold1.json"
     ]  # fmt: skip
     assert (tmp_path / "pref_lamp-135m-fold1.log").read_text() == "fold 1 ran\n"

@@ -15,6 +15,7 @@ from pytest_prefalign import cli
 from pytest_prefalign.analysis import comparable, table
 from pytest_prefalign.analysis.folds import PoolError, pool
 from pytest_prefalign.runs import records
+from pytest_prefalign.runs.header import RunOutcomes
 from pytest_prefalign.runs.parts import Counts, Fingerprint, Strength
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
@@ -104,7 +105,7 @@ def test_each_row_is_pooled_over_every_fold_s_records_as_worked_out_by_hand():
     assert row.judge.counts["win_self"] == Counts(wins=2, ties=0, losses=1)
     assert [f.fold for f in row.data.provenance.cross_fit.pooled] == [0, 1]
     assert row.timings["generate_s"] == 3.0
-    assert [f["fold"] for f in run.config["pooled_folds"]] == [1, 0]
+    assert [f.fold for f in run.config.pooled_folds] == [1, 0] and run.config.args is None
     # the run's analysis is made again over the pooled rows (two reward methods: tau needs
     # more, so none; the run file is whole)
     assert run.complete and len(run.results) == 2
@@ -219,11 +220,12 @@ def test_two_pooled_runs_whose_training_pairs_differ_in_one_fold_are_told_apart(
 
 def test_the_outcomes_of_the_folds_say_a_test_passed_only_where_every_fold_passed_it():
     zero, one = fold_run(0, FOLD0), fold_run(1, FOLD1)
-    zero.outcomes = {"selected": 2, "passed": ["t1", "t2"]}
-    one.outcomes = {"selected": 2, "passed": ["t1"], "failed": ["t2"], "incomplete": ["x"]}
+    zero.outcomes = RunOutcomes(selected=2, passed=("t1", "t2"))
+    one.outcomes = RunOutcomes(selected=2, passed=("t1",), failed=("t2",), incomplete=("x",))
     run, _ = pool([(Path("f0.json"), zero), (Path("f1.json"), one)])
-    assert run.outcomes["passed"] == ["t1"] and run.outcomes["failed"] == ["t2"]
-    assert run.outcomes["incomplete"] == ["f1.json: x"]
+    assert run.outcomes.selected == 2
+    assert run.outcomes.passed == ("t1",) and run.outcomes.failed == ("t2",)
+    assert run.outcomes.incomplete == ("f1.json: x",)
 
 
 @pytest.mark.skipif(not (DATA / "acl-anthology").is_dir(), reason=f"no data at {DATA}")

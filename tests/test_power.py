@@ -4,6 +4,7 @@ estimates against those of the simulation itself."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from pytest_prefalign.analysis import claims, nulls, power, stats, users
+from pytest_prefalign.runs import parts
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,17 @@ def test_a_users_needed_figure_is_the_fewest_users_reaching_the_target() -> None
     assert curve.needed == 20
     beyond = power.Curve("tau", (10, 20), (0.1, 0.5), (0.03, 0.05), 100, "-")
     assert beyond.needed is None and beyond.to_json()["needed"] is None
+    assert curve.needed_text() == "20 (power 0.85 ± 0.03; 10: 0.10 ± 0.03, 100 runs each)"
+    assert beyond.needed_text() == "more than 20 (power 0.50 ± 0.05 at 20, 100 runs each)"
+
+
+def test_a_curve_reads_back_from_a_power_table() -> None:
+    # as benchmarks/findings.py keeps it: the run's suite, size and decoder beside the curve
+    curve = power.Curve("spread", (10, 20), (0.3, 0.86), (0.06, 0.05), 50, "the paper's")
+    kept = {"suite": "pref_lamp", "size": "135m", "decoder": "args", **curve.to_json()}
+    assert power.Curve.from_json(json.loads(json.dumps(kept))) == curve
+    with pytest.raises(parts.PartError, match="curve: grid"):
+        power.Curve.from_json({**kept, "grid": "10"})
 
 
 def test_power_from_a_runs_own_noise_is_the_power_of_its_world(calibration: ModuleType) -> None:

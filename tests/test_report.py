@@ -162,10 +162,10 @@ def test_plot_draws_each_methods_intervals_and_base_line() -> None:
     pytest.importorskip("matplotlib")
     results = analysed(RUN).results
     extras = plot.scatter_extras(results)
-    assert extras[("pref_lamp", "135m")]["base"] == 0.50
-    rm_ci, policy_ci = extras[("pref_lamp", "135m")]["errors"]["args[lore]"]
+    assert extras[("pref_lamp", "135m")].base == 0.50
+    rm_ci, policy_ci = extras[("pref_lamp", "135m")].errors["args[lore]"]
     assert rm_ci == pytest.approx([0.7, 0.9]) and policy_ci == pytest.approx([0.45, 0.65])
-    assert "base" not in extras[("polis", "135m")]  # polis has no base row here
+    assert extras[("polis", "135m")].base is None  # polis has no base row here
     fig = plot.plot_figure(plot.scatter_points(results), extras)
     panel = next(ax for ax in fig.axes if ax.get_title().startswith("pref_lamp"))
     horizontal = [ln.get_ydata() for ln in panel.get_lines() if ln.get_label().startswith("base")]

@@ -148,7 +148,7 @@ METRICS: tuple[Metric, ...] = (
         roles=("x", "spread"),
     ),
     Metric("rm_acc_micro", "pair", "rm_correct", "micro", needs_reward=True, alternative=True),
-    # win rates count strict wins (a tie is no win); each row's judge["counts"] holds the
+    # win rates count strict wins (a tie is no win); each row's judge.counts holds the
     # wins, ties and losses, and each item its outcome in win_self_outcome, ...
     # judged by the independent RM, never the method's own: the leaderboard's win column
     Metric(

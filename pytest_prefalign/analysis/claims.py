@@ -15,11 +15,11 @@ and ``prefalign report``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import replace
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from pytest_prefalign.analysis import catalogue, crisis, projection, selection
+from pytest_prefalign.analysis.selection import Paired
 from pytest_prefalign.runs.entries import TauEntry
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
@@ -104,9 +104,9 @@ def projected(entry: TauEntry, results: Iterable[CaseResult]) -> TauEntry:
 def spread_claim(
     p_range: float | None,
     rm_diff: float,
-    rm_ci: tuple[float, float] | list[float] | None,
+    rm_ci: Sequence[float] | None,
     rouge_diff: float,
-    rouge_ci: tuple[float, float] | list[float] | None,
+    rouge_ci: Sequence[float] | None,
     rm_p: float | None,
     rm_lower: float | None,
 ) -> str:
@@ -145,7 +145,7 @@ def spread_claim(
 def gap_state(
     p_range: float | None,
     rm_diff: float,
-    rm_ci: tuple[float, float] | list[float] | None,
+    rm_ci: Sequence[float] | None,
     rm_p: float | None,
     rm_lower: float | None,
 ) -> str | None:
@@ -163,12 +163,10 @@ def gap_state(
     return "large" if rm_lower >= MIN_GAP and rm_p < ALPHA and rm_diff > 0 else None
 
 
-def gap_shown(rm: dict[str, Any]) -> bool:
+def gap_shown(rm: Gap) -> bool:
     """Whether claim 2's RM-accuracy comparison (``spread_entries``' ``rm``) shows a large gap,
     so that ROUGE-1 decides the claim."""
-    found = gap_state(rm.get("p_range"), rm["diff"], rm.get("ci"), rm.get("p_value"),
-                      rm.get("lower"))  # fmt: skip
-    return found == "large"
+    return gap_state(rm.p_range, rm.diff, rm.ci, rm.p_value, rm.lower) == "large"
 
 
 def icl_claim(icl: str, rgd: str, verdict: str) -> str:
@@ -182,21 +180,41 @@ def icl_claim(icl: str, rgd: str, verdict: str) -> str:
     return UNDECIDED
 
 
-def spread_verdict(rm: dict[str, Any], rouge: dict[str, Any]) -> str:
-    """Claim 2 from two paired comparisons (``selection.paired``: ``diff``, ``ci``,
-    ``p_value``), RM accuracy's carrying the range test's ``p_range`` and the pair's
-    selection-aware lower bound ``lower``."""
-    return spread_claim(
-        rm.get("p_range"), rm["diff"], rm.get("ci"), rouge["diff"], rouge.get("ci"),
-        rm.get("p_value"), rm.get("lower"),
-    )  # fmt: skip
+@dataclass(frozen=True)
+class Gap(Paired):
+    """RM accuracy's paired comparison of claim 2's two rows (``selection.paired``), with the
+    range test's p-value over every row of their decoder (``p_range``: ``selection.range_test``)
+    and the pair's selection-aware lower bound (``lower``: ``selection.gap_lower``); each None
+    where it could not be computed."""
+
+    p_range: float | None = None
+    lower: float | None = None
 
 
-def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
-    """Claim 2 per (suite, size, decoder) with two reward methods or more: the methods with the
-    highest and the lowest RM accuracy (``high``, ``low``), their paired differences on RM
-    accuracy (``rm``, with the range test's ``p_range`` and the selection-aware lower bound
-    ``lower``) and on ROUGE-1 (``rouge``), and the claim's verdict (``claim``)."""
+@dataclass(frozen=True)
+class SpreadClaim:
+    """Claim 2 on one (suite, size, decoder): the methods with the highest and the lowest RM
+    accuracy (``high``, ``low``), their paired differences on RM accuracy (``rm``) and on
+    ROUGE-1 (``rouge``), and the claim's verdict (``claim``)."""
+
+    suite: str
+    size: str
+    decoder: str
+    high: CaseResult
+    low: CaseResult
+    rm: Gap
+    rouge: Paired
+    claim: str
+
+
+def spread_verdict(rm: Gap, rouge: Paired) -> str:
+    """Claim 2 from two paired comparisons, RM accuracy's carrying the range test's
+    ``p_range`` and the pair's selection-aware lower bound ``lower``."""
+    return spread_claim(rm.p_range, rm.diff, rm.ci, rouge.diff, rouge.ci, rm.p_value, rm.lower)
+
+
+def spread_entries(results: Iterable[CaseResult]) -> list[SpreadClaim]:
+    """Claim 2 per (suite, size, decoder) with two reward methods or more."""
     x, text = catalogue.x_metric(), catalogue.text_metric()  # RM accuracy, ROUGE-1
     out = []
     for (suite, size, decoder), rows in crisis.reward_groups(results).items():
@@ -207,14 +225,14 @@ def spread_entries(results: Iterable[CaseResult]) -> list[dict[str, Any]]:
         low = min(rows, key=lambda r: r.metrics[x])
         if high is low or high.metrics[x] == low.metrics[x]:
             continue
-        rm = {
-            **selection.paired(high, low, x),
-            "p_range": selection.range_test(rows, x),
-            "lower": selection.gap_lower(rows, x, rows.index(high), rows.index(low)),
-        }
+        rm = Gap(
+            **asdict(selection.paired(high, low, x)),
+            p_range=selection.range_test(rows, x),
+            lower=selection.gap_lower(rows, x, rows.index(high), rows.index(low)),
+        )
         rouge = selection.paired(high, low, text)
-        out.append({"suite": suite, "size": size, "decoder": decoder, "high": high, "low": low,
-                    "rm": rm, "rouge": rouge, "claim": spread_verdict(rm, rouge)})  # fmt: skip
+        claim = spread_verdict(rm, rouge)
+        out.append(SpreadClaim(suite, size, decoder, high, low, rm, rouge, claim))
     return out
 
 
@@ -233,7 +251,7 @@ def run_claims(run: RunFile) -> dict[tuple[Where, str], str]:
             claim = tau_entry_claim(projected(e, run.results))
             found[((e.suite, e.size, e.decoder), "tau")] = claim
     for s in spread_entries(run.results):
-        found[((s["suite"], s["size"], s["decoder"]), "spread")] = s["claim"]
+        found[((s.suite, s.size, s.decoder), "spread")] = s.claim
     for icl in run.crisis.icl_vs_rgd:
         found[((icl.suite, icl.size, icl.icl), "icl")] = icl_claim(icl.icl, icl.rgd, icl.verdict)
     return found

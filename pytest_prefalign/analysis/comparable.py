@@ -22,12 +22,16 @@ with the configuration, code and parts they must share, and their outcomes are j
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pytest_prefalign.runs.header import OUTCOMES, RunOutcomes
 from pytest_prefalign.runs.parts import Record, Release
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_prefalign.analysis.compare import CaseOutcome
 
 # what may be allowed: other data under the same ids, another model, another environment, and
 # baseline tests missing from the current run
@@ -39,9 +43,7 @@ NOT_OPTIONS = ("batch_size",)
 ENVIRONMENT = ("pytest-prefalign", "torch", "transformers", "device", "dtype")
 # the configuration every shard of a run and every fold of a design must share (``args``, and a
 # shard's ``shard``, are each run's own)
-SHARED_CONFIG = ("methods", "sizes", "limit", "reduce", "seed", "options")
-# what became of a test, in a run file's ``outcomes``
-OUTCOMES = ("passed", "failed", "error", "skipped", "deselected", "not_run")
+SHARED_CONFIG = ("methods", "sizes", "limit", "reduce", "seed", "guidance", "options")
 RESAVE = (
     "run files before version 2 do not record it: save the baseline again with this version "
     "(--prefalign-save)"
@@ -118,22 +120,22 @@ def coverage(
 
 def whole_run(
     baseline: Iterable[Key],
-    outcomes: Sequence[Mapping[str, Any]],
+    outcomes: Sequence[CaseOutcome],
     thresholds: Sequence[Any],
     allow: Collection[str],
 ) -> tuple[list[str], list[str]]:
-    """``coverage`` for the pytest gate, from its tests' outcomes (plain data, as workers send
-    them: ``key`` and the ``comparisons``' dicts) and its run-wide ``thresholds``."""
-    comparisons = [c for o in outcomes for c in o["comparisons"]]
+    """``coverage`` for the pytest gate, from its tests' outcomes and its run-wide
+    ``thresholds``."""
+    comparisons = [c for o in outcomes for c in o.comparisons]
     # a test that could not be compared fails, saying why: no gate is idle then
-    failed = any(o.get("status") == "error" for o in outcomes)
+    failed = any(o.status == "error" for o in outcomes)
     return coverage(
         baseline,
-        [tuple(o["key"]) for o in outcomes],
+        [o.key for o in outcomes],
         allow,
-        gated=bool(thresholds) or any(c["gated"] for c in comparisons),
+        gated=bool(thresholds) or any(c.gated for c in comparisons),
         gates=[] if failed else [str(t) for t in thresholds],
-        compared=[c["metric"] for c in comparisons],
+        compared=[c.metric for c in comparisons],
     )
 
 
@@ -385,15 +387,18 @@ def check_parts(
 
 
 def check_config(runs: Runs, names: Sequence[str], what: str, error: type[Exception]) -> None:
-    """The runs (``what``: "shards", "folds") share the configuration ``names`` and the
-    commit; else ``error`` naming the first difference and both files."""
+    """The runs (``what``: "shards", "folds") share the configuration ``names`` (its entries
+    as the run file writes them) and the commit; else ``error`` naming the first difference
+    and both files."""
     (path0, run0), rest = runs[0], runs[1:]
+    first = run0.config.to_json() if run0.config else {}
     for path, run in rest:
+        config = run.config.to_json() if run.config else {}
         for name in names:
-            if run.config.get(name) != run0.config.get(name):
+            if config.get(name) != first.get(name):
                 raise error(
                     f"the {what} were run with other options: {name} is "
-                    f"{run0.config.get(name)!r} in {path0} but {run.config.get(name)!r} in {path}"
+                    f"{first.get(name)!r} in {path0} but {config.get(name)!r} in {path}"
                 )
         if run.commit != run0.commit:
             raise error(
@@ -450,29 +455,26 @@ def check_like_for_like(
             seen.append((path, result))
 
 
-def joined_outcomes(runs: Runs, *, every: bool) -> dict[str, Any]:
+def joined_outcomes(runs: Runs, *, every: bool) -> RunOutcomes:
     """The runs' outcomes together, as one run's. Shards (``every`` false) each ran their own
     tests: the selected are summed, each outcome's tests joined. Folds (``every`` true) each
     ran every test: the selected are one fold's, and a test passed where it passed in every
     fold (another outcome in any fold is that outcome)."""
-    out: dict[str, Any] = {"selected": 0, "interrupted": None, "incomplete": []}
-    tests: dict[str, list[str]] = {name: [] for name in OUTCOMES}
-    without: list[str] = []
-    for path, run in runs:
-        parts = run.outcomes
-        selected = int(parts.get("selected") or 0)
-        out["selected"] = max(out["selected"], selected) if every else out["selected"] + selected
-        for name in OUTCOMES:
-            tests[name] += parts.get(name) or []
-        without += parts.get("without_result") or []
-        out["interrupted"] = out["interrupted"] or parts.get("interrupted")
-        out["incomplete"] += [f"{path}: {reason}" for reason in parts.get("incomplete") or []]
-    if every:
-        failed = set().union(*(tests[name] for name in OUTCOMES if name != "passed"))
-        tests["passed"] = [test for test in tests["passed"] if test not in failed]
-        tests = {name: list(set(found)) for name, found in tests.items()}
-        without = list(set(without))
+    each = [(path, run.outcomes or RunOutcomes()) for path, run in runs]
+    selected = [outcomes.selected for _, outcomes in each]
+    joined: dict[str, Any] = {}  # each outcome's tests
     for name in OUTCOMES:
-        out[name] = sorted(tests[name])
-    out["without_result"] = sorted(without) if every else without
-    return out
+        found = [t for _, outcomes in each for t in outcomes.of(name)]
+        joined[name] = tuple(sorted(set(found) if every else found))
+    without = [t for _, outcomes in each for t in outcomes.without_result]
+    out = RunOutcomes(
+        selected=max(selected, default=0) if every else sum(selected),
+        **joined,
+        without_result=tuple(sorted(set(without)) if every else without),
+        interrupted=next((o.interrupted for _, o in each if o.interrupted), None),
+        incomplete=tuple(f"{path}: {reason}" for path, o in each for reason in o.incomplete),
+    )
+    if not every:
+        return out
+    other = {t for name in OUTCOMES if name != "passed" for t in out.of(name)}
+    return replace(out, passed=tuple(t for t in out.passed if t not in other))

@@ -146,16 +146,54 @@ class Comparison:
     def as_dict(self) -> dict[str, Any]:
         """Plain data (the interval a list) for a test report's ``user_properties``, which
         pytest-xdist sends from the worker to the controller."""
-        data = asdict(self)
-        data["ci"] = list(self.ci)
-        return data
+        return {**asdict(self), "ci": list(self.ci)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
         """The inverse of ``as_dict``."""
-        fields = dict(data)
-        fields["ci"] = tuple(fields["ci"])
-        return cls(**fields)
+        low, high = data["ci"]
+        return cls(**{**data, "ci": (low, high)})
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One test's comparison with the baseline, as the pytest gate makes it on the process
+    that ran the test (``plumbing/gating.py``): its ``key``, its ``status`` (``compared``,
+    ``new`` or ``error``), its comparisons, the ``problems`` that fail it (regressions, or why
+    it could not be compared), the gates that could miss a drop beyond their tolerance
+    (``underpowered``) and the differences allowed (``notes``)."""
+
+    key: Key
+    status: str = "compared"
+    comparisons: tuple[Comparison, ...] = ()
+    problems: tuple[str, ...] = ()
+    underpowered: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for the test's report, which pytest-xdist sends from the worker to the
+        controller."""
+        return {
+            "key": list(self.key),
+            "status": self.status,
+            "comparisons": [c.as_dict() for c in self.comparisons],
+            "problems": list(self.problems),
+            "underpowered": list(self.underpowered),
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CaseOutcome:
+        """The inverse of ``as_dict``."""
+        suite, method, size = data["key"]
+        return cls(
+            key=(suite, method, size),
+            status=str(data["status"]),
+            comparisons=tuple(Comparison.from_dict(c) for c in data["comparisons"]),
+            problems=tuple(data["problems"]),
+            underpowered=tuple(data["underpowered"]),
+            notes=tuple(data["notes"]),
+        )
 
 
 def compare_runs(

@@ -33,6 +33,7 @@ from typing import Any
 from pytest_prefalign.analysis import catalogue, comparable, crisis
 from pytest_prefalign.analysis.figures import figures
 from pytest_prefalign.analysis.merge import result_order
+from pytest_prefalign.runs.header import FoldFile, RunConfig
 from pytest_prefalign.runs.parts import (
     Counts,
     CrossFit,
@@ -40,6 +41,7 @@ from pytest_prefalign.runs.parts import (
     Fingerprint,
     Guidance,
     Judge,
+    Model,
     Provenance,
     Strength,
 )
@@ -74,20 +76,21 @@ def pool(runs: Sequence[tuple[Path, RunFile]]) -> tuple[RunFile, list[str]]:
     first = runs[0][1]
     pooled.sort(key=result_order(first.config))
     tau, found = crisis.analyse(pooled)
-    models: dict[str, Any] = {}
+    models: dict[str, Model] = {}
     for _, run in runs:
         models.update(run.models)
     run_file = RunFile(
         results=pooled,
         created=max(run.created for _, run in runs),
         commit=first.commit,
-        config={
-            **{k: v for k, v in first.config.items() if k != "args"},
-            "pooled_folds": [
-                {"file": str(path), "fold": fold, "args": run.config.get("args")}
+        config=replace(
+            first.config or RunConfig(),
+            args=None,
+            pooled_folds=tuple(
+                FoldFile(str(path), fold, run.config.args if run.config else None)
                 for (path, run), fold in zip(runs, folds, strict=True)
-            ],
-        },
+            ),
+        ),
         models=models,
         tau=tau,
         crisis=found,

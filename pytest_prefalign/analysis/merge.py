@@ -10,11 +10,14 @@ data or environment, a shard missing or given twice, a test in two shards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_prefalign.analysis import comparable, crisis
+from pytest_prefalign.runs.header import OUTCOMES, RunConfig, ShardFile
+from pytest_prefalign.runs.parts import Model
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 
@@ -36,7 +39,7 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
     order = result_order(first.config)
     results.sort(key=order)
     tau, found = crisis.analyse(results)
-    models: dict[str, Any] = {}
+    models: dict[str, Model] = {}
     for _, run in runs:
         models.update(run.models)
     complete = all(run.complete for _, run in runs)
@@ -44,18 +47,12 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
         results=results,
         created=max(run.created for _, run in runs),
         commit=first.commit,
-        config={
-            **{k: v for k, v in first.config.items() if k not in ("args", "shard")},
-            "shard": None,
-            "merged": [
-                {
-                    "file": str(path),
-                    "shard": run.config.get("shard"),
-                    "args": run.config.get("args"),
-                }
-                for path, run in runs
-            ],
-        },
+        config=dataclasses.replace(
+            first.config or RunConfig(),
+            args=None,
+            shard=None,
+            merged=tuple(_shard_file(path, run.config) for path, run in runs),
+        ),
         models=models,
         tau=tau,
         crisis=found,
@@ -65,11 +62,18 @@ def merge(runs: Sequence[tuple[Path, RunFile]]) -> RunFile:
     )
 
 
+def _shard_file(path: Path, config: RunConfig | None) -> ShardFile:
+    """A shard's run file as the merged run names it."""
+    if config is None:
+        return ShardFile(str(path))
+    return ShardFile(str(path), config.shard, config.args)
+
+
 def _check_shards(runs: Sequence[tuple[Path, RunFile]]) -> None:
     shards: list[tuple[Path, int, int]] = []
     for path, run in runs:
-        shard = run.config.get("shard")
-        if not isinstance(shard, str) or "/" not in shard:
+        shard = run.config.shard if run.config else None
+        if shard is None or "/" not in shard:
             raise MergeError(f"{path}: not a shard's run file (run with --prefalign-shard K/N)")
         index, count = (int(part) for part in shard.split("/"))
         shards.append((path, index, count))
@@ -83,19 +87,16 @@ def _check_shards(runs: Sequence[tuple[Path, RunFile]]) -> None:
     )
 
 
-OWN = comparable.OUTCOMES  # a shard's own tests
-
-
 def _check_collected(runs: Sequence[tuple[Path, RunFile]]) -> None:
     """Every shard collected the same tests (its own, and those it left to the others): shards
     given other paths, ``-k`` or data would otherwise lose a group between them."""
     collected = []
     for path, run in runs:
-        shard = run.outcomes.get("shard") or {}
-        if "other_shards" not in shard:  # a run file that does not say: nothing to check
+        outcomes = run.outcomes
+        if outcomes is None or outcomes.shard is None:  # a file that does not say: no check
             return
-        own = {t for name in OWN for t in run.outcomes.get(name) or []}
-        collected.append((path, own | set(shard["other_shards"])))
+        own = {test for name in OUTCOMES for test in outcomes.of(name)}  # a shard's own tests
+        collected.append((path, own | set(outcomes.shard.other_shards)))
     (path0, first), rest = collected[0], collected[1:]
     for path, tests in rest:
         if tests != first:
@@ -123,18 +124,20 @@ def _joined(runs: Sequence[tuple[Path, RunFile]]) -> list[CaseResult]:
 
 def _same_run(one: CaseResult, other: CaseResult) -> set[str]:
     """What two shards' results must share: the environment, a size's model, a suite's data."""
-    return {
-        "environment",
-        *(["model"] if one.size == other.size else []),
-        *(["data"] if one.suite == other.suite else []),
-    }
+    kinds = {"environment"}
+    if one.size == other.size:
+        kinds.add("model")
+    if one.suite == other.suite:
+        kinds.add("data")
+    return kinds
 
 
-def result_order(config: dict[str, Any]):
+def result_order(config: RunConfig | None) -> Callable[[CaseResult], tuple[Any, ...]]:
     """A single run's order of results: by suite, size, then method as collected (a test of
-    the strength sweep after its method's own, by strength)."""
-    sizes = list(config.get("sizes") or [])
-    methods = list(config.get("methods") or [])
+    the strength sweep after its method's own, by strength; a run without its configuration:
+    by name)."""
+    sizes = list(config.sizes) if config else []
+    methods = list(config.methods) if config else []
 
     def key(result: CaseResult) -> tuple[Any, ...]:
         method = result.method.partition("@")[0]  # a swept test's: args[pref]@w=0.25

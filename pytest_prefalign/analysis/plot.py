@@ -12,8 +12,8 @@ from __future__ import annotations
 import io
 import math
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_prefalign.analysis import catalogue
@@ -35,23 +35,35 @@ def scatter_points(results: Sequence[CaseResult]) -> dict[tuple[str, str], list[
     return dict(sorted(points.items()))
 
 
-def scatter_extras(results: Sequence[CaseResult]) -> dict[tuple[str, str], dict[str, Any]]:
+@dataclass(frozen=True)
+class Extras:
+    """What a panel draws beside its points: each reward method's intervals of both figures
+    (``errors``: method -> (RM accuracy's, policy accuracy's), as error bars) and base's policy
+    accuracy (``base``, a reference line; None where the panel has no base row)."""
+
+    errors: Mapping[str, tuple[Sequence[float], Sequence[float]]] = field(default_factory=dict)
+    base: float | None = None
+
+
+def scatter_extras(results: Sequence[CaseResult]) -> dict[tuple[str, str], Extras]:
     """Per (suite, size): each reward method's intervals of both figures (error bars) and
     base's policy accuracy (a reference line)."""
     x, y = catalogue.x_metric(), catalogue.plotted()
-    extras: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"errors": {}})
+    errors: dict[tuple[str, str], dict[str, tuple[Sequence[float], Sequence[float]]]] = {}
+    bases: dict[tuple[str, str], float] = {}
     for row in results:
         key = (row.suite, row.size)
         if row.reward and x in row.ci and y in row.ci:
-            extras[key]["errors"][row.method] = (row.ci[x], row.ci[y])
-        if row.decoder == "base" and not row.reward and finite(row.metrics.get(y)):
-            extras[key]["base"] = row.metrics[y]
-    return dict(extras)
+            errors.setdefault(key, {})[row.method] = (row.ci[x], row.ci[y])
+        base = row.metrics.get(y)
+        if row.decoder == "base" and not row.reward and finite(base):
+            bases[key] = base
+    return {key: Extras(errors.get(key, {}), bases.get(key)) for key in {**errors, **bases}}
 
 
 def render_plot(
     points: dict[tuple[str, str], list[Point]],
-    extras: dict[tuple[str, str], dict[str, Any]] | None = None,
+    extras: dict[tuple[str, str], Extras] | None = None,
 ) -> tuple[bytes, list[tuple]]:
     """The PNG, and what was drawn read back from the figure: ``(panel title, label, x, y)``
     for every labelled point (so a test checks the figure, not the input). Raises ImportError
@@ -76,7 +88,7 @@ MARKER = 30  # the points' marker area, in points squared
 
 def plot_figure(
     points: dict[tuple[str, str], list[Point]],
-    extras: dict[tuple[str, str], dict[str, Any]] | None = None,
+    extras: dict[tuple[str, str], Extras] | None = None,
 ) -> Any:
     """The figure: one panel per (suite, size), its labels placed beside their points."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -93,7 +105,7 @@ def plot_figure(
                 fig.add_subplot(rows, cols, k + 1),
                 f"{suite} · {size}",
                 pts,
-                (extras or {}).get((suite, size), {}),
+                (extras or {}).get((suite, size), Extras()),
             ),
             pts,
         )
@@ -105,17 +117,17 @@ def plot_figure(
     return fig
 
 
-def _panel(ax: Any, title: str, pts: list[Point], extra: dict[str, Any]) -> Any:
+def _panel(ax: Any, title: str, pts: list[Point], extra: Extras) -> Any:
     xs, ys = [p[1] for p in pts], [p[2] for p in pts]
-    errors = extra.get("errors", {})
+    errors = extra.errors
     ends = [v for name, _, _ in pts for ci in errors.get(name, ()) for v in ci]
     lo = min(0.4, *xs, *ys, *ends) - 0.02
     hi = max(0.8, *xs, *ys, *ends) + 0.02
     ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="#999", label="policy = RM")
     ax.axhline(0.5, lw=0.6, color="#ccc")
     ax.axvline(0.5, lw=0.6, color="#ccc")
-    if "base" in extra:
-        ax.axhline(extra["base"], lw=1.0, ls=":", color="#c33", label="base policy accuracy")
+    if extra.base is not None:
+        ax.axhline(extra.base, lw=1.0, ls=":", color="#c33", label="base policy accuracy")
     for name, x, y in pts:
         if name in errors:
             (x_lo, x_hi), (y_lo, y_hi) = errors[name]

@@ -32,8 +32,10 @@ draws instead of the analysis's thousands: it is the rule that is simulated, not
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import typing
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ import numpy as np
 from pytest_prefalign.analysis import catalogue, claims, crisis, projection, stats, users
 from pytest_prefalign.analysis.metrics import finite, resample_counts
 from pytest_prefalign.analysis.selection import ICL_DECODERS, simultaneous_lower
+from pytest_prefalign.runs import parts
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 GRID = (10, 20, 40, 80, 160, 320, 640)  # the numbers of users simulated
@@ -84,7 +87,27 @@ class Curve:
         """The users needed with the Monte Carlo error behind them: the power (± its standard
         error) where the target is reached and at the number of users before, or that no
         number of the grid reaches it, with the power at the last."""
-        return needed_text(self.to_json())
+        grid, rates, errors, needed = self.grid, self.power, self.se, self.needed
+        per = f", {self.sims} runs each" if self.sims else ""
+        if needed is None:
+            last = f"{rates[-1]:.2f} ± {errors[-1]:.2f} at {grid[-1]}"
+            return f"more than {grid[-1]} (power {last}{per})"
+        at = grid.index(needed)
+        before = f"; {grid[at - 1]}: {rates[at - 1]:.2f} ± {errors[at - 1]:.2f}" if at else ""
+        return f"{needed} (power {rates[at]:.2f} ± {errors[at]:.2f}{before}{per})"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "curve") -> Curve:
+        """A curve as ``to_json`` wrote it (a power table's): each field read by its declared
+        type; ``needed`` follows from the others, and what a table writes beside a curve (its
+        suite, size and decoder) is the table's."""
+        hints = typing.get_type_hints(cls)
+        return cls(
+            **{
+                f.name: parts.read(hints[f.name], data[f.name], f"{where}: {f.name}")
+                for f in dataclasses.fields(cls)
+            }
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -116,18 +139,6 @@ class Figures:
 
     def drawn(self, users: np.ndarray) -> Figures:
         return Figures(self.values[:, users], self.weights[:, users])
-
-
-def needed_text(curve: Mapping[str, Any]) -> str:
-    """``Curve.needed_text`` of a curve as ``Curve.to_json`` writes it (a power table's)."""
-    grid, rates, errors = curve["grid"], curve["power"], curve["se"]
-    sims = curve.get("sims")
-    per = f", {sims} runs each" if sims else ""
-    if curve.get("needed") is None:
-        return f"more than {grid[-1]} (power {rates[-1]:.2f} ± {errors[-1]:.2f} at {grid[-1]}{per})"
-    at = list(grid).index(curve["needed"])
-    before = f"; {grid[at - 1]}: {rates[at - 1]:.2f} ± {errors[at - 1]:.2f}" if at else ""
-    return f"{curve['needed']} (power {rates[at]:.2f} ± {errors[at]:.2f}{before}{per})"
 
 
 def _means(values: np.ndarray, weights: np.ndarray) -> np.ndarray:

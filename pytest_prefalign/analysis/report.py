@@ -24,7 +24,13 @@ from tabulate import tabulate
 
 from pytest_prefalign import storage
 from pytest_prefalign.analysis import catalogue, claims, family, power, spread, summary, table
-from pytest_prefalign.analysis.plot import Point, render_plot, scatter_extras, scatter_points
+from pytest_prefalign.analysis.plot import (
+    Extras,
+    Point,
+    render_plot,
+    scatter_extras,
+    scatter_points,
+)
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.entries import (
     CircularEntry,
@@ -80,7 +86,7 @@ def write_report(run: RunFile, out_dir: Path, power_sims: int = 0) -> Path:
 def _plot_section(
     points: dict[tuple[str, str], list[Point]],
     out_dir: Path,
-    extras: dict[tuple[str, str], dict[str, Any]],
+    extras: dict[tuple[str, str], Extras],
 ) -> str:
     if not points:
         return '<p class="note">No reward method has both RM and policy accuracy: no plot.</p>'
@@ -144,10 +150,11 @@ def render_page(
 
 def _meta(run: RunFile) -> str:
     parts = [f"created {run.created or '?'}", f"commit {run.commit or '-'}"]
+    config = run.config.to_json() if run.config else {}
     for key in ("sizes", "limit", "reduce", "seed"):
-        if key in run.config:
-            parts.append(f"{key} {run.config[key]}")
-    parts += [f"{size}: {m.get('name', '?')}" for size, m in sorted(run.models.items())]
+        if key in config:
+            parts.append(f"{key} {config[key]}")
+    parts += [f"{size}: {m.name or '?'}" for size, m in sorted(run.models.items())]
     return f'<p class="meta">{html.escape(" · ".join(str(p) for p in parts))}</p>'
 
 

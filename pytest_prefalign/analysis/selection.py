@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,21 @@ ICL_DECODERS = ("icl", "icl_rag")
 ALPHA = 0.05
 
 Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Paired:
+    """``a - b`` on one metric over the users both rows have (``paired``): ``diff``, its
+    interval ``ci`` with users resampled (a description; None without shared users),
+    ``n_users``, the sign-flip ``test`` and its ``p_value`` (None without shared users), and
+    the ``verdict`` at that p-value alone."""
+
+    diff: float
+    ci: Sequence[float] | None
+    n_users: int
+    test: str
+    p_value: float | None
+    verdict: str
 
 
 @dataclass(frozen=True)
@@ -222,23 +237,21 @@ def icl_verdict(entry: IclEntry, p_value: float | None) -> str:
     return verdict(entry.icl, entry.rgd, entry.metric, diff, p_value, entry.n_users)
 
 
-def paired(a: CaseResult, b: CaseResult, metric: str, n_boot: int = users.N_BOOT) -> Row:
-    """``a - b`` on ``metric`` over the users both rows have: ``diff``, its interval ``ci``
-    with users resampled (a description), ``n_users``, the sign-flip ``p_value`` over users,
-    and the ``verdict`` at that p-value alone."""
+def paired(a: CaseResult, b: CaseResult, metric: str, n_boot: int = users.N_BOOT) -> Paired:
+    """``a - b`` on ``metric`` over the users both rows have, tested by sign flips over users."""
     diff, ci, n = users.difference(a, b, metric, n_boot)
     p_value, exact = None, True
     if n:
         _, d, w = users.paired_differences(a, b, metric)
         p_value, exact = stats.sign_flip(d.tolist(), w.tolist())
-    return {
-        "diff": diff,
-        "ci": ci,
-        "n_users": n,
-        "test": "exact sign flip over users" if exact else "sign flip over users (sampled)",
-        "p_value": p_value,
-        "verdict": verdict(a.method, b.method, metric, diff, p_value, n),
-    }
+    return Paired(
+        diff=diff,
+        ci=ci,
+        n_users=n,
+        test="exact sign flip over users" if exact else "sign flip over users (sampled)",
+        p_value=p_value,
+        verdict=verdict(a.method, b.method, metric, diff, p_value, n),
+    )
 
 
 def verdict(a: str, b: str, metric: str, diff: float, p_value: float | None, n_users: int) -> str:
@@ -287,7 +300,7 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[RowCompa
                         b=b,
                         value_a=rows[a].metrics.get(metric.name),
                         value_b=rows[b].metrics.get(metric.name),
-                        **paired(rows[a], rows[b], metric.name),
+                        **asdict(paired(rows[a], rows[b], metric.name)),
                     )
                 )
     if not found:

@@ -51,7 +51,7 @@ def parse_threshold(text: str) -> Threshold:
     match = _THRESHOLD.fullmatch(text.strip().replace(" ", ""))
     if not match:
         raise argparse.ArgumentTypeError(f"invalid threshold {text!r}: expected {form()}")
-    metric, unit = match["metric"], match["unit"]
+    metric, unit = match.group("metric", "unit")
     if metric not in catalogue.gateable():
         raise argparse.ArgumentTypeError(
             f"unknown metric {metric!r} in {text!r}: expected {form()}"
@@ -60,9 +60,9 @@ def parse_threshold(text: str) -> Threshold:
         got = f"unit {unit!r}" if unit else "no unit"
         raise argparse.ArgumentTypeError(
             f"invalid threshold {text!r} ({got}): give the tolerance in percentage points, "
-            f"{metric}:{match['number']}pp"
+            f"{metric}:{match.group('number')}pp"
         )
-    return Threshold(metric, float(match["number"]))
+    return Threshold(metric, float(match.group("number")))
 
 
 def parse_thresholds(text: str) -> list[Threshold]:

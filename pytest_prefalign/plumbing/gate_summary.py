@@ -4,18 +4,18 @@ the controller, from the outcomes the tests carried to it: rendering only."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     import pytest
 
-    from pytest_prefalign.analysis.compare import Comparison, Threshold
+    from pytest_prefalign.analysis.compare import CaseOutcome, Comparison, Threshold
 
 
 class Compared(Protocol):
     """What the summary reads of the gating plugin (``gating.Gating``)."""
 
-    outcomes: list[dict[str, Any]]  # one per test that produced a result
+    outcomes: list[CaseOutcome]  # one per test that produced a result
     thresholds: list[Threshold]
     alpha: float
     allow: frozenset[str]
@@ -30,11 +30,9 @@ def summarise(
     """Every comparison with baseline ``name`` (file ``path``) in one table (regressions in
     red), then the gates (per test: ``marker`` markers), what could not be compared, what was
     allowed or is new, the underpowered gates, and what fails the run as a whole."""
-    from pytest_prefalign.analysis.compare import Comparison
-
     tr.write_sep("=", f"prefalign comparison with baseline {name}")
-    outcomes: list[dict[str, Any]] = sorted(gating.outcomes, key=lambda o: o["key"])
-    comparisons = [Comparison.from_dict(c) for o in outcomes for c in o["comparisons"]]
+    outcomes = sorted(gating.outcomes, key=lambda o: o.key)
+    comparisons = [c for o in outcomes for c in o.comparisons]
     if comparisons:
         _write_table(tr, comparisons)
     else:
@@ -48,11 +46,11 @@ def summarise(
         red=bool(regressed),
     )
     for outcome in outcomes:
-        if outcome["status"] == "error":
-            tr.write_line(f"not compared, failed: {'; '.join(outcome['problems'])}", red=True)
-        for note in outcome.get("notes", []):
+        if outcome.status == "error":
+            tr.write_line(f"not compared, failed: {'; '.join(outcome.problems)}", red=True)
+        for note in outcome.notes:
             tr.write_line(note, yellow=True)
-        for message in outcome.get("underpowered", []):
+        for message in outcome.underpowered:
             tr.write_line(message, yellow=gating.power == "warn", red=gating.power == "fail")
     for note in gating.run_notes:
         tr.write_line(note, yellow=True)

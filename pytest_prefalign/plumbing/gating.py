@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -26,7 +26,7 @@ from pytest_prefalign.plumbing.collect import carry
 from pytest_prefalign.plumbing.workers import is_worker
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.analysis.compare import Threshold
+    from pytest_prefalign.analysis.compare import CaseOutcome, Threshold
     from pytest_prefalign.runs.records import CaseResult, Key, RunFile
 
 T = TypeVar("T")
@@ -191,7 +191,7 @@ class Gating:
         )
         self.power: str = _ini_or_option(config, "prefalign_compare_power", parse_power, "warn")
         self.baseline = None if compare is None else _load(config, compare)
-        self.outcomes: list[dict[str, Any]] = []  # controller: one per compared test
+        self.outcomes: list[CaseOutcome] = []  # controller: one per compared test
         self.run_problems: list[str] = []  # controller: what fails the run as a whole
         self.run_notes: list[str] = []
         self.saved: Path | None = None
@@ -205,12 +205,12 @@ class Gating:
         outcome = compare_result(
             self.baseline, item, result, self.thresholds, self.alpha, self.allow
         )
-        carry(item, PROPERTY, outcome)  # plain data: it travels to the controller
+        carry(item, PROPERTY, outcome.as_dict())  # plain data: it travels to the controller
         if self.power == "fail":
-            return [*outcome["problems"], *outcome["underpowered"]] or None
-        for message in outcome["underpowered"]:  # in the warnings summary, under the test's id
+            return [*outcome.problems, *outcome.underpowered] or None
+        for message in outcome.underpowered:  # in the warnings summary, under the test's id
             warnings.warn_explicit(PrefalignWarning(message), PrefalignWarning, "prefalign", 0)
-        return outcome["problems"] or None
+        return list(outcome.problems) or None
 
     # -- on the controller --------------------------------------------------------------------
 
@@ -219,8 +219,11 @@ class Gating:
             return
         value = getattr(report, PROPERTY, None)
         if isinstance(value, dict):  # a test run again counts once, as in the run file
-            self.outcomes = [o for o in self.outcomes if o["key"] != value["key"]]
-            self.outcomes.append(value)
+            from pytest_prefalign.analysis.compare import CaseOutcome
+
+            outcome = CaseOutcome.from_dict(value)
+            self.outcomes = [o for o in self.outcomes if o.key != outcome.key]
+            self.outcomes.append(outcome)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """What fails the run as a whole (nothing compared; with gates, a baseline test this
@@ -337,48 +340,37 @@ def compare_result(
     thresholds: list[Threshold],
     alpha: float,
     allow: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
-    """A test's outcome as plain data: ``key``, ``status`` (``compared``, ``new`` or
-    ``error``), ``comparisons`` (``Comparison.as_dict()``), ``problems`` (messages that fail
-    the test: regressions, or why the comparison could not be made), ``underpowered`` (gates
-    that could miss a drop beyond their tolerance) and ``notes`` (allowed differences)."""
+) -> CaseOutcome:
+    """The test's comparison with the baseline (``compare.CaseOutcome``)."""
     from pytest_prefalign.analysis import compare
+    from pytest_prefalign.analysis.compare import CaseOutcome
     from pytest_prefalign.runs.records import RunFile
 
     key = result.key
-    outcome: dict[str, Any] = {
-        "key": list(key),
-        "status": "compared",
-        "comparisons": [],
-        "problems": [],
-        "underpowered": [],
-        "notes": [],
-    }
     old = baseline.runs.get(key)
     if old is None:  # a new test is not a regression; the summary lists it
-        return {**outcome, "status": "new"}
+        return CaseOutcome(key, "new")
     cannot = f"cannot compare with baseline {baseline.name!r}"
     try:
         overrides = {key: marker_thresholds(item)}
     except argparse.ArgumentTypeError as exc:
-        return {**outcome, "status": "error", "problems": [f"{cannot}: {exc}"]}
+        return CaseOutcome(key, "error", problems=(f"{cannot}: {exc}",))
     verdict = compare.judge(
         old, RunFile([result]), thresholds, alpha=alpha, allow=allow, overrides=overrides,
         whole_run=False,
     )  # fmt: skip
     if verdict.errors:
-        return {
-            **outcome,
-            "status": "error",
-            "problems": [f"{cannot}: {e}" for e in verdict.errors],
-        }
-    outcome["comparisons"] = [c.as_dict() for c in verdict.comparisons]
-    outcome["problems"] = [
-        f"regression against baseline {baseline.name!r}: {c.message()}" for c in verdict.regressions
-    ]
-    outcome["underpowered"] = [c.power_message() for c in verdict.underpowered]
-    outcome["notes"] = verdict.notes
-    return outcome
+        return CaseOutcome(key, "error", problems=tuple(f"{cannot}: {e}" for e in verdict.errors))
+    return CaseOutcome(
+        key,
+        comparisons=tuple(verdict.comparisons),
+        problems=tuple(
+            f"regression against baseline {baseline.name!r}: {c.message()}"
+            for c in verdict.regressions
+        ),
+        underpowered=tuple(c.power_message() for c in verdict.underpowered),
+        notes=tuple(verdict.notes),
+    )
 
 
 def marker_thresholds(item: pytest.Item) -> list[Threshold]:

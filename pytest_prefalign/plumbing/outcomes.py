@@ -13,6 +13,7 @@ import pytest
 
 from pytest_prefalign.plumbing.collect import RESULT, CaseItem
 from pytest_prefalign.plumbing.workers import is_worker
+from pytest_prefalign.runs.header import RunOutcomes, ShardTests
 
 DESELECTED = "prefalign_deselected"  # the workeroutput key of a worker's deselected tests
 
@@ -84,7 +85,7 @@ class Outcomes:
 
     # -- the run file's part ------------------------------------------------------------------
 
-    def summary(self) -> tuple[bool, dict[str, Any]]:
+    def summary(self) -> tuple[bool, RunOutcomes]:
         """``(complete, outcomes)``: complete when the run was not interrupted, nothing was
         deselected (other than the tests of other shards), and every selected test ran and
         left a result (a test failed by a floor or a gate keeps its result; one that errored,
@@ -100,17 +101,18 @@ class Outcomes:
                 reasons.append(f"{len(ids)} test(s) {what}")
         if no_result:
             reasons.append(f"{len(no_result)} test(s) without a result ({_kinds(no_result, by)})")
-        outcomes: dict[str, Any] = {
-            "selected": len(self.selected),
-            **by,
-            "deselected": sorted(self.deselected),
-            "not_run": not_run,
-            "without_result": no_result,
-            "interrupted": self.interrupted,
-            "incomplete": reasons,
-        }
-        if self.shard:
-            outcomes["shard"] = {"shard": self.shard[0], "other_shards": sorted(self.shard[1])}
+        tests: dict[str, Any] = {kind: tuple(ids) for kind, ids in by.items()}  # of _KINDS
+        shard = ShardTests(self.shard[0], tuple(sorted(self.shard[1]))) if self.shard else None
+        outcomes = RunOutcomes(
+            selected=len(self.selected),
+            **tests,
+            deselected=tuple(sorted(self.deselected)),
+            not_run=tuple(not_run),
+            without_result=tuple(no_result),
+            interrupted=self.interrupted,
+            incomplete=tuple(reasons),
+            shard=shard,
+        )
         return not reasons, outcomes
 
 
@@ -122,6 +124,7 @@ def _kinds(ids: list[str], by: dict[str, list[str]]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
 
 
-def describe(outcomes: dict[str, Any]) -> str:
+def describe(outcomes: RunOutcomes | None) -> str:
     """One line: why a run is incomplete."""
-    return "; ".join(outcomes.get("incomplete") or ["no record of its tests' outcomes"])
+    reasons = outcomes.incomplete if outcomes is not None else ()
+    return "; ".join(reasons or ["no record of its tests' outcomes"])

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_prefalign import portable
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from pytest_prefalign.plumbing.options import Settings
     from pytest_prefalign.registry import MethodName
+    from pytest_prefalign.runs.header import RunOutcomes
     from pytest_prefalign.runs.records import CaseResult, RunFile
 
 
@@ -47,45 +48,46 @@ def build(
     settings: Settings,
     methods: list[MethodName],
     results: list[CaseResult],
-    outcomes: tuple[bool, dict[str, Any]],
+    outcomes: tuple[bool, RunOutcomes],
     data_dir: Path | None,
 ) -> RunFile:
     """The run file: every result, and the crisis analysis computed once; ``outcomes`` is
     ``Outcomes.summary()``'s (complete, outcomes)."""
     from pytest_prefalign.analysis import crisis
     from pytest_prefalign.analysis.merge import result_order
+    from pytest_prefalign.runs.header import RunConfig, RunOutcomes
     from pytest_prefalign.runs.records import RunFile
 
-    # in a single run's order (suite, size, method as listed), not the order results came
-    # in, which under xdist depends on the scheduling: equal figures then rank alike
-    order = result_order({"methods": [str(m) for m in methods], "sizes": settings.sizes})
-    ordered = sorted(results, key=order)
-    tau, found = crisis.analyse(ordered)
-    complete, what_became = outcomes
     rootdir = Path(config.rootpath)
     # no path of this machine: the command line's paths from their roots, named once
     roots = portable.machine_roots(data=data_dir, rootdir=rootdir)
+    run_config = RunConfig(
+        methods=tuple(str(m) for m in methods),
+        sizes=tuple(settings.sizes),
+        limit=settings.limit,
+        reduce=settings.reduce,
+        seed=settings.seed,
+        guidance=settings.guidance,
+        options=tuple(str(a) for a in settings.assignments),
+        args=tuple(portable.relative(list(config.invocation_params.args), roots)),
+        shard=str(settings.shard) if settings.shard else None,
+        roots=dict(portable.NAMES),
+    )
+    # in a single run's order (suite, size, method as listed), not the order results came
+    # in, which under xdist depends on the scheduling: equal figures then rank alike
+    ordered = sorted(results, key=result_order(run_config))
+    tau, found = crisis.analyse(ordered)
+    complete, what_became = outcomes
     return RunFile(
         results=ordered,
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         commit=git_commit(rootdir),
-        config={
-            "methods": [str(m) for m in methods],
-            "sizes": settings.sizes,
-            "limit": settings.limit,
-            "reduce": settings.reduce,
-            "seed": settings.seed,
-            "guidance": settings.guidance,
-            "options": [str(a) for a in settings.assignments],
-            "args": portable.relative(list(config.invocation_params.args), roots),
-            "shard": str(settings.shard) if settings.shard else None,
-            "roots": dict(portable.NAMES),
-        },
-        models={r.size: r.model.to_json() for r in results},
+        config=run_config,
+        models={r.size: r.model for r in results},
         tau=tau,
         crisis=found,
         complete=complete,
-        outcomes=portable.relative(what_became, roots),
+        outcomes=RunOutcomes.from_json(portable.relative(what_became.to_json(), roots)),
     )
 
 

@@ -4,13 +4,14 @@ provenance, the cached values used, and the per-pair and per-item records; and t
 (de)serialisation.
 
 Each part is a frozen dataclass written as one JSON object whose keys are its fields, in
-declaration order (a field's ``key`` metadata names the key where the file's name is not a
-Python name: the environment's ``pytest-prefalign``, the judge's ``self``). ``from_json`` reads
-the object by the fields' declared types: a part, a part or null, a tuple of parts, a mapping
-of names to values; a key no field names is refused, unless the part has a ``rest`` field,
-which holds what a suite, a method or a plugin adds beside the fields the analysis reads (the
-suite's own provenance, a record's measured fields), written back after the others. What an
-older file wrote otherwise is the reader's to upgrade (``runs/records.py``).
+declaration order (a field made by ``key`` is written under a key that is not a Python name: the
+environment's ``pytest-prefalign``, the judge's ``self``; one made by ``absent``, a key a file
+may lack, is left out where it is None). ``from_json`` reads the object by the fields' declared
+types: a part, a part or null, a tuple of parts, a mapping of names to values; a key no field
+names is refused, unless the part has a ``rest`` field, which holds what a suite, a method or a
+plugin adds beside the fields the analysis reads (the suite's own provenance, a record's
+measured fields), written back after the others. What an older file wrote otherwise is the
+reader's to upgrade (``runs/records.py``).
 """
 
 from __future__ import annotations
@@ -33,14 +34,33 @@ class PartError(ValueError):
     """A part of a result that cannot be read; the message names where and the key."""
 
 
+@dataclass(frozen=True)
+class Written:
+    """How a field of a part is written: under ``key`` (None: its name), as the keys no other
+    field names (``rest``), or left out where it is None (``omitted``)."""
+
+    key: str | None = None
+    rest: bool = False
+    omitted: bool = False
+
+
+WRITTEN = "prefalign"  # the metadata entry of a field that holds its ``Written``
+PLAIN = Written()  # a field written under its name
+
+
 def key(name: str) -> Any:
     """A field written under another key than its name."""
-    return field(default=None, metadata={"key": name})
+    return field(default=None, metadata={WRITTEN: Written(key=name)})
 
 
 def rest() -> Any:
     """The field that holds the keys no other field names, as read."""
-    return field(default_factory=dict, metadata={"rest": True})
+    return field(default_factory=dict, metadata={WRITTEN: Written(rest=True)})
+
+
+def absent() -> Any:
+    """A field for a key that a file may lack: None where it does, and then not written."""
+    return field(default=None, metadata={WRITTEN: Written(omitted=True)})
 
 
 @dataclass(frozen=True)
@@ -51,11 +71,11 @@ class Part:
         out: dict[str, Any] = {}
         extra: Mapping[str, Any] = {}
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.metadata.get("rest"):
+            value, how = getattr(self, f.name), _written(f)
+            if how.rest:
                 extra = value
-            else:
-                out[_key(f)] = plain(value)
+            elif value is not None or not how.omitted:
+                out[how.key or f.name] = plain(value)
         return {**out, **{k: plain(v) for k, v in extra.items()}}
 
     @classmethod
@@ -87,11 +107,11 @@ def _plan(cls: type) -> tuple[list[tuple[str, str, Reader, bool]], tuple[str, Re
     hints = typing.get_type_hints(cls)
     fields, extra = [], None
     for f in dataclasses.fields(cls):
-        if f.metadata.get("rest"):
+        if _written(f).rest:
             extra = (f.name, _reader(hints[f.name]))
             continue
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        fields.append((f.name, _key(f), _reader(hints[f.name]), required))
+        fields.append((f.name, _written(f).key or f.name, _reader(hints[f.name]), required))
     return fields, extra
 
 
@@ -100,8 +120,9 @@ def _plan(cls: type) -> tuple[list[tuple[str, str, Reader, bool]], tuple[str, Re
 # --------------------------------------------------------------------------------------------
 
 
-def _key(f: dataclasses.Field[Any]) -> str:
-    return f.metadata.get("key") or f.name
+def _written(f: dataclasses.Field[Any]) -> Written:
+    found: Written = f.metadata.get(WRITTEN, PLAIN)
+    return found
 
 
 def plain(value: Any) -> Any:

@@ -6,16 +6,17 @@ Layout (docs/usage.md): ``{"version", "created", "commit", "config", "models", "
 ``NAME.json``, with the per-pair and per-item records also beside it as ``NAME.pairs.jsonl`` and
 ``NAME.items.jsonl``. ``tau`` and ``crisis`` hold the analysis computed once when the run ended,
 which the summary, the report and later commands read instead of computing it again; their
-typed records, and how each is written and read, are ``runs/entries.py``'s.
+typed records, and how each is written and read, are ``runs/entries.py``'s; ``config`` and
+``outcomes`` are typed parts (``runs/header.py``).
 
 Version 2 added what a regression gate needs to know that two runs are comparable, and the
-provenance of each row: per result, the data fingerprint (``data["fingerprint"]``), the model's
-weights (``model["weights"]``), the environment (``environment``: versions, device, dtype) and
+provenance of each row: per result, the data fingerprint (``data.fingerprint``), the model's
+weights (``model.weights``), the environment (``environment``: versions, device, dtype) and
 the reward method's ``fingerprint()``, package and version; per record, a ``digest`` of the pair
 or item it was computed on. Version 1 files are still read; they lack these fields, and a check
 that needs one says so (analysis/comparable.py).
 
-A result's ``data["faults"]`` names every record of the data dropped or altered for a fault
+A result's ``data.faults`` names every record of the data dropped or altered for a fault
 (``api.fault``: file, line, id, field, reason, rule). Added within version 2: a file without it
 reads as one whose data had no fault named; where present it is checked.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from typing import Any
 from pytest_prefalign import storage
 from pytest_prefalign.runs import entries, parts
 from pytest_prefalign.runs.entries import Crisis, TauEntry
+from pytest_prefalign.runs.header import RunConfig, RunOutcomes
 from pytest_prefalign.runs.parts import (
     CacheUse,
     Data,
@@ -64,6 +66,7 @@ class RunFileError(ValueError):
 
 Option = Scalar | tuple[Scalar, ...]  # a decoder option's value (pooled: each fold's)
 RECORDS = ("pairs", "items")  # the fields a result's row leaves to the record files
+KINDS = (("pairs", PairRecord), ("items", ItemRecord))  # each record file's records
 PARTS = ("judge", "model", "data", "environment", "guidance", "settings", "cache", *RECORDS)
 
 
@@ -181,11 +184,9 @@ class CaseResult:
                     values[f.name] = parts.read(hints[f.name], row[f.name], f"{where}: {f.name}")
         except parts.PartError as exc:
             raise RunFileError(str(exc)) from None
-        return cls(
-            **values,
-            pairs=_records(records.get("pairs"), PairRecord, f"{where}: records.pairs"),
-            items=_records(records.get("items"), ItemRecord, f"{where}: records.items"),
-        )
+        for name, kind in KINDS:
+            values[name] = _records(records.get(name), kind, f"{where}: records.{name}")
+        return cls(**values)
 
     def with_records(self, pairs: Iterable[PairRecord], items: Iterable[ItemRecord]) -> CaseResult:
         """The result with these records added to its own."""
@@ -195,13 +196,15 @@ class CaseResult:
 @dataclass
 class RunFile:
     """A whole run: its configuration, every test's result with its records, and the analysis
-    computed once at the end (``tau``, ``crisis``)."""
+    computed once at the end (``tau``, ``crisis``). ``config`` and ``outcomes`` are None where
+    the run recorded none (``runs/header.py``); either given as its JSON object is read as its
+    part."""
 
     results: list[CaseResult]
     created: str = ""
     commit: str | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    models: dict[str, Any] = field(default_factory=dict)
+    config: RunConfig | None = None
+    models: dict[str, Model] = field(default_factory=dict)  # by size
     tau: Sequence[TauEntry] = ()
     crisis: Crisis = field(default_factory=Crisis.none)
     version: int = VERSION
@@ -209,7 +212,14 @@ class RunFile:
     # each test otherwise: interrupted, not run, failed, errors, skipped, deselected); a run
     # file written before this field existed reads as complete
     complete: bool = True
-    outcomes: dict[str, Any] = field(default_factory=dict)
+    outcomes: RunOutcomes | None = None
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(RunFile)
+        for name in ("config", "outcomes"):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                setattr(self, name, parts.read(hints[name], value, name))
 
     @property
     def pairs(self) -> list[PairRecord]:
@@ -231,13 +241,13 @@ class RunFile:
             "version": self.version,
             "created": self.created,
             "commit": self.commit,
-            "config": self.config,
-            "models": self.models,
+            "config": parts.plain(self.config) or {},
+            "models": parts.plain(self.models),
             "results": [r.row() for r in self.results],
             "tau": [entry.to_json() for entry in self.tau],
             "crisis": self.crisis.to_json(),
             "complete": self.complete,
-            "outcomes": self.outcomes,
+            "outcomes": parts.plain(self.outcomes) or {},
             "pairs": parts.plain(self.pairs),
             "items": parts.plain(self.items),
         }
@@ -267,7 +277,7 @@ class RunFile:
                 )
             by_key[result.key] = result
         found: dict[tuple[Key, str], list[parts.Record]] = {}
-        for section, kind in (("pairs", PairRecord), ("items", ItemRecord)):
+        for section, kind in KINDS:
             for record in _records(run.get(section), kind, f"{where}: {section}"):
                 key = (record.suite, record.method, record.size)
                 if key in by_key:
@@ -286,18 +296,25 @@ class RunFile:
             crisis = entries.crisis_from_json(run.get("crisis"), f"{where}: crisis")
         except entries.EntryError as exc:
             raise RunFileError(str(exc)) from None
-        return cls(
-            results=results,
-            created=str(run.get("created") or ""),
-            commit=run.get("commit"),
-            config=dict(run.get("config") or {}),
-            models=dict(run.get("models") or {}),
-            tau=tau,
-            crisis=crisis,
-            version=VERSION,
-            complete=_flag(run.get("complete", True), f"{where}: field 'complete'"),
-            outcomes=_object(run.get("outcomes") or {}, f"{where}: field 'outcomes'"),
-        )
+        return cls(results=results, tau=tau, crisis=crisis, version=VERSION, **_header(run, where))
+
+
+# the fields of a run file beside its results and its analysis, each read by its declared type
+HEADER = ("created", "commit", "config", "models", "complete", "outcomes")
+
+
+def _header(run: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``HEADER``'s fields of a run file's JSON, each read by its declared type (a key the
+    file lacks takes the field's default: an older file's absent part)."""
+    hints = typing.get_type_hints(RunFile)
+    try:
+        return {
+            name: parts.read(hints[name], run[name], f"{where}: field {name!r}")
+            for name in HEADER
+            if name in run
+        }
+    except parts.PartError as exc:
+        raise RunFileError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,67 +363,64 @@ def read(path: Path) -> RunFile:
 
 def upgrade(run: Mapping[str, Any]) -> dict[str, Any]:
     """A run file of an older version (its JSON) as version ``VERSION`` writes it: its
-    analysis entries in their current form (``_UPGRADES``); the rest is read as it was (the
-    keys version 2 added are optional, and a check that needs one says it is missing)."""
+    analysis entries in their current form (``TAU``, ``SECTIONS``); the rest is read as it was
+    (the keys version 2 added are optional, and a check that needs one says it is missing)."""
     crisis = dict(run.get("crisis") or {})
-    for name, upgraded in _UPGRADES.items():
+    for name, upgraded in SECTIONS.items():
         if name in crisis:
-            crisis[name] = [upgraded(dict(entry)) for entry in crisis[name] or []]
-    tau = [_tau(dict(entry)) for entry in run.get("tau") or []]
+            crisis[name] = [upgraded(entry) for entry in crisis[name] or []]
+    tau = [_lower_95(TAU(entry)) for entry in run.get("tau") or []]
     return {**run, "version": VERSION, "tau": tau, "crisis": crisis}
 
 
-def _tau(entry: dict[str, Any]) -> dict[str, Any]:
-    """A tau entry: its verdict once written as ``warning``; before ``lower_95`` was kept, the
-    interval's 2.5th percentile stands for it (the stricter bound); before ``n_users`` was,
-    none (the summary shows a dash)."""
-    warning = entry.pop("warning", None)
-    if not entry.get("verdict") and warning:
-        entry["verdict"] = str(warning)
-    if "lower_95" not in entry:
-        entry["lower_95"] = entry["ci"][0] if entry.get("ci") else None
-    entry.setdefault("n_users", None)
-    return entry
+@dataclass(frozen=True)
+class Upgrade:
+    """How an older analysis entry takes its current form: each key of ``renamed`` gives its
+    value (where it has one) to the current key it names, where that has none (absent, null or
+    empty); each key of ``dropped`` (a copy of another key) goes; each key of ``defaults`` an
+    older entry lacks reads as the value given."""
+
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    dropped: tuple[str, ...] = ()
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(entry)
+        for old, new in self.renamed.items():
+            value = out.pop(old, None)
+            if value not in (None, "") and out.get(new) in (None, ""):
+                out[new] = value
+        for name in self.dropped:
+            out.pop(name, None)
+        for name, value in self.defaults.items():
+            out.setdefault(name, value)
+        return out
 
 
-def _inversion(entry: dict[str, Any]) -> dict[str, Any]:
-    """An inversion stated ``significant`` beside ``fires``; before the inversions were
-    tested, every one written was stated."""
-    significant = entry.pop("significant", True)
-    entry.setdefault("fires", significant)
-    return entry
-
-
-def _dropped(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """An entry that kept a copy of ``fires`` under ``name``: the copy dropped."""
-
-    def upgraded(entry: dict[str, Any]) -> dict[str, Any]:
-        entry.pop(name, None)
-        return entry
-
-    return upgraded
-
-
-def _spread(entry: dict[str, Any]) -> dict[str, Any]:
-    """Before the spread flags were tested, every flag written was stated."""
-    entry.setdefault("fires", True)
-    return entry
-
-
-def _degenerate(entry: dict[str, Any]) -> dict[str, Any]:
-    """A degenerate row's p-value, first written as ``p``, then beside ``p_value``."""
-    p = entry.pop("p", None)
-    entry.setdefault("p_value", p)
-    return entry
-
-
-_UPGRADES = {
-    "inversions": _inversion,
-    "regret": _dropped("significant"),
-    "circular": _dropped("flag"),
-    "spread": _spread,
-    "degenerate": _degenerate,
+# a tau entry's verdict was once written as ``warning``; before ``n_users`` was kept, none
+# (the summary shows a dash)
+TAU = Upgrade(renamed={"warning": "verdict"}, defaults={"n_users": None})
+# each section of the crisis analysis: an inversion stated ``significant`` beside ``fires``
+# (before the inversions were tested, every one written was stated); a regret entry and a
+# circular one kept a copy of ``fires`` (``significant``, ``flag``); before the spread flags
+# were tested, every flag written was stated; a degenerate row's p-value was first written as
+# ``p``, then beside ``p_value``
+SECTIONS = {
+    "inversions": Upgrade(renamed={"significant": "fires"}, defaults={"fires": True}),
+    "regret": Upgrade(dropped=("significant",)),
+    "circular": Upgrade(dropped=("flag",)),
+    "spread": Upgrade(defaults={"fires": True}),
+    "degenerate": Upgrade(renamed={"p": "p_value"}, defaults={"p_value": None}),
 }
+
+
+def _lower_95(entry: dict[str, Any]) -> dict[str, Any]:
+    """A tau entry written before ``lower_95`` was kept: the interval's 2.5th percentile stands
+    for it (the stricter bound)."""
+    if "lower_95" in entry:
+        return entry
+    ci = entry.get("ci")
+    return {**entry, "lower_95": ci[0] if ci else None}
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,12 +432,6 @@ def _object(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise RunFileError(f"{where}: expected a JSON object, got {type(value).__name__}")
     return dict(value)
-
-
-def _flag(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise RunFileError(f"{where}: expected true or false, got {value!r}")
-    return value
 
 
 def _list(value: Any, where: str) -> list[Any]:
