@@ -20,6 +20,7 @@ from test_crisis import five, row, run_of, spread_users
 from pytest_prefalign.analysis import claims, crisis, selection, table
 from pytest_prefalign.analysis.merge import result_order
 from pytest_prefalign.plumbing import options
+from pytest_prefalign.runs.header import RunConfig
 from pytest_prefalign.runs.records import CaseResult
 
 # the small project's fixtures (tests/test_cache_plugin.py), the findings page's module
@@ -164,7 +165,7 @@ def test_the_findings_page_states_claims_one_and_two_per_strength(findings, tmp_
 def test_a_swept_row_follows_its_methods_own_in_a_runs_order() -> None:
     working = chosen([row("args[a]"), row("args[b]")])
     rows = [*swept(working, 4.0), *swept(working, 0.25), row("base"), *working]
-    order = result_order({"methods": ["base", "args[b]", "args[a]"], "sizes": ["135m"]})
+    order = result_order(RunConfig(methods=("base", "args[b]", "args[a]"), sizes=("135m",)))
     assert [r.method for r in sorted(rows, key=order)] == [
         "base",
         "args[b]",
