@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from test_gate import KEY, flipped, make_run
 
-from pytest_prefalign.analysis import comparable
+from pytest_prefalign.analysis import comparable, compare
 from pytest_prefalign.analysis.compare import (
     CaseOutcome,
     RunMismatch,
@@ -298,11 +298,11 @@ def test_a_gate_on_a_metric_no_shared_test_has_is_an_error() -> None:
     # as the tests' reports carry them to the controller
     outcomes = [CaseOutcome.from_dict(CaseOutcome(KEY, comparisons=gated).as_dict())]
     assert outcomes[0].comparisons == gated and gated
-    problems, _ = comparable.whole_run([KEY], outcomes, gates, ())
+    problems, _ = compare.gate_coverage([KEY], outcomes, gates, ())
     assert problems == verdict.errors
     # a test that could not be compared already fails the run, saying why
     failed = [CaseOutcome(KEY, "error", problems=("cannot compare",))]
-    assert comparable.whole_run([KEY], failed, gates, ())[0] == []
+    assert compare.gate_coverage([KEY], failed, gates, ())[0] == []
 
 
 def test_another_reduction_or_seed_is_refused_and_other_options_are_stated() -> None:

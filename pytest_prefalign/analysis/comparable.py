@@ -24,14 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_prefalign.runs.header import OUTCOMES, RunOutcomes
 from pytest_prefalign.runs.parts import Record, Release
 from pytest_prefalign.runs.records import CaseResult, Key, RunFile
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pytest_prefalign.analysis.compare import CaseOutcome
 
 # what may be allowed: other data under the same ids, another model, another environment, and
 # baseline tests missing from the current run
@@ -116,27 +113,6 @@ def coverage(
     if only_new:
         notes.append(f"new, not in the baseline: {_keys(only_new)}")
     return problems, notes
-
-
-def whole_run(
-    baseline: Iterable[Key],
-    outcomes: Sequence[CaseOutcome],
-    thresholds: Sequence[Any],
-    allow: Collection[str],
-) -> tuple[list[str], list[str]]:
-    """``coverage`` for the pytest gate, from its tests' outcomes and its run-wide
-    ``thresholds``."""
-    comparisons = [c for o in outcomes for c in o.comparisons]
-    # a test that could not be compared fails, saying why: no gate is idle then
-    failed = any(o.status == "error" for o in outcomes)
-    return coverage(
-        baseline,
-        [o.key for o in outcomes],
-        allow,
-        gated=bool(thresholds) or any(c.gated for c in comparisons),
-        gates=[] if failed else [str(t) for t in thresholds],
-        compared=[c.metric for c in comparisons],
-    )
 
 
 def idle_gates(gates: Iterable[str], compared: Iterable[str]) -> list[str]:

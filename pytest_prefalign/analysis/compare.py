@@ -16,7 +16,7 @@ compare`` call.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -436,3 +436,24 @@ def tolerance_text(tolerance: float) -> str:
 
 def p_text(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.3g}"
+
+
+def gate_coverage(
+    baseline: Iterable[Key],
+    outcomes: Sequence[CaseOutcome],
+    thresholds: Sequence[Any],
+    allow: Collection[str],
+) -> tuple[list[str], list[str]]:
+    """``coverage`` (``comparable``) for the pytest gate, from its tests' outcomes and its run-wide
+    ``thresholds``."""
+    comparisons = [c for o in outcomes for c in o.comparisons]
+    # a test that could not be compared fails, saying why: no gate is idle then
+    failed = any(o.status == "error" for o in outcomes)
+    return coverage(
+        baseline,
+        [o.key for o in outcomes],
+        allow,
+        gated=bool(thresholds) or any(c.gated for c in comparisons),
+        gates=[] if failed else [str(t) for t in thresholds],
+        compared=[c.metric for c in comparisons],
+    )

@@ -232,12 +232,12 @@ class Gating:
         are not this run's to compare."""
         if self.baseline is None or is_worker(self.config):
             return
-        from pytest_prefalign.analysis import comparable
+        from pytest_prefalign.analysis import compare
 
         sharding = self.config.pluginmanager.get_plugin("prefalign-shard")
         others = set(getattr(sharding, "left_keys", ()))  # other shards' tests: not this run's
         mine = [key for key in self.baseline.runs if tuple(key) not in others]
-        self.run_problems, self.run_notes = comparable.whole_run(
+        self.run_problems, self.run_notes = compare.gate_coverage(
             mine, self.outcomes, self.thresholds, self.allow
         )
         if self.run_problems and session.exitstatus == pytest.ExitCode.OK:
