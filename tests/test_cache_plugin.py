@@ -160,6 +160,13 @@ def write_ini(pytester: pytest.Pytester, model_line: str) -> None:
 def run(
     pytester: pytest.Pytester, methods: str, *args: str, out: str = "run.json"
 ) -> dict[str, Any]:
+    return run_with_output(pytester, methods, *args, out=out)[1]
+
+
+def run_with_output(
+    pytester: pytest.Pytester, methods: str, *args: str, out: str = "run.json"
+) -> tuple[pytest.RunResult, dict[str, Any]]:
+    """A run of the small project in this process, passing; its output and its run file."""
     from pytest_prefalign.runtime.models import clear_loaded
 
     clear_loaded()  # each run loads its model afresh, as a new process would
@@ -177,7 +184,7 @@ def run(
         *args,
     )
     assert result.ret == 0, result.stdout.str()
-    return json.loads((pytester.path / out).read_text())
+    return result, json.loads((pytester.path / out).read_text())
 
 
 def uses(run_file: dict[str, Any]) -> dict[tuple[str, str, str], bool]:

@@ -191,26 +191,9 @@ METHODS = "base,args[global_bt],args[my_rm]"
 
 
 def run(project: pytest.Pytester, *args: str, out: str = "run.json") -> tuple[Any, dict]:
-    from pytest_prefalign.runtime.models import clear_loaded
-
-    clear_loaded()  # each run loads its model afresh, as a new process would
-    result = project.runpytest_inprocess(
-        "--prefalign",
-        "toy",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "my_rm",
-        "--prefalign-methods",
-        METHODS,
-        "--prefalign-guidance",
-        "sweep",
-        "--prefalign-json",
-        out,
-        *args,
+    return cache_project.run_with_output(
+        project, METHODS, "--prefalign-guidance", "sweep", *args, out=out
     )
-    assert result.ret == 0, result.stdout.str()
-    return result, json.loads((project.path / out).read_text())
 
 
 def test_sweep_collects_one_test_per_strength_beside_each_guided_methods_own(project):
