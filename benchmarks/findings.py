@@ -14,7 +14,8 @@ their intervals and the command that produced them:
 3. in-context learning against the best reward-guided method (the paper: ICL ahead from 3B on);
 and, beside them, whether any method beats the trivial baselines (``lead``, ``profile_copy``).
 
-    python benchmarks/findings.py [--limit 8] [--sizes 135m,270m] [--suites pref_lamp,polis]
+    python benchmarks/findings.py [--limit 8] [--sizes 135m,270m] [--suites pref_lamp,polis] \
+        [--guidance sweep]
     python benchmarks/findings.py --render-only     # again from the run files of the last runs
 
 Slow: every default method on real data (on 2 shared CPU cores, tens of minutes per suite).
@@ -154,6 +155,12 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=Path, metavar="DIR", help=f"keep the run files, compressed, in DIR ({KEPT})"
     )
+    parser.add_argument(
+        "--guidance",
+        choices=("chosen", "fixed", "sweep"),
+        help="each run's --prefalign-guidance (default: the suites' own); sweep: every reward "
+        "method also at the strength sweep's common strengths, beside its working point",
+    )
     args = parser.parse_args()
     runs_dir = Path(args.runs)
     index = runs_dir / "runs.json"
@@ -162,7 +169,7 @@ def main() -> None:
         runs_dir.mkdir(parents=True, exist_ok=True)
         for size in args.sizes.split(","):
             for suite in args.suites.split(","):
-                done = run_one(suite, size, args.limit, runs_dir)
+                done = run_one(suite, size, args.limit, runs_dir, args.guidance)
                 done.invocation = invocation(sys.argv[1:])
                 # written under a lock: several invocations (one per shard of the work) may run
                 # at once and each adds its own runs to the same index
@@ -190,7 +197,10 @@ def size_missing(size: str) -> str:
     return ""
 
 
-def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
+def run_one(suite: str, size: str, limit: int, runs_dir: Path, guidance: str | None = None) -> Run:
+    """One (suite, size)'s run (a folded suite's folds, pooled), at ``guidance`` (the
+    ``--prefalign-guidance`` given to pytest; None: the suite's own)."""
+    extra = ["--prefalign-guidance", guidance] if guidance else []
     missing = size_missing(size)
     if missing:
         print(f"{suite} {size}: skipped: {missing}", file=sys.stderr)
@@ -198,9 +208,9 @@ def run_one(suite: str, size: str, limit: int, runs_dir: Path) -> Run:
     path = runs_dir / f"{suite}-{size}.json"
     path.unlink(missing_ok=True)  # a run file left by an earlier run must not pass for this one
     if suite in FOLDED:
-        return run_folded(suite, size, limit, runs_dir, FOLDED[suite])
+        return run_folded(suite, size, limit, runs_dir, FOLDED[suite], extra)
     folder, methods = CONTROLS.get(suite, (f"suites/{suite}", ""))
-    argv = pytest_argv(folder, size, limit, methods)
+    argv = pytest_argv(folder, size, limit, methods, *extra)
     print(f"{suite} {size}: {shlex.join(argv(str(path)))}", file=sys.stderr, flush=True)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     start = time.perf_counter()
@@ -234,7 +244,14 @@ def pytest_argv(folder: str, size: str, limit: int, methods: str, *extra: str):
     return argv
 
 
-def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple[str, ...]) -> Run:
+def run_folded(
+    suite: str,
+    size: str,
+    limit: int,
+    runs_dir: Path,
+    folders: tuple[str, ...],
+    extra: list[str] | None = None,
+) -> Run:
     """A cross-fitted suite's runs: one pytest process per fold folder, side by side (the cores
     and the memory shared out among them; each one's output in a log beside its run file),
     pooled into the suite's run file as ``prefalign pool`` pools them. Each fold's rows are
@@ -250,7 +267,7 @@ def run_folded(suite: str, size: str, limit: int, runs_dir: Path, folders: tuple
         part.unlink(missing_ok=True)
     threads, memory = fold_share(len(folders))
     shared = ["--prefalign-memory", memory] if memory else []  # else each process reads it
-    argvs = [pytest_argv(folder, size, limit, "", *shared) for folder in folders]
+    argvs = [pytest_argv(folder, size, limit, "", *shared, *(extra or ())) for folder in folders]
     env = {**os.environ, "OMP_NUM_THREADS": threads}
     for k, (argv, part) in enumerate(zip(argvs, parts, strict=True)):
         print(f"{suite} {size} fold {k}: {shlex.join(argv(str(part)))} "

@@ -11,6 +11,7 @@ and unpacks it into the cache of the next machine:
     python benchmarks/findings_cache.py save    --cache "$PREFALIGN_CACHE"
     python benchmarks/findings_cache.py restore --cache "$PREFALIGN_CACHE"
     python benchmarks/findings_cache.py list                  # what the packed file holds
+    python benchmarks/findings_cache.py code                  # whether this checkout can reuse it
 
 What is carried: the values each written whole in one file (``<kind>/<digest>.json``: a row's
 records, its generations, the guidance strength chosen, a reward's scale). What is left out:
@@ -22,6 +23,13 @@ method again, and one that is not computes it anyway; the locks beside the value
 temporaries of writes in progress (a value being written when ``save`` runs is not packed yet).
 Nothing here changes a value: ``restore`` writes a file only where the cache has none of that
 name.
+
+The packed file also holds ``code.json``: the digest of the syntax tree of every module a row's
+key hashes (the evaluation's modules, the methods' and suites', the language model's, and every
+first-party module they import), as the checkout that saved it had them. ``code``, ``list`` and
+``restore`` compare it with this checkout's and name the modules that differ: a carried row is
+reused only where none does, so a session that means to go on with a carried run reads this
+before it edits any of them.
 """
 
 from __future__ import annotations
@@ -44,6 +52,69 @@ PACKED = ROOT / "benchmarks" / "findings-folds" / "cache.tar.gz"
 # models' hidden states (8 MB of poorly compressing floats by the second ARGS row, remade in
 # a few minutes)
 LEFT_OUT = ("models", "features")
+CODE = "code.json"  # the packed file's member that names the code its rows were computed by
+# the packages whose modules a row's key hashes (with what they import), by where they lie
+KEYED = {
+    "pytest_prefalign.evaluation": ROOT / "pytest_prefalign" / "evaluation",
+    "prefalign_methods": ROOT / "methods",
+    "prefalign_suites": ROOT / "suites",
+}
+LM = "pytest_prefalign.runtime.lm"  # the language model's code, in every model's fingerprint
+
+
+def keyed_modules() -> list[str]:
+    """The modules of ``KEYED``'s packages, and the language model's."""
+    names = [LM]
+    for package, folder in KEYED.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            names.append(".".join((package, *parts)))
+    return names
+
+
+def code_digests() -> dict[str, str]:
+    """This checkout's digest of each module a row's key hashes (``versions.module_trees``)."""
+    from pytest_prefalign import versions
+
+    return versions.module_trees(*keyed_modules())
+
+
+def code_changes(packed: dict[str, str], here: dict[str, str]) -> list[str]:
+    """The modules whose code differs between the packed rows' checkout and this one: changed,
+    new here, or gone here."""
+    changed = [
+        f"{m} (changed)" for m in sorted(packed.keys() & here.keys()) if packed[m] != here[m]
+    ]
+    new = [f"{m} (new here)" for m in sorted(here.keys() - packed.keys())]
+    gone = [f"{m} (not here)" for m in sorted(packed.keys() - here.keys())]
+    return changed + new + gone
+
+
+def report_code(values: dict[Path, bytes]) -> bool:
+    """Print whether this checkout computes the packed rows' keys as their checkout did; True
+    when it does."""
+    raw = values.get(Path(CODE))
+    if raw is None:
+        print("  code: the packed file does not say which code computed its rows")
+        return False
+    packed = json.loads(raw)
+    changes = code_changes(packed["modules"], code_digests())
+    if not changes:
+        print(
+            f"  code: this checkout's {len(packed['modules'])} keyed modules are the packed "
+            f"rows' (saved at {packed.get('commit') or 'an unknown commit'}): they are reused"
+        )
+        return True
+    print(
+        f"  code: {len(changes)} of the modules a row's key hashes differ from the packed rows' "
+        f"(saved at {packed.get('commit') or 'an unknown commit'}), so every carried row is "
+        "computed again here:"
+    )
+    for change in changes:
+        print(f"    {change}")
+    return False
 
 
 def carried(cache: Path) -> list[Path]:
@@ -66,6 +137,8 @@ def save(cache: Path, packed: Path) -> None:
     values = {rel: (cache / rel).read_bytes() for rel in carried(cache)}
     if not values:
         sys.exit(f"findings_cache: {cache} holds no values to carry")
+    code = {"commit": commit(), "modules": code_digests()}
+    values[Path(CODE)] = (json.dumps(code, indent=1, sort_keys=True) + "\n").encode()
     # no time and nothing of this machine in it: the same values pack to the same bytes
     buffer = io.BytesIO()
     with (
@@ -77,7 +150,8 @@ def save(cache: Path, packed: Path) -> None:
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
     storage.atomic_write_bytes(packed, buffer.getvalue())
-    print(f"packed {len(values)} values into {packed} ({packed.stat().st_size / 1e6:.1f} MB)")
+    count = len(values) - 1  # the code's member is no value
+    print(f"packed {count} values into {packed} ({packed.stat().st_size / 1e6:.1f} MB)")
     describe(values)
 
 
@@ -90,6 +164,9 @@ def restore(cache: Path, packed: Path) -> None:
             if not member.isfile():
                 continue
             name = Path(member.name)
+            if name == Path(CODE):
+                report_code({name: member_bytes(tar, member)})
+                continue
             if name.is_absolute() or ".." in name.parts:
                 sys.exit(f"findings_cache: {packed} names {member.name!r}, outside a cache")
             target = cache / name
@@ -110,14 +187,36 @@ def member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
 def listing(packed: Path) -> None:
     with tarfile.open(packed, "r:gz") as tar:
         values = {Path(m.name): member_bytes(tar, m) for m in tar.getmembers() if m.isfile()}
-    print(f"{packed}: {len(values)} values")
+    print(f"{packed}: {len(values) - (Path(CODE) in values)} values")
     describe(values)
+    report_code(values)
+
+
+def check_code(packed: Path) -> None:
+    """Whether this checkout would reuse the packed rows: exit status 1 where it would not."""
+    with tarfile.open(packed, "r:gz") as tar:
+        values = {Path(m.name): member_bytes(tar, m) for m in tar.getmembers() if m.name == CODE}
+    if not report_code(values):
+        sys.exit(1)
+
+
+def commit() -> str | None:
+    """The checkout's commit (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() or None
 
 
 def describe(values: dict[Path, bytes]) -> None:
     """How many values of each kind, and the rows whose records are among them (a row's
     method, with its counts of items and pairs: the folds of one method differ in them)."""
-    kinds = Counter(rel.parts[0] for rel in values)
+    kinds = Counter(rel.parts[0] for rel in values if rel != Path(CODE))
     for kind, count in sorted(kinds.items()):
         print(f"  {kind}: {count}")
     rows = sorted(row(raw) for rel, raw in values.items() if rel.parts[0] == "results")
@@ -134,7 +233,7 @@ def row(raw: bytes) -> tuple[str, int, int]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("save", "restore", "list"))
+    parser.add_argument("command", choices=("save", "restore", "list", "code"))
     parser.add_argument(
         "--cache", type=Path, default=None, help="the results cache (default: $PREFALIGN_CACHE)"
     )
@@ -147,6 +246,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "list":
         listing(args.packed)
+        return
+    if args.command == "code":
+        check_code(args.packed)
         return
     from_env = os.environ.get(storage.CACHE_ENV)
     cache = args.cache or (Path(from_env) if from_env else None)

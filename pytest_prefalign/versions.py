@@ -65,9 +65,31 @@ def module_version(name: str) -> str:
     return _walk(name, path, {*FIRST_PARTY, name.split(".")[0]})
 
 
+def module_trees(*names: str) -> dict[str, str]:
+    """The digest of the syntax tree of each module that ``module_version`` of ``names`` hashes
+    (each of them and every first-party module they import), by module name: what tells which
+    modules changed between two checkouts, where ``module_version`` says only that one did."""
+    found: dict[str, str] = {}
+    for name in names:
+        path = _find_file(name)
+        if path is None:
+            raise ValueError(f"module_trees: no Python source for the module {name!r}")
+        trees, _ = _reach(name, path, {*FIRST_PARTY, name.split(".")[0]})
+        found.update(trees)
+    return dict(sorted(found.items()))
+
+
 def _walk(name: str, path: Path | None, roots: set[str]) -> str:
     """The hash of ``name``'s syntax tree (its file ``path``) and of every module it imports
     from ``roots``, with the versions of the third-party distributions they import."""
+    trees, libraries = _reach(name, path, roots)
+    versions = sorted(_versions(libraries))
+    return storage.content_key("code", sorted(trees.items()), versions)
+
+
+def _reach(name: str, path: Path | None, roots: set[str]) -> tuple[dict[str, str], set[str]]:
+    """The digests of ``name``'s syntax tree and of every module it imports from ``roots``, by
+    module, and the third-party top-level names they import."""
     trees: dict[str, str] = {}
     libraries: set[str] = set()
     todo = [(name, path)]
@@ -81,8 +103,7 @@ def _walk(name: str, path: Path | None, roots: set[str]) -> str:
         for dep in imported:
             if dep.split(".")[0] in roots and dep not in trees and dep not in NOT_FOLLOWED:
                 todo.append((dep, _find_file(dep)))
-    versions = sorted(_versions(libraries))
-    return storage.content_key("code", sorted(trees.items()), versions)
+    return trees, libraries
 
 
 def function_version(fn: Callable[..., Any]) -> str:

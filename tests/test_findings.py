@@ -535,6 +535,7 @@ def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
     )
     assert all(threads == "2" and "--prefalign-memory" in args for args, threads in seen)
     assert (run.note, run.path, run.returncode) == ("", "pref_lamp-135m.json", 0)
+    assert all("--prefalign-guidance" not in args for args, _ in seen)  # the suites' own
     pooled = records.read(tmp_path / run.path)
     assert [r.n_pairs for r in pooled.results] == [7, 7]  # every pair of both folds
     assert [f.file for f in pooled.config.pooled_folds] == [
@@ -558,6 +559,27 @@ def test_a_cross_fitted_suite_runs_its_folds_side_by_side_and_pools_them(
             "pref_lamp",
             {"negatives": "style", "folds": "2", "fold": str(k), "writer_rivals": "3"},
         )
+
+
+def test_a_run_at_a_guidance_passes_it_to_every_pytest(
+    findings: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_folds import FOLD0, FOLD1
+
+    folds = {"0": FOLD0, "1": FOLD1}
+    seen: list[list[str]] = []
+
+    def fake_pytest(args: list[str], out, env) -> tuple[int, str, float]:
+        fold = args[args.index("--prefalign") + 1][-1]
+        seen.append(args)
+        fold_file(int(fold), folds[fold], Path(args[args.index("--prefalign-json") + 1]))
+        return 0, "", 1.0
+
+    monkeypatch.setattr(findings, "pytest_in_subprocess", fake_pytest)
+    run = findings.run_one("pref_lamp", "135m", 40, tmp_path, "sweep")
+    assert len(seen) == 2
+    assert all(args[args.index("--prefalign-guidance") + 1] == "sweep" for args in seen)
+    assert run.command.count("--prefalign-guidance sweep") == 2  # the page's command says so
 
 
 def test_a_fold_without_its_run_file_leaves_the_suite_without_one(

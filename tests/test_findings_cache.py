@@ -62,12 +62,62 @@ def test_save_carries_whole_values_only_and_restore_fills_a_fresh_cache(
     assert found == ["generations/cc.json", "results/aa.json", "rewards/ee.json"]
     assert (fresh / "results" / "aa.json").read_bytes() == (source / "results/aa.json").read_bytes()
     carry.main(["list", "--packed", str(packed)])
-    assert capsys.readouterr().out.splitlines()[1:] == [
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": 3 values")
+    assert lines[1:5] == [
         "  generations: 1",
         "  results: 1",
         "  rewards: 1",
         "  row icl: 1 items, 2 pairs",
     ]
+    assert lines[5].startswith("  code: this checkout's ")
+    assert lines[5].endswith("they are reused")
+
+
+def test_the_packed_file_names_the_code_that_computed_its_rows(
+    carry: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``code`` passes on the checkout that saved the rows; where a module a row's key hashes
+    differs, ``code`` names it and fails, and ``restore`` says every carried row is computed
+    again, naming it too."""
+    here = carry.code_digests()
+    assert "pytest_prefalign.evaluation.case" in here
+    assert "pytest_prefalign.runtime.lm" in here
+    assert "prefalign_methods.decoders.args" in here
+    assert "pytest_prefalign.runs.records" in here  # imported by the evaluation: followed
+    _, packed, fresh = saved(carry, tmp_path)
+    carry.main(["code", "--packed", str(packed)])
+    assert "are the packed rows'" in capsys.readouterr().out
+    edited = {**here, "pytest_prefalign.evaluation.case": "0" * 16}
+    edited.pop("prefalign_methods.decoders.args")
+    edited["prefalign_methods.extra"] = "1" * 16
+    carry.code_digests = lambda: edited
+    with pytest.raises(SystemExit) as failed:
+        carry.main(["code", "--packed", str(packed)])
+    assert failed.value.code == 1
+    out = capsys.readouterr().out
+    assert "3 of the modules a row's key hashes differ" in out
+    assert "pytest_prefalign.evaluation.case (changed)" in out
+    assert "prefalign_methods.extra (new here)" in out
+    assert "prefalign_methods.decoders.args (not here)" in out
+    carry.main(["restore", "--cache", str(fresh), "--packed", str(packed)])
+    out = capsys.readouterr().out
+    assert "computed again here" in out and "restored 3 values" in out
+    assert not (fresh / carry.CODE).exists()
+
+
+def test_a_packed_file_without_its_code_says_so(
+    carry: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    packed = tmp_path / "old.tar.gz"
+    with tarfile.open(packed, "w:gz") as tar:
+        data = b'{"items": [], "pairs": []}'
+        info = tarfile.TarInfo("results/aa.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(SystemExit):
+        carry.main(["code", "--packed", str(packed)])
+    assert "does not say which code computed its rows" in capsys.readouterr().out
 
 
 def test_restore_leaves_a_value_the_cache_already_has(
