@@ -8,10 +8,14 @@ fit took.
 
     python benchmarks/rm_accuracy.py [--suite pref_lamp] [--limit 40] [--size 135m]
         [--methods global_bt,per_user_bt,...] [--json FILE]
+    python benchmarks/rm_accuracy.py --folders benchmarks/findings-folds/pref_lamp_fold0 \
+        benchmarks/findings-folds/pref_lamp_fold1     # the folds' test pairs pooled
 
 A run of the suite computes the same figure with every row's generation around it; this script
 is for the reward methods alone, at more users than a generating run can afford on a CPU. The
-suite's options are its ``suite.toml``'s, the data the workspace's (``prefalign_data``), the
+suite's options are its ``suite.toml``'s (or those of each folder ``--folders`` names: the
+folds of a cross-fitted design, each fitted on its own training pairs, their test pairs pooled
+by user as ``prefalign pool`` pools them), the data the workspace's (``prefalign_data``), the
 model the embedded size named; features and trained parameters go to the user cache, so a
 second run only scores.
 """
@@ -23,7 +27,11 @@ import json
 import sys
 import time
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -41,72 +49,135 @@ DEFAULT_METHODS = (
 )
 
 
-def suite_options(suite: str) -> dict[str, str]:
-    """The ``[options]`` of ``suites/SUITE/suite.toml``, as the run reads them (strings)."""
-    table = tomllib.loads((ROOT / "suites" / suite / "suite.toml").read_text())
+def suite_options(folder: Path) -> dict[str, str]:
+    """The ``[options]`` of a suite folder's ``suite.toml``, as the run reads them (strings)."""
+    table = tomllib.loads((folder / "suite.toml").read_text())
     return {k: str(v) for k, v in table.get("options", {}).items()}
+
+
+@dataclass
+class Fold:
+    """One suite folder's test pairs scored by every method: the pairs' users, each method's
+    pair outcomes (1 right, 0 wrong, 0.5 a tie) and its fit's seconds."""
+
+    users: list[str]
+    outcomes: dict[str, np.ndarray] = field(default_factory=dict)
+    fit_s: dict[str, float] = field(default_factory=dict)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="pref_lamp")
+    parser.add_argument(
+        "--folders",
+        nargs="+",
+        type=Path,
+        help="suite folders (their suite.toml's options) whose test pairs are pooled, e.g. the "
+        "folds of a cross-fitted design (default: suites/SUITE)",
+    )
     parser.add_argument("--limit", type=int, default=40, help="users (the run's --prefalign-limit)")
     parser.add_argument("--size", default="135m")
     parser.add_argument("--methods", default=DEFAULT_METHODS)
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args(argv)
 
-    import torch
-
     from pytest_prefalign.runtime.models import load_lm
 
     registry = Registry()
     add_builtins(registry)
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
-    suite = registry.suites[args.suite].obj
-    data = suite.load(DATA, limit=args.limit, options=suite_options(args.suite))
     lm = load_lm(ModelSpec(args.size, DEFAULT_MODELS[args.size]), device="cpu")
+    folders = args.folders or [ROOT / "suites" / args.suite]
+    folds = [score_fold(registry, lm, args, folder, names) for folder in folders]
+    users = [u for fold in folds for u in fold.users]
+    outcomes = {name: np.concatenate([fold.outcomes[name] for fold in folds]) for name in names}
+    rows = []
+    for name in names:
+        row = figures(name, names[0], outcomes, users)
+        row["fit_s"] = round(sum(fold.fit_s[name] for fold in folds), 1)
+        row["trained"] = declared(registry.rewards[name].obj(), "trained") is not False
+        rows.append(row)
+        print(format_row(row, names[0]), flush=True)
+    print(extremes(rows, outcomes, users), flush=True)
+    if args.json:
+        doc = {
+            "suite": args.suite,
+            "folders": [str(f) for f in folders],
+            "limit": args.limit,
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(doc))
+    return 0
+
+
+def extremes(rows: list[dict[str, Any]], outcomes: dict[str, np.ndarray], users: list[str]) -> str:
+    """The range of RM accuracy over the methods, and its extremes' paired difference (the
+    mean over users of each user's difference) with its 95% interval (users resampled)."""
+    best = max(rows, key=lambda r: r["rm_acc"])
+    worst = min(rows, key=lambda r: r["rm_acc"])
+    high, low = best["method"], worst["method"]
+    diff = outcomes[high] - outcomes[low]
+    per_user = metrics.per_user_mean(diff, users)
+    mean = sum(per_user.values()) / len(per_user)
+    d_low, d_high = metrics.bootstrap_ci(diff, users, "macro")
+    return (
+        f"range over the methods {best['rm_acc'] - worst['rm_acc']:.3f}: {high} minus {low} "
+        f"{mean:+.3f} "
+        f"[{d_low:+.3f}, {d_high:+.3f}]"
+    )
+
+
+def score_fold(
+    registry: Registry, lm: Any, args: argparse.Namespace, folder: Path, names: list[str]
+) -> Fold:
+    """Every method fitted on one suite folder's training pairs and scoring its test pairs."""
+    import torch
+
+    suite = registry.suites[args.suite].obj
+    data = suite.load(DATA, limit=args.limit, options=suite_options(folder))
     test = data.test_pairs
-    users = [p.user for p in test]
+    fold = Fold(users=[p.user for p in test])
     both_sides = [p.chosen for p in test] + [p.rejected for p in test]
-    batch = Batch(users * 2, [p.prompt for p in test] * 2, both_sides)
+    batch = Batch(fold.users * 2, [p.prompt for p in test] * 2, both_sides)
     print(
-        f"{args.suite} · {args.size}: {len(set(users))} users, {len(data.train_pairs)} training "
-        f"pairs, {len(test)} test pairs; torch threads {torch.get_num_threads()}",
+        f"{args.suite} ({folder.name}) · {args.size}: {len(set(fold.users))} users, "
+        f"{len(data.train_pairs)} training pairs, {len(test)} test pairs; torch threads "
+        f"{torch.get_num_threads()}",
         flush=True,
     )
     cache_dir = storage.cache_dir("rm_accuracy")
-    outcomes, rows = {}, []
     for name in names:
         method = registry.rewards[name].obj()
         start = time.perf_counter()
         if declared(method, "needs_profiles"):  # as the evaluation hands them (prepare.py)
             method.use_profiles(data.profiles)
         method.fit(lm, data.train_pairs, cache_dir)
-        fit_s = time.perf_counter() - start
+        fold.fit_s[name] = time.perf_counter() - start
         scores = method.score(lm, batch)
-        outcome = metrics.pair_outcomes(scores[: len(test)], scores[len(test) :])
-        outcomes[name] = outcome
-        acc = metrics.accuracy(outcome, users)
-        low, high = metrics.bootstrap_ci(outcome, users, "macro")
-        row = {
-            "method": name,
-            "rm_acc": acc.macro,
-            "ci": [low, high],
-            "rm_acc_micro": acc.micro,
-            "fit_s": round(fit_s, 1),
-            "trained": declared(method, "trained") is not False,
-        }
-        if name != names[0]:
-            diff = outcome - outcomes[names[0]]
-            per_user = metrics.per_user_mean(diff, users)
-            row["minus_first"] = sum(per_user.values()) / len(per_user)
-            row["minus_first_ci"] = list(metrics.bootstrap_ci(diff, users, "macro"))
-        rows.append(row)
-        print(format_row(row, names[0]), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"suite": args.suite, "limit": args.limit, "rows": rows}))
-    return 0
+        fold.outcomes[name] = metrics.pair_outcomes(scores[: len(test)], scores[len(test) :])
+    return fold
+
+
+def figures(
+    name: str, first: str, outcomes: dict[str, np.ndarray], users: list[str]
+) -> dict[str, Any]:
+    """A method's RM accuracy (macro, users resampled for its interval), micro, and its paired
+    difference from the first method named."""
+    outcome = outcomes[name]
+    acc = metrics.accuracy(outcome, users)
+    low, high = metrics.bootstrap_ci(outcome, users, "macro")
+    row: dict[str, Any] = {
+        "method": name,
+        "rm_acc": acc.macro,
+        "ci": [low, high],
+        "rm_acc_micro": acc.micro,
+    }
+    if name != first:
+        diff = outcome - outcomes[first]
+        per_user = metrics.per_user_mean(diff, users)
+        row["minus_first"] = sum(per_user.values()) / len(per_user)
+        row["minus_first_ci"] = list(metrics.bootstrap_ci(diff, users, "macro"))
+    return row
 
 
 def format_row(row: dict, first: str) -> str:
