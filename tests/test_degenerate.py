@@ -12,6 +12,7 @@ import pytest
 
 from pytest_prefalign.analysis import crisis, degenerate, nulls, summary
 from pytest_prefalign.runs.entries import DegenerateEntry
+from pytest_prefalign.runs.parts import ItemRecord
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
 USERS = [f"u{i:02d}" for i in range(10)]
@@ -65,7 +66,8 @@ def test_a_row_like_base_is_not_flagged() -> None:
     e = entry_of([BASE, row("icl", fluency=2.3, not_answer=0.1)], "icl")
     assert e.fluency_gap == pytest.approx(0.3) and e.not_answer_gap == pytest.approx(0.0)
     assert e.p_value == 1.0 and not e.fires and not e.flagged
-    assert e.reason.startswith("fluent within the margin")
+    assert e.reason.startswith("fluent and writing text within the margins")
+    assert e.not_text is None and e.not_text_gap is None  # no item records: not applied
 
 
 def test_the_margin_sits_between_the_users_own_titles_and_the_gibberish_rows() -> None:
@@ -108,6 +110,64 @@ def test_a_share_above_base_flags_when_its_adjusted_test_fires() -> None:
     assert isinstance(e.flagged, bool) and isinstance(e.reason, str)
 
 
+def with_rules(result: CaseResult, rules: list[str | None]) -> CaseResult:
+    """``result`` with one item record per rule (an item's ``not_answer_rule``), users in turn."""
+    items = [
+        ItemRecord(
+            suite=result.suite,
+            method=result.method,
+            size=result.size,
+            item_id=f"i{n}",
+            user=USERS[n % len(USERS)],
+            values={"not_answer_rule": rule},
+        )
+        for n, rule in enumerate(rules)
+    ]
+    return replace(result, items=tuple(items))
+
+
+def test_outputs_that_are_not_text_beyond_the_margin_flag_without_a_test() -> None:
+    # 20 items each; base: one loop (0.05). args[pref]: 6 loops or other languages and 2
+    # copies, which are answers' faults, not text's -> 6/20 = 0.30, +0.25 beyond the margin 0.2;
+    # its not-an-answer share the same as base's, so the test sees nothing
+    base = with_rules(BASE, ["loop"] + ["copy"] * 1 + [None] * 18)
+    broken = ["loop"] * 4 + ["language"] * 2 + ["copy"] * 2 + [None] * 12
+    pref = with_rules(row("args[pref]", fluency=2.2, not_answer=0.1), broken)
+    e = entry_of([base, pref], "args[pref]")
+    assert (e.not_text, e.not_text_base) == (pytest.approx(0.3), pytest.approx(0.05))
+    assert e.not_text_gap == pytest.approx(0.25) and e.text_margin == degenerate.TEXT_MARGIN
+    assert e.flagged and not e.fires
+    assert "30% of its outputs are not text" in e.reason
+    assert "against base's 5% (beyond the margin of 0.2)" in e.reason
+    # four of twenty (+0.15) stays within it: the working points' loops are no flag
+    within = with_rules(row("args[vpl]", fluency=2.2, not_answer=0.1), ["loop"] * 4 + [None] * 16)
+    e = entry_of([base, within], "args[vpl]")
+    assert e.not_text_gap == pytest.approx(0.15) and not e.flagged
+    assert e.reason.startswith("fluent and writing text within the margins")
+
+
+def test_the_text_margin_sits_between_the_working_points_and_the_swept_w4_rows() -> None:
+    # measured (docs/metrics.md): working points at most +0.104 above base; the sweep's w = 4
+    # rows of the hidden-state heads +0.21 and +0.24 (the main job's 8 users)
+    assert 0.104 < degenerate.TEXT_MARGIN < 0.21
+
+
+def test_rows_whose_items_name_no_rule_are_not_judged_on_text() -> None:
+    # a run file written before items named their rule: the criterion is not applied
+    base = with_rules(BASE, [None] * 10)
+    old = replace(
+        row("args[pref]", fluency=2.0, not_answer=0.1),
+        items=tuple(
+            ItemRecord(suite="s", method="args[pref]", size="135m", item_id=f"i{n}", user="u00")
+            for n in range(10)
+        ),
+    )
+    e = entry_of([base, old], "args[pref]")
+    assert e.not_text is None and e.not_text_base == 0.0
+    assert e.not_text_gap is None and e.text_margin is None and not e.flagged
+    assert degenerate.not_text_share(replace(BASE, items=())) is None
+
+
 def test_a_share_above_base_in_too_few_users_makes_no_look() -> None:
     few = USERS[:4]
     base = row("base", few, fluency=2.0, not_answer=0.0)
@@ -141,6 +201,16 @@ def test_the_summary_says_a_flagged_rows_comparisons_are_about_a_broken_setting(
     assert "Degenerate rows (1 of 1 checked against base" in text
     assert "! args[pal] (s · 135m): fluency 5.50 nats/token against base's 2.00" in text
     assert "about a broken setting, not the method" in text
+
+
+def test_the_summary_names_the_text_margin_and_a_row_it_flags() -> None:
+    base = with_rules(BASE, [None] * 20)
+    pref = with_rules(row("args[pref]", fluency=2.2, not_answer=0.1), ["loop"] * 6 + [None] * 14)
+    results = [base, pref]
+    tau, found = crisis.analyse(results)
+    text = " ".join(summary.summary_lines(RunFile(results, tau=tau, crisis=found)))
+    assert "not text above base's by more than 0.2" in text
+    assert "! args[pref] (s · 135m): 30% of its outputs are not text" in text
 
 
 def test_no_summary_for_a_run_of_healthy_rows_without_reward_methods() -> None:

@@ -20,7 +20,17 @@ pair records where base has some), have no decoding setting to break and no entr
   choose the family after seeing the data (a base that writes no answer at all, as the tiny
   random model's, leaves every row such a look).
 
-``flagged``: either. A flagged row keeps its figures; the summary says that its comparisons
+- ``not_text_gap``: the row's share of outputs that are not text at all minus base's (its
+  items' ``not_answer_rule`` one of ``answers.TEXT_RULES``: empty, only labels, another
+  language, a loop; the rule an item's record names is the first it breaks, so an output that
+  copies the input's opening and then loops counts as a copy here). Beyond ``TEXT_MARGIN``
+  the row is degenerate: a stated margin, not a test, as the fluency margin. The not-an-answer
+  test cannot see such rows where their loops take the place of base's copies of the input,
+  which count the same, nor at few users once adjusted in the run's family; and the fluency
+  margin passes loops, which the base model reads as likely text. None where an item names no
+  rule (a run file written before items did): that criterion is then not applied.
+
+``flagged``: any of them. A flagged row keeps its figures; the summary says that its comparisons
 (tau, inversions, regret, ICL against it) are about a broken setting, not the method.
 """
 
@@ -31,6 +41,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from pytest_prefalign.analysis import nulls, users
+from pytest_prefalign.analysis.answers import TEXT_RULES
 from pytest_prefalign.analysis.metrics import finite
 from pytest_prefalign.runs.entries import DegenerateEntry
 from pytest_prefalign.runs.records import CaseResult
@@ -42,7 +53,14 @@ ALPHA = 0.05
 # quarter of a nat, to be flagged on fluency; the gibberish rows of the 135m run (args[pal],
 # bon) are 3.3 above base
 MARGIN = 2.5
+# share of outputs that are not text at all above base's. Set from the stored runs
+# (docs/metrics.md, "Fluency and answers"): at their working points every guided row of the
+# findings runs and of the main job writes at most 0.10 more such outputs than base (0.104:
+# Polis 135m's icl; 0.095: the main job's args[history_bt]); at w = 4 of the strength sweep the
+# hidden-state heads' loops and invented words are 0.21 and 0.24 above base (main job's users)
+TEXT_MARGIN = 0.2
 FLUENCY, NOT_ANSWER = "fluency", "not_answer"
+RULE = "not_answer_rule"  # an item's value: the first rule of answers.RULES it breaks, or None
 # the fewest users, all one way, that make the one-sided sign-flip test significant: 0.5**5
 ONE_SIDED_FLOOR = next(k for k in range(1, 64) if 0.5**k < ALPHA)
 
@@ -81,6 +99,10 @@ def _entry(row: CaseResult, base: CaseResult) -> DegenerateEntry:
     p_value = None
     if len(shared) >= ONE_SIDED_FLOOR:
         p_value = nulls.sign_flip_greater(d, w)[0]
+    not_text, not_text_base = not_text_share(row), not_text_share(base)
+    text_gap = None
+    if not_text is not None and not_text_base is not None:
+        text_gap = round(not_text - not_text_base, 12)
     return DegenerateEntry(
         suite=row.suite,
         size=row.size,
@@ -101,7 +123,27 @@ def _entry(row: CaseResult, base: CaseResult) -> DegenerateEntry:
         holds=answer_gap > 0,
         flagged=False,
         reason="",
+        not_text=not_text,
+        not_text_base=not_text_base,
+        not_text_gap=text_gap,
+        text_margin=TEXT_MARGIN if text_gap is not None else None,
     )
+
+
+def not_text_share(row: CaseResult) -> float | None:
+    """The share of the row's outputs that are not text at all (their item's rule one of
+    ``answers.TEXT_RULES``); None where the row has no items, or an item names no rule."""
+    if not row.items or any(RULE not in item.values for item in row.items):
+        return None
+    broken = sum(item.values[RULE] in TEXT_RULES for item in row.items)
+    return round(broken / len(row.items), 12)
+
+
+def broken(entry: DegenerateEntry) -> bool:
+    """Whether the row's share of outputs that are not text is above base's by more than its
+    margin (False where the share is not known)."""
+    gap, margin = entry.not_text_gap, entry.text_margin
+    return gap is not None and margin is not None and gap > margin
 
 
 def state(entry: DegenerateEntry) -> DegenerateEntry:
@@ -119,18 +161,24 @@ def state(entry: DegenerateEntry) -> DegenerateEntry:
             f"{entry.not_answer:.0%} of its outputs are not an answer against base's "
             f"{entry.not_answer_base:.0%} (p_holm {entry.p_holm:.3g})"
         )
+    if broken(entry):
+        reasons.append(
+            f"{entry.not_text:.0%} of its outputs are not text (empty, labels only, another "
+            f"language, a loop) against base's {entry.not_text_base:.0%} (beyond the margin of "
+            f"{entry.text_margin:g})"
+        )
     if reasons:
         reason = "; ".join(reasons)
     elif entry.p_value is None:
         reason = (
-            f"fluent within the margin; {entry.n_users} users: too few for the test of "
-            f"its not-an-answer share (p >= {0.5 ** max(entry.n_users, 0):.2g})"
+            f"fluent and writing text within the margins; {entry.n_users} users: too few for "
+            f"the test of its not-an-answer share (p >= {0.5 ** max(entry.n_users, 0):.2g})"
         )
     else:
         p_holm = entry.p_holm
         shown = "-" if p_holm is None or not math.isfinite(p_holm) else f"{p_holm:.3g}"
         reason = (
-            "fluent within the margin, and its not-an-answer share not significantly above "
-            f"base's (p_holm {shown})"
+            "fluent and writing text within the margins, and its not-an-answer share not "
+            f"significantly above base's (p_holm {shown})"
         )
     return replace(entry, flagged=bool(reasons), reason=reason)

@@ -110,9 +110,15 @@ def degenerate_lines(entries: Sequence[DegenerateEntry]) -> list[str]:
         return []
     flagged = [e for e in entries if e.flagged]
     margin = entries[0].margin
+    text_margin = next((e.text_margin for e in entries if e.text_margin is not None), None)
+    text = (
+        ""
+        if text_margin is None
+        else f", a share of outputs that are not text above base's by more than {text_margin:g}"
+    )
     test = (
-        f"fluency beyond base's by more than {margin:g} nats/token, or a not-an-answer share "
-        "above base's by the one-sided sign-flip test over users, p_holm"
+        f"fluency beyond base's by more than {margin:g} nats/token{text}, or a not-an-answer "
+        "share above base's by the one-sided sign-flip test over users, p_holm"
     )
     if not flagged:
         return [

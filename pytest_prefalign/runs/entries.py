@@ -356,8 +356,10 @@ class SpreadEntry(Entry, Look):
 @dataclass(frozen=True)
 class DegenerateEntry(Entry, Look):
     """A generating row against base's row of its (suite, size): the fluency gap against the
-    stated margin, the not-an-answer gap and its one-sided test, and whether (and why) the row
-    is ``flagged`` degenerate."""
+    stated margin, the not-an-answer gap and its one-sided test, the gap of the share of
+    outputs that are not text at all against its stated margin (``text_margin``; None where
+    the items do not name the rule they break: a run file written before they did), and
+    whether (and why) the row is ``flagged`` degenerate."""
 
     suite: str
     size: str
@@ -380,6 +382,10 @@ class DegenerateEntry(Entry, Look):
     reason: str = ""
     p_holm: float | None = None
     fires: bool = False
+    not_text: float | None = None
+    not_text_base: float | None = None
+    not_text_gap: float | None = None
+    text_margin: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
