@@ -128,7 +128,7 @@ def against_best(one: CaseResult, others: list[CaseResult], metric: str) -> Row:
     part of its null)."""
     t = users.shared_table([one, *others], metric)
     n = len(t.users)
-    p_value, best = None, max(others, key=lambda r: r.metrics[metric])
+    p_value, best = None, max(others, key=lambda r: users.figure(r, metric))
     if n:
         w = t.weights.mean(axis=0)
         best = others[int(np.argmax(_weighted_means(t.values[None], w)[0, 1:]))]
