@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_prefalign.analysis import circular, crisis, regret, selection, spread, summary
+from pytest_prefalign.analysis import circular, crisis, regret, selection, spread, summary, users
 from pytest_prefalign.runs.parts import PairRecord
 from pytest_prefalign.runs.records import CaseResult, RunFile
 
@@ -581,3 +581,11 @@ def test_the_figures_of_a_case_round_away_the_order_of_summation() -> None:
     # every figure carries its interval over users, the micro ones too
     assert {"rm_acc", "rm_acc_micro", "policy_acc", "policy_acc_micro"} <= set(ci)
     assert ci["rm_acc_micro"][0] < 0.2 < ci["rm_acc_micro"][1]
+
+
+@pytest.mark.parametrize("metrics", [{}, {"rm_acc": None}, {"rm_acc": math.nan}])
+def test_a_rows_figure_is_read_only_where_it_is_a_finite_number(metrics: dict[str, Any]) -> None:
+    assert users.figure(row("args[a]", rm_acc=0.5), "rm_acc") == 0.5
+    missing = replace(row("args[b]", rm_acc=0.6), metrics=metrics)
+    with pytest.raises(ValueError, match=r"s 135m args\[b\]: rm_acc is .*expected a finite"):
+        users.figure(missing, "rm_acc")

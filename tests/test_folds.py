@@ -13,7 +13,7 @@ import pytest
 
 from pytest_prefalign import cli
 from pytest_prefalign.analysis import comparable, table
-from pytest_prefalign.analysis.folds import PoolError, pool
+from pytest_prefalign.analysis.folds import PoolError, per_fold, pool
 from pytest_prefalign.runs import records
 from pytest_prefalign.runs.header import RunOutcomes
 from pytest_prefalign.runs.parts import Counts, Fingerprint, Strength
@@ -281,3 +281,12 @@ def test_the_judge_s_identity_is_read_from_the_description_the_real_judge_writes
     assert judge_identity(described(328, 40)) == judge_identity(described(333, 39))
     assert judge_identity(described(328, 40)).startswith(ENCODER_NAME)
     assert "pairs" not in judge_identity(described(328, 40))
+
+
+def test_an_option_already_per_fold_is_kept_where_every_fold_has_it_else_refused():
+    assert per_fold([{"w": (0.5, 1.5), "k": 10}, {"w": (0.5, 1.5)}]) == {
+        "w": (0.5, 1.5),
+        "k": (10, None),
+    }
+    with pytest.raises(PoolError, match=r"option 'w' is already per fold .*\(0\.5, 1\.5\)"):
+        per_fold([{"w": (0.5, 1.5)}, {"w": 2.0}])

@@ -158,3 +158,13 @@ def test_released_pairs_written_by_the_evaluated_models_weights_are_noted() -> N
     assert "this very model" in table.header("pref_lamp", "270m", [row])[2]
     row = replace(row, model=replace(row.model, weights="w2"))
     assert len(table.header("pref_lamp", "270m", [row])) == 2
+
+
+def test_rows_are_ranked_by_the_sort_key_and_a_row_without_it_comes_last() -> None:
+    def ranked(name: str, value: float | None) -> CaseResult:
+        return replace(result(None, "f"), method=name, metrics={"rouge1": value})
+
+    rows = [ranked("none", None), ranked("low", 0.2), replace(ranked("absent", 0), metrics={}),
+            ranked("high", 0.4)]  # fmt: skip
+    assert table.sort_key(rows) == "rouge1"
+    assert [r.method for r in table.ordered(rows)] == ["high", "low", "none", "absent"]

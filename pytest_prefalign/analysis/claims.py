@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from pytest_prefalign.analysis import catalogue, crisis, projection, selection
+from pytest_prefalign.analysis import catalogue, crisis, projection, selection, users
 from pytest_prefalign.analysis.selection import Paired
 from pytest_prefalign.runs.entries import TauEntry
 from pytest_prefalign.runs.records import CaseResult, RunFile
@@ -221,9 +221,9 @@ def spread_entries(results: Iterable[CaseResult]) -> list[SpreadClaim]:
         rows = [r for r in rows if text in r.per_user and x in r.per_user]
         if len(rows) < 2:
             continue
-        high = max(rows, key=lambda r: r.metrics[x])
-        low = min(rows, key=lambda r: r.metrics[x])
-        if high is low or high.metrics[x] == low.metrics[x]:
+        high = max(rows, key=lambda r: users.figure(r, x))
+        low = min(rows, key=lambda r: users.figure(r, x))
+        if high is low or users.figure(high, x) == users.figure(low, x):
             continue
         rm = Gap(
             **asdict(selection.paired(high, low, x)),

@@ -148,8 +148,8 @@ def _tau_entry(
     suite: str, size: str, decoder: str, y: str, rows: list[CaseResult], n_boot: int
 ) -> TauEntry:
     x = catalogue.x_metric()
-    xs = [r.metrics[x] for r in rows]
-    tau = stats.kendall(xs, [r.metrics[y] for r in rows])
+    xs = [users.figure(r, x) for r in rows]
+    tau = stats.kendall(xs, [users.figure(r, y) for r in rows])
     found = TauInterval(None, None, 0, None)
     if math.isfinite(tau.tau):
         found = tau_interval(rows, y, n_boot)
@@ -274,8 +274,8 @@ def inversion_entries(results: Iterable[CaseResult]) -> list[InversionEntry]:
             kept = _with_both(rows, y)
             for inv in stats.inversions(
                 [r.method for r in kept],
-                [r.metrics[x] for r in kept],
-                [r.metrics[y] for r in kept],
+                [users.figure(r, x) for r in kept],
+                [users.figure(r, y) for r in kept],
             ):
                 a = next(r for r in kept if r.method == inv.a)
                 b = next(r for r in kept if r.method == inv.b)

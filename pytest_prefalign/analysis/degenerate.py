@@ -91,8 +91,10 @@ def _generating(row: CaseResult) -> bool:
 
 
 def _entry(row: CaseResult, base: CaseResult) -> DegenerateEntry:
-    fluency_gap = row.metrics[FLUENCY] - base.metrics[FLUENCY]
-    answer_gap = row.metrics[NOT_ANSWER] - base.metrics[NOT_ANSWER]
+    fluency, fluency_base = users.figure(row, FLUENCY), users.figure(base, FLUENCY)
+    not_answer, not_answer_base = users.figure(row, NOT_ANSWER), users.figure(base, NOT_ANSWER)
+    fluency_gap = fluency - fluency_base
+    answer_gap = not_answer - not_answer_base
     _, fluency_ci, _ = users.difference(row, base, FLUENCY)
     _, answer_ci, _ = users.difference(row, base, NOT_ANSWER)
     shared, d, w = users.paired_differences(row, base, NOT_ANSWER)
@@ -108,13 +110,13 @@ def _entry(row: CaseResult, base: CaseResult) -> DegenerateEntry:
         size=row.size,
         method=row.method,
         decoder=row.decoder,
-        fluency=row.metrics[FLUENCY],
-        fluency_base=base.metrics[FLUENCY],
+        fluency=fluency,
+        fluency_base=fluency_base,
         fluency_gap=round(fluency_gap, 12),
         fluency_gap_ci=fluency_ci,
         margin=MARGIN,
-        not_answer=row.metrics[NOT_ANSWER],
-        not_answer_base=base.metrics[NOT_ANSWER],
+        not_answer=not_answer,
+        not_answer_base=not_answer_base,
         not_answer_gap=round(answer_gap, 12),
         not_answer_gap_ci=answer_ci,
         n_users=len(shared),

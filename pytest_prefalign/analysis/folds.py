@@ -43,6 +43,7 @@ from pytest_prefalign.runs.parts import (
     Judge,
     Model,
     Provenance,
+    Scalar,
     Strength,
 )
 from pytest_prefalign.runs.records import CaseResult, Key, Option, RunFile
@@ -182,9 +183,9 @@ def pooled_guidance(parts: Sequence[CaseResult]) -> Guidance | None:
     folds = tuple(part.guidance or Guidance() for part in parts)
     pooled = replace(folds[0], folds=folds)
     strengths = [g.strength for g in folds if g.strength is not None]
-    if len(strengths) < len(folds):
+    chosen = [(s.value, s.how) for s in strengths if s.value is not None]
+    if len(chosen) < len(folds):
         return pooled
-    chosen = [(s.value, s.how) for s in strengths]
     if any(c != chosen[0] for c in chosen):
         pooled = replace(
             pooled,
@@ -204,8 +205,19 @@ def per_fold(options: Sequence[Mapping[str, Option]]) -> dict[str, Option]:
     pooled: dict[str, Option] = {}
     for name in names:
         values = tuple(found.get(name) for found in options)
-        pooled[name] = values[0] if all(v == values[0] for v in values) else values
+        pooled[name] = values[0] if all(v == values[0] for v in values) else _each(name, values)
     return pooled
+
+
+def _each(name: str, values: Sequence[Option]) -> tuple[Scalar, ...]:
+    """Each fold's value of option ``name``; PoolError where a fold's is already a list of
+    values (a row pooled from folds is no fold)."""
+    each: list[Scalar] = []
+    for value in values:
+        if isinstance(value, tuple):
+            raise PoolError(f"option {name!r} is already per fold in a fold's row: {value!r}")
+        each.append(value)
+    return tuple(each)
 
 
 def pooled_data(parts: Sequence[CaseResult], provenance: Provenance) -> Data:

@@ -204,10 +204,10 @@ def run_curves(
                 found[(where, "tau")] = tau_curve(rm, policy, grid=grid, sims=sims)
         with_text = [r for r in rows if x in r.per_user and text in r.per_user]
         if len(with_text) >= 2:
-            rm, rouge = users.tables(with_text, x, text)
+            rm_table, rouge_table = users.tables(with_text, x, text)
             for diff in SPREAD_DIFFS:
                 found_curve = spread_curve(
-                    _figures(rm), _figures(rouge), diff, grid=grid, sims=sims
+                    _figures(rm_table), _figures(rouge_table), diff, grid=grid, sims=sims
                 )
                 found[(where, found_curve.claim)] = found_curve
     share = _icl_share(family_by_kind or {})

@@ -247,9 +247,9 @@ def entries(groups: dict[tuple[str, str, str], list[CaseResult]]) -> list[Regret
 
 def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) -> RegretEntry:
     x = catalogue.x_metric()
-    xs = np.array([[r.metrics[x] for r in rows]])
-    ys = np.array([[r.metrics[y] for r in rows]])
-    top = max(r.metrics[x] for r in rows)
+    xs = np.array([[users.figure(r, x) for r in rows]])
+    ys = np.array([[users.figure(r, y) for r in rows]])
+    top = max(users.figure(r, x) for r in rows)
     tx, ty = users.tables(rows, x, y)  # over the users both figures have
     estimate, p_value, ci = None, None, None
     if len(tx.users) >= 2:
@@ -261,8 +261,8 @@ def _entry(suite: str, size: str, decoder: str, y: str, rows: list[CaseResult]) 
         decoder=decoder,
         x=x,
         y=y,
-        picked=tuple(r.method for r in rows if r.metrics[x] == top),
-        best=max(rows, key=lambda r: r.metrics[y]).method,
+        picked=tuple(r.method for r in rows if users.figure(r, x) == top),
+        best=max(rows, key=lambda r: users.figure(r, y)).method,
         regret=estimate,
         regret_in_sample=round(float(in_sample(xs, ys)[0]), FIGURE_DIGITS),
         ci=ci,

@@ -128,7 +128,7 @@ def against_best(one: CaseResult, others: list[CaseResult], metric: str) -> Row:
     part of its null)."""
     t = users.shared_table([one, *others], metric)
     n = len(t.users)
-    p_value, best = None, max(others, key=lambda r: r.metrics[metric])
+    p_value, best = None, max(others, key=lambda r: users.figure(r, metric))
     if n:
         w = t.weights.mean(axis=0)
         best = others[int(np.argmax(_weighted_means(t.values[None], w)[0, 1:]))]
@@ -309,13 +309,14 @@ def compare_rows(results: Sequence[CaseResult], a: str, b: str) -> list[RowCompa
             f"no (suite, size) of the run has both {a!r} and {b!r} with per-user "
             f"figures; its methods: {', '.join(methods)}"
         )
-    tested = [e for e in found if e.p_value is not None]
-    adjusted = family.holm([e.p_value for e in tested])
-    holm = {id(e): float(p) for e, p in zip(tested, adjusted, strict=True)}
+    tested = [(e, e.p_value) for e in found if e.p_value is not None]
+    adjusted = family.holm([p for _, p in tested])
+    holm = {id(e): float(p) for (e, _), p in zip(tested, adjusted, strict=True)}
     return [_stated(e, holm[id(e)]) if id(e) in holm else e for e in found]
 
 
 def _stated(entry: RowComparison, p_holm: float) -> RowComparison:
     """A comparison with its adjusted p-value and its verdict at it: a new record."""
-    text = verdict(entry.a, entry.b, entry.metric, entry.diff, p_holm, entry.n_users)
+    diff = math.nan if entry.diff is None else entry.diff
+    text = verdict(entry.a, entry.b, entry.metric, diff, p_holm, entry.n_users)
     return replace(entry, p_holm=p_holm, verdict=text)

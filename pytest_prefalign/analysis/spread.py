@@ -234,5 +234,5 @@ def _mean_only_gain(
     return out
 
 
-def _ci(ci: list[float] | None) -> str:
+def _ci(ci: Sequence[float] | None) -> str:
     return "-" if not ci else f"[{ci[0]:+.3f}, {ci[1]:+.3f}]"

@@ -158,7 +158,13 @@ def sort_key(rows: Sequence[CaseResult]) -> str:
 
 def ordered(rows: Sequence[CaseResult]) -> list[CaseResult]:
     key = sort_key(rows)
-    return sorted(rows, key=lambda r: -r.metrics.get(key, float("-inf")))
+    return sorted(rows, key=lambda r: -_rank_value(r, key))
+
+
+def _rank_value(row: CaseResult, key: str) -> float:
+    """``row``'s figure of ``key``; -inf where it has none, so that it ranks last."""
+    value = row.metrics.get(key)
+    return float("-inf") if value is None else value
 
 
 def columns(

@@ -18,6 +18,7 @@ import numpy as np
 from pytest_prefalign.analysis import catalogue, stats
 from pytest_prefalign.analysis.metrics import (
     FIGURE_DIGITS,
+    finite,
     percentile_interval,
     resample_counts,
 )
@@ -48,6 +49,17 @@ class Table:
         with np.errstate(invalid="ignore", divide="ignore"):
             out = (w * np.nan_to_num(self.values)[None]).sum(-1) / w.sum(-1)
         return np.round(out, FIGURE_DIGITS)  # two methods with the same figures tie exactly
+
+
+def figure(row: CaseResult, metric: str) -> float:
+    """``row``'s figure of ``metric`` (``CaseResult.metrics``), for rows already chosen for having
+    it; ValueError naming the row and the metric where it is missing or not a finite number."""
+    value = row.metrics.get(metric)
+    if not finite(value):
+        raise ValueError(
+            f"{row.suite} {row.size} {row.method}: {metric} is {value!r}, expected a finite figure"
+        )
+    return value
 
 
 def table(rows: Sequence[CaseResult], metric: str) -> Table:

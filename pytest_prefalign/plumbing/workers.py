@@ -37,7 +37,12 @@ def share_cores(config: pytest.Config) -> None:
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     os.environ["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // count))
-    config.add_cleanup(lambda: os.environ.pop("OMP_NUM_THREADS", None))
+    config.add_cleanup(_unset_threads)
+
+
+def _unset_threads() -> None:
+    """``OMP_NUM_THREADS`` removed, as before ``share_cores`` set it."""
+    os.environ.pop("OMP_NUM_THREADS", None)
 
 
 def prefer_loadgroup(config: pytest.Config) -> None:
