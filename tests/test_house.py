@@ -521,3 +521,18 @@ def test_ruff_is_clean(args: list[str]) -> None:
         pytest.skip("ruff is not installed (pip install pytest-prefalign[dev])")
     out = subprocess.run([ruff, *args, "."], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.slow  # a minute of type checking; the minimum versions' stubs differ
+def test_mypy_is_clean(tmp_path: Path) -> None:
+    """The package type-checks as ``pyproject.toml``'s ``[tool.mypy]`` sets it: a record read
+    or written by the wrong type, or a figure that may be None used as a number, fails here."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install pytest-prefalign[dev])")
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "pytest_prefalign", "--cache-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

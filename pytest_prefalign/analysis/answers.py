@@ -218,9 +218,9 @@ def not_text(output: str, *, input: str, prompt: str) -> str | None:
     return "loop" if _loops(text) else None
 
 
-def _labels(prompt: str) -> set[str]:
+def _labels(prompt: str) -> frozenset[str]:
     """The usual field labels and the words the prompt puts before a colon."""
-    return LABELS | {w.lower() for w in _PROMPT_LABEL.findall(prompt)}
+    return LABELS | frozenset(w.lower() for w in _PROMPT_LABEL.findall(prompt))
 
 
 def _without_leading_labels(output: str, labels: frozenset[str] | set[str]) -> str:

@@ -172,13 +172,13 @@ class Evaluator:
         results = results_key(self.context, case, prepared.ctx, prepared.factory, plan, state)
         value = self.disk.json(results, compute, valid=_valid_results)
         # the records name their test: two sizes with one model share the cached records
-        observed = observe(
-            {
-                "pair": [parts.PairRecord.from_json({**r, **key}, "pair") for r in value["pairs"]],
-                "item": [parts.ItemRecord.from_json({**r, **key}, "item") for r in value["items"]],
-            }
-        )
-        return {**value, "pairs": observed["pair"], "items": observed["item"]}, fitted_uses
+        pair_records = [parts.PairRecord.from_json({**r, **key}, "pair") for r in value["pairs"]]
+        item_records = [parts.ItemRecord.from_json({**r, **key}, "item") for r in value["items"]]
+        observed = {
+            "pairs": observe({"pair": pair_records})["pair"],
+            "items": observe({"item": item_records})["item"],
+        }
+        return {**value, **observed}, fitted_uses
 
     def working_point(
         self,

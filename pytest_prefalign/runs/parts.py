@@ -22,10 +22,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 P = TypeVar("P", bound="Part")
 R = TypeVar("R", "PairRecord", "ItemRecord")  # a record of either kind, kept as it is
+AnyRecord = TypeVar("AnyRecord", bound="Record")  # a record, whatever its kind
 
 Scalar = str | int | float | bool | None  # a JSON value that is not a list or an object
 
@@ -101,9 +102,19 @@ class Part:
         return cls(**values)
 
 
-@functools.cache
-def _plan(cls: type) -> tuple[list[tuple[str, str, Reader, bool]], tuple[str, Reader] | None]:
-    """A part's fields as read: (name, key, reader, required), and its ``rest``."""
+Plan = tuple[list[tuple[str, str, "Reader", bool]], tuple[str, "Reader"] | None]
+_PLANS: dict[type, Plan] = {}  # each part's plan, made once
+
+
+def _plan(cls: type) -> Plan:
+    """A part's fields as read: (name, key, reader, required), and its ``rest`` (once a
+    part)."""
+    if cls not in _PLANS:
+        _PLANS[cls] = _make_plan(cls)
+    return _PLANS[cls]
+
+
+def _make_plan(cls: type) -> Plan:
     hints = typing.get_type_hints(cls)
     fields, extra = [], None
     for f in dataclasses.fields(cls):
@@ -513,9 +524,11 @@ class Record(Part):
         """Whether the record has a field ``name``, a value or one of its own."""
         return name in self.values or name in {f.name for f in dataclasses.fields(self)}
 
-    def with_value(self: P, name: str, value: Scalar) -> P:
+    def with_value(self: AnyRecord, name: str, value: Scalar) -> AnyRecord:
         """The record with one more value."""
-        return dataclasses.replace(self, values={**self.values, name: value})  # type: ignore[attr-defined]
+        # every record is a dataclass with ``values`` (PairRecord, ItemRecord); this base is not
+        made: Any = dataclasses.replace(cast(Any, self), values={**self.values, name: value})
+        return cast(AnyRecord, made)
 
 
 @dataclass(frozen=True)

@@ -276,16 +276,9 @@ class RunFile:
                     f"{where}: results[{n}]: a second result for {_text(result.key)}"
                 )
             by_key[result.key] = result
-        found: dict[tuple[Key, str], list[parts.Record]] = {}
-        for section, kind in KINDS:
-            for record in _records(run.get(section), kind, f"{where}: {section}"):
-                key = (record.suite, record.method, record.size)
-                if key in by_key:
-                    found.setdefault((key, section), []).append(record)
-        results = [
-            r.with_records(found.get((r.key, "pairs"), ()), found.get((r.key, "items"), ()))
-            for r in results
-        ]
+        pairs = _by_test(_records(run.get("pairs"), PairRecord, f"{where}: pairs"), by_key)
+        items = _by_test(_records(run.get("items"), ItemRecord, f"{where}: items"), by_key)
+        results = [r.with_records(pairs.get(r.key, ()), items.get(r.key, ())) for r in results]
         for result in results:
             for section, id_field in (("pairs", "pair_id"), ("items", "item_id")):
                 _unique(
@@ -438,6 +431,17 @@ def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise RunFileError(f"{where}: missing or not a list")
     return value
+
+
+def _by_test(records: list[parts.R], tests: Mapping[Key, CaseResult]) -> dict[Key, list[parts.R]]:
+    """The records of each test of ``tests``, in the file's order (a record of no such test is
+    left out)."""
+    found: dict[Key, list[parts.R]] = {}
+    for record in records:
+        key = (record.suite, record.method, record.size)
+        if key in tests:
+            found.setdefault(key, []).append(record)
+    return found
 
 
 def _records(value: Any, kind: type[parts.R], where: str) -> list[parts.R]:
