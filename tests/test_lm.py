@@ -533,10 +533,10 @@ def test_the_meter_keeps_steps_candidates_and_blocks_apart_with_what_each_must_r
 def test_the_meter_splits_a_pass_into_its_packed_linear_layers_and_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pytest_prefalign.runtime import packed
+    from pytest_prefalign.runtime import kernels, packed
     from pytest_prefalign.runtime.decoding import KV
 
-    if not packed.available():
+    if not kernels.available():
         pytest.skip("this torch has no packed oneDNN linear: its linears run dense")
     lm = build_tiny_lm(0)
     assert lm.linear_kernel == packed.ONEDNN

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from pytest_prefalign import storage
-from pytest_prefalign.runtime import convert, models, packed
+from pytest_prefalign.runtime import convert, kernels, models, packed
 from pytest_prefalign.runtime.model_lines import parse_models
 from pytest_prefalign.runtime.models import (
     DEFAULT_MODELS,
@@ -322,7 +322,7 @@ def test_an_embedded_models_identity_is_the_loaded_models_read_from_its_files(
         key.digest,
         (),
         "float32",
-        packed.planned("float32", "cpu", 0, None),
+        kernels.planned("float32", "cpu", 0, None),
     )
     lm = load_lm(SMOL)
     assert (lm.fingerprint, lm.dtype, lm.linear_kernel) == (
@@ -360,7 +360,8 @@ def test_a_lazy_model_loads_on_first_use_beyond_its_identity(
     assert isinstance(lazy, LazyLM)
     # what the keys and the run file ask of a model: answered without loading it
     named = (lazy.label, lazy.name, lazy.dtype, lazy.device.type, lazy.linear_kernel)
-    assert named == ("f", "tiny-model", "float32", "cpu", packed.planned("float32", "cpu", 0, None))
+    planned = kernels.planned("float32", "cpu", 0, None)
+    assert named == ("f", "tiny-model", "float32", "cpu", planned)
     fingerprint, reading = lazy.fingerprint, lazy.meter.reading()
     assert reading == {} and lazy.cache_uses == [] and not lazy.loaded and loads == []
     # anything else loads it, once; its fingerprint is the identity's
@@ -398,6 +399,71 @@ print(sorted(m for m in ("transformers", "pytest_prefalign.runtime.lm",
     loaded = load_lm(ModelSpec("f", str(folder)))
     assert named == f"{loaded.fingerprint} float32 {loaded.linear_kernel} {{}}"
     assert imported == "[]"
+
+
+def test_a_lazy_model_imports_no_torch_on_a_cpu_build_once_the_kernel_check_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a CPU-only build of torch, a fresh process after the first names the model, its
+    dtype, device and kernel without importing torch (``kernels.available`` read from the
+    disk where the first process kept it), and the fingerprint is the loaded model's."""
+    import subprocess
+
+    from pytest_prefalign.runtime import devices
+
+    if not devices.cpu_only_build():
+        pytest.skip("torch is not a CPU-only build here: the device is asked of torch")
+    folder = tmp_path / "tiny-model"
+    _save_tiny(folder, seed=0)
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "cache"))
+    script = f"""
+import sys
+from pytest_prefalign.runtime.lazy import lazy_lm
+from pytest_prefalign.runtime.sources import ModelSpec
+lm = lazy_lm(ModelSpec("f", {str(folder)!r}))
+print(lm.fingerprint, lm.dtype, lm.linear_kernel, "torch" in sys.modules)
+"""
+
+    def named() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    first, again = named(), named()
+    loaded = load_lm(ModelSpec("f", str(folder)))
+    assert first == f"{loaded.fingerprint} float32 {loaded.linear_kernel} True"  # asked, kept
+    assert again == f"{loaded.fingerprint} float32 {loaded.linear_kernel} False"
+    assert list((tmp_path / "cache" / "kernels").glob("onednn-*.json"))
+
+
+def test_the_kernel_check_is_kept_by_the_torch_build_and_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    from pytest_prefalign.runtime import kernels
+
+    here = kernels.build_key()
+    assert kernels.build_key() == here
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata,
+        "version",
+        lambda name: "9.9.9+cpu" if name == "torch" else real(name),
+    )
+    assert kernels.build_key() != here  # another torch: asked again
+    monkeypatch.undo()
+    monkeypatch.setattr(kernels, "CPUINFO", Path("/nonexistent/cpuinfo"))
+    assert kernels.build_key() != here or not Path("/proc/cpuinfo").is_file()
+
+
+def test_device_names_read_without_torch() -> None:
+    from pytest_prefalign.runtime import devices
+
+    assert [devices.device_type(d) for d in ("cpu", "cuda", "cuda:1", "mps")] == [
+        "cpu", "cuda", "cuda", "mps"
+    ]  # fmt: skip
+    assert devices.dtype_name_for("cpu") == "float32"
 
 
 def test_a_lazy_model_whose_loaded_fingerprint_differs_from_its_identity_fails(

@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_prefalign.runtime import memory, packed
+from pytest_prefalign.runtime import kernels, memory, packed
 from pytest_prefalign.runtime.lm import LM
 from pytest_prefalign.runtime.sources import ModelSpec
 from pytest_prefalign.runtime.tiny import build_tiny_lm
 
-pytestmark = pytest.mark.skipif(not packed.available(), reason="no oneDNN in this torch build")
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="no oneDNN in this torch build")
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +132,7 @@ def test_only_float32_layers_of_exactly_nn_linear_with_their_own_forward_are_pac
 def test_the_kernel_is_part_of_the_models_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
     lm = build_tiny_lm(0)
     assert lm.linear_kernel == packed.ONEDNN
-    monkeypatch.setattr(packed, "available", lambda: False)
+    monkeypatch.setattr(kernels, "available", lambda: False)
     plain = LM(
         build_tiny_lm(0).model,  # a fresh copy: the first one's layers are packed
         lm.tokenizer,
@@ -157,7 +157,7 @@ def test_packed_and_dense_models_agree_on_scores_and_greedy_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fast = build_tiny_lm(0)
-    monkeypatch.setattr(packed, "available", lambda: False)
+    monkeypatch.setattr(kernels, "available", lambda: False)
     slow = build_tiny_lm(0)
     assert (fast.linear_kernel, slow.linear_kernel) == (packed.ONEDNN, packed.DENSE)
     prompts = ["Generate a title for the following abstract: reward models for users.", "Hi"]

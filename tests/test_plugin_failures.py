@@ -174,9 +174,9 @@ def test_the_run_file_records_the_reward_methods_provenance(toy):
         "pytest-prefalign", "python", "torch", "transformers", "device", "dtype", "linear"
     }  # fmt: skip
     assert (base["environment"]["device"], base["environment"]["dtype"]) == ("cpu", "float32")
-    from pytest_prefalign.runtime import packed
+    from pytest_prefalign.runtime import kernels, packed
 
-    dense = os.environ.get(packed.ENV, "").strip() == "0" or not packed.available()
+    dense = os.environ.get(packed.ENV, "").strip() == "0" or not kernels.available()
     kernel = packed.DENSE if dense else packed.ONEDNN
     assert base["environment"]["linear"] == kernel
     assert set(base["data"]["fingerprint"]) == {

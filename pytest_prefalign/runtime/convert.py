@@ -14,8 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import torch
-
 from pytest_prefalign import cache, events, storage, versions
 
 T = TypeVar("T")
@@ -130,6 +128,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
     transformers refuses to ``save_pretrained`` a model loaded from GGUF, so the weights are
     copied into a fresh model built from the same config without its quantization entry.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pytest_prefalign.runtime.quiet import no_progress_bars

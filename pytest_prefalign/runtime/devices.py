@@ -4,28 +4,57 @@ memory.
 
 A run with G GPUs under ``pytest -n auto`` starts G workers (``plugin.py`` answers xdist's
 ``pytest_xdist_auto_num_workers``) and worker ``gwN`` loads its models on ``cuda:{N mod G}``.
+
+torch is imported where a question needs it, not with this module: a rerun served from the
+cache asks only the device and dtype names, which a CPU-only build of torch answers from its
+version's label (``2.13.0+cpu``) without being imported (``runtime/identity.py``).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable
-from typing import TypeVar
-
-import torch
+from typing import TYPE_CHECKING, TypeVar
 
 from pytest_prefalign import events
 from pytest_prefalign.errors import PrefalignWarning
 
 WORKER_ENV = "PYTEST_XDIST_WORKER"  # xdist names each worker gw0, gw1, ... in its environment
 R = TypeVar("R")
+CPU_LABEL = "+cpu"  # the local version label of PyTorch's CPU-only builds
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 def gpu_count() -> int:
-    """CUDA devices this process sees (``CUDA_VISIBLE_DEVICES`` applied)."""
+    """CUDA devices this process sees (``CUDA_VISIBLE_DEVICES`` applied); none, without
+    importing torch, where torch is not imported yet and is a CPU-only build."""
+    if "torch" not in sys.modules and cpu_only_build():
+        return 0
+    import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def cpu_only_build() -> bool:
+    """Whether the installed torch is a CPU-only build, by its version's local label
+    (``2.13.0+cpu``, as PyTorch's CPU wheels are named); False where it cannot tell (a build
+    without the label, such as PyPI's, is asked once imported)."""
+    try:
+        return importlib.metadata.version("torch").endswith(CPU_LABEL)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def device_type(device: str) -> str:
+    """The type of a device named as torch names it (``cuda:1`` -> ``cuda``), as
+    ``torch.device(device).type`` gives it, without torch."""
+    return device.split(":", 1)[0]
 
 
 def worker_index(environ: dict[str, str] | None = None) -> int | None:
@@ -47,9 +76,19 @@ def default_device(environ: dict[str, str] | None = None, gpus: int | None = Non
 
 def dtype_for(device: str | torch.device) -> torch.dtype:
     """bf16 on CUDA (fp16 where bf16 is unsupported), fp32 on the CPU."""
+    import torch
+
     if torch.device(device).type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
+
+
+def dtype_name_for(device: str) -> str:
+    """``dtype_for``'s name (``float32``, ``bfloat16``, ``float16``); on the CPU without
+    importing torch."""
+    if device_type(device) == "cpu":
+        return "float32"
+    return str(dtype_for(device)).removeprefix("torch.")
 
 
 CPUINFO = "/proc/cpuinfo"
@@ -59,6 +98,8 @@ def cpu_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively: x86 with ``avx512_bf16`` or AMX (as torch's
     own CPU checks report), or ARM with the ``bf16`` feature (``/proc/cpuinfo``). Without it
     PyTorch emulates bf16 in fp32 arithmetic, which is slower than fp32 itself."""
+    import torch
+
     for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         found = getattr(torch.cpu, check, None)
         if found is not None and found():
@@ -75,6 +116,8 @@ def cpu_bf16() -> bool:
 
 def native_bf16(device: str | torch.device) -> bool:
     """Whether ``device`` runs bf16 natively: a CUDA GPU that supports it, or ``cpu_bf16``."""
+    import torch
+
     if torch.device(device).type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     return cpu_bf16()
@@ -86,7 +129,7 @@ def bf16_refusal(device: str | None = None) -> str | None:
     device = device or default_device()
     if native_bf16(device):
         return None
-    if torch.device(device).type == "cuda":
+    if device_type(str(device)) == "cuda":
         return f"--prefalign-dtype bfloat16: {device} does not support bf16; use float32"
     return (
         "--prefalign-dtype bfloat16: this CPU has no native bf16 (no avx512_bf16 or AMX), "
@@ -106,6 +149,8 @@ def halving(work: Callable[[int], R], batch_size: int, *, what: str) -> R:
     freed and ``work`` runs again with half the batch, down to 1 (an out-of-memory error at
     batch size 1 is raised). The first halving of each ``what`` warns (``PrefalignWarning``:
     in pytest's warnings summary) and logs; the later ones only log."""
+    import torch
+
     while True:
         try:
             return work(batch_size)

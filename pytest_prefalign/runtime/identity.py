@@ -15,17 +15,18 @@ import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
-
-import torch
+from typing import TYPE_CHECKING, cast
 
 from pytest_prefalign import cache, storage, versions
-from pytest_prefalign.runtime import convert, devices, memory, packed
+from pytest_prefalign.runtime import convert, devices, kernels, memory
 from pytest_prefalign.runtime.sources import EMBEDDED, Embedded, ModelSpec
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 
 class ModelUnavailable(RuntimeError):
@@ -63,13 +64,14 @@ class Identity:
     weights: str
     dtype: str  # ``float32``, ``bfloat16``
     device: str  # where it loads: ``cpu``, ``cuda:0``
-    kernel: str  # ``packed.ONEDNN`` or ``packed.DENSE``
+    kernel: str  # ``kernels.ONEDNN`` or ``kernels.DENSE``
     uses: tuple[cache.Use, ...] = ()
 
     @property
     def fingerprint(self) -> str:
         """``LM.fingerprint`` of the model once loaded."""
-        return lm_fingerprint(self.weights, self.dtype, torch.device(self.device).type, self.kernel)
+        device_type = devices.device_type(self.device)
+        return lm_fingerprint(self.weights, self.dtype, device_type, self.kernel)
 
 
 # identities, once per process (``clear_loaded`` forgets them with the models)
@@ -94,7 +96,7 @@ def find_identity(spec: ModelSpec) -> Identity | None:
     if spec.device_map or spec.kind == "tiny":
         return None
     where = devices.default_device()
-    dtype = str(weights_dtype(spec, where)).removeprefix("torch.")
+    dtype = weights_dtype_name(spec, where)
     uses: tuple[cache.Use, ...] = ()
     folder: Path | None = None  # where the weights' files are, for their bytes
     if spec.kind == "embedded":
@@ -125,23 +127,23 @@ def find_identity(spec: ModelSpec) -> Identity | None:
         weights,
         dtype,
         where,
-        planned_kernel(spec, where, folder) or packed.DENSE,
+        planned_kernel(spec, where, folder) or kernels.DENSE,
         uses,
     )
 
 
 def planned_kernel(spec: ModelSpec, device: str, folder: Path | None = None) -> str | None:
-    """The kernel a model's linear layers are to run (``packed.planned``), from the bytes of
+    """The kernel a model's linear layers are to run (``kernels.planned``), from the bytes of
     its weights as loaded (``memory.weights_bytes``; a hub model's from its snapshot
     ``folder``); None where the model decides once loaded (the tiny model, a placed one)."""
     if spec.kind == "tiny" or device.startswith("device_map="):
         return None
-    dtype = str(weights_dtype(spec, device)).removeprefix("torch.")
+    dtype = weights_dtype_name(spec, device)
     sized = dataclasses.replace(spec, dtype=dtype)
     if folder is not None and spec.kind == "hub":
         sized = dataclasses.replace(sized, source=str(folder))
     weights = memory.weights_bytes(sized)
-    return packed.planned(dtype, torch.device(device).type, weights, memory.pack_share())
+    return kernels.planned(dtype, devices.device_type(device), weights, memory.pack_share())
 
 
 def hub_snapshot(repo_id: str) -> Path | None:
@@ -154,11 +156,25 @@ def hub_snapshot(repo_id: str) -> Path | None:
 
 def weights_dtype(spec: ModelSpec, device: str) -> torch.dtype:
     """The line's ``dtype``, else the device's (fp32 on the CPU, bf16 on CUDA)."""
+    import torch
+
     if spec.dtype:
         return cast(torch.dtype, getattr(torch, spec.dtype))
-    return devices.dtype_for(
-        devices.default_device() if device.startswith("device_map=") else device
-    )
+    return devices.dtype_for(_placed(device))
+
+
+def weights_dtype_name(spec: ModelSpec, device: str) -> str:
+    """``weights_dtype``'s name (``float32``, ``bfloat16``): on the CPU without importing
+    torch."""
+    if spec.dtype:
+        return spec.dtype
+    return devices.dtype_name_for(_placed(device))
+
+
+def _placed(device: str) -> str:
+    """The device a model's dtype follows: a model that accelerate places follows this
+    process's default device."""
+    return devices.default_device() if device.startswith("device_map=") else device
 
 
 # --- where an embedded model's GGUF file is -----------------------------------------------

@@ -13,13 +13,13 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from pytest_prefalign.runtime.identity import Identity, identity
 from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.sources import ModelSpec
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
     from pytest_prefalign.runtime.lm import LM
 
 LOADER = "pytest_prefalign.runtime.models"
@@ -49,12 +49,18 @@ class LazyLM:
         own(self, "weights_fingerprint", known.weights)
         own(self, "fingerprint", known.fingerprint)
         own(self, "dtype", known.dtype)
-        own(self, "device", torch.device(known.device))
         own(self, "linear_kernel", known.kernel)
 
     def __repr__(self) -> str:
         state = "loaded" if self.loaded else "not loaded"
         return f"LazyLM(label={self.label!r}, fingerprint={self.fingerprint!r}, {state})"
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs, as ``LM.device`` gives it (torch is imported when asked)."""
+        import torch
+
+        return torch.device(self._identity.device)
 
     @property
     def loaded(self) -> bool:

@@ -43,9 +43,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 KINDS = ("steps", "candidates", "blocks")  # the kinds of pass (module docstring)
 
@@ -85,6 +86,8 @@ class KindCount:
 
 class ForwardMeter:
     def __init__(self, body: torch.nn.Module, head: torch.nn.Module | None = None) -> None:
+        import torch
+
         linears = [m.weight for m in body.modules() if isinstance(m, torch.nn.Linear)]
         self.per_token = 2 * sum(w.numel() for w in linears)
         self.weight_bytes = sum(w.numel() * w.element_size() for w in linears)
@@ -238,6 +241,8 @@ class AttentionCount:
 def keys_seen(shape: torch.Size, mask: torch.Tensor | None) -> torch.Tensor:
     """The number of keys each real query of a pass attends to (itself included), 0 for
     padding queries."""
+    import torch
+
     rows, new = int(shape[0]), int(shape[-1])
     if mask is None:
         return torch.arange(1, new + 1).expand(rows, new)

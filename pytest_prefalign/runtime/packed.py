@@ -25,7 +25,6 @@ does), and again at its next pass after its weight changed (in place, or replace
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import types
@@ -36,37 +35,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pytest_prefalign.runtime.memory import PACK_SHARE, PACKED_ENV
+from pytest_prefalign.runtime import kernels
+from pytest_prefalign.runtime.kernels import DENSE, ENV, ONEDNN, ROWS_HINT
+from pytest_prefalign.runtime.memory import PACK_SHARE
 from pytest_prefalign.runtime.meter import LINEAR_CLOCK
-
-# the rows a packed layout is tuned for: a decoding step's batch (16 rows ran fastest with it,
-# against 1 or 64); prefills, thousands of rows, ran 1.2 times as fast as dense with it
-ROWS_HINT = 16
-ONEDNN = "onednn-packed"  # what ``kernel()`` names a packed model's linears
-DENSE = "dense"
-# ``0`` runs every model's linears dense (to compare the two kernels, or where a build's oneDNN
-# misbehaves); the kernel is in each model's fingerprint, so cached values follow it
-ENV = PACKED_ENV
-
-
-@functools.cache
-def available() -> bool:
-    """Whether this torch has the packed oneDNN linear and it agrees with ``F.linear`` on a
-    small case (a build without oneDNN, or an old torch without the ops, runs dense)."""
-    if not torch.backends.mkldnn.is_available():
-        return False
-    ops = torch.ops.mkldnn
-    if not (hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")):
-        return False
-    gen = torch.Generator().manual_seed(0)
-    weight, bias = torch.randn(48, 32, generator=gen), torch.randn(48, generator=gen)
-    x = torch.randn(2, 5, 32, generator=gen)
-    try:
-        with torch.inference_mode():
-            got = ops._linear_pointwise(x, _reorder(weight), bias, "none", [], "")
-    except (RuntimeError, TypeError, ValueError, NotImplementedError):  # a build that lacks it
-        return False
-    return bool(torch.allclose(got, F.linear(x, weight, bias), rtol=1e-4, atol=1e-4))
 
 
 def linear_bytes(model: torch.nn.Module) -> int:
@@ -85,7 +57,7 @@ def pack(model: torch.nn.Module, share: int | None = None) -> str:
     its weights are at most ``PACK_SHARE`` of ``share`` bytes (None: no limit known).
     Returns the kernel its linears now run (``ONEDNN`` or ``DENSE``), for the fingerprint."""
     layers = _packable(model)
-    if not layers or os.environ.get(ENV, "").strip() == "0" or not available():
+    if not layers or os.environ.get(ENV, "").strip() == "0" or not kernels.available():
         return kernel(model)
     if share is not None and weights_bytes(model) > share * PACK_SHARE:
         return kernel(model)
@@ -93,19 +65,6 @@ def pack(model: torch.nn.Module, share: int | None = None) -> str:
         # the cache loads the model and never pays for (nor holds) the copies
         layer.forward = types.MethodType(packed_forward, layer)  # type: ignore[method-assign]
     return ONEDNN
-
-
-def planned(dtype: str, device: str, weights: int | None, share: int | None) -> str:
-    """The kernel ``pack`` is to give a model before it loads (``models.identity``, whose
-    fingerprint names it): ``ONEDNN`` for float32 weights on the CPU where ``available()``,
-    ``PREFALIGN_PACKED`` is not ``0`` and the weights' ``weights`` bytes are at most
-    ``PACK_SHARE`` of ``share`` (``memory.pack_share``; None: no limit known), else ``DENSE``.
-    A model in bfloat16 runs dense: the packed kernel here is float32's."""
-    if device != "cpu" or dtype != "float32" or os.environ.get(ENV, "").strip() == "0":
-        return DENSE
-    if share is not None and (weights is None or weights > share * PACK_SHARE):
-        return DENSE
-    return ONEDNN if available() else DENSE
 
 
 def kernel(model: torch.nn.Module) -> str:
