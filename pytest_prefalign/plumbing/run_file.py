@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_prefalign import portable
+from pytest_prefalign import cache, portable
 
 if TYPE_CHECKING:  # pragma: no cover
     import pytest
@@ -50,10 +50,12 @@ def build(
     results: list[CaseResult],
     outcomes: tuple[bool, RunOutcomes],
     data_dir: Path | None,
+    disk: cache.Disk,
 ) -> RunFile:
-    """The run file: every result, and the crisis analysis computed once; ``outcomes`` is
+    """The run file: every result, and the crisis analysis computed once (or read from
+    ``disk`` where the same rows were analysed before: ``analysis/memo.py``); ``outcomes`` is
     ``Outcomes.summary()``'s (complete, outcomes)."""
-    from pytest_prefalign.analysis import crisis
+    from pytest_prefalign.analysis import memo
     from pytest_prefalign.analysis.merge import result_order
     from pytest_prefalign.runs.header import RunConfig, RunOutcomes
     from pytest_prefalign.runs.records import RunFile
@@ -76,7 +78,7 @@ def build(
     # in a single run's order (suite, size, method as listed), not the order results came
     # in, which under xdist depends on the scheduling: equal figures then rank alike
     ordered = sorted(results, key=result_order(run_config))
-    tau, found = crisis.analyse(ordered)
+    tau, found = memo.analysed(ordered, disk)
     complete, what_became = outcomes
     return RunFile(
         results=ordered,

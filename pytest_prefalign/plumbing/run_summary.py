@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_prefalign import cache
 from pytest_prefalign.plumbing import progress
 from pytest_prefalign.plumbing.outcomes import describe
 
@@ -23,12 +24,14 @@ def write(
     notes: list[str],
     run: RunFile | None,
     written: Written,
+    disk: cache.Disk,
     *,
     use_cache: bool,
 ) -> None:
     """The summary's lines, through the reporter's public writers (``write_line``,
-    ``write_sep``); the leaderboard only where the run has results."""
-    from pytest_prefalign.analysis import claims, power, summary, table, wrap
+    ``write_sep``); the leaderboard only where the run has results. The claims' power curves
+    are read from ``disk`` where the same rows had them (``analysis/memo.py``)."""
+    from pytest_prefalign.analysis import claims, memo, summary, table, wrap
 
     for failure in registry.failures:
         tr.write_line(f"prefalign: could not load {failure}", yellow=True)
@@ -44,7 +47,7 @@ def write(
     for line in summary.summary_lines(run, width):
         tr.write_line(line)
     verdicts = claims.run_claims(run)
-    curves = power.summary_curves(run) if verdicts else {}
+    curves = memo.summary_curves(run, disk) if verdicts else {}
     for line in summary.fit_prose(summary.claim_lines(verdicts, curves), width):
         tr.write_line(line)
     tr.write_line(cache_line(run.results, use_cache))

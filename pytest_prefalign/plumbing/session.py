@@ -231,6 +231,7 @@ class PrefalignSession:
             self.results,
             self.outcomes.summary(),
             self.data_dir,
+            self.disk,
         )
         rootdir = Path(self.config.rootpath)
         self.written = run_file.write(run, rootdir, self.json_path, self.report_dir)
@@ -250,6 +251,7 @@ class PrefalignSession:
             self.notes,
             self.run,
             self.written,
+            self.disk,
             use_cache=self.settings.use_cache,
         )
 
