@@ -551,3 +551,25 @@ def test_the_independent_judge_is_keyed_by_config_code_encoder_and_its_pairs(
         real = versions.code_version
         monkeypatch.setattr(versions, "code_version", lambda obj: real(obj) + "-edited")
     assert fit(pairs, config) is (change in ("nothing", "rejected"))
+
+
+def test_the_distributions_of_import_names_are_kept_by_what_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    monkeypatch.setenv("PREFALIGN_CACHE", str(tmp_path / "cache"))
+    want = {k: list(v) for k, v in importlib.metadata.packages_distributions().items()}
+    assert versions._distributions() == want  # asked, and kept
+    asked: list[int] = []
+
+    def other() -> dict[str, list[str]]:
+        asked.append(1)
+        return {"x": ["y"]}
+
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", other)
+    assert versions._distributions() == want and asked == []  # read back, not asked
+    site = tmp_path / "site"
+    (site / "newdist-1.0.dist-info").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(site))
+    assert versions._distributions() == {"x": ["y"]} and asked == [1]  # another install

@@ -156,7 +156,7 @@ def environment(lm: LM) -> dict[str, Any]:
     return {
         **versions_of,
         "python": platform.python_version(),
-        "device": lm.device.type,
+        "device": lm.device_type,
         "dtype": lm.dtype,
         "linear": getattr(lm, "linear_kernel", "dense"),
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from pytest_prefalign.runtime import devices
 from pytest_prefalign.runtime.identity import Identity, identity
 from pytest_prefalign.runtime.meter import ForwardMeter
 from pytest_prefalign.runtime.sources import ModelSpec
@@ -49,6 +50,7 @@ class LazyLM:
         own(self, "weights_fingerprint", known.weights)
         own(self, "fingerprint", known.fingerprint)
         own(self, "dtype", known.dtype)
+        own(self, "device_type", devices.device_type(known.device))
         own(self, "linear_kernel", known.kernel)
 
     def __repr__(self) -> str:

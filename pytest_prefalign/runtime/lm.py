@@ -429,6 +429,11 @@ class LM:
         return self.prefills.prefill(seqs, batch_size=batch_size, then=then)
 
     @property
+    def device_type(self) -> str:
+        """The type of the device the model runs on (``cpu``, ``cuda``)."""
+        return str(self.device.type)
+
+    @property
     def vocab_size(self) -> int:
         """The width of the model's logits: the output head's rows."""
         return int(self.model.get_output_embeddings().weight.shape[0])
