@@ -54,16 +54,15 @@ class HeadRewardMethod(RewardMethod):
     version: ClassVar[int] = 1
 
     def __init__(self, config: Any | None = None) -> None:
-        import torch
-
-        from prefalign_methods.rewards.heads import DTYPE
-
         self.config = config if config is not None else self.Config()
         self.trained = False  # True when the last ``fit`` trained, False when it loaded
         self.info: dict[str, Any] = {}  # what the cache's JSON says: users, loss, accuracy
         self._users: dict[str, int] = {}
         self._heads: Heads | None = None
-        self._mean = self._std = torch.zeros(0, dtype=DTYPE)
+        # the features' standardisation, once fitted or loaded (no torch before: a method
+        # whose values all come from the cache is made, and asked nothing, without it)
+        self._mean: torch.Tensor | None = None
+        self._std: torch.Tensor | None = None
 
     def build(self, n_users: int, dim: int, generator: torch.Generator) -> Heads:
         """The untrained heads for ``n_users`` users and hidden size ``dim``."""
@@ -135,7 +134,8 @@ class HeadRewardMethod(RewardMethod):
         tensors = {
             f"heads.{k}": v.detach().contiguous() for k, v in self._heads.state_dict().items()
         }
-        tensors.update({"feature_mean": self._mean, "feature_std": self._std})
+        mean, std = self._standardisation()
+        tensors.update({"feature_mean": mean, "feature_std": std})
         storage.atomic_write_bytes(tensors_path, save_tensors(tensors))
         storage.atomic_write_json(
             meta_path,
@@ -198,10 +198,11 @@ class HeadRewardMethod(RewardMethod):
 
         if self._heads is None:
             raise RuntimeError(f"{self.name}: call fit() before asking for rewards")
-        if hidden.shape[-1] != self._mean.shape[0]:
+        mean, _ = self._standardisation()
+        if hidden.shape[-1] != mean.shape[0]:
             raise ValueError(
                 f"{self.name}: hidden size {hidden.shape[-1]} but the heads were "
-                f"trained on {self._mean.shape[0]} (another model?)"
+                f"trained on {mean.shape[0]} (another model?)"
             )
         with torch.no_grad():
             device = hidden.device
@@ -212,7 +213,14 @@ class HeadRewardMethod(RewardMethod):
             return heads(user, self._standardise(hidden.to(device=device, dtype=DTYPE)))
 
     def _standardise(self, h: torch.Tensor) -> torch.Tensor:
-        return (h - self._mean.to(h.device)) / self._std.to(h.device)
+        mean, std = self._standardisation()
+        return (h - mean.to(h.device)) / std.to(h.device)
+
+    def _standardisation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The features' mean and standard deviation, as fitted or loaded."""
+        if self._mean is None or self._std is None:
+            raise RuntimeError(f"{self.name}: call fit() before asking for rewards")
+        return self._mean, self._std
 
 
 def load_or_train(method: Any, lm: LM, pairs: Sequence[Pair], cache_dir: Path) -> None:
