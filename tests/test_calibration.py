@@ -365,17 +365,23 @@ def test_the_tau_coverage_worlds_keep_the_runs_means_in_the_order_asked(
     calibration: ModuleType,
 ) -> None:
     # --tau-coverage: the kept polis 135m run's ARGS rows, policy accuracy's own means
-    # reassigned so that tau against RM accuracy is 1 (the same order) or -1 (reversed)
+    # reassigned so that tau against RM accuracy is 1 (the same order) or -1 (reversed), or
+    # as near as the means allow: tied means keep tau-b below 1
+    import scipy.stats
+
     run = calibration.kept_run(calibration.KEPT / "polis-135m.json.gz")
     (name, (rm, policy)), *_ = calibration.tau_groups(run.results).items()
     assert name == "polis 135m args" and rm.values.shape == policy.values.shape
+    best = scipy.stats.kendalltau(np.sort(rm.means()), np.sort(policy.means())).statistic
+    assert 0.9 < best <= 1
     for tau in (1.0, -1.0):
         w = calibration.world(name, rm, policy, tau)
-        assert w.true_tau == tau and w.n_users == rm.values.shape[1]
+        assert w.true_tau == pytest.approx(tau * best) and w.n_users == rm.values.shape[1]
         assert sorted(w.policy.means()) == pytest.approx(sorted(policy.means()))
         order = np.argsort(rm.means())
         moved = w.policy.means()[order]
-        assert list(moved) == sorted(moved, reverse=tau < 0)
+        steps = np.diff(moved) * tau  # each step the way asked (tied means up to rounding)
+        assert np.all(steps >= -1e-12)
     # a few simulated runs: a share of runs is a share, and the projection's interval is wide
     found = calibration.tau_coverage(w, sims=3, seed=0, n_boot=200)
     assert found["users"] == w.n_users and 0 <= found["coverage"][0] <= 1
