@@ -9,9 +9,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
 
 CACHE_ENV = "PREFALIGN_CACHE"
 
@@ -61,6 +63,23 @@ def memoised_sha256(path: Path) -> str:
         known[key] = digest
         atomic_write_json(memo_path, known)
     return digest
+
+
+def kept_json(path: Path, compute: Callable[[], T], valid: Callable[[Any], bool]) -> T:
+    """The JSON value kept at ``path`` where it is readable and ``valid``, else ``compute()``,
+    kept there for the next process (a folder that cannot be written: computed again then)."""
+    try:
+        found = read_json(path)
+    except (OSError, ValueError):
+        found = None
+    if found is not None and valid(found):
+        return cast(T, found)
+    value = compute()
+    try:
+        atomic_write_json(path, value)
+    except OSError:
+        pass
+    return value
 
 
 def _read_memo(path: Path) -> dict[str, str]:

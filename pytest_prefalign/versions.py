@@ -348,18 +348,11 @@ def _distributions() -> dict[str, list[str]]:
         if name.endswith((".dist-info", ".egg-info"))
     )
     path = storage.cache_dir("code") / f"distributions-{storage.content_key(installed)}.json"
-    try:
-        found = storage.read_json(path)
-    except (OSError, ValueError):
-        found = None
-    if isinstance(found, dict) and all(_names(v) for v in found.values()):
-        return found
-    mapping = {k: list(v) for k, v in importlib.metadata.packages_distributions().items()}
-    try:
-        storage.atomic_write_json(path, mapping)
-    except OSError:  # a cache that cannot be written: read again next time
-        pass
-    return mapping
+    return storage.kept_json(
+        path,
+        lambda: {k: list(v) for k, v in importlib.metadata.packages_distributions().items()},
+        lambda found: isinstance(found, dict) and all(_names(v) for v in found.values()),
+    )
 
 
 def _listing(folder: Path) -> list[str]:

@@ -48,22 +48,12 @@ def available() -> bool:
     on the same CPU kept it (and asked, and kept, where none did)."""
     if "torch" not in sys.modules:
         path = storage.cache_dir("kernels") / f"onednn-{build_key()}.json"
-        try:
-            kept = storage.read_json(path)
-        except (OSError, ValueError):
-            kept = None
-        if isinstance(kept, dict) and isinstance(kept.get("available"), bool):
-            return kept["available"]
-        found = _asked()
-        try:
-            storage.atomic_write_json(path, {"available": found})
-        except OSError:  # a cache that cannot be written: asked again next time
-            pass
-        return found
-    return _asked()
-
-
-def _asked() -> bool:
+        kept = storage.kept_json(
+            path,
+            lambda: {"available": onednn_agrees()},
+            lambda v: isinstance(v, dict) and isinstance(v.get("available"), bool),
+        )
+        return bool(kept["available"])
     return onednn_agrees()
 
 
