@@ -137,7 +137,9 @@ def save(cache: Path, packed: Path) -> None:
     values = {rel: (cache / rel).read_bytes() for rel in carried(cache)}
     if not values:
         sys.exit(f"findings_cache: {cache} holds no values to carry")
-    code = {"commit": commit(), "modules": code_digests()}
+    from pytest_prefalign.plumbing.run_file import git_commit
+
+    code = {"commit": git_commit(ROOT), "modules": code_digests()}
     values[Path(CODE)] = (json.dumps(code, indent=1, sort_keys=True) + "\n").encode()
     # no time and nothing of this machine in it: the same values pack to the same bytes
     buffer = io.BytesIO()
@@ -198,19 +200,6 @@ def check_code(packed: Path) -> None:
         values = {Path(m.name): member_bytes(tar, m) for m in tar.getmembers() if m.name == CODE}
     if not report_code(values):
         sys.exit(1)
-
-
-def commit() -> str | None:
-    """The checkout's commit (None outside a git checkout)."""
-    import subprocess
-
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    return done.stdout.strip() or None
 
 
 def describe(values: dict[Path, bytes]) -> None:
