@@ -39,6 +39,16 @@ def counted(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[
     return calls
 
 
+def analysed_once(
+    results: list[CaseResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[cache.Disk, list[int]]:
+    """A cache holding the analysis of ``results``, and the calls of ``crisis.analyse`` from
+    then on."""
+    disk = cache.Disk(tmp_path)
+    memo.analysed(results, disk)
+    return disk, counted(monkeypatch, crisis, "analyse")
+
+
 def test_the_analysis_read_back_is_the_analysis_computed(
     results: list[CaseResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,9 +65,7 @@ def test_the_analysis_read_back_is_the_analysis_computed(
 def test_only_how_a_row_was_computed_may_differ_for_the_analysis_to_be_reused(
     results: list[CaseResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = cache.Disk(tmp_path)
-    memo.analysed(results, disk)
-    calls = counted(monkeypatch, crisis, "analyse")
+    disk, calls = analysed_once(results, tmp_path, monkeypatch)
     # a warm rerun: other timings, every value read from the cache
     warm = [
         dataclasses.replace(
@@ -84,9 +92,7 @@ def test_only_how_a_row_was_computed_may_differ_for_the_analysis_to_be_reused(
 def test_the_analysis_code_is_in_the_key(
     results: list[CaseResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = cache.Disk(tmp_path)
-    memo.analysed(results, disk)
-    calls = counted(monkeypatch, crisis, "analyse")
+    disk, calls = analysed_once(results, tmp_path, monkeypatch)
     monkeypatch.setattr(memo.versions, "module_version", lambda name: f"edited {name}")
     memo.analysed(results, disk)
     assert len(calls) == 1
