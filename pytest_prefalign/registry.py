@@ -64,6 +64,7 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("reward", "arm", "prefalign_methods.rewards.arm:ARM"),
     ("reward", "profile_bm25", "prefalign_methods.rewards.profile_bm25:ProfileBM25"),
     ("reward", "profile_overlap", "prefalign_methods.rewards.profile_overlap:ProfileOverlap"),
+    ("reward", "profile_impostors", "prefalign_methods.rewards.profile_impostors:ProfileImpostors"),
     ("reward", "profile_minilm", "prefalign_methods.rewards.profile_minilm:ProfileMiniLM"),
     ("reward", "global_bt_minilm", "prefalign_methods.rewards.minilm_bt:GlobalBTMiniLM"),
     ("reward", "per_user_bt_minilm", "prefalign_methods.rewards.minilm_bt:PerUserBTMiniLM"),
