@@ -386,6 +386,7 @@ def test_default_methods_cover_every_reward_method_and_decoder(toy):
             "toy/suite.toml::toy?args?per_user_bt?-tiny?",
             "toy/suite.toml::toy?args?pref?-tiny?",
             "toy/suite.toml::toy?args?profile_bm25?-tiny?",
+            "toy/suite.toml::toy?args?profile_impostors?-tiny?",
             "toy/suite.toml::toy?args?profile_overlap?-tiny?",
             "toy/suite.toml::toy?args?vpl?-tiny?",
             "toy/suite.toml::toy?genarm?arm?-tiny?",
@@ -397,7 +398,7 @@ def test_default_methods_cover_every_reward_method_and_decoder(toy):
         ]
     )
     # the synthetic suite's oracles run only when named
-    assert "20 tests collected" in result.stdout.str()
+    assert "21 tests collected" in result.stdout.str()
     assert "oracle" not in result.stdout.str()
 
 
