@@ -8,6 +8,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import json
+import os
 import sys
 import threading
 import time
@@ -429,11 +430,36 @@ print(lm.fingerprint, lm.dtype, lm.linear_kernel, "torch" in sys.modules)
             [sys.executable, "-c", script], capture_output=True, text=True, check=True
         ).stdout.strip()
 
+    # making the tiny model here kept the check already (this process has torch): gone, so
+    # that the first process asks it
+    for kept in (tmp_path / "cache" / "kernels").glob("onednn-*.json"):
+        kept.unlink()
     first, again = named(), named()
     loaded = load_lm(ModelSpec("f", str(folder)))
     assert first == f"{loaded.fingerprint} float32 {loaded.linear_kernel} True"  # asked, kept
     assert again == f"{loaded.fingerprint} float32 {loaded.linear_kernel} False"
     assert list((tmp_path / "cache" / "kernels").glob("onednn-*.json"))
+
+
+def test_a_process_with_torch_imported_keeps_the_kernel_check_for_the_next(
+    tmp_path: Path,
+) -> None:
+    """The cold run has torch imported when it asks; it keeps the answer on disk all the
+    same, so the first rerun after it reads it there instead of importing torch."""
+    import subprocess
+
+    script = """
+import torch
+from pytest_prefalign.runtime import kernels
+print(kernels.available() == kernels.onednn_agrees())
+"""
+    env = {**os.environ, "PREFALIGN_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env
+    )
+    assert done.stdout.strip() == "True"
+    (kept,) = (tmp_path / "cache" / "kernels").glob("onednn-*.json")
+    assert json.loads(kept.read_text())["available"] in (True, False)
 
 
 def test_the_kernel_check_is_kept_by_the_torch_build_and_the_cpu(

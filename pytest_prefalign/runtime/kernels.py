@@ -43,18 +43,17 @@ def planned(dtype: str, device: str, weights: int | None, share: int | None) -> 
 
 
 def available() -> bool:
-    """Whether the packed kernel runs here (``onednn_agrees``): asked of torch where torch is
-    imported already, else read from the disk where an earlier process of the same torch build
-    on the same CPU kept it (and asked, and kept, where none did)."""
-    if "torch" not in sys.modules:
-        path = storage.cache_dir("kernels") / f"onednn-{build_key()}.json"
-        kept = storage.kept_json(
-            path,
-            lambda: {"available": onednn_agrees()},
-            lambda v: isinstance(v, dict) and isinstance(v.get("available"), bool),
-        )
-        return bool(kept["available"])
-    return onednn_agrees()
+    """Whether the packed kernel runs here (``onednn_agrees``), kept on disk by the torch
+    build and the CPU: read there where an earlier process kept it, else asked of torch and
+    kept by whichever process asks first, with torch imported or not (a cold run keeps it for
+    the rerun after it, which then imports no torch)."""
+    path = storage.cache_dir("kernels") / f"onednn-{build_key()}.json"
+    kept = storage.kept_json(
+        path,
+        lambda: {"available": onednn_agrees()},
+        lambda v: isinstance(v, dict) and isinstance(v.get("available"), bool),
+    )
+    return bool(kept["available"])
 
 
 @functools.cache
