@@ -103,8 +103,8 @@ def test_asking_for_its_method_shows_the_import_error(broken):
             "ModuleNotFoundError: No module named 'a_dependency_that_is_not_installed'",
             "(available: arm, global_bt, global_bt_minilm, hier_bt, history_bt, lore, oracle, "
             "oracle_negated, oracle_noise1, oracle_noise4, oracle_noise8, oracle_noisy, pal, "
-            "per_user_bt, per_user_bt_minilm, pref, profile_bm25, profile_impostors, profile_minilm, profile_overlap, "
-            "vpl)",
+            "per_user_bt, per_user_bt_minilm, pref, profile_bm25, profile_impostors, "
+            "profile_minilm, profile_overlap, vpl)",
         ]
     )
 
