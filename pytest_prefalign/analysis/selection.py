@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from pytest_prefalign.analysis import catalogue, family, nulls, stats, users
 from pytest_prefalign.analysis.metrics import FIGURE_DIGITS, finite
@@ -222,6 +221,8 @@ def expansion(n_users: int, alpha: float = ALPHA) -> float:
     """Hesterberg's (2015) widening of a one-sided bootstrap bound at ``1 - alpha`` over
     ``n_users``: ``sqrt(n / (n - 1))`` times the t quantile with ``n - 1`` degrees of freedom
     over the normal's (1.23 at 8 users, 1.08 at 20, 1.04 at 40)."""
+    from scipy import stats as sps
+
     n = max(n_users, 2)
     return math.sqrt(n / (n - 1)) * float(sps.t.ppf(1 - alpha, n - 1) / sps.norm.ppf(1 - alpha))
 

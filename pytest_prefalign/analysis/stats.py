@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from pytest_prefalign.analysis import nulls
 from pytest_prefalign.analysis.metrics import (
@@ -54,6 +53,8 @@ def kendall(x: Sequence[float], y: Sequence[float], *, seed: int = 0) -> Tau:
     accuracy). tau is nan, with a ``reason``, when fewer than 3 methods remain or a series is
     constant: with 2 points tau is always +-1 and carries no information.
     """
+    from scipy import stats as sps
+
     xs, ys = _paired_floats(x, y)
     keep = np.isfinite(xs) & np.isfinite(ys)
     xs, ys = xs[keep], ys[keep]
@@ -153,6 +154,8 @@ def mcnemar_exact(old: Sequence[float], new: Sequence[float]) -> float:
     With no half discordances this is exactly McNemar's exact test. (Dropping tied pairs instead
     would let a reward that collapses to a constant, 1 -> 0.5 everywhere, pass the gate.)
     """
+    from scipy import stats as sps
+
     if len(old) != len(new):
         raise ValueError(f"old has {len(old)} outcomes but new has {len(new)}")
     diff = _outcomes("new", new) - _outcomes("old", old)
@@ -175,6 +178,8 @@ def _sign_flip_p(n_full: int, n_half: int, observed: int) -> float:
     a = 2 (2k - n_full) - n_half and K ~ Binomial(n_half, 1/2), so each tail is one binomial
     cdf: memory linear in the number of pairs.
     """
+    from scipy import stats as sps
+
     t = abs(observed)
     if t == 0:
         return 1.0
