@@ -36,6 +36,8 @@ NOT_FOLLOWED = ("pytest_prefalign.cache", __name__)
 # parsed syntax trees by (module, sha256 of its file), and import names -> distributions
 _TREES = Slot("parsed code", dict[tuple[str, str], tuple[str, tuple[str, ...], tuple[str, ...]]])
 _DISTRIBUTIONS = Slot("distributions", lambda: _distributions())
+# installed distributions' versions by name, read once in the process (``library_versions``)
+_INSTALLED = Slot("installed versions", dict[str, "str | None"])
 # the same, as the last runs left them on disk, by (module, sha256, whether a package): a rerun
 # parses none of the files it versions (68 parses took a seventh of a warm run's time)
 _STORED = Slot("parsed code on disk", lambda: _read_stored())
@@ -118,14 +120,17 @@ def function_version(fn: Callable[..., Any]) -> str:
 
 
 def library_versions(*names: str) -> dict[str, str | None]:
-    """Installed versions of these distributions (None where one is missing)."""
-    out: dict[str, str | None] = {}
+    """Installed versions of these distributions (None where one is missing), each read once
+    in the process (``importlib.metadata.version`` parses the distribution's metadata file on
+    every call: 1,131 calls, most of the keys' time in a warm rerun of the main job)."""
+    known = PROCESS[_INSTALLED]
     for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+        if name not in known:
+            try:
+                known[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                known[name] = None
+    return {name: known[name] for name in names}
 
 
 def _module_name(obj: Any) -> str:
