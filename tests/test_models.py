@@ -444,8 +444,8 @@ print(lm.fingerprint, lm.dtype, lm.linear_kernel, "torch" in sys.modules)
 def test_a_process_with_torch_imported_keeps_the_kernel_check_for_the_next(
     tmp_path: Path,
 ) -> None:
-    """The cold run has torch imported when it asks; it keeps the answer on disk all the
-    same, so the first rerun after it reads it there instead of importing torch."""
+    """A process that has imported torch before it first asks keeps the answer on disk all
+    the same, so a process after it reads it there instead of importing torch."""
     import subprocess
 
     script = """

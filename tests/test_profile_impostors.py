@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_profile_rewards import rewards  # the rewards of texts for one user and prompt
 
 from prefalign_methods.rewards.profile_impostors import (
     ProfileImpostors,
@@ -34,13 +35,6 @@ def fitted(profiles=PROFILES, **config) -> ProfileImpostors:
     method.use_profiles(profiles)
     method.fit(None, [], None)  # the pairs are not read, nor the model or the folder
     return method
-
-
-def rewards(method: ProfileImpostors, user: str, prompt: str, *texts: str) -> list[float]:
-    return [
-        float(v)
-        for v in method.score(None, Batch([user] * len(texts), [prompt] * len(texts), texts))
-    ]
 
 
 def test_grams_are_the_padded_texts_character_ngrams_counted():

@@ -68,11 +68,10 @@ def grams(text: str, n: int) -> Counter[str]:
 @dataclass(frozen=True)
 class Documents:
     """Every profile document once, as sublinear gram counts over one vocabulary: ``tf`` (a
-    sparse documents x grams matrix of ``1 + ln c``), ``present`` (1 where a gram occurs),
-    ``vocabulary`` (gram -> column)."""
+    sparse documents x grams matrix of ``1 + ln c``, stored where a gram occurs), ``vocabulary``
+    (gram -> column)."""
 
     tf: Any
-    present: Any
     vocabulary: dict[str, int]
 
     @property
@@ -99,6 +98,13 @@ class ProfileImpostors(ProfileRewardMethod):
                 at.append(index[key])
             self._documents_of[user] = at
         self._doc_ids = [doc_id for doc_id, _ in index]
+        # each user's impostors: every other user's documents (a shared paper among them)
+        self._others = {
+            user: sorted(
+                {d for other, theirs in self._documents_of.items() if other != user for d in theirs}
+            )
+            for user in self._documents_of
+        }
         self._documents = _matrices(counts)
         self._weighted: dict[frozenset[int], tuple[Any, Any]] = {}
 
@@ -109,15 +115,7 @@ class ProfileImpostors(ProfileRewardMethod):
         left = frozenset(mine[i] for i in range(len(mine)) if i not in kept)
         left_ids = {self._doc_ids[d] for d in left}
         own = sorted({mine[i] for i in kept})
-        impostors = sorted(
-            {
-                d
-                for other, theirs in self._documents_of.items()
-                if other != user
-                for d in theirs
-                if self._doc_ids[d] not in left_ids
-            }
-        )
+        impostors = [d for d in self._others[user] if self._doc_ids[d] not in left_ids]
         cosines = self._cosines(left, texts)
         reward = cosines[:, own].max(axis=1)
         if impostors:
@@ -160,9 +158,10 @@ class ProfileImpostors(ProfileRewardMethod):
             from scipy import sparse
 
             docs = self._documents
-            df = np.asarray(docs.present.sum(axis=0), dtype=np.float64).ravel()
+            # a gram's document count: the documents where it is stored, the left ones out
+            df = docs.tf.getnnz(axis=0).astype(np.float64)
             if left:
-                df -= np.asarray(docs.present[sorted(left)].sum(axis=0)).ravel()
+                df -= docs.tf[sorted(left)].getnnz(axis=0)
             n = docs.count - len(left)
             idf = np.log((n + 1) / (df + self.config.smoothing))
             weighted = sparse.csr_matrix(docs.tf.multiply(idf[None, :]))
@@ -188,5 +187,4 @@ def _matrices(counts: list[Counter[str]]) -> Documents:
             values.append(1 + math.log(c))
     shape = (len(counts), len(vocabulary))
     tf = sparse.csr_matrix((np.array(values, dtype=np.float64), (rows, columns)), shape=shape)
-    present = sparse.csr_matrix((np.ones(len(values)), (rows, columns)), shape=shape)
-    return Documents(tf, present, vocabulary)
+    return Documents(tf, vocabulary)
