@@ -246,6 +246,16 @@ def test_the_gap_bound_by_hand() -> None:
     assert lower == pytest.approx(0.3 - 0.1 * 1.0373, abs=1e-4)
 
 
+@pytest.mark.parametrize("n_users", [2, 8, 40, 400])
+@pytest.mark.parametrize("alpha", [0.05, 0.025])
+def test_the_widening_is_scipy_stats_t_over_normal(n_users: int, alpha: float) -> None:
+    # read from scipy.special (a warm rerun does not import scipy.stats): the same quantiles
+    from scipy import stats as sps
+
+    by_stats = sps.t.ppf(1 - alpha, n_users - 1) / sps.norm.ppf(1 - alpha)
+    assert selection.expansion(n_users, alpha) == math.sqrt(n_users / (n_users - 1)) * by_stats
+
+
 def test_the_gap_bound_widens_with_the_rows_it_chooses_from() -> None:
     # the same pair among more rows that vary as much: more pairs to cover at once
     rng = np.random.default_rng(3)

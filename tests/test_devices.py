@@ -136,21 +136,48 @@ def test_tiny_model_on_cuda_gives_the_cpu_tokens_and_logprobs():
         np.testing.assert_allclose(a, b, atol=LOGPROB_TOLERANCE)
 
 
-def test_native_bf16_is_read_from_torchs_cpu_checks_or_the_arm_features(tmp_path, monkeypatch):
+def test_native_bf16_is_read_from_cpuinfo_else_from_torchs_cpu_checks(tmp_path, monkeypatch):
+    def ask_torch() -> bool:
+        raise AssertionError("torch asked although /proc/cpuinfo lists the CPU's features")
+
     for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        monkeypatch.setattr(torch.cpu, check, lambda: False, raising=False)
+        monkeypatch.setattr(torch.cpu, check, ask_torch, raising=False)
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")  # x86: torch's checks
     monkeypatch.setattr(devices, "CPUINFO", str(info))
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")  # x86 without bf16
     assert not devices.cpu_bf16()
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 clzero\n")
+    assert devices.cpu_bf16()  # this project's EPYC of 2026-12-08
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile amx_int8\n")
+    assert devices.cpu_bf16()  # a Xeon with AMX
     info.write_text("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n")  # ARM's FEAT_BF16
     assert devices.cpu_bf16()
     info.write_text("processor\t: 0\nFeatures\t: fp asimd svebf16\n")  # only a whole word
+    assert not devices.cpu_bf16()
+    # no file, or none that lists features: torch's checks answer
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, check, lambda: False, raising=False)
+    info.write_text("processor\t: 0\n")
     assert not devices.cpu_bf16()
     monkeypatch.setattr(devices, "CPUINFO", str(tmp_path / "absent"))
     assert not devices.cpu_bf16()
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
     assert devices.cpu_bf16()
+
+
+def test_checking_bf16_on_the_cpu_does_not_import_torch(pytester):
+    if devices.cpuinfo_features() is None:
+        pytest.skip("no /proc/cpuinfo listing this CPU's features")
+    pytester.makepyfile(
+        check="""
+        import sys
+        from pytest_prefalign.runtime import devices
+        devices.bf16_refusal("cpu")
+        print("torch imported:", "torch" in sys.modules)
+        """
+    )
+    result = pytester.runpython(pytester.path / "check.py")
+    result.stdout.fnmatch_lines(["torch imported: False"])
 
 
 def test_bfloat16_is_refused_in_one_line_where_the_device_has_no_native_bf16(monkeypatch):

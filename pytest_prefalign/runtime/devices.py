@@ -94,33 +94,52 @@ def dtype_name_for(device: str) -> str:
 CPUINFO = "/proc/cpuinfo"
 
 
+# the CPU features that multiply bf16 natively, as /proc/cpuinfo names them: x86's AVX-512
+# BF16 and AMX (torch's ``_is_amx_tile_supported`` asks for the tile unit, which every AMX CPU
+# has with its bf16 one), ARM's FEAT_BF16
+X86_BF16 = frozenset({"avx512_bf16", "amx_bf16", "amx_tile"})
+ARM_BF16 = frozenset({"bf16"})
+
+
 def cpu_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively: x86 with ``avx512_bf16`` or AMX (as torch's
-    own CPU checks report), or ARM with the ``bf16`` feature (``/proc/cpuinfo``). Without it
-    PyTorch emulates bf16 in fp32 arithmetic, which is slower than fp32 itself."""
+    """Whether this CPU multiplies bf16 natively: x86 with ``avx512_bf16`` or AMX, or ARM
+    with the ``bf16`` feature. Without it PyTorch emulates bf16 in fp32 arithmetic, which is
+    slower than fp32 itself. Read from ``/proc/cpuinfo`` where it lists the CPU's features
+    (so that checking the option does not import torch: a rerun served from the cache needs
+    none); elsewhere torch's own CPU checks answer."""
+    features = cpuinfo_features()
+    if features is not None:
+        return bool(features & (X86_BF16 | ARM_BF16))
     import torch
 
     for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         found = getattr(torch.cpu, check, None)
         if found is not None and found():
             return True
+    return False
+
+
+def cpuinfo_features() -> frozenset[str] | None:
+    """The first processor's features in ``/proc/cpuinfo`` (x86's ``flags``, ARM's
+    ``Features``), None where the file cannot be read or lists none."""
     try:
         with open(CPUINFO, encoding="utf-8") as info:
-            return any(
-                line.startswith("Features") and "bf16" in line.split(":", 1)[1].split()
-                for line in info
-            )
+            for line in info:
+                name, _, value = line.partition(":")
+                if name.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
     except OSError:
-        return False
+        return None
+    return None
 
 
 def native_bf16(device: str | torch.device) -> bool:
     """Whether ``device`` runs bf16 natively: a CUDA GPU that supports it, or ``cpu_bf16``."""
+    if device_type(str(device)) != "cuda":
+        return cpu_bf16()
     import torch
 
-    if torch.device(device).type == "cuda":
-        return bool(torch.cuda.is_bf16_supported())
-    return cpu_bf16()
+    return bool(torch.cuda.is_bf16_supported())
 
 
 def bf16_refusal(device: str | None = None) -> str | None:

@@ -8,7 +8,16 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from prefalign_suites.pref_lamp import anthology, briefs, corpus, lamp5, negatives, release, writer
+from prefalign_suites.pref_lamp import (
+    anthology,
+    briefs,
+    briefs_kept,
+    corpus,
+    lamp5,
+    negatives,
+    release,
+    writer,
+)
 from prefalign_suites.raw_records import Problems, normalise_ws
 from pytest_prefalign import suite_options
 from pytest_prefalign.api import ProfileEntry, SuiteData
@@ -242,11 +251,11 @@ def writer_briefs(
     held_out: frozenset[str],
     opts: PrefLampOptions,
 ) -> tuple[list[briefs.Brief], list[briefs.Brief]]:
-    """The writer's briefs of ``users`` (``briefs.briefs``): the time split's, or with
-    cross-fitting every paper's, its examples from its fold (no paper held out, no training
-    pairs cut: ``fold_briefs`` takes a fold's)."""
+    """The writer's briefs of ``users`` (``briefs.briefs``, kept in the run's cache:
+    ``briefs_kept``): the time split's, or with cross-fitting every paper's, its examples from
+    its fold (no paper held out, no training pairs cut: ``fold_briefs`` takes a fold's)."""
     crossed = opts.folds > 1
-    return briefs.briefs(
+    return briefs_kept.briefs(
         users,
         pool,
         frozenset() if crossed else held_out,
