@@ -137,7 +137,7 @@ def cell(figure: Figure | None) -> str:
     if figure is None:
         return "-"
     mark = "" if figure.inside else "  OUTSIDE"
-    return f"{figure.fp32:.3f} [{figure.low:.2f},{figure.high:.2f}] -> {figure.bf16:.3f}{mark}"
+    return f"{figure.fp32:.3f} [{figure.low:.3f}, {figure.high:.3f}] -> {figure.bf16:.3f}{mark}"
 
 
 def table(rows: Sequence[Row]) -> str:

@@ -61,7 +61,7 @@ def test_figures_inside_and_outside_and_identical_outputs(script, tmp_path, caps
         "bf16 against fp32: 3 of 4 figures inside fp32's 95% interval (2 rows); outputs "
         "identical: 5 of 7 (71%); working points the same in 0 of 1 guided rows"
     ) in out
-    assert "0.550 [0.50,0.60] -> 0.620  OUTSIDE" in out
+    assert "0.550 [0.500, 0.600] -> 0.620  OUTSIDE" in out
     assert "2/4" in out and "3/3" in out and "0.5 -> 1" in out
 
 
