@@ -17,7 +17,7 @@ The last line sums it up::
 The exit status is 1 when a figure lies outside its fp32 interval, 2 when the files cannot be
 compared (not the same rows, or not one run in each dtype)::
 
-    python benchmarks/dtype_figures.py /tmp/bench/fp32 /tmp/bench/bf16 [--json OUT]
+    python benchmarks/dtype_figures.py FP32_DIR BF16_DIR [--json OUT]
 """
 
 from __future__ import annotations
