@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class Figure:
 
     @property
     def inside(self) -> bool:
+        """False where bf16's run lacks the figure (NaN) as where it lies outside."""
         return self.low - TOLERANCE <= self.bf16 <= self.high + TOLERANCE
 
 
@@ -64,6 +66,7 @@ class Row:
     figures: tuple[Figure, ...]
     identical: int  # outputs that are the same text in both runs
     outputs: int  # items both runs generated for
+    unmatched: int  # items one run generated for and the other did not
     w_fp32: float | None
     w_bf16: float | None
 
@@ -93,14 +96,17 @@ def strength(result: CaseResult) -> float | None:
 
 
 def figures(fp32: CaseResult, bf16: CaseResult) -> tuple[Figure, ...]:
-    """The figures both results have (RM accuracy only where the row has a reward)."""
+    """The figures fp32's result has with an interval (RM accuracy only where the row has a
+    reward); one that bf16's result lacks is NaN there, and counts as outside."""
     out = []
     for name, _ in FIGURES:
         value, other = fp32.metrics.get(name), bf16.metrics.get(name)
         interval = fp32.ci.get(name)
-        if value is None or other is None or not interval:
+        if value is None or not interval:
             continue
-        out.append(Figure(name, value, interval[0], interval[1], other))
+        out.append(
+            Figure(name, value, interval[0], interval[1], math.nan if other is None else other)
+        )
     return tuple(out)
 
 
@@ -118,6 +124,7 @@ def compare(fp32: RunFile, bf16: RunFile) -> list[Row]:
         assert other is not None
         outputs16 = {i.item_id: i.output for i in other.items}
         shared = [i for i in result.items if i.item_id in outputs16]
+        unmatched = len(result.items) + len(outputs16) - 2 * len(shared)
         rows.append(
             Row(
                 result.suite,
@@ -126,6 +133,7 @@ def compare(fp32: RunFile, bf16: RunFile) -> list[Row]:
                 figures(result, other),
                 sum(i.output == outputs16[i.item_id] for i in shared),
                 len(shared),
+                unmatched,
                 strength(result),
                 strength(other),
             )
@@ -136,6 +144,8 @@ def compare(fp32: RunFile, bf16: RunFile) -> list[Row]:
 def cell(figure: Figure | None) -> str:
     if figure is None:
         return "-"
+    if math.isnan(figure.bf16):
+        return f"{figure.fp32:.3f} [{figure.low:.3f}, {figure.high:.3f}] -> missing"
     mark = "" if figure.inside else "  OUTSIDE"
     return f"{figure.fp32:.3f} [{figure.low:.3f}, {figure.high:.3f}] -> {figure.bf16:.3f}{mark}"
 
@@ -144,7 +154,7 @@ def table(rows: Sequence[Row]) -> str:
     body = []
     for row in rows:
         by_name = {f.name: f for f in row.figures}
-        w = "-" if not row.guided else f"{row.w_fp32:g} -> {row.w_bf16:g}"
+        w = "-" if not row.guided else f"{_strength(row.w_fp32)} -> {_strength(row.w_bf16)}"
         body.append(
             [
                 f"{row.suite} · {row.size}",
@@ -158,6 +168,10 @@ def table(rows: Sequence[Row]) -> str:
     return tabulate(body, headers=[*heads, "same outputs", "w: fp32 -> bf16"])
 
 
+def _strength(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def summary(rows: Sequence[Row]) -> str:
     every = [f for row in rows for f in row.figures]
     inside = sum(f.inside for f in every)
@@ -166,10 +180,12 @@ def summary(rows: Sequence[Row]) -> str:
     guided = [r for r in rows if r.guided]
     points = sum(r.w_fp32 == r.w_bf16 for r in guided)
     share = f"{same / outputs:.0%}" if outputs else "-"
+    unmatched = sum(r.unmatched for r in rows)
     return (
         f"bf16 against fp32: {inside} of {len(every)} figures inside fp32's 95% interval "
         f"({len(rows)} rows); outputs identical: {same} of {outputs} ({share}); working points "
         f"the same in {points} of {len(guided)} guided rows"
+        + (f"; {unmatched} items in one run only" if unmatched else "")
     )
 
 
@@ -179,9 +195,13 @@ def as_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
             "suite": r.suite,
             "method": r.method,
             "size": r.size,
-            "figures": [{**vars(f), "inside": f.inside} for f in r.figures],
+            "figures": [
+                {**vars(f), "bf16": None if math.isnan(f.bf16) else f.bf16, "inside": f.inside}
+                for f in r.figures
+            ],
             "identical": r.identical,
             "outputs": r.outputs,
+            "unmatched": r.unmatched,
             "w": {"float32": r.w_fp32, "bfloat16": r.w_bf16},
         }
         for r in rows

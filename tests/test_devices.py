@@ -159,6 +159,10 @@ def test_native_bf16_is_read_from_cpuinfo_else_from_torchs_cpu_checks(tmp_path, 
         monkeypatch.setattr(torch.cpu, check, lambda: False, raising=False)
     info.write_text("processor\t: 0\n")
     assert not devices.cpu_bf16()
+    info.write_text("processor\t: 0\nflags\t\t:\n")  # a line with no feature on it
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    assert devices.cpu_bf16()
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
     monkeypatch.setattr(devices, "CPUINFO", str(tmp_path / "absent"))
     assert not devices.cpu_bf16()
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)

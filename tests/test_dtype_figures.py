@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -91,3 +92,24 @@ def test_reads_a_bench_keep_folder(script, tmp_path):
     folder.mkdir()
     write(folder, "cold.json", [result("base", "float32", {}, [])])
     assert script.read(folder).results[0].method == "base"
+
+
+def test_a_missing_figure_is_outside_and_one_sided_items_and_strengths_are_shown(
+    script, tmp_path, capsys
+):
+    fp32 = write(tmp_path, "a.json", [
+        result("args[x]", "float32", {"rm_acc": (0.6, [0.5, 0.7]), "rouge1": (0.3, [0.2, 0.4])},
+               ["a", "b", "c"], w=0.5),
+    ])  # fmt: skip
+    bf16 = write(tmp_path, "b.json", [
+        result("args[x]", "bfloat16", {"rouge1": (0.3, None)}, ["a", "b"]),  # no RM acc, no w
+    ])  # fmt: skip
+    assert script.main([str(fp32), str(bf16), "--json", str(tmp_path / "out.json")]) == 1
+    out = capsys.readouterr().out
+    assert "0.600 [0.500, 0.700] -> missing" in out and "0.5 -> -" in out
+    assert (
+        "1 of 2 figures inside fp32's 95% interval (1 rows); outputs identical: 2 of 2 (100%); "
+        "working points the same in 0 of 1 guided rows; 1 items in one run only"
+    ) in out
+    (row,) = json.loads((tmp_path / "out.json").read_text())
+    assert row["figures"][0]["bf16"] is None and row["unmatched"] == 1

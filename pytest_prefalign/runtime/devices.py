@@ -127,7 +127,7 @@ def cpuinfo_features() -> frozenset[str] | None:
             for line in info:
                 name, _, value = line.partition(":")
                 if name.strip() in ("flags", "Features"):
-                    return frozenset(value.split())
+                    return frozenset(value.split()) or None
     except OSError:
         return None
     return None
